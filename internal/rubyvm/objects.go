@@ -1,0 +1,296 @@
+package rubyvm
+
+import (
+	"fmt"
+	"strings"
+)
+
+// maxStringBytes bounds strings read for names and paths: a torn read must
+// not make rbscope copy gigabytes.
+const maxStringBytes = 16 << 10
+
+// isHeapObject reports whether a VALUE points at a heap object rather than
+// being an immediate (Fixnum, Symbol, Flonum, nil, true, false, undef).
+func (v *VM) isHeapObject(val uint64) bool {
+	L := v.Layout
+	return val != 0 && val&7 == 0 && val != uint64(L.Qnil) && val != uint64(L.Qfalse)
+}
+
+// fixnum decodes a Fixnum VALUE.
+func (v *VM) fixnum(val uint64) (int64, bool) {
+	if val&uint64(v.Layout.FixnumFlag) == 0 {
+		return 0, false
+	}
+	return int64(val) >> 1, true
+}
+
+// objType returns the ruby_value_type of a heap object and its flags.
+func (v *VM) objType(obj uint64) (typ int64, flags uint64, err error) {
+	if !v.isHeapObject(obj) {
+		return 0, 0, fmt.Errorf("VALUE %#x is not a heap object: %w", obj, ErrGarbage)
+	}
+	flags, err = v.m.u64(at(obj, v.Layout.RBasicFlags))
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(flags) & v.Layout.TMask, flags, nil
+}
+
+// rstring reads a Ruby String object.
+func (v *VM) rstring(obj uint64) (string, error) {
+	L := v.Layout
+	typ, flags, err := v.objType(obj)
+	if err != nil {
+		return "", err
+	}
+	if typ != L.TString {
+		return "", fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	}
+	var length uint64
+	var ptr uint64
+	if flags&uint64(L.RStringNoEmbed) != 0 {
+		lenOff := L.RStringHeapLen
+		if L.RStringLen >= 0 {
+			lenOff = L.RStringLen
+		}
+		if length, err = v.m.u64(at(obj, lenOff)); err != nil {
+			return "", err
+		}
+		if ptr, err = v.m.u64(at(obj, L.RStringHeapPtr)); err != nil {
+			return "", err
+		}
+	} else {
+		switch {
+		case L.RStringLen >= 0:
+			length, err = v.m.u64(at(obj, L.RStringLen))
+		case L.RStringEmbedLen >= 0:
+			length, err = v.m.u64(at(obj, L.RStringEmbedLen))
+		default:
+			length = (flags & uint64(L.RStringEmbedLenMask)) >> uint64(L.RStringEmbedLenShift)
+		}
+		if err != nil {
+			return "", err
+		}
+		ptr = at(obj, L.RStringEmbedAry)
+	}
+	if length == 0 {
+		return "", nil
+	}
+	if length > maxStringBytes {
+		return "", fmt.Errorf("String %#x claims %d bytes: %w", obj, length, ErrGarbage)
+	}
+	b, err := v.m.read(ptr, int(length))
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// rarrayEntry reads element i of a Ruby Array object.
+func (v *VM) rarrayEntry(obj uint64, i int64) (uint64, error) {
+	L := v.Layout
+	typ, flags, err := v.objType(obj)
+	if err != nil {
+		return 0, err
+	}
+	if typ != L.TArray {
+		return 0, fmt.Errorf("object %#x is type %d, not an Array: %w", obj, typ, ErrGarbage)
+	}
+	var length, ptr uint64
+	if flags&uint64(L.RArrayEmbedFlag) != 0 {
+		length = (flags & uint64(L.RArrayEmbedLenMask)) >> uint64(L.RArrayEmbedLenShift)
+		ptr = at(obj, L.RArrayEmbedAry)
+	} else {
+		if length, err = v.m.u64(at(obj, L.RArrayHeapLen)); err != nil {
+			return 0, err
+		}
+		if ptr, err = v.m.u64(at(obj, L.RArrayHeapPtr)); err != nil {
+			return 0, err
+		}
+	}
+	if i < 0 || uint64(i) >= length {
+		return 0, fmt.Errorf("index %d outside Array %#x of length %d: %w", i, obj, length, ErrGarbage)
+	}
+	return v.m.u64(ptr + uint64(i)*8)
+}
+
+// idName returns the name of a Ruby ID (a method or ivar name) through the
+// global symbol table.
+func (v *VM) idName(id uint64) (string, error) {
+	if s, ok := v.ids[id]; ok {
+		return s, nil
+	}
+	L := v.Layout
+	if v.symbolsAddr == 0 {
+		return "", fmt.Errorf("the global symbol table was not found")
+	}
+	serial := id
+	if id > uint64(L.LastOpID) {
+		serial = id >> uint64(L.IDScopeShift)
+	}
+	lastID, err := v.m.u32(at(v.symbolsAddr, L.SymbolsLastID))
+	if err != nil {
+		return "", err
+	}
+	if serial == 0 || serial > uint64(lastID) {
+		if id < 0x80 && id > 0x20 {
+			return string(rune(id)), nil // a one-character operator
+		}
+		return "", fmt.Errorf("ID %#x is not in the symbol table: %w", id, ErrGarbage)
+	}
+	ids, err := v.m.u64(at(v.symbolsAddr, L.SymbolsIDs))
+	if err != nil {
+		return "", err
+	}
+	unit := uint64(L.IDEntryUnit)
+	chunk, err := v.rarrayEntry(ids, int64(serial/unit))
+	if err != nil {
+		return "", err
+	}
+	str, err := v.rarrayEntry(chunk, int64((serial%unit)*uint64(L.IDEntrySize)+uint64(L.IDEntryStr)))
+	if err != nil {
+		return "", err
+	}
+	s, err := v.rstring(str)
+	if err != nil {
+		return "", err
+	}
+	v.ids[id] = s
+	return s, nil
+}
+
+// classExt returns the address of a class's rb_classext_t.
+func (v *VM) classExt(klass uint64) (uint64, error) {
+	L := v.Layout
+	if L.RClassExtPtr >= 0 {
+		return v.m.u64(at(klass, L.RClassExtPtr))
+	}
+	return klass + uint64(L.RClassSize), nil
+}
+
+// classIvar finds an instance variable of a class by name in its iv_tbl
+// (Rubies that keep class ivars in an st_table).
+func (v *VM) classIvar(klass uint64, name string) (uint64, bool) {
+	L := v.Layout
+	if L.ClassExtIVTbl < 0 {
+		return 0, false
+	}
+	ext, err := v.classExt(klass)
+	if err != nil || ext == 0 {
+		return 0, false
+	}
+	tbl, err := v.m.u64(at(ext, L.ClassExtIVTbl))
+	if err != nil || tbl == 0 {
+		return 0, false
+	}
+	head, err := v.m.read(tbl, int(L.StEntries)+8)
+	if err != nil {
+		return 0, false
+	}
+	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
+	entries := le64(head, L.StEntries)
+	if bound < start || bound-start > 4096 || entries == 0 {
+		return 0, false
+	}
+	n := int(bound - start)
+	if n == 0 {
+		return 0, false
+	}
+	raw, err := v.m.read(entries+start*uint64(L.StEntrySize), n*int(L.StEntrySize))
+	if err != nil {
+		return 0, false
+	}
+	for i := 0; i < n; i++ {
+		e := raw[i*int(L.StEntrySize):]
+		if le64(e, L.StEntryHash) == ^uint64(0) { // a deleted entry
+			continue
+		}
+		if k, err := v.idName(le64(e, L.StEntryKey)); err == nil && k == name {
+			return le64(e, L.StEntryRecord), true
+		}
+	}
+	return 0, false
+}
+
+// className returns a class or module's name as Ruby's Module#name gives it,
+// "#<Class:Foo>" style for singleton classes, or "" when anonymous.
+func (v *VM) className(klass uint64) string {
+	if s, ok := v.classNames[klass]; ok {
+		return s
+	}
+	name := v.classNameUncached(klass, 0)
+	v.classNames[klass] = name
+	return name
+}
+
+func (v *VM) classNameUncached(klass uint64, depth int) string {
+	L := v.Layout
+	typ, flags, err := v.objType(klass)
+	if err != nil || depth > 4 {
+		return ""
+	}
+	if typ != L.TClass && typ != L.TModule && typ != L.TIClass {
+		return ""
+	}
+	if flags&uint64(L.FlSingleton) != 0 {
+		if att, ok := v.attached(klass); ok {
+			return "#<Class:" + v.classNameUncached(att, depth+1) + ">"
+		}
+		return ""
+	}
+	var path uint64
+	if L.ClassExtClassPath >= 0 {
+		ext, err := v.classExt(klass)
+		if err != nil {
+			return ""
+		}
+		if path, err = v.m.u64(at(ext, L.ClassExtClassPath)); err != nil {
+			return ""
+		}
+	} else {
+		var ok bool
+		if path, ok = v.classIvar(klass, "__classpath__"); !ok {
+			path, _ = v.classIvar(klass, "__tmp_classpath__")
+		}
+	}
+	if !v.isHeapObject(path) {
+		return ""
+	}
+	s, err := v.rstring(path)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// attached returns the object a singleton class belongs to.
+func (v *VM) attached(klass uint64) (uint64, bool) {
+	L := v.Layout
+	if L.ClassExtAttached >= 0 {
+		ext, err := v.classExt(klass)
+		if err != nil {
+			return 0, false
+		}
+		a, err := v.m.u64(at(ext, L.ClassExtAttached))
+		return a, err == nil && a != 0
+	}
+	return v.classIvar(klass, "__attached__")
+}
+
+// methodLabel names a C method as Class#method, or Class.method for a
+// singleton method.
+func (v *VM) methodLabel(owner uint64, name string) string {
+	L := v.Layout
+	_, flags, err := v.objType(owner)
+	if err == nil && flags&uint64(L.FlSingleton) != 0 {
+		if att, ok := v.attached(owner); ok {
+			if n := v.className(att); n != "" {
+				return n + "." + name
+			}
+		}
+	}
+	if n := v.className(owner); n != "" && !strings.HasPrefix(n, "#<") {
+		return n + "#" + name
+	}
+	return name
+}

@@ -1,0 +1,315 @@
+package rubyvm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Frame kinds.
+const (
+	KindRuby  = "ruby"  // a frame running Ruby code (method, block, class body, eval, top)
+	KindCFunc = "cfunc" // a method implemented in C
+)
+
+// Frame is one Ruby-level frame, innermost first in Thread.Frames.
+type Frame struct {
+	Kind  string `json:"kind"`
+	Label string `json:"label"`
+	Path  string `json:"path,omitempty"`
+	Line  int    `json:"line,omitempty"`
+}
+
+// Thread is one Ruby thread and its stack.
+type Thread struct {
+	// Addr is the address of the rb_thread_t.
+	Addr uint64 `json:"-"`
+	// Self is the Thread object's VALUE (what Thread#inspect prints).
+	Self uint64 `json:"-"`
+	TID  int    `json:"tid"`
+	// Name is Thread#name; empty when unset.
+	Name string `json:"name"`
+	Main bool   `json:"main"`
+	// Status is Ruby's Thread#status: "run", "sleep", "aborting" or "dead".
+	Status string `json:"status"`
+	// GVL reports whether the thread holds the global VM lock.
+	GVL    bool    `json:"gvl"`
+	Frames []Frame `json:"frames"`
+	// Error says why the stack could not be read (a thread dying mid-read).
+	Error string `json:"error,omitempty"`
+}
+
+// Limits that keep a walk of changing or corrupt memory finite.
+const (
+	maxThreads = 100000
+	maxRactors = 10000
+	// maxFrames bounds a stack walk; a 1 MiB VM stack (Ruby's default)
+	// holds about 16k control frames.
+	maxFrames = 1 << 20
+)
+
+// Threads walks every ractor's threads and returns their stacks.
+func (v *VM) Threads() ([]Thread, error) {
+	L := v.Layout
+	vm, err := v.vmPtr()
+	if err != nil {
+		return nil, err
+	}
+	mainThread, _ := v.m.u64(at(vm, L.VMRactorMainThread))
+	ractors, err := v.ractors(vm)
+	if err != nil {
+		return nil, err
+	}
+	var out []Thread
+	for _, r := range ractors {
+		gvlOwner, _ := v.m.u64(at(r, L.RactorGVLOwner))
+		ths, err := v.list(at(r, L.RactorThreadsSet), L.ThreadListNode, maxThreads)
+		if err != nil {
+			return out, fmt.Errorf("listing threads: %w", err)
+		}
+		for _, th := range ths {
+			t := v.thread(th)
+			t.Main = th == mainThread
+			t.GVL = th == gvlOwner
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// ractors lists the ractors of the VM (the main one for ordinary programs).
+func (v *VM) ractors(vm uint64) ([]uint64, error) {
+	L := v.Layout
+	rs, err := v.list(at(vm, L.VMRactorSet), L.RactorVMListNode, maxRactors)
+	if err != nil || len(rs) == 0 {
+		main, err2 := v.m.u64(at(vm, L.VMRactorMainRactor))
+		if err2 != nil || main == 0 {
+			return nil, fmt.Errorf("no ractor found: %w", errors.Join(err, err2, ErrGarbage))
+		}
+		return []uint64{main}, nil
+	}
+	return rs, nil
+}
+
+// list walks a ccan circular list whose head is at head and returns the
+// containing structs (node address minus nodeOff), at most max of them.
+func (v *VM) list(head uint64, nodeOff int64, max int) ([]uint64, error) {
+	L := v.Layout
+	var out []uint64
+	node, err := v.m.u64(at(head, L.ListNodeNext))
+	if err != nil {
+		return nil, err
+	}
+	for node != head {
+		if node == 0 || len(out) >= max {
+			return out, fmt.Errorf("list at %#x is broken or too long: %w", head, ErrGarbage)
+		}
+		out = append(out, node-uint64(nodeOff))
+		if node, err = v.m.u64(at(node, L.ListNodeNext)); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// thread reads one rb_thread_t; a failure is recorded in Thread.Error.
+func (v *VM) thread(th uint64) Thread {
+	L := v.Layout
+	t := Thread{Addr: th}
+	size := L.ThreadName + 8
+	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, (L.ThreadStatusBit + L.ThreadStatusLen) / 8} {
+		if o+8 > size {
+			size = o + 8
+		}
+	}
+	b, err := v.m.read(th, int(size))
+	if err != nil {
+		t.Error = err.Error()
+		return t
+	}
+	t.Self = le64(b, L.ThreadSelf)
+	switch {
+	case L.ThreadTID >= 0:
+		t.TID = int(int32(le32(b, L.ThreadTID)))
+	case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
+		if nt := le64(b, L.ThreadNT); nt != 0 {
+			if tid, err := v.m.u32(at(nt, L.NativeThreadTID)); err == nil {
+				t.TID = int(int32(tid))
+			}
+		}
+	}
+	word := le64(b, L.ThreadStatusBit/8)
+	status := int64(word>>uint64(L.ThreadStatusBit%8)) & (1<<uint64(L.ThreadStatusLen) - 1)
+	switch status {
+	case L.ThreadRunnable:
+		t.Status = "run"
+	case L.ThreadStopped, L.ThreadStoppedForever:
+		t.Status = "sleep"
+	case L.ThreadKilled:
+		t.Status = "dead"
+	default:
+		t.Status = "unknown"
+	}
+	if name := le64(b, L.ThreadName); v.isHeapObject(name) {
+		t.Name, _ = v.rstring(name)
+	}
+	frames, err := v.stack(le64(b, L.ThreadEC))
+	t.Frames = frames
+	if err != nil {
+		t.Error = err.Error()
+	}
+	return t
+}
+
+type stackBounds struct {
+	vmStack uint64 // lowest address of the VM stack
+	end     uint64 // one past the last control frame
+	cfp     uint64 // innermost control frame
+}
+
+// readStackBounds reads an execution context's VM stack and checks that its
+// control frame pointer lies inside it, on a frame boundary.
+func (v *VM) readStackBounds(ec uint64) (stackBounds, error) {
+	L := v.Layout
+	if ec == 0 {
+		return stackBounds{}, fmt.Errorf("thread has no execution context: %w", ErrGarbage)
+	}
+	b, err := v.m.read(ec, int(max(L.ECVMStack, L.ECVMStackSize, L.ECCFP)+8))
+	if err != nil {
+		return stackBounds{}, err
+	}
+	st := stackBounds{vmStack: le64(b, L.ECVMStack), cfp: le64(b, L.ECCFP)}
+	words := le64(b, L.ECVMStackSize)
+	if st.vmStack == 0 || words == 0 || words > 1<<28 {
+		return st, fmt.Errorf("VM stack %#x of %d words: %w", st.vmStack, words, ErrGarbage)
+	}
+	st.end = st.vmStack + words*8
+	if st.cfp < st.vmStack || st.cfp > st.end || (st.end-st.cfp)%uint64(L.CFPSize) != 0 {
+		return st, fmt.Errorf("control frame %#x outside VM stack %#x-%#x: %w", st.cfp, st.vmStack, st.end, ErrGarbage)
+	}
+	return st, nil
+}
+
+// stack reads the Ruby frames of an execution context, innermost first.
+func (v *VM) stack(ec uint64) ([]Frame, error) {
+	L := v.Layout
+	st, err := v.readStackBounds(ec)
+	if err != nil {
+		return nil, err
+	}
+	n := (st.end - st.cfp) / uint64(L.CFPSize)
+	if n == 0 {
+		return nil, nil
+	}
+	if n > maxFrames {
+		return nil, fmt.Errorf("%d control frames: %w", n, ErrGarbage)
+	}
+	raw, err := v.m.read(st.cfp, int(n)*int(L.CFPSize))
+	if err != nil {
+		return nil, err
+	}
+	frames := make([]Frame, 0, n)
+	var errs int
+	var firstErr error
+	// The bottom-most control frame is the VM's dummy top frame, which
+	// Ruby's own backtraces leave out too.
+	for i := uint64(0); i+1 < n; i++ {
+		cf := raw[i*uint64(L.CFPSize):]
+		f, ok, err := v.frame(cf)
+		if err != nil {
+			errs++
+			if firstErr == nil {
+				firstErr = err
+			}
+			frames = append(frames, Frame{Kind: "unknown", Label: "??"})
+			continue
+		}
+		if ok {
+			frames = append(frames, f)
+		}
+	}
+	if errs > 0 {
+		return frames, fmt.Errorf("%d frame(s) unreadable, first: %w", errs, firstErr)
+	}
+	return frames, nil
+}
+
+// frame decodes one control frame. ok is false for frames Ruby's own
+// backtraces skip (dummy frames, C-level blocks).
+func (v *VM) frame(cf []byte) (Frame, bool, error) {
+	L := v.Layout
+	pc, iseq, ep := le64(cf, L.CFPPC), le64(cf, L.CFPIseq), le64(cf, L.CFPEP)
+	if iseq != 0 {
+		if pc == 0 {
+			return Frame{}, false, nil
+		}
+		// An IFUNC frame also carries a pointer here, but never a pc.
+		info, err := v.iseq(iseq)
+		if err != nil {
+			return Frame{}, false, err
+		}
+		line, err := v.line(info, pc)
+		if err != nil {
+			return Frame{}, false, err
+		}
+		return Frame{Kind: KindRuby, Label: info.label, Path: info.path, Line: line}, true, nil
+	}
+	if ep == 0 {
+		return Frame{}, false, nil
+	}
+	flags, err := v.m.u64(ep + uint64(L.EnvIndexFlags*8))
+	if err != nil {
+		return Frame{}, false, err
+	}
+	if int64(flags)&L.FrameMagicMask != L.FrameMagicCFunc {
+		return Frame{}, false, nil
+	}
+	me, err := v.methodEntry(ep)
+	if err != nil {
+		return Frame{}, false, err
+	}
+	b, err := v.m.read(me, int(max(L.MEOwner, L.MEDef, L.MECalledID)+8))
+	if err != nil {
+		return Frame{}, false, err
+	}
+	id := le64(b, L.MECalledID)
+	if def := le64(b, L.MEDef); def != 0 {
+		if orig, err := v.m.u64(at(def, L.DefOriginalID)); err == nil {
+			id = orig
+		}
+	}
+	name, err := v.idName(id)
+	if err != nil {
+		name = "?"
+	}
+	return Frame{Kind: KindCFunc, Label: v.methodLabel(le64(b, L.MEOwner), name)}, true, nil
+}
+
+// methodEntry finds the callable method entry of a C frame from its local
+// environment (ep[VM_ENV_DATA_INDEX_ME_CREF]), looking through a svar.
+func (v *VM) methodEntry(ep uint64) (uint64, error) {
+	L := v.Layout
+	obj, err := v.m.u64(uint64(int64(ep) + L.EnvIndexMECref*8))
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < 2; i++ {
+		typ, flags, err := v.objType(obj)
+		if err != nil {
+			return 0, err
+		}
+		if typ != L.TImemo {
+			break
+		}
+		switch int64(flags>>uint64(L.FlUShift)) & L.ImemoMask {
+		case L.ImemoMent:
+			return obj, nil
+		case L.ImemoSvar:
+			if obj, err = v.m.u64(at(obj, L.SvarCrefME)); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		break
+	}
+	return 0, fmt.Errorf("C frame without a method entry: %w", ErrGarbage)
+}

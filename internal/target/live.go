@@ -1,0 +1,426 @@
+package target
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Live is a running process read through process_vm_readv (or /proc/PID/mem
+// where that system call is missing) and paused with ptrace.
+type Live struct {
+	pid    int
+	memFD  *os.File // /proc/PID/mem, opened on first need
+	useMem bool     // process_vm_readv is unavailable
+
+	mu          sync.Mutex
+	tracer      *tracer
+	paused      map[int]int // seized TID -> signal to deliver on detach
+	stopSignals chan os.Signal
+
+	// StopTimeout bounds how long Pause waits for one thread to stop.
+	StopTimeout time.Duration
+	// NoSignalGuard turns off the SIGINT/SIGTERM/SIGHUP handler that Pause
+	// installs, for callers that handle those signals themselves (and
+	// resume the target before exiting).
+	NoSignalGuard bool
+}
+
+// Attach opens the live process pid for reading. It checks that the process
+// exists and that its memory can be read, and explains a refusal.
+func Attach(pid int) (*Live, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/maps", pid)); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	l := &Live{pid: pid, paused: map[int]int{}, StopTimeout: 2 * time.Second}
+	maps, err := l.Mappings()
+	if err != nil {
+		return nil, err
+	}
+	// Probe one readable mapping so that a permission problem shows now,
+	// with advice, rather than as a failed read deep inside a walker.
+	for _, m := range maps {
+		if !strings.HasPrefix(m.Perms, "r") || m.Path == "[vvar]" || m.Path == "[vsyscall]" {
+			continue
+		}
+		var b [8]byte
+		if _, err := l.ReadAt(b[:], m.Start); err != nil {
+			if errors.Is(err, ErrPermission) {
+				return nil, PermissionError(pid)
+			}
+			if errors.Is(err, ErrExited) {
+				return nil, fmt.Errorf("pid %d: %w", pid, ErrExited)
+			}
+			continue
+		}
+		break
+	}
+	return l, nil
+}
+
+// PermissionError explains why reading pid was refused and what to run.
+func PermissionError(pid int) error {
+	advice := "run rbscope as root or grant it CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep rbscope)"
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
+		switch strings.TrimSpace(string(b)) {
+		case "1":
+			if os.Geteuid() != 0 {
+				advice = "kernel.yama.ptrace_scope=1 allows only parents to trace: run rbscope as root, grant CAP_SYS_PTRACE, or set sysctl kernel.yama.ptrace_scope=0"
+			}
+		case "2":
+			advice = "kernel.yama.ptrace_scope=2 allows tracing only with CAP_SYS_PTRACE: run rbscope as root or grant it CAP_SYS_PTRACE"
+		case "3":
+			advice = "kernel.yama.ptrace_scope=3 forbids all tracing until reboot; nothing can read this process"
+		}
+	}
+	return fmt.Errorf("pid %d: %w: %s", pid, ErrPermission, advice)
+}
+
+// PID implements Target.
+func (l *Live) PID() int { return l.pid }
+
+// ReadAt implements Target.
+func (l *Live) ReadAt(p []byte, addr uint64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !l.useMem {
+		local := []unix.Iovec{{Base: &p[0]}}
+		local[0].SetLen(len(p))
+		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
+		n, err := unix.ProcessVMReadv(l.pid, local, remote, 0)
+		switch {
+		case err == nil && n == len(p):
+			return n, nil
+		case err == nil:
+			return n, fmt.Errorf("read at %#x: %d of %d bytes mapped", addr, n, len(p))
+		case errors.Is(err, unix.ENOSYS):
+			l.useMem = true
+		case errors.Is(err, unix.EPERM):
+			return 0, ErrPermission
+		case errors.Is(err, unix.ESRCH):
+			return 0, ErrExited
+		default:
+			return 0, fmt.Errorf("read at %#x: %w", addr, err)
+		}
+	}
+	if l.memFD == nil {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", l.pid))
+		if err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				return 0, ErrPermission
+			}
+			return 0, ErrExited
+		}
+		l.memFD = f
+	}
+	n, err := l.memFD.ReadAt(p, int64(addr))
+	if err != nil {
+		return n, fmt.Errorf("read at %#x: %w", addr, err)
+	}
+	return n, nil
+}
+
+// Mappings implements Target by parsing /proc/PID/maps.
+func (l *Live) Mappings() ([]Mapping, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", l.pid))
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, PermissionError(l.pid)
+		}
+		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
+	}
+	defer f.Close()
+	maps, err := ParseMaps(bufio.NewScanner(f))
+	if err != nil {
+		return nil, fmt.Errorf("pid %d maps: %w", l.pid, err)
+	}
+	if len(maps) == 0 {
+		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
+	}
+	return maps, nil
+}
+
+// ParseMaps parses the text format of /proc/PID/maps.
+func ParseMaps(sc *bufio.Scanner) ([]Mapping, error) {
+	var maps []Mapping
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fields[0], "-")
+		if !ok {
+			return nil, fmt.Errorf("bad maps line %q", sc.Text())
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		off, err3 := strconv.ParseUint(fields[2], 16, 64)
+		inode, err4 := strconv.ParseUint(fields[4], 10, 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return nil, fmt.Errorf("bad maps line %q: %w", sc.Text(), err)
+		}
+		m := Mapping{Start: start, End: end, Perms: fields[1], Offset: off, Inode: inode}
+		if len(fields) > 5 {
+			m.Path = strings.Join(fields[5:], " ")
+		}
+		maps = append(maps, m)
+	}
+	return maps, sc.Err()
+}
+
+// Threads implements Target by listing /proc/PID/task.
+func (l *Live) Threads() ([]int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", l.pid))
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
+	}
+	tids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	sort.Ints(tids)
+	return tids, nil
+}
+
+// Open implements Target: paths resolve inside the process's root directory.
+func (l *Live) Open(path string) (*os.File, error) {
+	return os.Open(filepath.Join(fmt.Sprintf("/proc/%d/root", l.pid), path))
+}
+
+// Exe returns the path of the process's executable, as the process sees it.
+func (l *Live) Exe() string {
+	p, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", l.pid))
+	return p
+}
+
+// Comm returns the process's command name.
+func (l *Live) Comm() string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", l.pid))
+	return strings.TrimSpace(string(b))
+}
+
+// Pause stops every thread of the process with PTRACE_SEIZE and
+// PTRACE_INTERRUPT. Threads born while pausing are caught by listing the
+// threads again until no new one appears. While paused, SIGINT, SIGTERM and
+// SIGHUP to rbscope resume the target before rbscope exits. If rbscope dies
+// anyway, the kernel detaches and the target runs on.
+func (l *Live) Pause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tracer == nil {
+		l.tracer = newTracer()
+	}
+	if l.stopSignals == nil && !l.NoSignalGuard {
+		l.stopSignals = make(chan os.Signal, 1)
+		signal.Notify(l.stopSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		go func(ch chan os.Signal) {
+			if sig, ok := <-ch; ok {
+				_ = l.Resume()
+				code := 128 + int(sig.(syscall.Signal))
+				os.Exit(code)
+			}
+		}(l.stopSignals)
+	}
+	registerPaused(l)
+	err := l.tracer.do(func() error { return l.pauseLocked() })
+	if err != nil {
+		l.tracer.do(func() error { l.detachLocked(); return nil })
+		unregisterPaused(l)
+		l.stopSignalWatch()
+	}
+	return err
+}
+
+func (l *Live) stopSignalWatch() {
+	if l.stopSignals != nil {
+		signal.Stop(l.stopSignals)
+		close(l.stopSignals)
+		l.stopSignals = nil
+	}
+}
+
+// pauseLocked runs on the tracer thread.
+func (l *Live) pauseLocked() error {
+	for round := 0; round < 50; round++ {
+		tids, err := l.Threads()
+		if err != nil {
+			return err
+		}
+		var fresh []int
+		for _, tid := range tids {
+			if _, ok := l.paused[tid]; ok {
+				continue
+			}
+			if err := unix.PtraceSeize(tid); err != nil {
+				if errors.Is(err, unix.ESRCH) {
+					continue // the thread ended meanwhile
+				}
+				if errors.Is(err, unix.EPERM) {
+					return PermissionError(l.pid)
+				}
+				return fmt.Errorf("ptrace seize tid %d: %w", tid, err)
+			}
+			l.paused[tid] = 0
+			if err := unix.PtraceInterrupt(tid); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("ptrace interrupt tid %d: %w", tid, err)
+			}
+			fresh = append(fresh, tid)
+		}
+		if len(fresh) == 0 {
+			if len(l.paused) == 0 {
+				return fmt.Errorf("pid %d: %w", l.pid, ErrExited)
+			}
+			return nil
+		}
+		for _, tid := range fresh {
+			if err := l.waitStop(tid); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("pid %d keeps creating threads; could not pause it", l.pid)
+}
+
+// waitStop waits, bounded by StopTimeout, for tid to enter a ptrace stop.
+func (l *Live) waitStop(tid int) error {
+	deadline := time.Now().Add(l.StopTimeout)
+	delay := 10 * time.Microsecond
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(tid, &ws, unix.WNOHANG|unix.WALL, nil)
+		if err != nil {
+			if errors.Is(err, unix.ECHILD) || errors.Is(err, unix.ESRCH) {
+				delete(l.paused, tid)
+				return nil
+			}
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("wait for tid %d: %w", tid, err)
+		}
+		if got == tid {
+			switch {
+			case ws.Exited() || ws.Signaled():
+				delete(l.paused, tid)
+				return nil
+			case ws.Stopped():
+				sig := ws.StopSignal()
+				// A stop for the interrupt (event stop) carries SIGTRAP and a
+				// non-zero event, or a group-stop signal; a signal-delivery
+				// stop carries a signal we must hand back on detach.
+				if ws.TrapCause() <= 0 && sig != unix.SIGTRAP && sig != unix.SIGSTOP {
+					l.paused[tid] = int(sig)
+				}
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("thread %d of pid %d did not stop within %v (uninterruptible sleep?)", tid, l.pid, l.StopTimeout)
+		}
+		time.Sleep(delay)
+		if delay < time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// detachLocked runs on the tracer thread and lets every seized thread go.
+func (l *Live) detachLocked() {
+	for tid, sig := range l.paused {
+		_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
+		delete(l.paused, tid)
+	}
+}
+
+// Resume implements Target.
+func (l *Live) Resume() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tracer != nil && len(l.paused) > 0 {
+		l.tracer.do(func() error { l.detachLocked(); return nil })
+	}
+	unregisterPaused(l)
+	l.stopSignalWatch()
+	return nil
+}
+
+// Close implements Target.
+func (l *Live) Close() error {
+	err := l.Resume()
+	l.mu.Lock()
+	if l.tracer != nil {
+		l.tracer.stop()
+		l.tracer = nil
+	}
+	l.mu.Unlock()
+	if l.memFD != nil {
+		l.memFD.Close()
+		l.memFD = nil
+	}
+	return err
+}
+
+// tracer runs ptrace requests on one locked OS thread, as Linux requires
+// that every request for a tracee comes from the thread that seized it.
+type tracer struct {
+	reqs chan func()
+}
+
+func newTracer() *tracer {
+	t := &tracer{reqs: make(chan func())}
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		for f := range t.reqs {
+			f()
+		}
+	}()
+	return t
+}
+
+func (t *tracer) do(f func() error) error {
+	done := make(chan error, 1)
+	t.reqs <- func() { done <- f() }
+	return <-done
+}
+
+func (t *tracer) stop() { close(t.reqs) }
+
+var (
+	pausedMu  sync.Mutex
+	pausedSet = map[*Live]bool{}
+)
+
+func registerPaused(l *Live)   { pausedMu.Lock(); pausedSet[l] = true; pausedMu.Unlock() }
+func unregisterPaused(l *Live) { pausedMu.Lock(); delete(pausedSet, l); pausedMu.Unlock() }
+
+// ResumeAll resumes every live target this process has paused. Commands call
+// it from their panic and exit paths so no target is ever left stopped.
+func ResumeAll() {
+	pausedMu.Lock()
+	var ls []*Live
+	for l := range pausedSet {
+		ls = append(ls, l)
+	}
+	pausedMu.Unlock()
+	for _, l := range ls {
+		_ = l.Resume()
+	}
+}

@@ -1,0 +1,77 @@
+// Package target gives uniform access to the memory, mappings and threads of
+// a process being inspected. A live process and (later) a core file are two
+// implementations of one Target, so every reader above this package works on
+// both.
+package target
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Target is a process image rbscope reads from.
+type Target interface {
+	// PID is the process ID the image belongs to.
+	PID() int
+	// ReadAt reads len(p) bytes at addr in the target's address space. A
+	// short read returns the bytes read and an error.
+	ReadAt(p []byte, addr uint64) (int, error)
+	// Mappings lists the memory mappings of the image.
+	Mappings() ([]Mapping, error)
+	// Threads lists the native thread IDs of the image.
+	Threads() ([]int, error)
+	// Open opens a file as the target sees it (inside its mount namespace
+	// for a live process in a container).
+	Open(path string) (*os.File, error)
+	// Pause stops every thread so that reads are consistent. Resume undoes
+	// it; it is safe to call Resume without Pause and more than once.
+	Pause() error
+	Resume() error
+	// Close releases what the target holds, resuming it if paused.
+	Close() error
+}
+
+// Mapping is one region of the address space, as /proc/PID/maps shows it.
+type Mapping struct {
+	Start, End uint64
+	Perms      string // "r-xp" and the like
+	Offset     uint64 // file offset of Start
+	Inode      uint64
+	Path       string // backing file, or "[heap]", "[stack]", "" for anonymous
+}
+
+// Contains reports whether addr lies inside the mapping.
+func (m Mapping) Contains(addr uint64) bool { return addr >= m.Start && addr < m.End }
+
+// Errors a caller may want to tell apart.
+var (
+	// ErrNoProcess means the PID does not name a running process.
+	ErrNoProcess = errors.New("no such process")
+	// ErrPermission means the kernel refused access to the process.
+	ErrPermission = errors.New("permission denied")
+	// ErrExited means the process went away while it was being read.
+	ErrExited = errors.New("process exited")
+)
+
+// FindMapping returns the mapping that contains addr.
+func FindMapping(maps []Mapping, addr uint64) (Mapping, bool) {
+	for _, m := range maps {
+		if m.Contains(addr) {
+			return m, true
+		}
+	}
+	return Mapping{}, false
+}
+
+// ReadFull reads exactly len(p) bytes at addr or fails.
+func ReadFull(t Target, p []byte, addr uint64) error {
+	n, err := t.ReadAt(p, addr)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("short read")
+	}
+	return fmt.Errorf("read %d bytes at %#x: %w", len(p), addr, err)
+}
