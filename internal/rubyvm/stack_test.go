@@ -1,0 +1,207 @@
+package rubyvm_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// selfReport is what testdata/stack_threads.rb writes about itself.
+type selfReport struct {
+	PID         int               `json:"pid"`
+	Version     string            `json:"version"`
+	Statuses    map[string]string `json:"statuses"`
+	ThreadNames []*string         `json:"thread_names"`
+	Threads     []struct {
+		Name   *string `json:"name"`
+		Main   bool    `json:"main"`
+		TID    int     `json:"tid"`
+		Top    [][]any `json:"top"`
+		Frames [][]any `json:"frames"`
+	} `json:"threads"`
+}
+
+const deepFrames = 3000
+
+func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
+	t.Helper()
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	vm, err := rubyvm.Open(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	if pause {
+		if err := tg.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Resume()
+	}
+	ths, err := vm.Threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm, ths
+}
+
+// TestStacksMatchCallerLocations compares every thread's stack, read from
+// outside, with the caller_locations the thread took on the line it blocks
+// on, for every Ruby installed.
+func TestStacksMatchCallerLocations(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
+			var rep selfReport
+			p.WaitReport(t, &rep, 30*time.Second)
+			vm, threads := readThreads(t, p.PID(), true)
+			if vm.Version != rep.Version {
+				t.Errorf("version: rbscope read %q, Ruby says %q", vm.Version, rep.Version)
+			}
+			t.Logf("Ruby %s, layout from %s", vm.Version, vm.Layout.Source)
+			if len(threads) != len(rep.ThreadNames) {
+				t.Errorf("rbscope found %d threads, Thread.list has %d", len(threads), len(rep.ThreadNames))
+			}
+			byTID := map[int]rubyvm.Thread{}
+			for _, th := range threads {
+				byTID[th.TID] = th
+			}
+			for _, want := range rep.Threads {
+				name := "main"
+				if want.Name != nil {
+					name = *want.Name
+				}
+				got, ok := byTID[want.TID]
+				if !ok {
+					t.Errorf("thread %s (tid %d) not found by rbscope", name, want.TID)
+					continue
+				}
+				if got.Error != "" {
+					t.Errorf("thread %s: %s", name, got.Error)
+				}
+				if want.Name != nil && got.Name != *want.Name {
+					t.Errorf("thread tid %d: name %q, Ruby says %q", want.TID, got.Name, *want.Name)
+				}
+				if got.Main != want.Main {
+					t.Errorf("thread %s: main=%v, Ruby says %v", name, got.Main, want.Main)
+				}
+				if st := rep.Statuses[name]; name != "main" && st != got.Status {
+					t.Errorf("thread %s: status %q, Thread#status says %q", name, got.Status, st)
+				}
+				diff := compareFrames(got.Frames, append(want.Top, want.Frames...))
+				if diff != "" && got.Status == "run" && len(want.Top) > 1 {
+					// A running thread may be caught between two calls of
+					// its innermost block, inside the C method that yields.
+					diff = compareFrames(got.Frames, append(want.Top[1:], want.Frames...))
+				}
+				if diff != "" {
+					t.Errorf("thread %s: %s", name, diff)
+				}
+			}
+		})
+	}
+}
+
+// compareFrames checks rbscope's frames against [label, path, line] triples
+// from caller_locations and returns what differs. caller_locations reports a
+// C method with its bare name and its caller's path and line; rbscope names
+// it Owner#name.
+func compareFrames(got []rubyvm.Frame, want [][]any) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d frames, caller_locations has %d\n got: %s\nwant: %s", len(got), len(want), fmtFrames(got), fmtWant(want))
+	}
+	for i, w := range want {
+		label, _ := w[0].(string)
+		g := got[i]
+		if g.Kind == rubyvm.KindCFunc {
+			bare := label[strings.LastIndexAny(label, "#.")+1:]
+			ok := strings.HasSuffix(g.Label, "#"+bare) || strings.HasSuffix(g.Label, "."+bare)
+			if w[1] == nil {
+				ok = g.Label == label // a frame the program named in full
+			}
+			if !ok {
+				return fmt.Sprintf("frame %d: C method %q, want %q", i, g.Label, label)
+			}
+			continue
+		}
+		path, _ := w[1].(string)
+		line, _ := w[2].(float64)
+		if g.Kind != rubyvm.KindRuby || g.Label != label || g.Path != path || g.Line != int(line) {
+			return fmt.Sprintf("frame %d: %s (%s:%d), want %s (%s:%d)", i, g.Label, g.Path, g.Line, label, path, int(line))
+		}
+	}
+	return ""
+}
+
+func fmtFrames(fs []rubyvm.Frame) string {
+	var b strings.Builder
+	for i, f := range fs {
+		if i > 8 {
+			b.WriteString("...")
+			break
+		}
+		fmt.Fprintf(&b, "[%s %s:%d] ", f.Label, f.Path, f.Line)
+	}
+	return b.String()
+}
+
+func fmtWant(ws [][]any) string {
+	var b strings.Builder
+	for i, w := range ws {
+		if i > 8 {
+			b.WriteString("...")
+			break
+		}
+		fmt.Fprintf(&b, "%v ", w)
+	}
+	return b.String()
+}
+
+// TestStacksWhileThreadsComeAndGo reads, without pausing, a process whose
+// threads are born and die all the time: every read must finish with the
+// known threads intact and no error escaping as a crash.
+func TestStacksWhileThreadsComeAndGo(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "stack_threads.rb", []string{"RBSCOPE_CHURN=1"}, "50")
+			var rep selfReport
+			p.WaitReport(t, &rep, 30*time.Second)
+			tg, err := target.Attach(p.PID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Close()
+			vm, err := rubyvm.Open(tg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vm.Close()
+			for i := 0; i < 200; i++ {
+				ths, err := vm.Threads()
+				if err != nil {
+					continue // a list torn by a dying thread: skipped, as a sampler would
+				}
+				names := map[string]bool{}
+				for _, th := range ths {
+					names[th.Name] = true
+				}
+				for _, n := range []string{"sleeper", "deep", "blocked"} {
+					if !names[n] && err == nil {
+						t.Fatalf("read %d: thread %q missing from %d threads", i, n, len(ths))
+					}
+				}
+			}
+			if p.Cmd.ProcessState != nil {
+				t.Fatalf("the Ruby process died: %s", p.Output())
+			}
+		})
+	}
+}

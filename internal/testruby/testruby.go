@@ -1,0 +1,119 @@
+// Package testruby finds the Rubies installed for testing and runs Ruby
+// programs from testdata/ that report on themselves, for tests that compare
+// what rbscope reads from outside with what the program knows.
+package testruby
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ruby is one Ruby installation.
+type Ruby struct {
+	// Name says which Ruby it is: "debian-3.1.7", "ruby-3.1-shared", ...
+	Name string
+	Bin  string
+}
+
+// Rubies lists Debian's /usr/bin/ruby and every build under the cache
+// directory ($RBSCOPE_RUBIES, default /var/cache/rbscope/rubies). Without
+// any Ruby the test fails: the README's test command installs one.
+func Rubies(t testing.TB) []Ruby {
+	t.Helper()
+	var out []Ruby
+	if _, err := os.Stat("/usr/bin/ruby"); err == nil {
+		v, err := exec.Command("/usr/bin/ruby", "-e", "print RUBY_VERSION").Output()
+		if err == nil {
+			out = append(out, Ruby{Name: "debian-" + string(v), Bin: "/usr/bin/ruby"})
+		}
+	}
+	dir := os.Getenv("RBSCOPE_RUBIES")
+	if dir == "" {
+		dir = "/var/cache/rbscope/rubies"
+	}
+	builds, _ := filepath.Glob(filepath.Join(dir, "*", "bin", "ruby"))
+	sort.Strings(builds)
+	for _, b := range builds {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(b)), ".rbscope-complete")); err != nil {
+			continue
+		}
+		out = append(out, Ruby{Name: filepath.Base(filepath.Dir(filepath.Dir(b))), Bin: b})
+	}
+	if len(out) == 0 {
+		t.Fatal("no Ruby found: install Debian's ruby (apt-get install ruby) or build one with scripts/build-ruby.sh")
+	}
+	return out
+}
+
+// Testdata returns the absolute path of a file under the repository's
+// testdata directory.
+func Testdata(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", name)
+}
+
+// Process is a running Ruby program started by Start.
+type Process struct {
+	Cmd    *exec.Cmd
+	Report string // path of the report file the program writes
+	stderr *strings.Builder
+}
+
+// PID returns the process ID.
+func (p *Process) PID() int { return p.Cmd.Process.Pid }
+
+// Start runs ruby script args..., passing a fresh report path as the first
+// argument, and arranges for the process to be killed when the test ends.
+func Start(t testing.TB, rb Ruby, script string, env []string, args ...string) *Process {
+	t.Helper()
+	report := filepath.Join(t.TempDir(), "report.json")
+	cmd := exec.Command(rb.Bin, append([]string{Testdata(script), report}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s %s: %v", rb.Bin, script, err)
+	}
+	p := &Process{Cmd: cmd, Report: report, stderr: &stderr}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return p
+}
+
+// WaitReport waits for the program's report file and decodes it into v.
+func (p *Process) WaitReport(t testing.TB, v any, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(p.Report)
+		if err == nil {
+			if err := json.Unmarshal(b, v); err != nil {
+				t.Fatalf("report %s: %v", p.Report, err)
+			}
+			return
+		}
+		if p.Cmd.ProcessState != nil || time.Now().After(deadline) {
+			t.Fatalf("no report from pid %d within %v; output:\n%s", p.PID(), timeout, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Output returns what the program printed so far.
+func (p *Process) Output() string { return p.stderr.String() }
+
+// String describes the Ruby for test names.
+func (r Ruby) String() string { return fmt.Sprintf("%s(%s)", r.Name, r.Bin) }
