@@ -76,6 +76,9 @@ func Attach(pid int) (*Live, error) {
 // PermissionError explains why reading pid was refused and what to run.
 func PermissionError(pid int) error {
 	advice := "run rbscope as root or grant it CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep rbscope)"
+	if os.Geteuid() == 0 {
+		advice = "even root was refused: the process may be in another user namespace or a security module (AppArmor, SELinux, seccomp) forbids ptrace; run rbscope inside the process's container or grant it CAP_SYS_PTRACE there"
+	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		switch strings.TrimSpace(string(b)) {
 		case "1":

@@ -1,0 +1,43 @@
+# rbscope: the two commands for a fresh machine are `make demo` and `make test`.
+GO ?= go
+BIN := bin/rbscope
+RUBY_FAMILIES ?= 3.1
+
+.PHONY: all build deps rubies demo test vet bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/rbscope
+
+# deps installs what the demo and the tests need: Debian's Ruby (stripped,
+# the Ruby most users run) and gdb (the peer the benchmark compares with).
+deps:
+	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb >/dev/null; fi
+	$(GO) mod download
+
+# rubies builds the debug Rubies (DWARF) the test matrix also runs on; they
+# are cached under $${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}.
+rubies:
+	@for v in $(RUBY_FAMILIES); do scripts/build-ruby.sh $$v >/dev/null || exit 1; done
+
+# demo starts testdata/demo.rb and prints every thread's stack, read from
+# outside.
+demo: deps build
+	@ruby testdata/demo.rb > /tmp/rbscope-demo.log 2>&1 & pid=$$!; \
+	  trap 'kill $$pid 2>/dev/null' EXIT; sleep 1; \
+	  echo "$$ $(BIN) stack -p $$pid"; $(BIN) stack -p $$pid
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+test: deps rubies vet
+	$(GO) test -count=1 ./...
+
+bench: deps build
+	bench/stack.sh
+
+clean:
+	rm -rf bin

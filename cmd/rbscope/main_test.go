@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+var rbscopeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rbscope-test")
+	if err != nil {
+		panic(err)
+	}
+	rbscopeBin = filepath.Join(dir, "rbscope")
+	if out, err := exec.Command("go", "build", "-o", rbscopeBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building rbscope: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// rbscope runs the binary and returns stdout, stderr and the exit code.
+func rbscope(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(rbscopeBin, args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// processState returns the state letter of /proc/PID/stat ("S", "R", "t"...).
+func processState(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])[0]
+}
+
+func TestStackJSONAndText(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "stack_threads.rb", nil, "100")
+	var rep struct {
+		Version     string   `json:"version"`
+		ThreadNames []string `json:"thread_names"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+
+	stdout, stderr, code := rbscope(t, "stack", "-p", fmt.Sprint(p.PID()), "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc struct {
+		PID         int    `json:"pid"`
+		RubyVersion string `json:"ruby_version"`
+		Threads     []struct {
+			Name   string `json:"name"`
+			TID    int    `json:"tid"`
+			Status string `json:"status"`
+			Main   bool   `json:"main"`
+			Frames []struct {
+				Kind, Label, Path string
+				Line              int
+			} `json:"frames"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, stdout)
+	}
+	if doc.PID != p.PID() || doc.RubyVersion != rep.Version {
+		t.Errorf("pid %d version %q, want %d %q", doc.PID, doc.RubyVersion, p.PID(), rep.Version)
+	}
+	var names []string
+	for _, th := range doc.Threads {
+		names = append(names, th.Name)
+		if len(th.Frames) == 0 {
+			t.Errorf("thread %q has no frames", th.Name)
+		}
+	}
+	if strings.Join(names, ",") != strings.Join(rep.ThreadNames, ",") {
+		t.Errorf("threads %q, Thread.list says %q", names, rep.ThreadNames)
+	}
+	if st := processState(t, p.PID()); st == "t" || st == "T" {
+		t.Errorf("target left stopped (state %s)", st)
+	}
+
+	text, stderr, code := rbscope(t, "stack", "-p", fmt.Sprint(p.PID()))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{`Thread "main" tid=`, `Thread "deep"`, `Thread "blocked"`, "Thread::Mutex#lock", "Kernel#sleep  <cfunc>", "stack_threads.rb:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestStackErrors(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	dead := exec.Command("true")
+	dead.Run()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no pid", []string{"stack"}, 2, "--pid is required"},
+		{"bad flag", []string{"stack", "--frobnicate"}, 2, "unknown flag"},
+		{"bad pid", []string{"stack", "-p", "abc"}, 2, "invalid argument"},
+		{"no such process", []string{"stack", "-p", fmt.Sprint(dead.Process.Pid)}, 1, "no such process"},
+		{"not ruby", []string{"stack", "-p", fmt.Sprint(sleeper.Process.Pid)}, 1, "not a Ruby process (it runs sleep)"},
+		{"unknown command", []string{"frobnicate"}, 1, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := rbscope(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "goroutine") {
+				t.Errorf("stderr %q, want one line containing %q", stderr, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q on error", stdout)
+			}
+		})
+	}
+}
+
+// TestStackPermissionDenied runs rbscope as an unprivileged user against a
+// root-owned Ruby: the error must say what to grant.
+func TestStackPermissionDenied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a process as another user")
+	}
+	rb := testruby.Rubies(t)[0]
+	target := exec.Command(rb.Bin, "-e", "sleep")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { target.Process.Kill(); target.Wait() }()
+	if err := os.Chmod(filepath.Dir(rbscopeBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rbscopeBin, "stack", "-p", fmt.Sprint(target.Process.Pid))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1; output %s", err, out)
+	}
+	if !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "CAP_SYS_PTRACE") {
+		t.Errorf("output %q does not explain the permission problem", out)
+	}
+}

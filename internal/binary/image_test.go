@@ -1,0 +1,114 @@
+package binary_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	rbinary "github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// TestSymbolsOfLiveRuby finds the Ruby image in a live process, applies its
+// load bias and reads two exported constants, which must agree with what
+// the Ruby program prints about itself.
+func TestSymbolsOfLiveRuby(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			cmd := exec.Command(rb.Bin, "-e", `puts RUBY_VERSION; puts RbConfig::CONFIG["ruby_version"]; STDOUT.flush; sleep`)
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			sc := bufio.NewScanner(out)
+			sc.Scan()
+			version := sc.Text()
+			sc.Scan()
+			apiVersion := sc.Text() // "3.1.0"
+
+			tg, err := target.Attach(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Close()
+			maps, err := tg.Mappings()
+			if err != nil {
+				t.Fatal(err)
+			}
+			path, err := rubyvm.FindImage(tg, maps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := rbinary.Open(tg, maps, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+
+			addr, _, err := im.Symbol("ruby_version")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, len(version)+1)
+			if err := target.ReadFull(tg, b, addr); err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != version+"\x00" {
+				t.Errorf("ruby_version at %#x reads %q, Ruby says %q", addr, b, version)
+			}
+			// ruby_api_version is const int[3], e.g. {3, 1, 0}.
+			addr, size, err := im.Symbol("ruby_api_version")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size != 12 {
+				t.Errorf("ruby_api_version size %d, want 12", size)
+			}
+			b = make([]byte, 12)
+			if err := target.ReadFull(tg, b, addr); err != nil {
+				t.Fatal(err)
+			}
+			var parts []string
+			for i := 0; i < 3; i++ {
+				parts = append(parts, strconv.Itoa(int(binary.LittleEndian.Uint32(b[i*4:]))))
+			}
+			if got := strings.Join(parts, "."); got != apiVersion {
+				t.Errorf("ruby_api_version reads %s, RbConfig says %s", got, apiVersion)
+			}
+			if _, _, err := im.Symbol("no_such_symbol_in_ruby"); err == nil {
+				t.Error("a missing symbol was found")
+			}
+		})
+	}
+}
+
+func TestParseMaps(t *testing.T) {
+	const maps = `55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1234 /usr/bin/ruby3.1
+7f00aa000000-7f00aa100000 r-xp 00020000 fe:01 99 /usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1.7
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+7f00ab000000-7f00ab001000 rw-p 00000000 00:00 0
+7f00ac000000-7f00ac001000 r--p 00000000 fe:01 77 /tmp/a file (deleted)
+`
+	got, err := target.ParseMaps(bufio.NewScanner(strings.NewReader(maps)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 {
+		t.Fatalf("%d mappings, want 5", len(got))
+	}
+	if got[1].Start != 0x7f00aa000000 || got[1].Offset != 0x20000 || got[1].Perms != "r-xp" || !strings.HasSuffix(got[1].Path, "libruby-3.1.so.3.1.7") {
+		t.Errorf("libruby mapping parsed as %+v", got[1])
+	}
+	if got[3].Path != "" || got[2].Path != "[stack]" || got[4].Path != "/tmp/a file (deleted)" {
+		t.Errorf("paths parsed as %q %q %q", got[2].Path, got[3].Path, got[4].Path)
+	}
+	if _, err := target.ParseMaps(bufio.NewScanner(strings.NewReader("zz-yy r--p 0 0 0\n"))); err == nil {
+		t.Error("a corrupt maps line was accepted")
+	}
+}

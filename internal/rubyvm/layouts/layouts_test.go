@@ -1,0 +1,72 @@
+package layouts_test
+
+import (
+	"debug/elf"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// TestTablesMatchDebugBuilds re-reads the DWARF of every debug Ruby build in
+// the cache and checks that the committed table for its family says the
+// same: a stale or hand-edited table fails here.
+func TestTablesMatchDebugBuilds(t *testing.T) {
+	checked := 0
+	for _, rb := range testruby.Rubies(t) {
+		if strings.HasPrefix(rb.Name, "debian-") || strings.Contains(rb.Name, "stripped") {
+			continue
+		}
+		out, err := exec.Command(rb.Bin, "-e", `print RUBY_VERSION.split(".")[0,2].join("."), "\n", (RbConfig::CONFIG["ENABLE_SHARED"] == "yes" ? File.join(RbConfig::CONFIG["libdir"], RbConfig::CONFIG["LIBRUBY_SO"]) : RbConfig.ruby)`).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", rb.Bin, err)
+		}
+		family, image, _ := strings.Cut(string(out), "\n")
+		ef, err := elf.Open(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := ef.DWARF()
+		if err != nil {
+			ef.Close()
+			continue // not a debug build
+		}
+		got, err := layout.FromDWARF(d, family, "table")
+		ef.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", image, err)
+		}
+		want := layouts.For(family)
+		if want == nil {
+			t.Errorf("no built-in table for Ruby %s: run go run ./tools/layoutgen -ruby %s", family, rb.Bin)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			gv, wv := reflect.ValueOf(*got), reflect.ValueOf(*want)
+			for i := 0; i < gv.NumField(); i++ {
+				if gv.Field(i).Interface() != wv.Field(i).Interface() {
+					t.Errorf("%s (%s): %s is %v in DWARF, %v in the table", filepath.Base(image), family, gv.Type().Field(i).Name, gv.Field(i), wv.Field(i))
+				}
+			}
+			t.Errorf("regenerate with: go run ./tools/layoutgen -ruby %s", rb.Bin)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Skip("no debug Ruby build in the cache (scripts/build-ruby.sh 3.1 makes one)")
+	}
+}
+
+func TestForUnknownFamily(t *testing.T) {
+	if l := layouts.For("2.7"); l != nil {
+		t.Fatalf("For(2.7) = %+v, want nil", l)
+	}
+	if l := layouts.For("3.1"); l == nil || l.Family != "3.1" || l.CFPSize <= 0 {
+		t.Fatalf("For(3.1) = %+v", l)
+	}
+}
