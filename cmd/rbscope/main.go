@@ -34,6 +34,10 @@ func run(args []string) (code int) {
 	if err == nil {
 		return 0
 	}
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return int(ec) // a launched command's own status, already reported by it
+	}
 	fmt.Fprintln(os.Stderr, "rbscope:", err)
 	var ue usageError
 	if errors.As(err, &ue) {
@@ -55,7 +59,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
-	root.AddCommand(newStackCmd())
+	root.AddCommand(newStackCmd(), newRecordCmd())
 	return root
 }
 

@@ -390,10 +390,14 @@ type tracer struct {
 func newTracer() *tracer {
 	t := &tracer{reqs: make(chan func())}
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
 		for f := range t.reqs {
 			f()
 		}
+		// Every tracee is detached by now. Unlocking keeps the OS thread
+		// alive: were it to end, children it had started with a parent-death
+		// signal would be killed.
+		runtime.UnlockOSThread()
 	}()
 	return t
 }

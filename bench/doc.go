@@ -1,0 +1,9 @@
+// Package bench holds rbscope's benchmarks. stack.sh times the whole
+// `rbscope stack -p PID` command (process start included) against gdb on a
+// Ruby process 200 frames deep (testdata/bench_deep.rb); the Go benchmarks
+// in this package time the library calls underneath it:
+//
+//	go test ./bench -run '^$' -bench . -benchtime 200x
+//
+// They start the same workload and skip when no Ruby is installed.
+package bench

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# bench/stack.sh: how long a whole `rbscope stack -p PID` takes, wall clock
+# from process start to exit, on a Ruby process whose main thread is
+# BENCH_DEPTH (200) frames deep with three more threads beside it; and the
+# same for `rbscope stack --nonblocking` and for gdb's
+# `thread apply all bt`, the usual way to get stacks out of a live process.
+#
+#   bench/stack.sh            (or: make bench)
+#
+# Environment:
+#   BENCH_N=50        timed runs of rbscope stack (and of --nonblocking)
+#   BENCH_M=5         timed runs of gdb (0 skips gdb)
+#   BENCH_DEPTH=200   frames of bench_deep on the main thread
+#   BENCH_MODE=sleep  what the main thread does at the bottom: sleep or spin
+#   BENCH_TARGET_MS=20  the target for rbscope's median
+#   RUBY=/usr/bin/ruby, GDB=gdb, GO=go (Go is also looked for in /usr/local/go/bin)
+#
+# Every timed rbscope run must exit 0 and print exactly BENCH_DEPTH
+# bench_deep frames, so the benchmark cannot time an error. Exit status: 0
+# when everything ran and the median met the target, 1 on any failure, 3
+# when everything ran but rbscope's median missed the target.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+N=${BENCH_N:-50}
+M=${BENCH_M:-5}
+DEPTH=${BENCH_DEPTH:-200}
+MODE=${BENCH_MODE:-sleep}
+TARGET_MS=${BENCH_TARGET_MS:-20}
+RUBY=${RUBY:-/usr/bin/ruby}
+GDB=${GDB:-gdb}
+BIN=$ROOT/bin/rbscope
+
+die() { echo "bench/stack.sh: $*" >&2; exit 1; }
+
+for v in N M DEPTH TARGET_MS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
+done
+(( N >= 1 )) || die "BENCH_N must be >= 1"
+(( DEPTH >= 1 )) || die "BENCH_DEPTH must be >= 1"
+[[ -x $RUBY ]] || RUBY=$(command -v ruby) || die "no Ruby: install Debian's ruby (apt-get install ruby) or set RUBY"
+if (( M > 0 )); then
+  command -v "$GDB" >/dev/null || die "no gdb: apt-get install gdb, or BENCH_M=0 to skip it"
+fi
+
+# Build rbscope if it is missing.
+if [[ ! -x $BIN ]]; then
+  GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+  [[ -x $GO ]] || die "bin/rbscope is missing and there is no Go to build it"
+  echo "building bin/rbscope" >&2
+  "$GO" build -o "$BIN" ./cmd/rbscope || die "go build failed"
+fi
+
+WORK=$(mktemp -d)
+RUBY_PID=
+cleanup() {
+  if [[ -n $RUBY_PID ]]; then
+    kill -KILL "$RUBY_PID" 2>/dev/null || true
+    wait "$RUBY_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# now_us prints the time in microseconds without forking where bash can
+# (EPOCHREALTIME, bash >= 5), else from date(1).
+if [[ -n ${EPOCHREALTIME:-} ]]; then
+  now_us_into() { local t=${EPOCHREALTIME/[.,]/}; printf -v "$1" '%s' "$((10#$t))"; }
+else
+  now_us_into() { printf -v "$1" '%s' "$(( $(date +%s%N) / 1000 ))"; }
+fi
+
+# Start the workload and wait for its ready file.
+READY=$WORK/ready.json
+"$RUBY" "$ROOT/testdata/bench_deep.rb" "$READY" "$DEPTH" "$MODE" >"$WORK/ruby.log" 2>&1 &
+RUBY_PID=$!
+for _ in $(seq 300); do
+  [[ -s $READY ]] && break
+  kill -0 "$RUBY_PID" 2>/dev/null || die "the Ruby workload exited: $(cat "$WORK/ruby.log")"
+  sleep 0.05
+done
+[[ -s $READY ]] || die "the Ruby workload was not ready within 15 s: $(cat "$WORK/ruby.log")"
+grep -q "\"pid\":$RUBY_PID," "$READY" || die "ready file names another process: $(cat "$READY")"
+RUBY_VERSION=$("$RUBY" -e 'print RUBY_VERSION')
+
+# check_rbscope FILE: FILE must hold a dump with the four threads and
+# exactly DEPTH bench_deep frames.
+check_rbscope() {
+  local got threads
+  got=$(awk '$1 == "bench_deep" { n++ } END { print n + 0 }' "$1")
+  threads=$(grep -c '^Thread ' "$1" || true)
+  if [[ $got != "$DEPTH" || $threads != 4 ]]; then
+    echo "bench/stack.sh: rbscope printed $got bench_deep frames (want $DEPTH) in $threads threads (want 4):" >&2
+    head -20 "$1" >&2
+    return 1
+  fi
+}
+
+# time_runs NAME COUNT CHECK CMD...: runs CMD COUNT times, stdout to a file
+# checked by CHECK after each run, and appends the wall times (us) to
+# $WORK/NAME.times.
+time_runs() {
+  local name=$1 count=$2 check=$3 t0 t1 rc i
+  shift 3
+  : >"$WORK/$name.times"
+  for ((i = 0; i < count; i++)); do
+    now_us_into t0
+    rc=0
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null || rc=$?
+    now_us_into t1
+    if (( rc != 0 )); then
+      echo "bench/stack.sh: run $((i + 1)) of $name exited $rc:" >&2
+      cat "$WORK/$name.err" >&2
+      return 1
+    fi
+    "$check" "$WORK/$name.out" || return 1
+    echo $((t1 - t0)) >>"$WORK/$name.times"
+  done
+}
+
+# pct FILE P prints the P-th percentile (nearest rank; 50 = median) of the
+# microsecond times in FILE, in ms.
+pct() {
+  sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 }
+    END { r = int((p * NR + 99) / 100); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
+}
+
+check_gdb() {
+  # gdb prints one "Thread N (...)" header per thread; the Ruby process has
+  # at least the four Ruby threads (plus Ruby's timer thread).
+  local n
+  n=$(grep -c '^Thread [0-9]' "$1" || true)
+  if (( n < 4 )); then
+    echo "bench/stack.sh: gdb printed $n threads (want >= 4):" >&2
+    head -20 "$1" >&2
+    return 1
+  fi
+}
+
+echo "workload: Ruby $RUBY_VERSION pid $RUBY_PID, main thread $DEPTH frames deep ($MODE), 4 Ruby threads"
+
+# One untimed run of each, to warm the page cache and check the setup.
+"$BIN" stack -p "$RUBY_PID" >"$WORK/warm.out" || die "rbscope stack -p $RUBY_PID failed"
+check_rbscope "$WORK/warm.out" || exit 1
+
+time_runs rbscope "$N" check_rbscope "$BIN" stack -p "$RUBY_PID" || exit 1
+time_runs nonblocking "$N" check_rbscope "$BIN" stack --nonblocking -p "$RUBY_PID" || exit 1
+if (( M > 0 )); then
+  time_runs gdb "$M" check_gdb "$GDB" -p "$RUBY_PID" -batch -ex 'thread apply all bt' || exit 1
+fi
+
+# The target must still be running, and every thread must be resumed:
+# rbscope reads it once more afterwards.
+kill -0 "$RUBY_PID" 2>/dev/null || die "the Ruby workload died during the benchmark"
+"$BIN" stack -p "$RUBY_PID" >"$WORK/after.out" || die "rbscope stack failed after the benchmark"
+check_rbscope "$WORK/after.out" || exit 1
+state=$(awk '{ print $3 }' "/proc/$RUBY_PID/stat")
+[[ $state != t && $state != T ]] || die "the Ruby workload was left stopped (state $state)"
+
+rb_med=$(pct "$WORK/rbscope.times" 50)
+rb_p90=$(pct "$WORK/rbscope.times" 90)
+nb_med=$(pct "$WORK/nonblocking.times" 50)
+nb_p90=$(pct "$WORK/nonblocking.times" 90)
+printf 'rbscope stack               (N=%d): median %s ms, p90 %s ms\n' "$N" "$rb_med" "$rb_p90"
+printf 'rbscope stack --nonblocking (N=%d): median %s ms, p90 %s ms\n' "$N" "$nb_med" "$nb_p90"
+if (( M > 0 )); then
+  gdb_med=$(pct "$WORK/gdb.times" 50)
+  printf 'gdb thread apply all bt     (M=%d): median %s ms\n' "$M" "$gdb_med"
+  printf 'ratio gdb/rbscope (medians): %sx\n' "$(awk -v g="$gdb_med" -v r="$rb_med" 'BEGIN { printf "%.1f", g / r }')"
+fi
+if awk -v m="$rb_med" -v t="$TARGET_MS" 'BEGIN { exit !(m < t) }'; then
+  echo "target: rbscope median < $TARGET_MS ms: MET"
+else
+  echo "target: rbscope median < $TARGET_MS ms: MISSED"
+  exit 3
+fi

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+)
+
+func newRecordCmd() *cobra.Command {
+	var (
+		pid      int
+		opts     sampler.Options
+		outPath  string
+		format   string
+		noLineno bool
+	)
+	c := &cobra.Command{
+		Use:   "record (-p PID | -- COMMAND [ARGS...])",
+		Short: "Sample a Ruby process's stacks and write a profile",
+		Long: `Sample the Ruby stacks of a running process (-p PID) or of a command rbscope
+starts (-- ruby app.rb ...) at a fixed rate, and write a flame graph, speedscope
+or pprof profile, collapsed stacks or a summary.
+
+Recording ends on Ctrl-C, after --duration, or when the target exits, and the
+output is always written. Samples that cannot be read (a thread dying
+mid-read, memory changing under --nonblocking) are counted and skipped.
+By default only threads the kernel reports as running are sampled; --idle
+includes sleeping and waiting threads.`,
+		Example: `  rbscope record -p 4242 --duration 30s
+  rbscope record --format pprof -o cpu.pb.gz -- ruby app.rb
+  rbscope record -p 4242 --subprocesses --threads --format speedscope`,
+		RunE: func(c *cobra.Command, args []string) error {
+			launch := args
+			if c.ArgsLenAtDash() < 0 && len(args) > 0 {
+				return usageError{fmt.Errorf("unexpected argument %q: put a command to launch after -- (see 'rbscope record --help')", args[0])}
+			}
+			if (pid > 0) == (len(launch) > 0) {
+				return usageError{fmt.Errorf("give either --pid PID or -- COMMAND (see 'rbscope record --help')")}
+			}
+			if !slices.Contains(output.Formats, format) {
+				return usageError{fmt.Errorf("--format %q is not one of %s", format, strings.Join(output.Formats, ", "))}
+			}
+			if err := opts.Validate(); err != nil {
+				return usageError{err}
+			}
+			return record(pid, launch, opts, outPath, format, output.Options{Lines: !noLineno})
+		},
+	}
+	f := c.Flags()
+	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process to record")
+	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
+	f.DurationVarP(&opts.Duration, "duration", "d", 0, "stop after this long (e.g. 30s); default: until Ctrl-C or the target exits")
+	f.StringVarP(&outPath, "output", "o", "", "output file (default rbscope-PID-TIME with the format's extension; - for stdout)")
+	f.StringVarP(&format, "format", "f", "flamegraph", "output format: "+strings.Join(output.Formats, ", "))
+	f.BoolVar(&opts.Subprocesses, "subprocesses", false, "also record the target's descendants (each under a root frame \"pid NNN\")")
+	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting")
+	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target (lower overhead, occasional torn samples)")
+	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
+	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
+	return c
+}
+
+// record runs a recording and writes its output; in launch mode the exit
+// status is the command's.
+func record(pid int, launch []string, opts sampler.Options, outPath, format string, oo output.Options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	// A launched command is not waited for while it is sampled: as its
+	// parent and its tracer, rbscope's wait would swallow the ptrace stops
+	// the sampler needs. Its exit shows as a zombie, which ends sampling.
+	var child *exec.Cmd
+	if len(launch) > 0 {
+		path, err := exec.LookPath(launch[0])
+		if err != nil {
+			return fmt.Errorf("cannot launch %s: command not found", launch[0])
+		}
+		child = exec.Command(path, launch[1:]...)
+		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := child.Start(); err != nil {
+			return fmt.Errorf("cannot launch %s: %w", launch[0], err)
+		}
+		pid = child.Process.Pid
+	}
+
+	// Refuse an unwritable output before touching the target.
+	if outPath == "" {
+		outPath = fmt.Sprintf("rbscope-%d-%s%s", pid, time.Now().Format("20060102-150405"), output.Extension(format))
+	}
+	var out *output.File
+	var w io.Writer = os.Stdout
+	if outPath != "-" {
+		var err error
+		if out, err = output.Create(outPath); err != nil {
+			stopChild(child)
+			return err
+		}
+		defer out.Abort() // no-op after Commit has renamed the file
+		w = out
+	}
+
+	s, err := newSampler(ctx, pid, opts, child != nil)
+	if err != nil {
+		stopChild(child)
+		return err
+	}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		opts.Progress = func(p sampler.Progress) {
+			fmt.Fprintf(os.Stderr, "\rrecording pid %d: %s, %d samples, %d errors, %.0f ticks/s   ",
+				pid, p.Elapsed.Round(time.Second), p.Samples, p.Errors, float64(p.Ticks)/p.Elapsed.Seconds())
+		}
+		s.SetProgress(opts.Progress)
+	}
+	prof := s.Run(ctx)
+	if opts.Progress != nil {
+		fmt.Fprintln(os.Stderr)
+	}
+	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
+	if err := output.Write(w, format, prof, oo); err != nil {
+		return fmt.Errorf("writing %s: %w", outPath, err)
+	}
+	if out != nil {
+		if err := out.Commit(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable\n",
+			outPath, format, prof.Samples, prof.Duration.Seconds(), prof.Errors)
+	}
+	if child != nil {
+		return childStatus(child)
+	}
+	return nil
+}
+
+// childStatus waits for a launched command, stopping it first if it is
+// still running (the recording ended by --duration or a signal), and
+// returns its exit status as rbscope's.
+func childStatus(child *exec.Cmd) error {
+	if !sampler.Exited(child.Process.Pid) {
+		fmt.Fprintf(os.Stderr, "rbscope: recording ended; stopping %s (pid %d)\n", child.Path, child.Process.Pid)
+		stopChild(child)
+	} else {
+		child.Wait()
+	}
+	ws, ok := child.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return nil
+	case ws.Signaled():
+		return exitCode(128 + int(ws.Signal()))
+	case ws.ExitStatus() != 0:
+		return exitCode(ws.ExitStatus())
+	}
+	return nil
+}
+
+// newSampler attaches to pid; a launched command is given time to exec and
+// start its VM.
+func newSampler(ctx context.Context, pid int, opts sampler.Options, launched bool) (*sampler.Sampler, error) {
+	if !launched {
+		return sampler.New(pid, opts)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := sampler.New(pid, opts)
+		if err == nil {
+			return s, nil
+		}
+		if sampler.Exited(pid) {
+			return nil, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
+		}
+		if time.Now().After(deadline) {
+			if errors.Is(err, rubyvm.ErrNotRuby) {
+				return nil, fmt.Errorf("the launched command is %w", err)
+			}
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// stopChild ends a launched command: SIGTERM, then SIGKILL after 5 s.
+func stopChild(child *exec.Cmd) {
+	if child == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { child.Wait(); close(done) }()
+	child.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		child.Process.Kill()
+		<-done
+	}
+}
+
+// exitCode makes rbscope exit with a launched command's status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("the command exited with status %d", int(e)) }

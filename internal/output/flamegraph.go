@@ -1,0 +1,232 @@
+package output
+
+import (
+	"fmt"
+	"hash/fnv"
+	"html"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+)
+
+// Flame graph geometry, in SVG pixels.
+const (
+	fgWidth    = 1200.0
+	fgPad      = 10.0
+	fgFrameH   = 16.0
+	fgFontSize = 12.0
+	fgTop      = 60.0 // room for the title and controls
+	fgBottom   = 30.0 // room for the details line
+	fgMinWidth = 0.1  // narrower frames are left out, as flamegraph.pl does
+)
+
+// fgNode is a node of the merged call tree.
+type fgNode struct {
+	frame    int
+	count    int
+	children map[int]*fgNode
+	order    []int
+}
+
+func (n *fgNode) child(frame int) *fgNode {
+	if c, ok := n.children[frame]; ok {
+		return c
+	}
+	if n.children == nil {
+		n.children = map[int]*fgNode{}
+	}
+	c := &fgNode{frame: frame}
+	n.children[frame] = c
+	n.order = append(n.order, frame)
+	return c
+}
+
+type fgRect struct {
+	x, w  float64 // in samples
+	depth int
+	name  string
+	kind  string
+	count int
+}
+
+// Flamegraph writes a self-contained interactive SVG flame graph: click a
+// frame to zoom into it, "Search" to highlight frames matching a regular
+// expression, hover for sample counts.
+func Flamegraph(w io.Writer, p *sampler.Profile, o Options) error {
+	root := &fgNode{frame: -1}
+	for _, st := range p.Stacks {
+		root.count += st.Count
+		n := root
+		for _, id := range st.Frames {
+			n = n.child(id)
+			n.count += st.Count
+		}
+	}
+	total := root.count
+	scale := 0.0
+	if total > 0 {
+		scale = (fgWidth - 2*fgPad) / float64(total)
+	}
+	var rects []fgRect
+	maxDepth := 0
+	var walk func(n *fgNode, x float64, depth int)
+	walk = func(n *fgNode, x float64, depth int) {
+		// Children sorted by name, as flamegraph.pl does, so that equal
+		// stacks line up across runs.
+		kids := append([]int(nil), n.order...)
+		sort.Slice(kids, func(i, j int) bool {
+			return p.Frames[kids[i]].Name(o.Lines) < p.Frames[kids[j]].Name(o.Lines)
+		})
+		for _, id := range kids {
+			c := n.children[id]
+			if float64(c.count)*scale >= fgMinWidth {
+				f := p.Frames[id]
+				rects = append(rects, fgRect{x: x, w: float64(c.count), depth: depth, name: f.Name(o.Lines), kind: f.Kind, count: c.count})
+				maxDepth = max(maxDepth, depth)
+				walk(c, x, depth+1)
+			}
+			x += float64(c.count)
+		}
+	}
+	walk(root, 0, 0)
+
+	height := fgTop + float64(maxDepth+1)*fgFrameH + fgBottom
+	title := o.Title
+	if title == "" {
+		title = "rbscope flame graph"
+	}
+	bw := &errWriter{w: w}
+	bw.printf(`<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" onload="init(evt)">
+<style type="text/css">
+text { font-family: Verdana, sans-serif; font-size: %.0fpx; fill: #000; }
+#title { font-size: 17px; text-anchor: middle; }
+.ctl { cursor: pointer; }
+g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
+</style>
+`, fgWidth, height, fgWidth, height, fgFontSize)
+	bw.printf(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#f8f8f8"/>
+<text id="title" x="%.0f" y="24">%s</text>
+<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples, %.1f s at %g Hz, %d unreadable</text>
+<text id="reset" class="ctl" x="%.0f" y="24" style="opacity: 0">Reset Zoom</text>
+<text id="search" class="ctl" x="%.0f" y="24" style="text-anchor: end">Search</text>
+<text id="matched" x="%.0f" y="%.0f" style="text-anchor: end"></text>
+<text id="details" x="%.0f" y="%.0f"> </text>
+`, fgWidth, height, fgWidth/2, html.EscapeString(title), fgWidth/2, p.Samples, p.Duration.Seconds(), p.Rate, p.Errors,
+		fgPad, fgWidth-fgPad, fgWidth-fgPad, height-10, fgPad, height-10)
+	bw.printf(`<g id="frames" data-total="%d" data-scale="%g">`+"\n", total, scale)
+	for _, r := range rects {
+		y := height - fgBottom - float64(r.depth+1)*fgFrameH
+		name := html.EscapeString(r.name)
+		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f"></text></g>`+"\n",
+			r.x, r.w, r.depth, name, r.count, pct(r.count, total),
+			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, color(r.name, r.kind), fgPad+r.x*scale+3, y+fgFrameH-4.5)
+	}
+	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(flamegraphJS))
+	return bw.err
+}
+
+// color picks a warm color for Ruby frames, a yellow-green for C methods and
+// grey-blue for the synthetic process and thread roots, stable per name.
+func color(name, kind string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	v := h.Sum32()
+	a, b, c := int(v%55), int((v>>8)%80), int((v>>16)%55)
+	switch kind {
+	case rubyvm.KindCFunc:
+		return fmt.Sprintf("rgb(%d,%d,%d)", 180+a, 190+c/2, 60+b/2)
+	case rubyvm.KindRuby:
+		return fmt.Sprintf("rgb(%d,%d,%d)", 200+a, 90+b, 40+c/2)
+	default:
+		return fmt.Sprintf("rgb(%d,%d,%d)", 140+a/2, 160+a/2, 190+c)
+	}
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
+
+// flamegraphJS makes the SVG interactive. Frames carry their position in
+// samples (data-x, data-w) and depth (data-d); zooming recomputes x and
+// width from those, so no state beyond the DOM is kept.
+const flamegraphJS = `
+var svg, frames, details, reset, searchBtn, matchedText, total, pad = 10, width = 1200, charW = 7.2;
+function init(evt) {
+  svg = document.documentElement;
+  frames = Array.prototype.slice.call(document.querySelectorAll("g.f"));
+  details = document.getElementById("details");
+  reset = document.getElementById("reset");
+  searchBtn = document.getElementById("search");
+  matchedText = document.getElementById("matched");
+  total = parseFloat(document.getElementById("frames").getAttribute("data-total"));
+  frames.forEach(function (g) {
+    g.addEventListener("click", function () { zoom(g); });
+    g.addEventListener("mouseover", function () { details.textContent = g.querySelector("title").textContent; });
+    g.addEventListener("mouseout", function () { details.textContent = " "; });
+  });
+  reset.addEventListener("click", unzoom);
+  searchBtn.addEventListener("click", search);
+  layout(0, total, -1);
+}
+function num(g, a) { return parseFloat(g.getAttribute(a)); }
+function layout(x0, w0, d0) {
+  var scale = (width - 2 * pad) / w0;
+  frames.forEach(function (g) {
+    var x = num(g, "data-x"), w = num(g, "data-w"), d = num(g, "data-d");
+    var inside = x >= x0 && x + w <= x0 + w0 + 1e-9;
+    var ancestor = d < d0 && x <= x0 && x + w >= x0 + w0 - 1e-9;
+    if (!(inside || ancestor || d0 < 0)) { g.style.display = "none"; return; }
+    g.style.display = "";
+    var nx = ancestor ? 0 : (x - x0) * scale, nw = ancestor ? width - 2 * pad : w * scale;
+    var r = g.querySelector("rect"), t = g.querySelector("text");
+    r.setAttribute("x", pad + nx); r.setAttribute("width", nw);
+    r.style.opacity = ancestor ? 0.6 : 1;
+    t.setAttribute("x", pad + nx + 3);
+    var name = g.querySelector("title").textContent.replace(/ \(\d+ samples?, [\d.]+%\)$/, "");
+    var fit = Math.floor((nw - 6) / charW);
+    t.textContent = fit < 3 ? "" : (name.length <= fit ? name : name.substring(0, fit - 2) + "..");
+  });
+}
+function zoom(g) {
+  layout(num(g, "data-x"), num(g, "data-w"), num(g, "data-d"));
+  reset.style.opacity = 1;
+}
+function unzoom() { layout(0, total, -1); reset.style.opacity = 0; }
+function search() {
+  var term = prompt("Search frames (regular expression):", "");
+  frames.forEach(function (g) {
+    var r = g.querySelector("rect");
+    if (!r.hasAttribute("data-fill")) r.setAttribute("data-fill", r.getAttribute("fill"));
+    r.setAttribute("fill", r.getAttribute("data-fill"));
+  });
+  if (!term) { matchedText.textContent = ""; searchBtn.textContent = "Search"; return; }
+  var re = new RegExp(term), spans = [];
+  frames.forEach(function (g) {
+    var name = g.querySelector("title").textContent;
+    if (re.test(name)) {
+      var r = g.querySelector("rect");
+      r.setAttribute("fill", "rgb(230,0,230)");
+      spans.push([num(g, "data-x"), num(g, "data-w")]);
+    }
+  });
+  spans.sort(function (a, b) { return a[0] - b[0] || b[1] - a[1]; });
+  var covered = 0, end = -1;
+  spans.forEach(function (s) {
+    if (s[0] >= end) { covered += s[1]; end = s[0] + s[1]; }
+    else if (s[0] + s[1] > end) { covered += s[0] + s[1] - end; end = s[0] + s[1]; }
+  });
+  matchedText.textContent = "Matched: " + (100 * covered / total).toFixed(1) + "%";
+  searchBtn.textContent = "Search: " + term;
+}
+`

@@ -1,0 +1,57 @@
+package output
+
+import (
+	"io"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+)
+
+// Pprof writes a gzipped pprof protobuf that `go tool pprof` reads, with a
+// function, file and line per frame and samples weighted by the sampling
+// period.
+func Pprof(w io.Writer, p *sampler.Profile) error {
+	period := int64(float64(time.Second) / p.Rate)
+	prof := &profile.Profile{
+		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        period,
+		TimeNanos:     p.Start.UnixNano(),
+		DurationNanos: p.Duration.Nanoseconds(),
+	}
+	funcs := map[sampler.Frame]*profile.Function{}
+	locs := map[sampler.Frame]*profile.Location{}
+	location := func(f sampler.Frame) *profile.Location {
+		if l, ok := locs[f]; ok {
+			return l
+		}
+		fk := f.Function()
+		fn, ok := funcs[fk]
+		if !ok {
+			fn = &profile.Function{ID: uint64(len(prof.Function) + 1), Name: fk.Label, SystemName: fk.Label, Filename: fk.Path}
+			if f.Kind == rubyvm.KindCFunc {
+				fn.Filename = "<cfunc>"
+			}
+			funcs[fk] = fn
+			prof.Function = append(prof.Function, fn)
+		}
+		l := &profile.Location{ID: uint64(len(prof.Location) + 1), Line: []profile.Line{{Function: fn, Line: int64(f.Line)}}}
+		locs[f] = l
+		prof.Location = append(prof.Location, l)
+		return l
+	}
+	for _, st := range p.Stacks {
+		s := &profile.Sample{Value: []int64{int64(st.Count), int64(st.Count) * period}}
+		for i := len(st.Frames) - 1; i >= 0; i-- { // pprof wants the leaf first
+			s.Location = append(s.Location, location(p.Frames[st.Frames[i]]))
+		}
+		prof.Sample = append(prof.Sample, s)
+	}
+	if err := prof.CheckValid(); err != nil {
+		return err
+	}
+	return prof.Write(w)
+}

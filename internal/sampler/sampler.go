@@ -1,0 +1,357 @@
+package sampler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// MaxRate is the highest sampling rate accepted, in Hz.
+const MaxRate = 1000
+
+// Options control a recording.
+type Options struct {
+	// Rate is samples per second (1..MaxRate).
+	Rate float64
+	// Duration ends the recording; zero records until ctx is done or every
+	// target has exited.
+	Duration time.Duration
+	// Idle includes threads that are not on a CPU (sleeping, waiting for
+	// IO, a lock or the GVL). By default only threads the kernel reports as
+	// running are sampled.
+	Idle bool
+	// Nonblocking reads without pausing the target.
+	Nonblocking bool
+	// Threads adds a root frame per thread ("thread NAME").
+	Threads bool
+	// Subprocesses follows the target's descendants, with a root frame per
+	// process ("pid NNN").
+	Subprocesses bool
+	// Progress, if set, is called about once a second while recording.
+	Progress func(Progress)
+}
+
+// Progress is the state of a recording for a status line.
+type Progress struct {
+	Elapsed   time.Duration
+	Ticks     int
+	Samples   int
+	Errors    int
+	Processes int
+}
+
+// Validate checks the options, returning an error naming the bad one.
+func (o Options) Validate() error {
+	if !(o.Rate >= 1 && o.Rate <= MaxRate) {
+		return fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", o.Rate, MaxRate)
+	}
+	if o.Duration < 0 {
+		return fmt.Errorf("--duration %v is negative", o.Duration)
+	}
+	return nil
+}
+
+// proc is one sampled process.
+type proc struct {
+	pid  int
+	live *target.Live
+	vm   *rubyvm.VM
+	gone bool
+}
+
+func (p *proc) close() {
+	if p.vm != nil {
+		p.vm.Close()
+	}
+	if p.live != nil {
+		p.live.Close()
+	}
+}
+
+// ErrAllExited is returned by Open when the target is gone before sampling.
+var ErrAllExited = errors.New("every target process has exited")
+
+// Sampler records stack samples of one process and, optionally, its
+// descendants.
+type Sampler struct {
+	opts    Options
+	root    int
+	procs   map[int]*proc
+	ignored map[int]int // pids that are not (yet) Ruby -> attempts
+	profile *Profile
+}
+
+// New attaches to pid and finds its Ruby VM.
+func New(pid int, opts Options) (*Sampler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sampler{opts: opts, root: pid, procs: map[int]*proc{}, ignored: map[int]int{}, profile: NewProfile(opts.Rate)}
+	p, err := attach(pid)
+	if err != nil {
+		return nil, err
+	}
+	s.procs[pid] = p
+	return s, nil
+}
+
+func attach(pid int) (*proc, error) {
+	live, err := target.Attach(pid)
+	if err != nil {
+		return nil, err
+	}
+	// The recorder handles Ctrl-C itself and resumes before writing.
+	live.NoSignalGuard = true
+	vm, err := rubyvm.Open(live)
+	if err != nil {
+		live.Close()
+		return nil, err
+	}
+	return &proc{pid: pid, live: live, vm: vm}, nil
+}
+
+// Close resumes and releases every target.
+func (s *Sampler) Close() {
+	for _, p := range s.procs {
+		p.close()
+	}
+}
+
+// Run samples until ctx is done, the duration passes or every target has
+// exited, and returns what it collected (never nil).
+func (s *Sampler) Run(ctx context.Context) *Profile {
+	defer s.Close()
+	prof := s.profile
+	prof.Start = time.Now()
+	period := time.Duration(float64(time.Second) / s.opts.Rate)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	var deadline <-chan time.Time
+	if s.opts.Duration > 0 {
+		timer := time.NewTimer(s.opts.Duration)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	lastScan, lastProgress := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			prof.Duration = time.Since(prof.Start)
+			return prof
+		case <-deadline:
+			prof.Duration = time.Since(prof.Start)
+			return prof
+		case <-ticker.C:
+		}
+		prof.Ticks++
+		alive := 0
+		for _, p := range s.procs {
+			if p.gone {
+				continue
+			}
+			s.sample(p)
+			if !p.gone {
+				alive++
+			}
+		}
+		if s.opts.Subprocesses && time.Since(lastScan) > 200*time.Millisecond {
+			alive += s.scanChildren()
+			lastScan = time.Now()
+		}
+		if alive == 0 {
+			prof.Duration = time.Since(prof.Start)
+			return prof
+		}
+		if s.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
+			lastProgress = time.Now()
+			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
+		}
+	}
+}
+
+// sample takes one sample of one process.
+func (s *Sampler) sample(p *proc) {
+	prof := s.profile
+	var running map[int]bool
+	if !s.opts.Idle {
+		var err error
+		running, err = runningThreads(p.pid)
+		if err != nil {
+			p.gone = Exited(p.pid)
+			if !p.gone {
+				prof.Errors++
+			}
+			return
+		}
+		if len(running) == 0 {
+			p.gone = Exited(p.pid)
+			return // nothing on a CPU: no need to stop the process
+		}
+	}
+	if !s.opts.Nonblocking {
+		if err := p.live.Pause(); err != nil {
+			p.live.Resume()
+			if p.gone = Exited(p.pid); !p.gone {
+				prof.Errors++
+			}
+			return
+		}
+	}
+	threads, err := p.vm.Threads()
+	if !s.opts.Nonblocking {
+		p.live.Resume()
+	}
+	if err != nil {
+		if p.gone = Exited(p.pid); !p.gone {
+			prof.Errors++
+		}
+		return
+	}
+	for _, th := range threads {
+		if running != nil && !running[th.TID] {
+			continue
+		}
+		if s.opts.Idle && th.Status == "dead" {
+			continue
+		}
+		if th.Error != "" {
+			prof.Errors++
+			continue
+		}
+		if len(th.Frames) == 0 {
+			continue // a thread not yet running Ruby code
+		}
+		frames := make([]Frame, 0, len(th.Frames)+2)
+		if s.opts.Subprocesses {
+			frames = append(frames, Frame{Kind: KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
+		}
+		if s.opts.Threads {
+			frames = append(frames, Frame{Kind: KindThread, Label: "thread " + threadName(th)})
+		}
+		for i := len(th.Frames) - 1; i >= 0; i-- {
+			f := th.Frames[i]
+			frames = append(frames, Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
+		}
+		prof.Add(frames, 1)
+	}
+}
+
+func threadName(th rubyvm.Thread) string {
+	switch {
+	case th.Name != "":
+		return th.Name
+	case th.Main:
+		return "main"
+	default:
+		return "tid " + strconv.Itoa(th.TID)
+	}
+}
+
+// runningThreads returns the TIDs the kernel reports as running (state R).
+func runningThreads(pid int) (map[int]bool, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if procState(b) == 'R' {
+			tid, _ := strconv.Atoi(e.Name())
+			out[tid] = true
+		}
+	}
+	return out, nil
+}
+
+// procState returns the state letter of a /proc/.../stat line.
+func procState(stat []byte) byte {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0
+	}
+	return s[i+2]
+}
+
+// Exited reports whether pid is gone or a zombie.
+func Exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	st := procState(b)
+	return st == 'Z' || st == 'X'
+}
+
+// scanChildren attaches to new descendants of the root process and returns
+// how many it added.
+func (s *Sampler) scanChildren() int {
+	parents := map[int]int{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		str := string(b)
+		i := strings.LastIndexByte(str, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(str[i+1:])
+		if len(f) > 2 {
+			ppid, _ := strconv.Atoi(f[1])
+			parents[pid] = ppid
+		}
+	}
+	added := 0
+	for pid := range parents {
+		if _, ok := s.procs[pid]; ok || pid == s.root || s.ignored[pid] >= 5 {
+			continue
+		}
+		if !descends(parents, pid, s.root) {
+			continue
+		}
+		p, err := attach(pid)
+		if err != nil {
+			s.ignored[pid]++ // not Ruby (yet): try again a few times
+			continue
+		}
+		s.procs[pid] = p
+		added++
+	}
+	return added
+}
+
+func descends(parents map[int]int, pid, root int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		pid = parents[pid]
+		if pid == root {
+			return true
+		}
+	}
+	return false
+}
+
+// SetProgress sets the callback called about once a second while recording.
+func (s *Sampler) SetProgress(f func(Progress)) { s.opts.Progress = f }
