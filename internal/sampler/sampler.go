@@ -180,10 +180,10 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 // sample takes one sample of one process.
 func (s *Sampler) sample(p *proc) {
 	prof := s.profile
-	var running map[int]bool
+	var running, tasks map[int]bool
 	if !s.opts.Idle {
 		var err error
-		running, err = runningThreads(p.pid)
+		running, tasks, err = taskStates(p.pid)
 		if err != nil {
 			p.gone = Exited(p.pid)
 			if !p.gone {
@@ -216,7 +216,11 @@ func (s *Sampler) sample(p *proc) {
 		return
 	}
 	for _, th := range threads {
-		if running != nil && !running[th.TID] {
+		tid := th.TID
+		if th.Main && tasks != nil && !tasks[tid] {
+			tid = p.pid // a forked child's main thread keeps its parent's TID in Ruby's books
+		}
+		if running != nil && !running[tid] {
 			continue
 		}
 		if s.opts.Idle && th.Status == "dead" {
@@ -255,25 +259,27 @@ func threadName(th rubyvm.Thread) string {
 	}
 }
 
-// runningThreads returns the TIDs the kernel reports as running (state R).
-func runningThreads(pid int) (map[int]bool, error) {
+// taskStates returns the TIDs the kernel reports as running (state R) and
+// all TIDs of the process.
+func taskStates(pid int) (running, all map[int]bool, err error) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[int]bool{}
+	running, all = map[int]bool{}, map[int]bool{}
 	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		tid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if procState(b) == 'R' {
-			tid, _ := strconv.Atoi(e.Name())
-			out[tid] = true
+		all[tid] = true
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err == nil && procState(b) == 'R' {
+			running[tid] = true
 		}
 	}
-	return out, nil
+	return running, all, nil
 }
 
 // procState returns the state letter of a /proc/.../stat line.

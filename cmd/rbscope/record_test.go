@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+type splitReport struct {
+	PID   int `json:"pid"`
+	Child int `json:"child"`
+}
+
+// chainShares parses collapsed stacks and returns each chain's share of
+// the samples that are in any of the three chains, in percent.
+func chainShares(t *testing.T, collapsed string) (map[string]float64, int) {
+	t.Helper()
+	counts := map[string]int{}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(collapsed))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		n, err := strconv.Atoi(line[i+1:])
+		if err != nil {
+			t.Fatalf("bad collapsed line %q", line)
+		}
+		for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
+			if strings.Contains(line[:i], c+" (") {
+				counts[c] += n
+				total += n
+			}
+		}
+	}
+	shares := map[string]float64{}
+	for c, n := range counts {
+		shares[c] = 100 * float64(n) / float64(max(total, 1))
+	}
+	return shares, total
+}
+
+// TestRecordKnownSplit records the 50/30/20 workload and checks the split.
+func TestRecordKnownSplit(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			for _, mode := range [][]string{nil, {"--nonblocking"}} {
+				p := testruby.Start(t, rb, "split.rb", nil, "30")
+				var rep splitReport
+				p.WaitReport(t, &rep, 30*time.Second)
+				args := append([]string{"record", "-p", fmt.Sprint(p.PID()), "--rate", "400", "--duration", "4s", "-f", "collapsed", "-o", "-"}, mode...)
+				out, stderr, code := rbscope(t, args...)
+				if code != 0 {
+					t.Fatalf("%v: exit %d: %s", args, code, stderr)
+				}
+				shares, total := chainShares(t, out)
+				t.Logf("%v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%", mode, total, shares["chain_a"], shares["chain_b"], shares["chain_c"])
+				if total < 500 {
+					t.Fatalf("only %d samples in the chains", total)
+				}
+				for c, want := range map[string]float64{"chain_a": 50, "chain_b": 30, "chain_c": 20} {
+					if d := shares[c] - want; d > 5 || d < -5 {
+						t.Errorf("%v: %s has %.1f%% of samples, want %.0f±5", mode, c, shares[c], want)
+					}
+				}
+				if st := processState(t, p.PID()); st == "t" || st == "T" {
+					t.Errorf("target left stopped (state %s)", st)
+				}
+			}
+		})
+	}
+}
+
+// TestRecordFormats writes every format and parses each back.
+func TestRecordFormats(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "30")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	dir := t.TempDir()
+	for _, format := range []string{"flamegraph", "speedscope", "pprof", "collapsed", "summary"} {
+		t.Run(format, func(t *testing.T) {
+			path := filepath.Join(dir, "out."+format)
+			_, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--duration", "1s", "--rate", "200", "-f", format, "-o", path)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(stderr, "wrote "+path) {
+				t.Errorf("stderr %q does not say where the output went", stderr)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFormat(t, format, b)
+		})
+	}
+}
+
+func checkFormat(t *testing.T, format string, b []byte) {
+	t.Helper()
+	switch format {
+	case "flamegraph":
+		dec := xml.NewDecoder(strings.NewReader(string(b)))
+		rects, titles := 0, 0
+		for {
+			tok, err := dec.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("SVG is not well-formed XML: %v", err)
+			}
+			if se, ok := tok.(xml.StartElement); ok {
+				switch se.Name.Local {
+				case "rect":
+					rects++
+				case "title":
+					titles++
+				}
+			}
+		}
+		if rects < 5 || !strings.Contains(string(b), "chain_a (") || !strings.Contains(string(b), "<script") {
+			t.Errorf("flame graph has %d rects, chain_a: %v", rects, strings.Contains(string(b), "chain_a ("))
+		}
+	case "speedscope":
+		var doc struct {
+			Schema string `json:"$schema"`
+			Shared struct {
+				Frames []struct{ Name, File string } `json:"frames"`
+			} `json:"shared"`
+			Profiles []struct {
+				Type    string    `json:"type"`
+				Samples [][]int   `json:"samples"`
+				Weights []float64 `json:"weights"`
+			} `json:"profiles"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.Schema != "https://www.speedscope.app/file-format-schema.json" || len(doc.Profiles) != 1 || doc.Profiles[0].Type != "sampled" {
+			t.Fatalf("not a speedscope file: %.200s", b)
+		}
+		pr := doc.Profiles[0]
+		if len(pr.Samples) == 0 || len(pr.Samples) != len(pr.Weights) {
+			t.Fatalf("%d samples, %d weights", len(pr.Samples), len(pr.Weights))
+		}
+		for _, s := range pr.Samples {
+			for _, f := range s {
+				if f < 0 || f >= len(doc.Shared.Frames) {
+					t.Fatalf("sample refers to frame %d of %d", f, len(doc.Shared.Frames))
+				}
+			}
+		}
+	case "pprof":
+		prof, err := profile.ParseData(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, fn := range prof.Function {
+			if fn.Name == "chain_b" && strings.HasSuffix(fn.Filename, "split.rb") {
+				found = true
+			}
+		}
+		if !found || len(prof.Sample) == 0 {
+			t.Errorf("pprof has %d samples, chain_b found: %v", len(prof.Sample), found)
+		}
+		for _, s := range prof.Sample {
+			if len(s.Location) == 0 || s.Location[0].Line[0].Function.Name != "burn" && s.Location[0].Line[0].Function.Name != "Integer#times" && s.Location[0].Line[0].Function.Name != "block in chain_a" && !strings.HasPrefix(s.Location[0].Line[0].Function.Name, "block in chain_") && s.Location[0].Line[0].Function.Name != "work" && !strings.HasPrefix(s.Location[0].Line[0].Function.Name, "chain_") && !strings.Contains(s.Location[0].Line[0].Function.Name, "clock_gettime") {
+				t.Logf("leaf %s", s.Location[0].Line[0].Function.Name)
+			}
+		}
+	case "collapsed":
+		shares, total := chainShares(t, string(b))
+		if total == 0 || shares["chain_a"] == 0 {
+			t.Errorf("collapsed output has no chain samples:\n%.300s", b)
+		}
+	case "summary":
+		if !strings.Contains(string(b), "self%") || !strings.Contains(string(b), "burn (") {
+			t.Errorf("summary lacks its table:\n%s", b)
+		}
+	}
+}
+
+// TestRecordLaunch runs a command under rbscope: its output and exit status
+// pass through, and the profile is written when it exits.
+func TestRecordLaunch(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	dir := t.TempDir()
+	out := filepath.Join(dir, "p.txt")
+	cmd := exec.Command(rbscopeBin, "record", "-f", "collapsed", "-o", out, "--", rb.Bin, testruby.Testdata("split.rb"), filepath.Join(dir, "rep.json"), "1.5")
+	cmd.Env = append(os.Environ(), "EXIT_CODE=7")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 7 {
+		t.Fatalf("exit %v, want the command's 7; stderr %s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "split workload running") {
+		t.Errorf("the command's output did not pass through: %q", stdout.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, total := chainShares(t, string(b)); total < 50 {
+		t.Errorf("launch mode collected %d chain samples", total)
+	}
+}
+
+// TestRecordSubprocesses sees a forked child under its own root frame.
+func TestRecordSubprocesses(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", []string{"FORK=1"}, "30")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	defer syscall.Kill(rep.Child, syscall.SIGKILL)
+	out, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--subprocesses", "--duration", "2s", "-f", "collapsed", "-o", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	parent, child := "pid "+fmt.Sprint(rep.PID)+";", "pid "+fmt.Sprint(rep.Child)+";"
+	if !strings.Contains(out, parent) || !strings.Contains(out, child) {
+		t.Errorf("want root frames %q and %q in:\n%.500s", parent, child, out)
+	}
+}
+
+// TestRecordTargetExits: a target that exits mid-recording still gets a
+// complete, valid output file.
+func TestRecordTargetExits(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "1")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "p.pb.gz")
+	_, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "-f", "pprof", "-o", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFormat(t, "pprof", b)
+}
+
+// TestRecordInterrupted: SIGINT to rbscope ends the recording, writes the
+// output and leaves the target running, not stopped.
+func TestRecordInterrupted(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "60")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	path := filepath.Join(t.TempDir(), "p.svg")
+	cmd := exec.Command(rbscopeBin, "record", "-p", fmt.Sprint(p.PID()), "--rate", "1000", "-o", path)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rbscope after SIGINT: %v: %s", err, stderr.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFormat(t, "flamegraph", b)
+	for i := 0; i < 5; i++ {
+		if st := processState(t, p.PID()); st == "t" || st == "T" {
+			t.Fatalf("target left stopped (state %s)", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(matches) > 0 {
+		t.Errorf("temporary files left behind: %v", matches)
+	}
+}
+
+func TestRecordBadInput(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "30")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	pid := fmt.Sprint(p.PID())
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"rate zero", []string{"record", "-p", pid, "--rate", "0"}, 2, "--rate 0 is out of range"},
+		{"rate negative", []string{"record", "-p", pid, "--rate", "-5"}, 2, "out of range"},
+		{"rate huge", []string{"record", "-p", pid, "--rate", "100000"}, 2, "out of range"},
+		{"bad format", []string{"record", "-p", pid, "-f", "png"}, 2, "--format \"png\" is not one of"},
+		{"pid and command", []string{"record", "-p", pid, "--", "ruby"}, 2, "either --pid PID or -- COMMAND"},
+		{"neither", []string{"record"}, 2, "either --pid PID or -- COMMAND"},
+		{"unwritable", []string{"record", "-p", pid, "-o", "/nonexistent/dir/p.svg"}, 1, "cannot write /nonexistent/dir/p.svg"},
+		{"command not found", []string{"record", "--", "no-such-command-xyz"}, 1, "command not found"},
+		{"not ruby", []string{"record", "--duration", "1s", "--", "sleep", "30"}, 1, "not a Ruby process (it runs sleep)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, stderr, code := rbscope(t, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+				t.Errorf("exit %d stderr %q; want exit %d and one line with %q", code, stderr, tc.code, tc.want)
+			}
+			if tc.name == "unwritable" && time.Since(start) > 2*time.Second {
+				t.Errorf("unwritable output was noticed only after %v", time.Since(start))
+			}
+		})
+	}
+}

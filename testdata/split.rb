@@ -1,0 +1,35 @@
+# A CPU-bound workload with a known split: every round calls the same leaf
+# (burn) 5 times from chain_a, 3 times from chain_b and 2 times from chain_c,
+# so 50/30/20 of the CPU time goes to the three call chains. Writes
+# {"pid": PID} to ARGV[0] when it starts; runs ARGV[1] seconds (default 5);
+# with FORK=1 it also forks a child that runs the same loop.
+require "json"
+
+def burn
+  i = 0
+  i += 1 while i < 20_000
+end
+
+def chain_a = 5.times { burn }
+def chain_b = 3.times { burn }
+def chain_c = 2.times { burn }
+
+def work(seconds)
+  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+  loop do
+    chain_a
+    chain_b
+    chain_c
+    break if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+  end
+end
+
+seconds = Float(ARGV.fetch(1, "5"))
+child = fork { work(seconds) } if ENV["FORK"]
+File.write(ARGV.fetch(0) + ".tmp", JSON.generate({ "pid" => Process.pid, "child" => child }))
+File.rename(ARGV.fetch(0) + ".tmp", ARGV.fetch(0))
+$stdout.puts "split workload running"
+$stdout.flush
+work(seconds)
+Process.wait(child) if child
+exit Integer(ENV.fetch("EXIT_CODE", "0"))
