@@ -157,3 +157,17 @@ func sortStats(s []FunctionStat) {
 		return a.Frame.Name(false) < b.Frame.Name(false)
 	})
 }
+
+// Merge adds the samples of q to p.
+func (p *Profile) Merge(q *Profile) {
+	for _, st := range q.Stacks {
+		frames := make([]Frame, len(st.Frames))
+		for i, id := range st.Frames {
+			frames[i] = q.Frames[id]
+		}
+		p.Add(frames, st.Count)
+	}
+	p.Ticks += q.Ticks
+	p.Errors += q.Errors
+	p.Duration += q.Duration
+}

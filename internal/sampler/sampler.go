@@ -37,6 +37,13 @@ type Options struct {
 	Subprocesses bool
 	// Progress, if set, is called about once a second while recording.
 	Progress func(Progress)
+	// ThreadFilter, if set, keeps only the threads it returns true for.
+	ThreadFilter func(rubyvm.Thread) bool
+	// Flush, if set, is called every FlushEvery with the samples taken
+	// since the previous call; the sampler then starts a new profile. It
+	// runs on the sampling goroutine and must not block for long.
+	Flush      func(*Profile)
+	FlushEvery time.Duration
 }
 
 // Progress is the state of a recording for a status line.
@@ -170,6 +177,12 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 			prof.Duration = time.Since(prof.Start)
 			return prof
 		}
+		if s.opts.Flush != nil && time.Since(prof.Start) >= s.opts.FlushEvery {
+			prof.Duration = time.Since(prof.Start)
+			s.opts.Flush(prof)
+			prof = NewProfile(s.opts.Rate)
+			s.profile = prof
+		}
 		if s.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
@@ -223,6 +236,9 @@ func (s *Sampler) sample(p *proc) {
 		if running != nil && !running[tid] {
 			continue
 		}
+		if s.opts.ThreadFilter != nil && !s.opts.ThreadFilter(th) {
+			continue
+		}
 		if s.opts.Idle && th.Status == "dead" {
 			continue
 		}
@@ -238,7 +254,7 @@ func (s *Sampler) sample(p *proc) {
 			frames = append(frames, Frame{Kind: KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
 		}
 		if s.opts.Threads {
-			frames = append(frames, Frame{Kind: KindThread, Label: "thread " + threadName(th)})
+			frames = append(frames, Frame{Kind: KindThread, Label: "thread " + ThreadName(th)})
 		}
 		for i := len(th.Frames) - 1; i >= 0; i-- {
 			f := th.Frames[i]
@@ -248,7 +264,9 @@ func (s *Sampler) sample(p *proc) {
 	}
 }
 
-func threadName(th rubyvm.Thread) string {
+// ThreadName is how a thread is named in profiles: Thread#name, "main"
+// for the unnamed main thread, else "tid N".
+func ThreadName(th rubyvm.Thread) string {
 	switch {
 	case th.Name != "":
 		return th.Name

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+)
+
+func newTopCmd() *cobra.Command {
+	var (
+		pid    int
+		opts   sampler.Options
+		window time.Duration
+		thread string
+	)
+	c := &cobra.Command{
+		Use:   "top -p PID",
+		Short: "Live view of the hottest Ruby methods",
+		Long: `Sample a running Ruby process and show, refreshed every second, the methods
+with the most samples over the last --window: self (running the method itself)
+and total (the method or anything it called). Quit with q or Ctrl-C; the
+terminal is restored and the target left running. When the output is not a
+terminal, a plain table is printed every second instead.`,
+		Example: `  rbscope top -p 4242
+  rbscope top -p 4242 --thread worker --window 30s`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if pid <= 0 {
+				return usageError{fmt.Errorf("--pid is required (see 'rbscope top --help')")}
+			}
+			if err := opts.Validate(); err != nil {
+				return usageError{err}
+			}
+			if window < time.Second {
+				return usageError{fmt.Errorf("--window %v is too short: give at least 1s", window)}
+			}
+			if thread != "" {
+				re, err := regexp.Compile(thread)
+				if err != nil {
+					return usageError{fmt.Errorf("--thread %q is not a regular expression: %w", thread, err)}
+				}
+				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampler.ThreadName(th)) }
+			}
+			return top(pid, opts, window, thread)
+		},
+	}
+	f := c.Flags()
+	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
+	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
+	f.DurationVar(&window, "window", 10*time.Second, "how much recent history the table covers")
+	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
+	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting")
+	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
+	return c
+}
+
+func top(pid int, opts sampler.Options, window time.Duration, thread string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	updates := make(chan *sampler.Profile, 4)
+	opts.FlushEvery = time.Second
+	opts.Flush = func(p *sampler.Profile) {
+		select {
+		case updates <- p:
+		default: // the screen is behind; drop rather than stall sampling
+		}
+	}
+	s, err := sampler.New(pid, opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		s.Run(ctx)
+		close(done)
+	}()
+
+	interactive := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	if interactive {
+		old, err := term.MakeRaw(int(os.Stdin.Fd()))
+		if err != nil {
+			cancel()
+			<-done
+			return fmt.Errorf("terminal: %w", err)
+		}
+		fmt.Print("\x1b[?1049h\x1b[?25l") // alternate screen, hide cursor
+		defer func() {
+			fmt.Print("\x1b[?25h\x1b[?1049l")
+			term.Restore(int(os.Stdin.Fd()), old)
+		}()
+		go func() {
+			b := make([]byte, 1)
+			for {
+				if n, err := os.Stdin.Read(b); err != nil || n == 1 && (b[0] == 'q' || b[0] == 3 || b[0] == 4) {
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+
+	var history []*sampler.Profile
+	for {
+		select {
+		case <-done:
+			if sampler.Exited(pid) {
+				if interactive {
+					fmt.Print("\x1b[?25h\x1b[?1049l")
+				}
+				fmt.Fprintf(os.Stderr, "rbscope: pid %d exited\n", pid)
+			}
+			return nil
+		case p := <-updates:
+			history = append(history, p)
+			for len(history) > int(window/time.Second) {
+				history = history[1:]
+			}
+			merged := sampler.NewProfile(opts.Rate)
+			for _, h := range history {
+				merged.Merge(h)
+			}
+			rows, cols := 40, 120
+			if interactive {
+				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+					rows, cols = h, w
+				}
+				fmt.Print("\x1b[H\x1b[2J")
+			}
+			drawTop(os.Stdout, pid, merged, thread, rows, cols, interactive)
+		}
+	}
+}
+
+// drawTop prints one screen of the top view.
+func drawTop(w io.Writer, pid int, p *sampler.Profile, thread string, rows, cols int, raw bool) {
+	nl := "\n"
+	if raw {
+		nl = "\r\n" // raw mode: no newline translation
+	}
+	filter := ""
+	if thread != "" {
+		filter = fmt.Sprintf(", threads matching %q", thread)
+	}
+	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %.0f%% of ticks had a running thread, %d errors%s",
+		pid, p.Duration.Seconds(), filter, p.Samples, pct(p.Samples, p.Ticks), p.Errors, nl)
+	fmt.Fprintf(w, "%s%7s %7s  %s%s", nl, "self%", "total%", "function", nl)
+	stats := p.Functions()
+	for i, s := range stats {
+		if i >= rows-5 {
+			break
+		}
+		line := fmt.Sprintf("%6.1f%% %6.1f%%  %s", pct(s.Self, p.Samples), pct(s.Total, p.Samples), s.Frame.Name(false))
+		if len(line) > cols {
+			line = line[:cols]
+		}
+		fmt.Fprint(w, line, nl)
+	}
+	if len(stats) == 0 {
+		fmt.Fprint(w, "  (no thread running Ruby code; --idle includes sleeping threads)", nl)
+	}
+	if raw {
+		fmt.Fprint(w, nl, "q to quit")
+	} else {
+		fmt.Fprint(w, strings.Repeat("-", 40), nl)
+	}
+}
+
+func pct(n, total int) float64 {
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(total)
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// TestTopPlain reads the plain (non-terminal) top output: the workload's
+// hot method must lead the table, and SIGINT ends top leaving the target
+// running.
+func TestTopPlain(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "60")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	cmd := exec.Command(rbscopeBin, "top", "-p", fmt.Sprint(p.PID()), "--rate", "200")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var screen []string
+	deadline := time.After(10 * time.Second)
+	lines := make(chan string)
+	go func() {
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+collect:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok || strings.HasPrefix(l, "----") {
+				break collect
+			}
+			screen = append(screen, l)
+		case <-deadline:
+			t.Fatal("no screen from top within 10s")
+		}
+	}
+	text := strings.Join(screen, "\n")
+	if len(screen) < 4 || !strings.Contains(screen[3], "burn (") || !strings.Contains(text, "chain_a (") {
+		t.Errorf("top's first screen does not lead with burn:\n%s", text)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go func() {
+		for range lines {
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("top after SIGINT: %v", err)
+	}
+	if st := processState(t, p.PID()); st == "t" || st == "T" {
+		t.Errorf("target left stopped (state %s)", st)
+	}
+}
+
+// TestTopTerminal drives top in a real terminal (tmux): it draws on the
+// alternate screen, q quits, and the shell's screen comes back.
+func TestTopTerminal(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed (make deps installs it)")
+	}
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "split.rb", nil, "60")
+	var rep splitReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	session := fmt.Sprintf("rbscope-top-%d", p.PID())
+	tmux := func(args ...string) string {
+		out, err := exec.Command("tmux", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "sh", "-c", fmt.Sprintf("echo BEFORE-TOP; %s top -p %d; echo TOP-EXIT=$?; sleep 30", rbscopeBin, p.PID()))
+	defer exec.Command("tmux", "kill-session", "-t", session).Run()
+	var screen string
+	for i := 0; i < 50; i++ {
+		time.Sleep(100 * time.Millisecond)
+		screen = tmux("capture-pane", "-p", "-t", session)
+		if strings.Contains(screen, "burn (") {
+			break
+		}
+	}
+	if !strings.Contains(screen, "burn (") || !strings.Contains(screen, "q to quit") || strings.Contains(screen, "BEFORE-TOP") {
+		t.Fatalf("top screen:\n%s", screen)
+	}
+	tmux("send-keys", "-t", session, "q")
+	for i := 0; i < 50; i++ {
+		time.Sleep(100 * time.Millisecond)
+		screen = tmux("capture-pane", "-p", "-t", session)
+		if strings.Contains(screen, "TOP-EXIT=") {
+			break
+		}
+	}
+	if !strings.Contains(screen, "TOP-EXIT=0") || !strings.Contains(screen, "BEFORE-TOP") || strings.Contains(screen, "burn (") {
+		t.Errorf("after q the shell screen should be back with top's exit 0:\n%s", screen)
+	}
+}
