@@ -1,7 +1,10 @@
 # rbscope: the two commands for a fresh machine are `make demo` and `make test`.
 GO ?= go
 BIN := bin/rbscope
-RUBY_FAMILIES ?= 3.1
+# RUBY_BUILDS lists the Rubies of the test matrix as build-ruby.sh
+# arguments, with a comma for a space: a shared debug build of each family,
+# a static one, and a stripped copy read through the built-in table.
+RUBY_BUILDS ?= 3.1 3.3 3.3,--static 3.3,--stripped
 
 .PHONY: all build deps rubies demo test vet bench clean
 
@@ -13,14 +16,15 @@ build:
 # deps installs what the demo and the tests need: Debian's Ruby (stripped,
 # the Ruby most users run) and gdb (the peer the benchmark compares with).
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb >/dev/null; fi
+	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux >/dev/null; fi
 	$(GO) mod download
 
-# rubies builds the debug Rubies (DWARF) the test matrix also runs on; they
-# are cached under $${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}.
+# rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they
+# are cached under $${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}, so only a
+# fresh machine builds them (about 4 minutes each on 2 cores).
 rubies:
-	@for v in $(RUBY_FAMILIES); do scripts/build-ruby.sh $$v >/dev/null || exit 1; done
+	@for b in $(RUBY_BUILDS); do scripts/build-ruby.sh $$(echo $$b | tr , ' ') >/dev/null || exit 1; done
 
 # demo starts testdata/demo.rb and prints every thread's stack, read from
 # outside.

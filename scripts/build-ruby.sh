@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# build-ruby.sh VERSION [--static]
+# build-ruby.sh VERSION [--static | --stripped]
 #
 # Builds a Ruby with debug info (DWARF) from Debian's source package into
 # $RBSCOPE_RUBIES/<name>/ (default /var/cache/rbscope/rubies), skipping the
 # work when that build is already there. Prints the prefix on success.
 #
-#   VERSION   a Ruby minor version whose Debian source package is reachable
-#             (3.1 from bookworm).
-#   --static  build with --disable-shared (a static ruby executable).
+#   VERSION     a Ruby minor version whose Debian source package is known:
+#               3.1 (bookworm's ruby3.1) or 3.3 (trixie's ruby3.3).
+#               Only the upstream .orig tarball is used, built with Ruby's
+#               own ./configure.
+#   (none)      ruby-VERSION-shared: --enable-shared, DWARF in libruby.
+#   --static    ruby-VERSION-static: --disable-shared, the VM and its DWARF
+#               in the ruby executable.
+#   --stripped  ruby-VERSION-stripped: a copy of ruby-VERSION-shared (built
+#               first if missing) whose libruby and ruby have neither
+#               .debug_* nor .symtab, like a distribution's Ruby; rbscope
+#               reads it with its built-in layout table. Its ruby runs its
+#               own libruby ($ORIGIN RUNPATH) but loads the standard library
+#               from the shared build, whose prefix libruby has built in.
 set -euo pipefail
 
-version=${1:?usage: build-ruby.sh VERSION [--static]}
+usage="usage: build-ruby.sh VERSION [--static | --stripped]"
+version=${1:?$usage}
 kind=shared
-[ "${2:-}" = "--static" ] && kind=static
+case "${2:-}" in
+  "") ;;
+  --static) kind=static ;;
+  --stripped) kind=stripped ;;
+  *) echo "build-ruby.sh: unknown option ${2} ($usage)" >&2; exit 2 ;;
+esac
 
 rubies=${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}
 srcdir=${RBSCOPE_RUBY_SRC:-/var/cache/rbscope/src}
@@ -24,21 +40,66 @@ if [ -x "$prefix/bin/ruby" ] && [ -f "$prefix/.rbscope-complete" ]; then
   exit 0
 fi
 
+# need PACKAGE... installs the Debian packages that are missing.
+need() {
+  local missing=()
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || {
+      apt-get update -qq >&2
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    }
+  fi
+}
+
+if [ "$kind" = stripped ]; then
+  # A stripped copy of the shared debug build.
+  shared=$("$0" "$version")
+  need binutils patchelf
+  rm -rf "$prefix" "$prefix.tmp"
+  cp -a "$shared" "$prefix.tmp"
+  rm -f "$prefix.tmp/.rbscope-complete"
+  for f in "$prefix.tmp"/lib/libruby.so.*.*.* "$prefix.tmp/bin/ruby"; do
+    [ -L "$f" ] && continue
+    strip --strip-debug "$f"
+    strip "$f" # drops .symtab too: only .dynsym is left
+  done
+  # The copy must load its own (stripped) libruby, not the shared build's.
+  patchelf --set-rpath '$ORIGIN/../lib' "$prefix.tmp/bin/ruby"
+  for f in "$prefix.tmp"/lib/libruby.so.*.*.* "$prefix.tmp/bin/ruby"; do
+    if readelf -S "$f" | grep -qE '\.debug_info|\.symtab'; then
+      echo "build-ruby.sh: $f still has .debug_info or .symtab" >&2
+      exit 1
+    fi
+  done
+  touch "$prefix.tmp/.rbscope-complete"
+  mv "$prefix.tmp" "$prefix"
+  echo "$prefix"
+  exit 0
+fi
+
 case "$version" in
   3.1) pkg=ruby3.1 suite=bookworm ;;
-  *) echo "build-ruby.sh: no Debian source package known for Ruby $version (known: 3.1)" >&2; exit 1 ;;
+  3.3) pkg=ruby3.3 suite=trixie ;;
+  *) echo "build-ruby.sh: no Debian source package known for Ruby $version (known: 3.1, 3.3)" >&2; exit 1 ;;
 esac
 
+# ensure_deb_src adds a deb-src entry for $suite, in a file of its own, when
+# apt does not know $pkg's source yet.
 ensure_deb_src() {
-  local list=/etc/apt/sources.list.d/rbscope-src.sources
+  local list=/etc/apt/sources.list.d/rbscope-src-$suite.sources
   if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:'; then
-    cat >"$list" <<SRC
+    if [ ! -f "$list" ]; then
+      cat >"$list" <<SRC
 Types: deb-src
 URIs: http://deb.debian.org/debian
 Suites: $suite
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
+    fi
     apt-get update -qq >&2
   fi
 }
@@ -47,7 +108,7 @@ mkdir -p "$srcdir" "$rubies"
 orig=$(ls "$srcdir"/${pkg}_${version}*.orig.tar.* 2>/dev/null | head -1 || true)
 if [ -z "$orig" ]; then
   ensure_deb_src
-  command -v dpkg-source >/dev/null || apt-get install -y -qq dpkg-dev >&2
+  need dpkg-dev
   # Take the oldest version that the archive still serves in full.
   for v in $(apt-cache showsrc "$pkg" | awk '/^Version:/{print $2}' | sort -uV); do
     (cd "$srcdir" && apt-get source --download-only "$pkg=$v" >&2) && break || true
@@ -56,14 +117,9 @@ if [ -z "$orig" ]; then
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
 fi
 
-# Build dependencies of a plain Ruby build.
-need=()
-for p in gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  apt-get install -y -qq "${need[@]}" >&2
-fi
+# Build dependencies of a plain Ruby build. Ruby 3.3 builds YJIT when it
+# finds rustc >= 1.58 on PATH; without it, it builds without YJIT.
+need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
 
 work=$(mktemp -d "$srcdir/build-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -74,12 +130,14 @@ if [ -f gems/bundled_gems ]; then
   grep '^#' gems/bundled_gems >gems/bundled_gems.tmp || true
   mv gems/bundled_gems.tmp gems/bundled_gems
 fi
+[ -x configure ] || ./autogen.sh >"$work/autogen.log" 2>&1 || { tail -20 "$work/autogen.log" >&2; exit 1; }
 shared_flag=--enable-shared
 [ "$kind" = static ] && shared_flag=--disable-shared
 rm -rf "$prefix"
 ./configure --prefix="$prefix" "$shared_flag" --disable-install-doc \
   optflags="-O2" debugflags="-ggdb3" >"$work/configure.log" 2>&1 ||
   { tail -20 "$work/configure.log" >&2; exit 1; }
+grep -iE '^ *\* (YJIT|RJIT) support' "$work/configure.log" >&2 || true
 make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -30 "$work/make.log" >&2; exit 1; }
 make install >"$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; exit 1; }
 touch "$prefix/.rbscope-complete"

@@ -21,6 +21,26 @@ def report(locs, top)
 end
 REPORT = method(:report)
 
+# core_frame is the frame a core method adds above its caller while it
+# blocks or yields: [Owner#name, nil, nil] for a method written in C (all of
+# them in Ruby 3.1), or, for one Ruby writes in Ruby itself (3.3's
+# Kernel#loop and Thread::Queue#pop, under <internal:...>), the frame that
+# Ruby's own Thread#backtrace_locations shows for it in a helper thread
+# stopped inside it by stop.
+def core_frame(owner, name, &stop)
+  return ["#{owner}##{name}", nil, nil] if owner.instance_method(name).source_location.nil?
+  t = Thread.new(&stop)
+  sleep 0.01 until t.status == "sleep"
+  locs = t.backtrace_locations
+  t.kill
+  t.join
+  loc = locs.find { |l| l.label == name.to_s || l.label.end_with?("##{name}") }
+  raise "no #{name} frame in #{locs.inspect}" unless loc
+  [loc.label, loc.absolute_path || loc.path, loc.lineno]
+end
+LOOP_FRAME = core_frame(Kernel, :loop) { loop { sleep } }
+POP_FRAME = core_frame(Thread::Queue, :pop) { Thread::Queue.new.pop }
+
 def down(n)
   if n == 0
     report(caller_locations(0), [["Kernel#sleep", nil, nil]]); sleep
@@ -31,12 +51,12 @@ end
 
 def spin
   x = 0
-  report(caller_locations(0), [["block in spin", __FILE__, __LINE__], ["Kernel#loop", nil, nil]]); loop { x += 1 }
+  report(caller_locations(0), [["block in spin", __FILE__, __LINE__], LOOP_FRAME]); loop { x += 1 }
 end
 
 class Widget
   define_method(:wait_here) do |q|
-    report(caller_locations(0), [["Thread::Queue#pop", nil, nil]]); q.pop
+    report(caller_locations(0), [POP_FRAME]); q.pop
   end
 end
 

@@ -2,8 +2,11 @@ package binary_test
 
 import (
 	"bufio"
+	"debug/elf"
 	"encoding/binary"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,5 +113,86 @@ func TestParseMaps(t *testing.T) {
 	}
 	if _, err := target.ParseMaps(bufio.NewScanner(strings.NewReader("zz-yy r--p 0 0 0\n"))); err == nil {
 		t.Error("a corrupt maps line was accepted")
+	}
+}
+
+// TestLoadBiasOfLiveExecutables builds a small program that holds a known
+// string, as a non-PIE and as a PIE executable (the two ways a static Ruby
+// may be linked), runs it and reads the string through its symbol.
+func TestLoadBiasOfLiveExecutables(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "hold.c")
+	const text = "rbscope-load-bias-check"
+	prog := `#include <unistd.h>
+#include <stdio.h>
+const char ruby_version[] = "` + text + `";
+int main(void) { printf("%p\n", (void *)ruby_version); fflush(stdout); pause(); return 0; }
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		typ   elf.Type
+	}{
+		{"non-PIE", []string{"-no-pie", "-fno-pie"}, elf.ET_EXEC},
+		{"PIE", []string{"-pie", "-fpie"}, elf.ET_DYN},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bin := filepath.Join(dir, "hold-"+c.name)
+			if out, err := exec.Command("gcc", append(c.flags, "-o", bin, src)...).CombinedOutput(); err != nil {
+				t.Fatalf("gcc: %v\n%s", err, out)
+			}
+			cmd := exec.Command(bin)
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			sc := bufio.NewScanner(out)
+			sc.Scan()
+			want, err := strconv.ParseUint(strings.TrimPrefix(sc.Text(), "0x"), 16, 64)
+			if err != nil {
+				t.Fatalf("program printed %q", sc.Text())
+			}
+			tg, err := target.Attach(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Close()
+			maps, err := tg.Mappings()
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := rbinary.Open(tg, maps, bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			if im.File.Type != c.typ {
+				t.Fatalf("gcc made a %v, want %v", im.File.Type, c.typ)
+			}
+			if c.typ == elf.ET_EXEC && im.Bias != 0 {
+				t.Errorf("non-PIE executable got load bias %#x, want 0", im.Bias)
+			}
+			addr, _, err := im.Symbol("ruby_version")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if addr != want {
+				t.Errorf("ruby_version at %#x, the program says %#x", addr, want)
+			}
+			b := make([]byte, len(text))
+			if err := target.ReadFull(tg, b, addr); err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != text {
+				t.Errorf("read %q at %#x, want %q", b, addr, text)
+			}
+		})
 	}
 }

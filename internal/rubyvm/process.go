@@ -81,7 +81,7 @@ func Open(t target.Target) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !im.HasSymbol("ruby_version") || !im.HasSymbol("ruby_current_vm_ptr") {
+	if !im.HasSymbol("ruby_version") || !(im.HasSymbol("ruby_current_vm_ptr") || im.HasSymbol("ruby_vm_at_exit")) {
 		im.Close()
 		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
@@ -97,7 +97,7 @@ func Open(t target.Target) (*VM, error) {
 	if v.Layout, err = chooseLayout(im, fam, v.Version); err != nil {
 		return nil, err
 	}
-	if v.vmPtrAddr, _, err = im.Symbol("ruby_current_vm_ptr"); err != nil {
+	if v.vmPtrAddr, err = v.findVMPtr(maps); err != nil {
 		return nil, err
 	}
 	v.symbolsAddr = v.findGlobalSymbols()

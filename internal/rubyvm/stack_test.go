@@ -28,6 +28,12 @@ type selfReport struct {
 
 const deepFrames = 3000
 
+// readThreads reads every thread of pid, pausing the process for each
+// read. The program writes its report just before its main thread calls
+// sleep, and that thread may still be on its way there (in File.rename, or
+// waiting for the GVL that a running thread holds): the read is repeated,
+// up to a deadline, until the main thread's innermost frame is
+// Kernel#sleep, and the last read is returned either way.
 func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
 	t.Helper()
 	tg, err := target.Attach(pid)
@@ -40,17 +46,32 @@ func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { vm.Close() })
-	if pause {
-		if err := tg.Pause(); err != nil {
+	read := func() []rubyvm.Thread {
+		if pause {
+			if err := tg.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer tg.Resume()
+		}
+		ths, err := vm.Threads()
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer tg.Resume()
+		return ths
 	}
-	ths, err := vm.Threads()
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ths := read()
+		for _, th := range ths {
+			if th.Main && len(th.Frames) > 0 && th.Frames[0].Label == "Kernel#sleep" {
+				return vm, ths
+			}
+		}
+		if time.Now().After(deadline) {
+			return vm, ths
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return vm, ths
 }
 
 // TestStacksMatchCallerLocations compares every thread's stack, read from
@@ -67,6 +88,12 @@ func TestStacksMatchCallerLocations(t *testing.T) {
 				t.Errorf("version: rbscope read %q, Ruby says %q", vm.Version, rep.Version)
 			}
 			t.Logf("Ruby %s, layout from %s", vm.Version, vm.Layout.Source)
+			switch {
+			case strings.Contains(rb.Name, "stripped") && vm.Layout.Source != "table":
+				t.Errorf("a stripped Ruby must be read with the built-in table, got layout from %s", vm.Layout.Source)
+			case strings.HasPrefix(rb.Name, "ruby-") && !strings.Contains(rb.Name, "stripped") && !strings.HasPrefix(vm.Layout.Source, "dwarf:"):
+				t.Errorf("a debug build must be read with its own DWARF, got layout from %s", vm.Layout.Source)
+			}
 			if len(threads) != len(rep.ThreadNames) {
 				t.Errorf("rbscope found %d threads, Thread.list has %d", len(threads), len(rep.ThreadNames))
 			}

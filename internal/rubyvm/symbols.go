@@ -1,7 +1,12 @@
 package rubyvm
 
 import (
+	"debug/elf"
+	"fmt"
+
 	"golang.org/x/arch/x86/x86asm"
+
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // findGlobalSymbols locates ruby_global_symbols, the table that maps IDs to
@@ -14,18 +19,77 @@ func (v *VM) findGlobalSymbols() uint64 {
 	if addr, _, err := v.Image.Symbol("ruby_global_symbols"); err == nil {
 		return addr
 	}
-	if v.Image.File.Machine.String() != "EM_X86_64" {
-		return 0
+	for _, c := range v.ripRefs("rb_id2str", 2) {
+		// A candidate may point at a member of the table rather than its
+		// start; try it as the start and as the address of each member.
+		for _, base := range []uint64{c, c - uint64(v.Layout.SymbolsIDs)} {
+			if v.plausibleSymbols(base) {
+				return base
+			}
+		}
 	}
-	start, size, err := v.Image.Symbol("rb_id2str")
+	return 0
+}
+
+// findVMPtr locates ruby_current_vm_ptr. Ruby 3.1 exports it; from Ruby 3.2
+// on it is a hidden symbol that only .symtab names, so for a stripped
+// libruby rbscope reads the machine code of the exported ruby_vm_at_exit,
+// whose first act is to load it (GET_VM()), and keeps the candidate that
+// points at a VM whose main thread has a VM stack in mapped memory.
+func (v *VM) findVMPtr(maps []target.Mapping) (uint64, error) {
+	addr, _, err := v.Image.Symbol("ruby_current_vm_ptr")
+	if err == nil {
+		return addr, nil
+	}
+	for _, c := range v.ripRefs("ruby_vm_at_exit", 0) {
+		if v.plausibleVMPtr(c, maps) {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("Ruby %s in %s: ruby_current_vm_ptr is neither in its symbols nor found through ruby_vm_at_exit's code (or the VM is not running yet): %w", v.Version, v.Image.Path, ErrGarbage)
+}
+
+// plausibleVMPtr checks that addr holds a pointer to an rb_vm_t whose main
+// thread's execution context has a VM stack in mapped memory.
+func (v *VM) plausibleVMPtr(addr uint64, maps []target.Mapping) bool {
+	L := v.Layout
+	vm, err := v.m.u64(addr)
+	if err != nil || vm == 0 || vm&7 != 0 {
+		return false
+	}
+	th, err := v.m.u64(at(vm, L.VMRactorMainThread))
+	if err != nil || th == 0 {
+		return false
+	}
+	ec, err := v.m.u64(at(th, L.ThreadEC))
 	if err != nil {
-		return 0
+		return false
+	}
+	st, err := v.readStackBounds(ec)
+	if err != nil {
+		return false
+	}
+	_, ok := target.FindMapping(maps, st.vmStack)
+	return ok
+}
+
+// ripRefs returns the addresses that the machine code of the exported
+// function name, and of the functions it calls or jumps to up to depth
+// levels down, reads or takes through RIP-relative operands, in code order.
+// It returns nothing for a machine other than x86-64.
+func (v *VM) ripRefs(name string, depth int) []uint64 {
+	if v.Image.File.Machine != elf.EM_X86_64 {
+		return nil
+	}
+	start, size, err := v.Image.Symbol(name)
+	if err != nil {
+		return nil
 	}
 	seen := map[uint64]bool{}
-	var candidates []uint64
-	var visit func(fn, size uint64, depth int)
-	visit = func(fn, size uint64, depth int) {
-		if seen[fn] || depth > 2 {
+	var refs []uint64
+	var visit func(fn, size uint64, level int)
+	visit = func(fn, size uint64, level int) {
+		if seen[fn] || level > depth {
 			return
 		}
 		seen[fn] = true
@@ -47,11 +111,11 @@ func (v *VM) findGlobalSymbols() uint64 {
 				switch a := a.(type) {
 				case x86asm.Mem:
 					if a.Base == x86asm.RIP {
-						candidates = append(candidates, uint64(int64(next)+a.Disp))
+						refs = append(refs, uint64(int64(next)+a.Disp))
 					}
 				case x86asm.Rel:
 					if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
-						visit(uint64(int64(next)+int64(a)), 0, depth+1)
+						visit(uint64(int64(next)+int64(a)), 0, level+1)
 					}
 				}
 			}
@@ -59,16 +123,7 @@ func (v *VM) findGlobalSymbols() uint64 {
 		}
 	}
 	visit(start, size, 0)
-	for _, c := range candidates {
-		// A candidate may point at a member of the table rather than its
-		// start; try it as the start and as the address of each member.
-		for _, base := range []uint64{c, c - uint64(v.Layout.SymbolsIDs)} {
-			if v.plausibleSymbols(base) {
-				return base
-			}
-		}
-	}
-	return 0
+	return refs
 }
 
 // plausibleSymbols checks that addr looks like an rb_symbols_t: a serial

@@ -1,0 +1,35 @@
+package rubyvm
+
+import (
+	"debug/elf"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/rbscope/rbscope/internal/binary"
+)
+
+// TestChooseLayoutWithoutDWARF: an image without debug info is read with
+// the built-in table of its family, and a family without one is refused
+// with an error naming the version and the families rbscope has.
+func TestChooseLayoutWithoutDWARF(t *testing.T) {
+	im := &binary.Image{Path: "/opt/ruby/lib/libruby.so.3.2.6", File: &elf.File{}}
+	for _, fam := range []string{"3.1", "3.3"} {
+		l, err := chooseLayout(im, fam, fam+".0")
+		if err != nil {
+			t.Fatalf("family %s: %v", fam, err)
+		}
+		if l.Family != fam || l.Source != "table" {
+			t.Errorf("family %s: got layout %s from %s", fam, l.Family, l.Source)
+		}
+	}
+	_, err := chooseLayout(im, "3.2", "3.2.6")
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Ruby 3.2 without DWARF: %v, want ErrUnsupported", err)
+	}
+	for _, want := range []string{"Ruby 3.2.6", im.Path, "built-in: 3.1, 3.3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
