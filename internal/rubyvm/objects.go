@@ -121,14 +121,15 @@ func (v *VM) idName(id uint64) (string, error) {
 		return s, nil
 	}
 	L := v.Layout
-	if v.symbolsAddr == 0 {
+	symbols := v.globalSymbols()
+	if symbols == 0 {
 		return "", fmt.Errorf("the global symbol table was not found")
 	}
 	serial := id
 	if id > uint64(L.LastOpID) {
 		serial = id >> uint64(L.IDScopeShift)
 	}
-	lastID, err := v.m.u32(at(v.symbolsAddr, L.SymbolsLastID))
+	lastID, err := v.m.u32(at(symbols, L.SymbolsLastID))
 	if err != nil {
 		return "", err
 	}
@@ -138,7 +139,7 @@ func (v *VM) idName(id uint64) (string, error) {
 		}
 		return "", fmt.Errorf("ID %#x is not in the symbol table: %w", id, ErrGarbage)
 	}
-	ids, err := v.m.u64(at(v.symbolsAddr, L.SymbolsIDs))
+	ids, err := v.m.u64(at(symbols, L.SymbolsIDs))
 	if err != nil {
 		return "", err
 	}

@@ -39,12 +39,13 @@ type VM struct {
 	Version     string
 	Description string
 
-	vmPtrAddr   uint64 // &ruby_current_vm_ptr
-	symbolsAddr uint64 // &ruby_global_symbols (0 when not found)
-	m           mem
-	ids         map[uint64]string
-	classNames  map[uint64]string
-	iseqs       map[uint64]*iseqInfo
+	vmPtrAddr     uint64 // &ruby_current_vm_ptr
+	symbolsAddr   uint64 // &ruby_global_symbols (0 when not found)
+	symbolsLooked bool   // findGlobalSymbols has run
+	m             mem
+	ids           map[uint64]string
+	classNames    map[uint64]string
+	iseqs         map[uint64]*iseqInfo
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
@@ -100,7 +101,6 @@ func Open(t target.Target) (*VM, error) {
 	if v.vmPtrAddr, err = v.findVMPtr(maps); err != nil {
 		return nil, err
 	}
-	v.symbolsAddr = v.findGlobalSymbols()
 	if err := v.sanityCheck(maps); err != nil {
 		return nil, err
 	}

@@ -19,16 +19,27 @@ func (v *VM) findGlobalSymbols() uint64 {
 	if addr, _, err := v.Image.Symbol("ruby_global_symbols"); err == nil {
 		return addr
 	}
-	for _, c := range v.ripRefs("rb_id2str", 2) {
+	found, _ := v.findRIPRef("rb_id2str", 2, func(c uint64) (uint64, bool) {
 		// A candidate may point at a member of the table rather than its
-		// start; try it as the start and as the address of each member.
+		// start; try it as the start and as the address of the ids member.
 		for _, base := range []uint64{c, c - uint64(v.Layout.SymbolsIDs)} {
 			if v.plausibleSymbols(base) {
-				return base
+				return base, true
 			}
 		}
+		return 0, false
+	})
+	return found
+}
+
+// globalSymbols returns the address of ruby_global_symbols, looking for it
+// on first use: a stack without C methods never needs it.
+func (v *VM) globalSymbols() uint64 {
+	if !v.symbolsLooked {
+		v.symbolsLooked = true
+		v.symbolsAddr = v.findGlobalSymbols()
 	}
-	return 0
+	return v.symbolsAddr
 }
 
 // findVMPtr locates ruby_current_vm_ptr. Ruby 3.1 exports it; from Ruby 3.2
@@ -41,10 +52,10 @@ func (v *VM) findVMPtr(maps []target.Mapping) (uint64, error) {
 	if err == nil {
 		return addr, nil
 	}
-	for _, c := range v.ripRefs("ruby_vm_at_exit", 0) {
-		if v.plausibleVMPtr(c, maps) {
-			return c, nil
-		}
+	if addr, ok := v.findRIPRef("ruby_vm_at_exit", 0, func(c uint64) (uint64, bool) {
+		return c, v.plausibleVMPtr(c, maps)
+	}); ok {
+		return addr, nil
 	}
 	return 0, fmt.Errorf("Ruby %s in %s: ruby_current_vm_ptr is neither in its symbols nor found through ruby_vm_at_exit's code (or the VM is not running yet): %w", v.Version, v.Image.Path, ErrGarbage)
 }
@@ -73,58 +84,67 @@ func (v *VM) plausibleVMPtr(addr uint64, maps []target.Mapping) bool {
 	return ok
 }
 
-// ripRefs returns the addresses that the machine code of the exported
-// function name, and of the functions it calls or jumps to up to depth
-// levels down, reads or takes through RIP-relative operands, in code order.
-// It returns nothing for a machine other than x86-64.
-func (v *VM) ripRefs(name string, depth int) []uint64 {
+// findRIPRef reads the machine code of the exported function name, then of
+// the functions it calls or jumps to (breadth first, up to depth levels
+// down), and offers each address taken through a RIP-relative operand to
+// accept, in code order, until accept takes one. It finds nothing on a
+// machine other than x86-64.
+func (v *VM) findRIPRef(name string, depth int, accept func(uint64) (uint64, bool)) (uint64, bool) {
 	if v.Image.File.Machine != elf.EM_X86_64 {
-		return nil
+		return 0, false
 	}
 	start, size, err := v.Image.Symbol(name)
 	if err != nil {
-		return nil
+		return 0, false
 	}
-	seen := map[uint64]bool{}
-	var refs []uint64
-	var visit func(fn, size uint64, level int)
-	visit = func(fn, size uint64, level int) {
-		if seen[fn] || level > depth {
-			return
-		}
-		seen[fn] = true
-		if size == 0 || size > 2048 {
-			size = 2048
-		}
-		code, err := v.Image.Code(fn, size)
-		if err != nil {
-			return
-		}
-		for pc := uint64(0); pc < uint64(len(code)); {
-			inst, err := x86asm.Decode(code[pc:], 64)
-			if err != nil || inst.Len == 0 {
-				pc++
+	type fn struct{ addr, size uint64 }
+	queue := []fn{{start, size}}
+	seen := map[uint64]bool{start: true}
+	for level := 0; level <= depth && len(queue) > 0; level++ {
+		var next []fn
+		for _, f := range queue {
+			size := f.size
+			if size == 0 || size > maxCodeScan {
+				size = maxCodeScan
+			}
+			code, err := v.Image.Code(f.addr, size)
+			if err != nil {
 				continue
 			}
-			next := fn + pc + uint64(inst.Len)
-			for _, a := range inst.Args {
-				switch a := a.(type) {
-				case x86asm.Mem:
-					if a.Base == x86asm.RIP {
-						refs = append(refs, uint64(int64(next)+a.Disp))
-					}
-				case x86asm.Rel:
-					if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
-						visit(uint64(int64(next)+int64(a)), 0, level+1)
+			for pc := uint64(0); pc < uint64(len(code)); {
+				inst, err := x86asm.Decode(code[pc:], 64)
+				if err != nil || inst.Len == 0 {
+					break // data or padding: the function's code ended
+				}
+				after := f.addr + pc + uint64(inst.Len)
+				pc += uint64(inst.Len)
+				for _, a := range inst.Args {
+					switch a := a.(type) {
+					case x86asm.Mem:
+						if a.Base == x86asm.RIP {
+							if got, ok := accept(uint64(int64(after) + a.Disp)); ok {
+								return got, true
+							}
+						}
+					case x86asm.Rel:
+						if target := uint64(int64(after) + int64(a)); (inst.Op == x86asm.CALL || inst.Op == x86asm.JMP) && !seen[target] {
+							seen[target] = true
+							next = append(next, fn{target, 0})
+						}
 					}
 				}
+				if inst.Op == x86asm.RET && f.size == 0 {
+					break // a callee of unknown size: stop at its first return
+				}
 			}
-			pc += uint64(inst.Len)
 		}
+		queue = next
 	}
-	visit(start, size, 0)
-	return refs
+	return 0, false
 }
+
+// maxCodeScan bounds how much code findRIPRef reads of one function.
+const maxCodeScan = 1024
 
 // plausibleSymbols checks that addr looks like an rb_symbols_t: a serial
 // count in a sane range and an ids Array whose first chunk is an Array.
@@ -146,12 +166,12 @@ func (v *VM) plausibleSymbols(addr uint64) bool {
 	if err != nil || typ != L.TArray {
 		return false
 	}
-	saved := v.symbolsAddr
-	v.symbolsAddr = addr
+	saved, savedLooked := v.symbolsAddr, v.symbolsLooked
+	v.symbolsAddr, v.symbolsLooked = addr, true
 	// The first Ruby method ID registered is well known; any readable
 	// name for a small ID will do as a last check.
 	_, err = v.idName(uint64(L.LastOpID+1) << uint64(L.IDScopeShift))
-	v.symbolsAddr = saved
+	v.symbolsAddr, v.symbolsLooked = saved, savedLooked
 	v.ids = map[uint64]string{}
 	return err == nil
 }
