@@ -46,6 +46,8 @@ type VM struct {
 	ids           map[uint64]string
 	classNames    map[uint64]string
 	iseqs         map[uint64]*iseqInfo
+	lines         map[[2]uint64]int // (iseq, pc) -> line
+	cfuncs        map[uint64]string // ep[me_cref] of a C frame -> label
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
@@ -86,7 +88,8 @@ func Open(t target.Target) (*VM, error) {
 		im.Close()
 		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
-	v := &VM{T: t, Image: im, m: mem{t: t}, ids: map[uint64]string{}, classNames: map[uint64]string{}, iseqs: map[uint64]*iseqInfo{}}
+	v := &VM{T: t, Image: im, m: mem{t: t}}
+	v.ForgetCaches()
 	if v.Version, err = v.symbolString("ruby_version", 32); err != nil {
 		return nil, err
 	}
@@ -105,6 +108,17 @@ func Open(t target.Target) (*VM, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// ForgetCaches drops what was learned about instruction sequences, lines,
+// methods and names. Long-running readers (the sampler) call it now and then
+// so that memory the GC freed and reused is read afresh.
+func (v *VM) ForgetCaches() {
+	v.ids = map[uint64]string{}
+	v.classNames = map[uint64]string{}
+	v.iseqs = map[uint64]*iseqInfo{}
+	v.lines = map[[2]uint64]int{}
+	v.cfuncs = map[uint64]string{}
 }
 
 // Close releases the image.

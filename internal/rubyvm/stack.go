@@ -247,23 +247,35 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 		if err != nil {
 			return Frame{}, false, err
 		}
-		line, err := v.line(info, pc)
-		if err != nil {
-			return Frame{}, false, err
+		key := [2]uint64{iseq, pc}
+		line, ok := v.lines[key]
+		if !ok {
+			var err error
+			if line, err = v.line(info, pc); err != nil {
+				return Frame{}, false, err
+			}
+			v.lines[key] = line
 		}
 		return Frame{Kind: KindRuby, Label: info.label, Path: info.path, Line: line}, true, nil
 	}
 	if ep == 0 {
 		return Frame{}, false, nil
 	}
-	flags, err := v.m.u64(ep + uint64(L.EnvIndexFlags*8))
+	// One read covers the environment data from ep[me_cref] to ep[flags].
+	lo := min(L.EnvIndexMECref, L.EnvIndexFlags)
+	env, err := v.m.read(uint64(int64(ep)+lo*8), int(max(L.EnvIndexMECref, L.EnvIndexFlags)-lo+1)*8)
 	if err != nil {
 		return Frame{}, false, err
 	}
+	flags := le64(env, (L.EnvIndexFlags-lo)*8)
 	if int64(flags)&L.FrameMagicMask != L.FrameMagicCFunc {
 		return Frame{}, false, nil
 	}
-	me, err := v.methodEntry(ep)
+	meCref := le64(env, (L.EnvIndexMECref-lo)*8)
+	if label, ok := v.cfuncs[meCref]; ok {
+		return Frame{Kind: KindCFunc, Label: label}, true, nil
+	}
+	me, err := v.methodEntry(meCref)
 	if err != nil {
 		return Frame{}, false, err
 	}
@@ -281,17 +293,17 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	if err != nil {
 		name = "?"
 	}
-	return Frame{Kind: KindCFunc, Label: v.methodLabel(le64(b, L.MEOwner), name)}, true, nil
+	label := v.methodLabel(le64(b, L.MEOwner), name)
+	if name != "?" {
+		v.cfuncs[meCref] = label
+	}
+	return Frame{Kind: KindCFunc, Label: label}, true, nil
 }
 
 // methodEntry finds the callable method entry of a C frame from its local
-// environment (ep[VM_ENV_DATA_INDEX_ME_CREF]), looking through a svar.
-func (v *VM) methodEntry(ep uint64) (uint64, error) {
+// environment's ep[VM_ENV_DATA_INDEX_ME_CREF] value, looking through a svar.
+func (v *VM) methodEntry(obj uint64) (uint64, error) {
 	L := v.Layout
-	obj, err := v.m.u64(uint64(int64(ep) + L.EnvIndexMECref*8))
-	if err != nil {
-		return 0, err
-	}
 	for i := 0; i < 2; i++ {
 		typ, flags, err := v.objType(obj)
 		if err != nil {

@@ -17,6 +17,10 @@ import (
 // MaxRate is the highest sampling rate accepted, in Hz.
 const MaxRate = 1000
 
+// cacheLifetime is how long names learned from a target's memory are
+// trusted before being read again (the GC may free and reuse the memory).
+const cacheLifetime = 5 * time.Second
+
 // Options control a recording.
 type Options struct {
 	// Rate is samples per second (1..MaxRate).
@@ -147,7 +151,7 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	lastScan, lastProgress := time.Now(), time.Now()
+	lastScan, lastProgress, lastForget := time.Now(), time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,6 +163,14 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 		case <-ticker.C:
 		}
 		prof.Ticks++
+		if time.Since(lastForget) > cacheLifetime {
+			for _, p := range s.procs {
+				if p.vm != nil {
+					p.vm.ForgetCaches()
+				}
+			}
+			lastForget = time.Now()
+		}
 		alive := 0
 		for _, p := range s.procs {
 			if p.gone {
