@@ -48,7 +48,11 @@ const (
 )
 
 // Threads walks every ractor's threads and returns their stacks.
-func (v *VM) Threads() ([]Thread, error) {
+func (v *VM) Threads() ([]Thread, error) { return v.ReadThreads(true) }
+
+// ReadThreads walks every ractor's threads; with stacks false it reads only
+// who they are (TID, name, status), which is much cheaper.
+func (v *VM) ReadThreads(stacks bool) ([]Thread, error) {
 	L := v.Layout
 	vm, err := v.vmPtr()
 	if err != nil {
@@ -67,7 +71,7 @@ func (v *VM) Threads() ([]Thread, error) {
 			return out, fmt.Errorf("listing threads: %w", err)
 		}
 		for _, th := range ths {
-			t := v.thread(th)
+			t := v.thread(th, stacks)
 			t.Main = th == mainThread
 			t.GVL = th == gvlOwner
 			out = append(out, t)
@@ -112,7 +116,7 @@ func (v *VM) list(head uint64, nodeOff int64, max int) ([]uint64, error) {
 }
 
 // thread reads one rb_thread_t; a failure is recorded in Thread.Error.
-func (v *VM) thread(th uint64) Thread {
+func (v *VM) thread(th uint64, stacks bool) Thread {
 	L := v.Layout
 	t := Thread{Addr: th}
 	size := L.ThreadName + 8
@@ -151,6 +155,9 @@ func (v *VM) thread(th uint64) Thread {
 	}
 	if name := le64(b, L.ThreadName); v.isHeapObject(name) {
 		t.Name, _ = v.rstring(name)
+	}
+	if !stacks {
+		return t
 	}
 	frames, err := v.stack(le64(b, L.ThreadEC))
 	t.Frames = frames

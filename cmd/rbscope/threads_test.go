@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+type churnReport struct {
+	PID     int `json:"pid"`
+	Threads []struct {
+		Name   *string `json:"name"`
+		Main   bool    `json:"main"`
+		TID    int     `json:"tid"`
+		Status string  `json:"status"`
+	} `json:"threads"`
+}
+
+// TestThreadsTable joins native threads with Ruby threads and checks each
+// against what the program reports of itself (Thread#native_thread_id,
+// Thread#name, Thread#status).
+func TestThreadsTable(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "thread_churn.rb", nil)
+			var rep churnReport
+			p.WaitReport(t, &rep, 30*time.Second)
+			out, stderr, code := rbscope(t, "threads", "-p", fmt.Sprint(p.PID()), "--json", "--interval", "300ms")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var rows []threadRow
+			if err := json.Unmarshal([]byte(out), &rows); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			byTID := map[int]threadRow{}
+			for _, r := range rows {
+				byTID[r.TID] = r
+				if r.StackBytes == nil || *r.StackBytes == 0 || *r.StackBytes > 64<<20 {
+					t.Errorf("tid %d: stack in use %v", r.TID, r.StackBytes)
+				}
+			}
+			for _, want := range rep.Threads {
+				r, ok := byTID[want.TID]
+				if !ok || r.Kind != "ruby" || r.Ruby == nil {
+					t.Errorf("Ruby thread %v (tid %d) not joined: %+v", want.Name, want.TID, r)
+					continue
+				}
+				if want.Name != nil && r.Ruby.Name != *want.Name {
+					t.Errorf("tid %d: name %q, Ruby says %q", want.TID, r.Ruby.Name, *want.Name)
+				}
+				if r.Ruby.Main != want.Main {
+					t.Errorf("tid %d: main=%v", want.TID, r.Ruby.Main)
+				}
+				if !want.Main && r.Ruby.Status != want.Status {
+					t.Errorf("thread %v: status %q, Thread#status %q", *want.Name, r.Ruby.Status, want.Status)
+				}
+				if want.Name != nil && *want.Name == "cpu" && r.CPUPercent < 30 {
+					t.Errorf("the spinning thread used %.0f%% CPU", r.CPUPercent)
+				}
+				if want.Name != nil && *want.Name == "napper" && (r.Ruby.Frame == nil || !strings.HasSuffix(r.Ruby.Frame.Label, "sleep")) {
+					t.Errorf("napper's innermost frame is %+v", r.Ruby.Frame)
+				}
+			}
+			for _, r := range rows {
+				if r.Kind == "native" {
+					t.Errorf("tid %d (%s) is not joined to any Ruby thread", r.TID, r.Comm)
+				}
+			}
+		})
+	}
+}
+
+// TestThreadsFollow: a thread born and dying every 50 ms must produce
+// matching birth and death events, with its name and TID, from both event
+// sources.
+func TestThreadsFollow(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		for _, mode := range []string{"netlink", "poll"} {
+			t.Run(rb.Name+"/"+mode, func(t *testing.T) {
+				p := testruby.Start(t, rb, "thread_churn.rb", []string{"BLIP_MS=50"})
+				var rep churnReport
+				p.WaitReport(t, &rep, 30*time.Second)
+				args := []string{"threads", "-p", fmt.Sprint(p.PID()), "--follow", "--json"}
+				if mode == "poll" {
+					args = append(args, "--poll")
+				}
+				cmd := exec.Command(rbscopeBin, args...)
+				var stdout, stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2500 * time.Millisecond)
+				cmd.Process.Signal(syscall.SIGINT)
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("%v: %s", err, stderr.String())
+				}
+				if mode == "poll" && !strings.Contains(stderr.String(), "polling") {
+					t.Errorf("stderr does not say the source is polling: %q", stderr.String())
+				}
+				born, exited := map[string]int{}, map[string]int{}
+				sc := bufio.NewScanner(strings.NewReader(stdout.String()))
+				for sc.Scan() {
+					var ev followEvent
+					if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+						t.Fatalf("bad event line %q: %v", sc.Text(), err)
+					}
+					if !strings.HasPrefix(ev.Name, "blip-") {
+						continue
+					}
+					switch ev.Event {
+					case "born":
+						born[ev.Name] = ev.TID
+					case "exited":
+						exited[ev.Name] = ev.TID
+					}
+				}
+				// What the program logged: each blip's name and TID.
+				f, err := os.Open(p.Report + ".blips")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				logged := map[string]int{}
+				lsc := bufio.NewScanner(f)
+				for lsc.Scan() {
+					var b struct {
+						Name string `json:"name"`
+						TID  int    `json:"tid"`
+					}
+					json.Unmarshal(lsc.Bytes(), &b)
+					logged[b.Name] = b.TID
+				}
+				first, last := 1<<30, 0
+				for name := range exited {
+					n, _ := strconv.Atoi(strings.TrimPrefix(name, "blip-"))
+					first, last = min(first, n), max(last, n)
+				}
+				if last-first < 5 {
+					t.Fatalf("only blips %d..%d seen exiting:\n%s", first, last, stdout.String())
+				}
+				// Every blip seen must have both events with the TID the
+				// program logged; of the blips from the second seen to the
+				// last, a 20 ms life read every 2 ms on a busy machine may
+				// rarely be missed whole, but not more than one in ten.
+				missed, total := 0, 0
+				for n := first + 1; n <= last; n++ {
+					name := fmt.Sprintf("blip-%d", n)
+					tid, ok := logged[name]
+					if !ok {
+						continue // logged after the program's log was read
+					}
+					total++
+					_, b := born[name]
+					_, e := exited[name]
+					if !b && !e {
+						missed++
+						continue
+					}
+					if born[name] != tid || exited[name] != tid {
+						t.Errorf("%s (tid %d): born tid %d, exited tid %d", name, tid, born[name], exited[name])
+					}
+				}
+				t.Logf("%d of %d blips seen", total-missed, total)
+				if missed*10 > total {
+					t.Errorf("missed %d of %d blips", missed, total)
+				}
+			})
+		}
+	}
+}
