@@ -121,12 +121,29 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 	for _, r := range rects {
 		y := height - fgBottom - float64(r.depth+1)*fgFrameH
 		name := html.EscapeString(r.name)
-		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f"></text></g>`+"\n",
+		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
 			r.x, r.w, r.depth, name, r.count, pct(r.count, total),
-			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, color(r.name, r.kind), fgPad+r.x*scale+3, y+fgFrameH-4.5)
+			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, color(r.name, r.kind), fgPad+r.x*scale+3, y+fgFrameH-4.5,
+			html.EscapeString(fitText(r.name, r.w*scale)))
 	}
 	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(flamegraphJS))
 	return bw.err
+}
+
+// fgCharWidth is the average width of a character at fgFontSize.
+const fgCharWidth = 7.2
+
+// fitText shortens a frame name to what fits in width pixels, as the
+// script does again after a zoom (so the graph reads without scripts too).
+func fitText(name string, width float64) string {
+	fit := int((width - 6) / fgCharWidth)
+	switch {
+	case fit < 3:
+		return ""
+	case len(name) <= fit:
+		return name
+	}
+	return name[:fit-2] + ".."
 }
 
 // color picks a warm color for Ruby frames, a yellow-green for C methods and
@@ -161,7 +178,7 @@ func (e *errWriter) printf(format string, args ...any) {
 // samples (data-x, data-w) and depth (data-d); zooming recomputes x and
 // width from those, so no state beyond the DOM is kept.
 const flamegraphJS = `
-var svg, frames, details, reset, searchBtn, matchedText, total, pad = 10, width = 1200, charW = 7.2;
+var svg, frames, details, reset, searchBtn, matchedText, total, pad = 10, width = 1200, charW = 7.2; // charW: fgCharWidth
 function init(evt) {
   svg = document.documentElement;
   frames = Array.prototype.slice.call(document.querySelectorAll("g.f"));
