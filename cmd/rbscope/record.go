@@ -157,6 +157,9 @@ func childStatus(child *exec.Cmd) error {
 	} else {
 		child.Wait()
 	}
+	if child.ProcessState == nil {
+		return nil // reaped elsewhere: its status is lost, not an rbscope failure
+	}
 	ws, ok := child.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case !ok:

@@ -319,9 +319,9 @@ func followThreads(pid int, asJSON, poll bool) error {
 	}
 	first := true
 	scan := func() {
-		threads, err := vm.ReadThreads(false)
+		threads, err := vm.ReadThreads(nil)
 		for i := 0; err != nil && i < 3; i++ {
-			threads, err = vm.ReadThreads(false) // torn by a thread being born or dying
+			threads, err = vm.ReadThreads(nil) // torn by a thread being born or dying
 		}
 		if err != nil {
 			return
@@ -366,6 +366,12 @@ func followThreads(pid int, asJSON, poll bool) error {
 		first = false
 		for self, ft := range ruby {
 			if !seen[self] {
+				if !ft.printed && ft.tid == 0 {
+					// Never seen with a native thread: a half-made thread
+					// read mid-change, or one too short to matter. Drop it.
+					delete(ruby, self)
+					continue
+				}
 				printBirth(ft)
 				emit(followEvent{Time: now, Event: "exited", TID: ft.tid, Name: ft.name, Creator: ft.creator, Lifetime: now.Sub(ft.born).Seconds()})
 				delete(ruby, self)
@@ -376,7 +382,7 @@ func followThreads(pid int, asJSON, poll bool) error {
 			}
 			// A name usually follows within a few ms (Thread.current.name=),
 			// and on Ruby 3.3 the native thread is assigned just after birth.
-			if !ft.printed && (ft.name != "" && ft.tid != 0 || now.Sub(ft.born) > 50*time.Millisecond) {
+			if !ft.printed && ft.tid != 0 && (ft.name != "" || now.Sub(ft.born) > 50*time.Millisecond) {
 				printBirth(ft)
 			}
 		}

@@ -64,8 +64,13 @@ func TestThreadsTable(t *testing.T) {
 				if !want.Main && r.Ruby.Status != want.Status {
 					t.Errorf("thread %v: status %q, Thread#status %q", *want.Name, r.Ruby.Status, want.Status)
 				}
-				if want.Name != nil && *want.Name == "cpu" && r.CPUPercent < 30 {
+				// On a loaded 2-core machine a spinning thread may get only a
+				// share of a CPU; it must still stand out from a sleeper.
+				if want.Name != nil && *want.Name == "cpu" && r.CPUPercent < 5 {
 					t.Errorf("the spinning thread used %.0f%% CPU", r.CPUPercent)
+				}
+				if want.Name != nil && *want.Name == "napper" && r.CPUPercent > 2 {
+					t.Errorf("the sleeping thread used %.0f%% CPU", r.CPUPercent)
 				}
 				if want.Name != nil && *want.Name == "napper" && (r.Ruby.Frame == nil || !strings.HasSuffix(r.Ruby.Frame.Label, "sleep")) {
 					t.Errorf("napper's innermost frame is %+v", r.Ruby.Frame)

@@ -48,11 +48,14 @@ const (
 )
 
 // Threads walks every ractor's threads and returns their stacks.
-func (v *VM) Threads() ([]Thread, error) { return v.ReadThreads(true) }
+func (v *VM) Threads() ([]Thread, error) {
+	return v.ReadThreads(func(Thread) bool { return true })
+}
 
-// ReadThreads walks every ractor's threads; with stacks false it reads only
-// who they are (TID, name, status), which is much cheaper.
-func (v *VM) ReadThreads(stacks bool) ([]Thread, error) {
+// ReadThreads walks every ractor's threads and reads who they are (TID,
+// name, status, GVL); it walks the stacks only of the threads withStack
+// accepts (none when it is nil), as stacks are what costs.
+func (v *VM) ReadThreads(withStack func(Thread) bool) ([]Thread, error) {
 	L := v.Layout
 	vm, err := v.vmPtr()
 	if err != nil {
@@ -71,9 +74,16 @@ func (v *VM) ReadThreads(stacks bool) ([]Thread, error) {
 			return out, fmt.Errorf("listing threads: %w", err)
 		}
 		for _, th := range ths {
-			t := v.thread(th, stacks)
+			t, ec := v.thread(th)
 			t.Main = th == mainThread
 			t.GVL = th == gvlOwner
+			if t.Error == "" && withStack != nil && withStack(t) {
+				frames, err := v.stack(ec)
+				t.Frames = frames
+				if err != nil {
+					t.Error = err.Error()
+				}
+			}
 			out = append(out, t)
 		}
 	}
@@ -115,8 +125,9 @@ func (v *VM) list(head uint64, nodeOff int64, max int) ([]uint64, error) {
 	return out, nil
 }
 
-// thread reads one rb_thread_t; a failure is recorded in Thread.Error.
-func (v *VM) thread(th uint64, stacks bool) Thread {
+// thread reads one rb_thread_t and returns it with the address of its
+// execution context; a failure is recorded in Thread.Error.
+func (v *VM) thread(th uint64) (Thread, uint64) {
 	L := v.Layout
 	t := Thread{Addr: th}
 	size := L.ThreadName + 8
@@ -128,7 +139,7 @@ func (v *VM) thread(th uint64, stacks bool) Thread {
 	b, err := v.m.read(th, int(size))
 	if err != nil {
 		t.Error = err.Error()
-		return t
+		return t, 0
 	}
 	t.Self = le64(b, L.ThreadSelf)
 	switch {
@@ -156,15 +167,7 @@ func (v *VM) thread(th uint64, stacks bool) Thread {
 	if name := le64(b, L.ThreadName); v.isHeapObject(name) {
 		t.Name, _ = v.rstring(name)
 	}
-	if !stacks {
-		return t
-	}
-	frames, err := v.stack(le64(b, L.ThreadEC))
-	t.Frames = frames
-	if err != nil {
-		t.Error = err.Error()
-	}
-	return t
+	return t, le64(b, L.ThreadEC)
 }
 
 type stackBounds struct {

@@ -221,8 +221,31 @@ func (s *Sampler) sample(p *proc) {
 			return // nothing on a CPU: no need to stop the process
 		}
 	}
+	// The TID rbscope should see for a Ruby thread: a forked child's main
+	// thread keeps its parent's TID in Ruby's books.
+	tidOf := func(th rubyvm.Thread) int {
+		if th.Main && tasks != nil && !tasks[th.TID] {
+			return p.pid
+		}
+		return th.TID
+	}
+	wanted := func(th rubyvm.Thread) bool {
+		return (running == nil || running[tidOf(th)]) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
+	}
 	if !s.opts.Nonblocking {
-		if err := p.live.Pause(); err != nil {
+		var err error
+		if running != nil {
+			// Only the running threads' stacks are read, so only they
+			// stop; the rest of the process is not disturbed.
+			tids := make([]int, 0, len(running))
+			for tid := range running {
+				tids = append(tids, tid)
+			}
+			err = p.live.PauseThreads(tids)
+		} else {
+			err = p.live.Pause()
+		}
+		if err != nil {
 			p.live.Resume()
 			if p.gone = Exited(p.pid); !p.gone {
 				prof.Errors++
@@ -230,7 +253,7 @@ func (s *Sampler) sample(p *proc) {
 			return
 		}
 	}
-	threads, err := p.vm.Threads()
+	threads, err := p.vm.ReadThreads(wanted)
 	if !s.opts.Nonblocking {
 		p.live.Resume()
 	}
@@ -241,14 +264,7 @@ func (s *Sampler) sample(p *proc) {
 		return
 	}
 	for _, th := range threads {
-		tid := th.TID
-		if th.Main && tasks != nil && !tasks[tid] {
-			tid = p.pid // a forked child's main thread keeps its parent's TID in Ruby's books
-		}
-		if running != nil && !running[tid] {
-			continue
-		}
-		if s.opts.ThreadFilter != nil && !s.opts.ThreadFilter(th) {
+		if !wanted(th) {
 			continue
 		}
 		if s.opts.Idle && th.Status == "dead" {

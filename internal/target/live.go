@@ -225,7 +225,14 @@ func (l *Live) Comm() string {
 // threads again until no new one appears. While paused, SIGINT, SIGTERM and
 // SIGHUP to rbscope resume the target before rbscope exits. If rbscope dies
 // anyway, the kernel detaches and the target runs on.
-func (l *Live) Pause() error {
+func (l *Live) Pause() error { return l.pause(nil) }
+
+// PauseThreads stops only the given threads: enough for a consistent read of
+// their own stacks, and the rest of the process runs on. Threads that have
+// ended are skipped.
+func (l *Live) PauseThreads(tids []int) error { return l.pause(tids) }
+
+func (l *Live) pause(only []int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tracer == nil {
@@ -243,7 +250,7 @@ func (l *Live) Pause() error {
 		}(l.stopSignals)
 	}
 	registerPaused(l)
-	err := l.tracer.do(func() error { return l.pauseLocked() })
+	err := l.tracer.do(func() error { return l.pauseLocked(only) })
 	if err != nil {
 		l.tracer.do(func() error { l.detachLocked(); return nil })
 		unregisterPaused(l)
@@ -260,12 +267,16 @@ func (l *Live) stopSignalWatch() {
 	}
 }
 
-// pauseLocked runs on the tracer thread.
-func (l *Live) pauseLocked() error {
+// pauseLocked runs on the tracer thread. With only nil it stops every
+// thread, listing them again until no new one appears.
+func (l *Live) pauseLocked(only []int) error {
 	for round := 0; round < 50; round++ {
-		tids, err := l.Threads()
-		if err != nil {
-			return err
+		tids := only
+		if tids == nil {
+			var err error
+			if tids, err = l.Threads(); err != nil {
+				return err
+			}
 		}
 		var fresh []int
 		for _, tid := range tids {
@@ -288,7 +299,7 @@ func (l *Live) pauseLocked() error {
 			fresh = append(fresh, tid)
 		}
 		if len(fresh) == 0 {
-			if len(l.paused) == 0 {
+			if len(l.paused) == 0 && only == nil {
 				return fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 			}
 			return nil
@@ -298,33 +309,41 @@ func (l *Live) pauseLocked() error {
 				return err
 			}
 		}
+		if only != nil {
+			return nil
+		}
 	}
 	return fmt.Errorf("pid %d keeps creating threads; could not pause it", l.pid)
 }
 
 // waitStop waits, bounded by StopTimeout, for tid to enter a ptrace stop.
+// It polls without sleeping at first (a stop takes microseconds, and every
+// one of them is time the target stands still), then backs off. An exit is
+// only peeked at (WNOWAIT), never reaped: the process's parent, which may be
+// rbscope itself in launch mode, must still see it.
 func (l *Live) waitStop(tid int) error {
-	deadline := time.Now().Add(l.StopTimeout)
-	delay := 10 * time.Microsecond
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(tid, &ws, unix.WNOHANG|unix.WALL, nil)
-		if err != nil {
-			if errors.Is(err, unix.ECHILD) || errors.Is(err, unix.ESRCH) {
-				delete(l.paused, tid)
-				return nil
-			}
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
+	start := time.Now()
+	delay := 20 * time.Microsecond
+	for spins := 0; ; spins++ {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, tid, &info, unix.WSTOPPED|unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD) || errors.Is(err, unix.ESRCH):
+			delete(l.paused, tid)
+			return nil
+		case err != nil:
 			return fmt.Errorf("wait for tid %d: %w", tid, err)
 		}
-		if got == tid {
-			switch {
-			case ws.Exited() || ws.Signaled():
-				delete(l.paused, tid)
+		if info.Signo != 0 { // something to report
+			code := info.Code
+			if code == cldExited || code == cldKilled || code == cldDumped {
+				delete(l.paused, tid) // ended: leave the zombie to its parent
 				return nil
-			case ws.Stopped():
+			}
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(tid, &ws, unix.WNOHANG|unix.WALL, nil); err == nil && ws.Stopped() {
 				sig := ws.StopSignal()
 				// A stop for the interrupt (event stop) carries SIGTRAP and a
 				// non-zero event, or a group-stop signal; a signal-delivery
@@ -334,9 +353,14 @@ func (l *Live) waitStop(tid int) error {
 				}
 				return nil
 			}
+			continue
 		}
-		if time.Now().After(deadline) {
+		if time.Since(start) > l.StopTimeout {
 			return fmt.Errorf("thread %d of pid %d did not stop within %v (uninterruptible sleep?)", tid, l.pid, l.StopTimeout)
+		}
+		if spins < 2000 && time.Since(start) < 500*time.Microsecond {
+			runtime.Gosched()
+			continue
 		}
 		time.Sleep(delay)
 		if delay < time.Millisecond {
@@ -344,6 +368,13 @@ func (l *Live) waitStop(tid int) error {
 		}
 	}
 }
+
+// si_code values of SIGCHLD (asm-generic/siginfo.h).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
 
 // detachLocked runs on the tracer thread and lets every seized thread go.
 func (l *Live) detachLocked() {
