@@ -33,8 +33,14 @@ var workload struct {
 	err  error
 }
 
+// cleanups run when the benchmarks are done (other workloads stop there).
+var cleanups []func()
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
 	if workload.cmd != nil {
 		_ = workload.cmd.Process.Kill()
 		_ = workload.cmd.Wait()

@@ -6,8 +6,8 @@
 # Writes its pid to RESULT_JSON.pid at once, sleeps DELAY_S (default 0.5;
 # the time a profiler launching it needs to attach; a sleeping thread is
 # not sampled), then runs ROUNDS rounds of chain_a/chain_b/chain_c and
-# writes {"pid", "rounds", "elapsed"} to RESULT_JSON, elapsed being the
-# rounds' own CLOCK_MONOTONIC seconds. ROUNDS=0 calibrates instead: runs
+# writes {"pid", "rounds", "elapsed", "cpu"} to RESULT_JSON: the rounds' own
+# CLOCK_MONOTONIC seconds and the process's CPU seconds over them. ROUNDS=0 calibrates instead: runs
 # rounds for DELAY_S seconds (no sleep) and writes the rounds per second.
 require "json"
 require_relative "bench_split_defs"
@@ -30,7 +30,9 @@ if rounds.zero?
 end
 
 sleep delay
+c0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 split_rounds(rounds)
 el = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
-bench_write_json(out, { "pid" => Process.pid, "rounds" => rounds, "elapsed" => el })
+cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - c0
+bench_write_json(out, { "pid" => Process.pid, "rounds" => rounds, "elapsed" => el, "cpu" => cpu })

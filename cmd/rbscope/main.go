@@ -59,7 +59,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
-	root.AddCommand(newStackCmd(), newRecordCmd(), newTopCmd(), newThreadsCmd())
+	root.AddCommand(newStackCmd(), newRecordCmd(), newTopCmd(), newThreadsCmd(), newHeapCmd())
 	return root
 }
 

@@ -48,6 +48,7 @@ type VM struct {
 	iseqs         map[uint64]*iseqInfo
 	lines         map[[2]uint64]int // (iseq, pc) -> line
 	cfuncs        map[uint64]string // ep[me_cref] of a C frame -> label
+	objspaceOff   int64             // offset of rb_vm_t.objspace, once checked (0: not yet)
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)

@@ -143,6 +143,43 @@ func (v *VM) findRIPRef(name string, depth int, accept func(uint64) (uint64, boo
 	return 0, false
 }
 
+// findDispFor reads the machine code of the exported function name and
+// offers each displacement of a memory operand based on a register (a
+// struct member access such as GET_VM()->objspace) to accept, in code
+// order, returning the first one accepted.
+func (v *VM) findDispFor(name string, accept func(int64) bool) (int64, bool) {
+	if v.Image.File.Machine != elf.EM_X86_64 {
+		return 0, false
+	}
+	start, size, err := v.Image.Symbol(name)
+	if err != nil {
+		return 0, false
+	}
+	if size == 0 || size > maxCodeScan {
+		size = maxCodeScan
+	}
+	code, err := v.Image.Code(start, size)
+	if err != nil {
+		return 0, false
+	}
+	for pc := 0; pc < len(code); {
+		inst, err := x86asm.Decode(code[pc:], 64)
+		if err != nil || inst.Len == 0 {
+			break
+		}
+		pc += inst.Len
+		for _, a := range inst.Args {
+			if m, ok := a.(x86asm.Mem); ok && m.Base != x86asm.RIP && m.Base != 0 && m.Disp > 0 && accept(m.Disp) {
+				return m.Disp, true
+			}
+		}
+		if inst.Op == x86asm.RET {
+			break
+		}
+	}
+	return 0, false
+}
+
 // maxCodeScan bounds how much code findRIPRef reads of one function.
 const maxCodeScan = 1024
 

@@ -141,10 +141,20 @@ type Layout struct {
 	RBasicKlass int64 `dwarf:"off:RBasic.klass"`
 	RValueSize  int64 `dwarf:"size:RVALUE"`
 
+	// the GC heap (gc.c): objspace->heap_pages.sorted lists every page, of
+	// every size pool, allocated_pages of them; a page holds total_slots
+	// slots of slot_size bytes (both shorts) from start
+	ObjspaceSortedPages    int64 `dwarf:"off:rb_objspace.heap_pages.sorted"`
+	ObjspaceAllocatedPages int64 `dwarf:"off:rb_objspace.heap_pages.allocated_pages"`
+	HeapPageSlotSize       int64 `dwarf:"off:heap_page.slot_size"`
+	HeapPageTotalSlots     int64 `dwarf:"off:heap_page.total_slots"`
+	HeapPageStart          int64 `dwarf:"off:heap_page.start"`
+
 	RStringLen           int64 `dwarf:"off:RString.len,optional"`
 	RStringHeapLen       int64 `dwarf:"off:RString.as.heap.len,optional"`
 	RStringHeapPtr       int64 `dwarf:"off:RString.as.heap.ptr"`
 	RStringEmbedAry      int64 `dwarf:"off:RString.as.embed.ary"`
+	RStringHeapCapa      int64 `dwarf:"off:RString.as.heap.aux.capa"`
 	RStringEmbedLen      int64 `dwarf:"off:RString.as.embed.len,optional"`
 	RStringNoEmbed       int64 `dwarf:"enum:RSTRING_NOEMBED"`
 	RStringEmbedLenMask  int64 `dwarf:"enum:RSTRING_EMBED_LEN_MASK,optional"`
@@ -152,6 +162,7 @@ type Layout struct {
 
 	RArrayHeapLen       int64 `dwarf:"off:RArray.as.heap.len"`
 	RArrayHeapPtr       int64 `dwarf:"off:RArray.as.heap.ptr"`
+	RArrayHeapCapa      int64 `dwarf:"off:RArray.as.heap.aux.capa"`
 	RArrayEmbedAry      int64 `dwarf:"off:RArray.as.ary"`
 	RArrayEmbedFlag     int64 `dwarf:"enum:RARRAY_EMBED_FLAG"`
 	RArrayEmbedLenMask  int64 `dwarf:"enum:RARRAY_EMBED_LEN_MASK"`
@@ -161,6 +172,7 @@ type Layout struct {
 	// after struct RClass (3.3)
 	RClassExtPtr      int64 `dwarf:"off:RClass.ptr,optional"`
 	RClassSize        int64 `dwarf:"size:RClass"`
+	RClassSuper       int64 `dwarf:"off:RClass.super"`
 	ClassExtIVTbl     int64 `dwarf:"off:rb_classext_struct.iv_tbl,optional"`
 	ClassExtClassPath int64 `dwarf:"off:rb_classext_struct.classpath,optional"`
 	ClassExtAttached  int64 `dwarf:"off:rb_classext_struct.as.singleton_class.attached_object,optional"`
@@ -186,15 +198,36 @@ type Layout struct {
 
 	// enum ruby_value_type, ruby_fl_type, ruby_special_consts
 	TMask        int64 `dwarf:"enum:RUBY_T_MASK"`
+	TNone        int64 `dwarf:"enum:RUBY_T_NONE"`
 	TObject      int64 `dwarf:"enum:RUBY_T_OBJECT"`
 	TClass       int64 `dwarf:"enum:RUBY_T_CLASS"`
 	TModule      int64 `dwarf:"enum:RUBY_T_MODULE"`
-	TIClass      int64 `dwarf:"enum:RUBY_T_ICLASS"`
+	TFloat       int64 `dwarf:"enum:RUBY_T_FLOAT"`
 	TString      int64 `dwarf:"enum:RUBY_T_STRING"`
+	TRegexp      int64 `dwarf:"enum:RUBY_T_REGEXP"`
 	TArray       int64 `dwarf:"enum:RUBY_T_ARRAY"`
+	THash        int64 `dwarf:"enum:RUBY_T_HASH"`
+	TStruct      int64 `dwarf:"enum:RUBY_T_STRUCT"`
+	TBignum      int64 `dwarf:"enum:RUBY_T_BIGNUM"`
+	TFile        int64 `dwarf:"enum:RUBY_T_FILE"`
+	TData        int64 `dwarf:"enum:RUBY_T_DATA"`
+	TMatch       int64 `dwarf:"enum:RUBY_T_MATCH"`
+	TComplex     int64 `dwarf:"enum:RUBY_T_COMPLEX"`
+	TRational    int64 `dwarf:"enum:RUBY_T_RATIONAL"`
+	TNil         int64 `dwarf:"enum:RUBY_T_NIL"`
+	TTrue        int64 `dwarf:"enum:RUBY_T_TRUE"`
+	TFalse       int64 `dwarf:"enum:RUBY_T_FALSE"`
+	TSymbol      int64 `dwarf:"enum:RUBY_T_SYMBOL"`
+	TFixnum      int64 `dwarf:"enum:RUBY_T_FIXNUM"`
+	TUndef       int64 `dwarf:"enum:RUBY_T_UNDEF"`
 	TImemo       int64 `dwarf:"enum:RUBY_T_IMEMO"`
+	TNode        int64 `dwarf:"enum:RUBY_T_NODE"`
+	TIClass      int64 `dwarf:"enum:RUBY_T_ICLASS"`
+	TZombie      int64 `dwarf:"enum:RUBY_T_ZOMBIE"`
+	TMoved       int64 `dwarf:"enum:RUBY_T_MOVED"`
 	FlUShift     int64 `dwarf:"enum:RUBY_FL_USHIFT"`
 	FlSingleton  int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
+	FlEltsShared int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
 	Qnil         int64 `dwarf:"enum:RUBY_Qnil"`
 	Qfalse       int64 `dwarf:"enum:RUBY_Qfalse"`
 	Qundef       int64 `dwarf:"enum:RUBY_Qundef"`

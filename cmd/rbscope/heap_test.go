@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+func TestHeapCensusJSONAndText(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "heap_census.rb", nil)
+	var rep struct {
+		HeapProbe uint64 `json:"heap_probe"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	pid := fmt.Sprint(p.PID())
+
+	stdout, stderr, code := rbscope(t, "heap", "census", "-p", pid, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []struct {
+		Type  string `json:"type"`
+		Class string `json:"class"`
+		Count uint64 `json:"count"`
+		Bytes uint64 `json:"bytes"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	found := false
+	for i, r := range rows {
+		if i > 0 && r.Bytes > rows[i-1].Bytes {
+			t.Errorf("rows not largest first: %+v after %+v", r, rows[i-1])
+		}
+		if r.Class == "HeapProbe" {
+			found = true
+			if r.Type != "OBJECT" || r.Count != rep.HeapProbe || r.Bytes < r.Count*40 {
+				t.Errorf("HeapProbe row %+v, want OBJECT x %d", r, rep.HeapProbe)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no HeapProbe row in %d rows", len(rows))
+	}
+	if st := processState(t, p.PID()); st == "t" || st == "T" {
+		t.Errorf("target left stopped (state %s)", st)
+	}
+
+	stdout, stderr, code = rbscope(t, "heap", "census", "-p", pid)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		`(?m)^TYPE +COUNT +BYTES$`,
+		`(?m)^OBJECT +\d+ +\d+$`,
+		`(?m)^STRING +\d+ +\d+$`,
+		`(?m)^CLASS +TYPE +COUNT +BYTES$`,
+		fmt.Sprintf(`(?m)^HeapProbe +OBJECT +%d +\d+$`, rep.HeapProbe),
+		`(?m)^String +STRING +\d+ +\d+$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(stdout) {
+			t.Errorf("text output lacks %s:\n%s", want, stdout)
+		}
+	}
+	classRows := func(out string) int {
+		loc := regexp.MustCompile(`(?m)^CLASS +TYPE +COUNT +BYTES\n`).FindStringIndex(out)
+		if loc == nil {
+			return 0
+		}
+		return strings.Count(out[loc[1]:], "\n")
+	}
+	if n := classRows(stdout); n != censusTopClasses+1 {
+		t.Errorf("%d class lines without --all, want %d with the note", n, censusTopClasses+1)
+	}
+	all, _, code := rbscope(t, "heap", "census", "-p", pid, "--all", "--nonblocking")
+	if code != 0 || classRows(all) <= classRows(stdout) || strings.Contains(all, "more (--all") {
+		t.Errorf("--all printed %d class lines (exit %d), without it %d", classRows(all), code, classRows(stdout))
+	}
+}
+
+func TestHeapCensusErrors(t *testing.T) {
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	dead := exec.Command("true")
+	dead.Run()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no subcommand", []string{"heap"}, 2, "a subcommand is required"},
+		{"no pid", []string{"heap", "census"}, 2, "--pid is required"},
+		{"bad flag", []string{"heap", "census", "--frobnicate"}, 2, "unknown flag"},
+		{"extra argument", []string{"heap", "census", "-p", "1", "x"}, 2, "unexpected argument"},
+		{"no such process", []string{"heap", "census", "-p", fmt.Sprint(dead.Process.Pid)}, 1, "no such process"},
+		{"not ruby", []string{"heap", "census", "-p", fmt.Sprint(sleeper.Process.Pid)}, 1, "not a Ruby process (it runs sleep)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := rbscope(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "goroutine") {
+				t.Errorf("stderr %q, want one line containing %q", stderr, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q on error", stdout)
+			}
+		})
+	}
+}

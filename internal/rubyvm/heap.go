@@ -1,0 +1,419 @@
+package rubyvm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// Limits that keep a heap walk of changing or corrupt memory finite.
+const (
+	// maxHeapPages bounds objspace->heap_pages.allocated_pages: 1<<24 pages
+	// of 64 KiB are a terabyte of Ruby heap.
+	maxHeapPages = 1 << 24
+	// maxPageBytes bounds one page's slots (Ruby's pages are 16 KiB in 3.1
+	// and 64 KiB in 3.3).
+	maxPageBytes = 1 << 20
+	// maxOutOfSlot bounds a String's or Array's claimed capacity; a larger
+	// one is a torn read and is not counted.
+	maxOutOfSlot = 1 << 40
+)
+
+// CensusRow is the number and size of live objects of one type and class.
+type CensusRow struct {
+	// Type is the ruby_value_type spelled as ObjectSpace.dump_all does:
+	// "OBJECT", "STRING", "ARRAY", "IMEMO", ...
+	Type string `json:"type"`
+	// Class is what obj.class names; "" for hidden objects (klass 0) and
+	// for types whose klass word is not a class (IMEMO, NODE). Anonymous
+	// classes are "#<Class:0x...>".
+	Class string `json:"class"`
+	Count uint64 `json:"count"`
+	// Bytes is the slot size, plus for non-embedded, non-shared Strings
+	// and Arrays their malloc'd buffer's capacity.
+	Bytes uint64 `json:"bytes"`
+}
+
+// Census is what a walk of every heap page found.
+type Census struct {
+	Pages   int    // heap pages walked
+	Slots   uint64 // slots on them, free or not
+	Free    uint64 // T_NONE slots
+	Zombies uint64 // T_ZOMBIE: freed objects waiting for a finalizer
+	Moved   uint64 // T_MOVED: forwarding addresses left by compaction
+	Objects uint64 // live objects (all rows' counts)
+	Bytes   uint64 // all rows' bytes
+	// SkippedPages are pages that could not be read (only expected when
+	// the process runs during the walk).
+	SkippedPages int
+	// ByType has one row per type (Class empty), ByClass one per type and
+	// class; both largest (bytes, then count) first.
+	ByType  []CensusRow
+	ByClass []CensusRow
+}
+
+type censusKey struct {
+	typ   int64
+	klass uint64
+}
+
+type censusAgg struct{ count, bytes uint64 }
+
+// TypeName spells a ruby_value_type as ObjectSpace.dump_all does.
+func (v *VM) TypeName(t int64) string {
+	L := v.Layout
+	switch t {
+	case L.TNone:
+		return "NONE"
+	case L.TObject:
+		return "OBJECT"
+	case L.TClass:
+		return "CLASS"
+	case L.TModule:
+		return "MODULE"
+	case L.TFloat:
+		return "FLOAT"
+	case L.TString:
+		return "STRING"
+	case L.TRegexp:
+		return "REGEXP"
+	case L.TArray:
+		return "ARRAY"
+	case L.THash:
+		return "HASH"
+	case L.TStruct:
+		return "STRUCT"
+	case L.TBignum:
+		return "BIGNUM"
+	case L.TFile:
+		return "FILE"
+	case L.TData:
+		return "DATA"
+	case L.TMatch:
+		return "MATCH"
+	case L.TComplex:
+		return "COMPLEX"
+	case L.TRational:
+		return "RATIONAL"
+	case L.TNil:
+		return "NIL"
+	case L.TTrue:
+		return "TRUE"
+	case L.TFalse:
+		return "FALSE"
+	case L.TSymbol:
+		return "SYMBOL"
+	case L.TFixnum:
+		return "FIXNUM"
+	case L.TUndef:
+		return "UNDEF"
+	case L.TImemo:
+		return "IMEMO"
+	case L.TNode:
+		return "NODE"
+	case L.TIClass:
+		return "ICLASS"
+	case L.TZombie:
+		return "ZOMBIE"
+	case L.TMoved:
+		return "MOVED"
+	}
+	return fmt.Sprintf("UNKNOWN_%#x", t)
+}
+
+// heapPages returns the addresses of every struct heap_page.
+func (v *VM) heapPages() ([]uint64, error) {
+	objspace, err := v.objspace()
+	if err != nil {
+		return nil, err
+	}
+	sorted, n, err := v.pageList(objspace)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	raw, err := v.m.read(sorted, int(n)*8)
+	if err != nil {
+		return nil, fmt.Errorf("reading the heap page list: %w", err)
+	}
+	pages := make([]uint64, n)
+	for i := range pages {
+		pages[i] = binary.LittleEndian.Uint64(raw[i*8:])
+	}
+	return pages, nil
+}
+
+// pageList reads objspace->heap_pages.sorted and allocated_pages.
+func (v *VM) pageList(objspace uint64) (sorted, n uint64, err error) {
+	L := v.Layout
+	if sorted, err = v.m.u64(at(objspace, L.ObjspaceSortedPages)); err != nil {
+		return 0, 0, fmt.Errorf("reading the heap page list: %w", err)
+	}
+	if n, err = v.m.u64(at(objspace, L.ObjspaceAllocatedPages)); err != nil {
+		return 0, 0, fmt.Errorf("reading the heap page count: %w", err)
+	}
+	if n > maxHeapPages || (n > 0 && (sorted == 0 || sorted&7 != 0)) {
+		return 0, 0, fmt.Errorf("objspace claims %d heap pages at %#x: %w", n, sorted, ErrGarbage)
+	}
+	return sorted, n, nil
+}
+
+// objspace returns the VM's rb_objspace_t. rb_vm_t grew within the 3.1
+// family (vm->objspace is at 1104 in 3.1.2 and 1112 in 3.1.7), so a table
+// offset that does not lead to a plausible objspace is replaced by the one
+// the exported rb_gc_count (GET_VM()->objspace->profile.count) or
+// rb_gc_enable load it from.
+func (v *VM) objspace() (uint64, error) {
+	vm, err := v.vmPtr()
+	if err != nil {
+		return 0, err
+	}
+	if v.objspaceOff == 0 {
+		v.objspaceOff = v.Layout.VMObjspace
+		if !v.plausibleObjspace(vm, v.objspaceOff) {
+			for _, fn := range []string{"rb_gc_count", "rb_gc_enable", "rb_gc_disable"} {
+				if off, ok := v.findDispFor(fn, func(off int64) bool { return v.plausibleObjspace(vm, off) }); ok {
+					v.objspaceOff = off
+					break
+				}
+			}
+		}
+	}
+	objspace, err := v.m.u64(at(vm, v.objspaceOff))
+	if err != nil {
+		return 0, fmt.Errorf("reading the VM's objspace: %w", err)
+	}
+	if objspace == 0 || objspace&7 != 0 {
+		return 0, fmt.Errorf("the VM's objspace pointer is %#x: %w", objspace, ErrGarbage)
+	}
+	return objspace, nil
+}
+
+// plausibleObjspace checks that vm+off points at an rb_objspace_t whose
+// first heap page has a sane slot size, slot count and start.
+func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
+	L := v.Layout
+	objspace, err := v.m.u64(at(vm, off))
+	if err != nil || objspace == 0 || objspace&7 != 0 {
+		return false
+	}
+	sorted, n, err := v.pageList(objspace)
+	if err != nil || n == 0 {
+		return false
+	}
+	page, err := v.m.u64(sorted)
+	if err != nil || page == 0 {
+		return false
+	}
+	hdr, err := v.m.read(page, int(L.HeapPageStart)+8)
+	if err != nil {
+		return false
+	}
+	slotSize := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
+	total := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:])))
+	return slotSize >= L.RValueSize && slotSize%L.RValueSize == 0 && total > 0 &&
+		slotSize*total <= maxPageBytes && le64(hdr, L.HeapPageStart) != 0
+}
+
+// HeapCensus walks every heap page and counts live objects by type and by
+// class (obj.class: singleton classes and include wrappers skipped). Each
+// page is read in one piece. The process should be paused: a running
+// process may free pages under the walk (they are then skipped and counted
+// in SkippedPages) and move objects between them.
+func (v *VM) HeapCensus() (*Census, error) {
+	L := v.Layout
+	pages, err := v.heapPages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Census{}
+	agg := map[censusKey]*censusAgg{}
+	hdrLen := max(L.HeapPageSlotSize, L.HeapPageTotalSlots) + 2
+	hdrLen = max(hdrLen, L.HeapPageStart+8)
+	hdr := make([]byte, hdrLen)
+	var body []byte
+	var (
+		tmask    = uint64(L.TMask)
+		tNone    = uint64(L.TNone)
+		tZombie  = uint64(L.TZombie)
+		tMoved   = uint64(L.TMoved)
+		tString  = uint64(L.TString)
+		tArray   = uint64(L.TArray)
+		tImemo   = uint64(L.TImemo)
+		tNode    = uint64(L.TNode)
+		strNoEmb = uint64(L.RStringNoEmbed)
+		aryEmb   = uint64(L.RArrayEmbedFlag)
+		shared   = uint64(L.FlEltsShared)
+		klassOff = L.RBasicKlass
+		flagsOff = L.RBasicFlags
+	)
+	// The last (type, klass) seen: neighbouring slots often hold objects
+	// of one kind, and a hit saves a map lookup.
+	var lastKey censusKey
+	var last *censusAgg
+	for _, page := range pages {
+		if page == 0 || target.ReadFull(v.m.t, hdr, page) != nil {
+			c.SkippedPages++
+			continue
+		}
+		slotSize := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
+		total := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:])))
+		start := le64(hdr, L.HeapPageStart)
+		if slotSize < L.RValueSize || total <= 0 || slotSize*total > maxPageBytes || start == 0 {
+			c.SkippedPages++
+			continue
+		}
+		n := int(slotSize * total)
+		if cap(body) < n {
+			body = make([]byte, n)
+		}
+		body = body[:n]
+		if target.ReadFull(v.m.t, body, start) != nil {
+			c.SkippedPages++
+			continue
+		}
+		c.Pages++
+		c.Slots += uint64(total)
+		ss := uint64(slotSize)
+		for off := int64(0); off < int64(n); off += slotSize {
+			flags := binary.LittleEndian.Uint64(body[off+flagsOff:])
+			typ := flags & tmask
+			switch typ {
+			case tNone:
+				c.Free++
+				continue
+			case tZombie:
+				c.Zombies++
+				continue
+			case tMoved:
+				c.Moved++
+				continue
+			}
+			klass := binary.LittleEndian.Uint64(body[off+klassOff:])
+			if typ == tImemo || typ == tNode {
+				klass = 0 // not a class: IMEMOs keep other data there
+			}
+			bytes := ss
+			switch {
+			case typ == tString && flags&strNoEmb != 0 && flags&shared == 0:
+				if capa := binary.LittleEndian.Uint64(body[off+L.RStringHeapCapa:]); capa < maxOutOfSlot {
+					bytes += capa
+				}
+			case typ == tArray && flags&aryEmb == 0 && flags&shared == 0:
+				if capa := binary.LittleEndian.Uint64(body[off+L.RArrayHeapCapa:]); capa < maxOutOfSlot/8 {
+					bytes += capa * 8
+				}
+			}
+			k := censusKey{int64(typ), klass}
+			if last == nil || k != lastKey {
+				a, ok := agg[k]
+				if !ok {
+					a = &censusAgg{}
+					agg[k] = a
+				}
+				last, lastKey = a, k
+			}
+			last.count++
+			last.bytes += bytes
+		}
+	}
+	// Name the classes while the process is still as it was walked.
+	names := map[uint64]string{}
+	byClass := map[[2]string]*CensusRow{}
+	byType := map[string]*CensusRow{}
+	for k, a := range agg {
+		name, ok := names[k.klass]
+		if !ok {
+			name = v.objClassName(k.klass)
+			names[k.klass] = name
+		}
+		tn := v.TypeName(k.typ)
+		r := byClass[[2]string{tn, name}]
+		if r == nil {
+			r = &CensusRow{Type: tn, Class: name}
+			byClass[[2]string{tn, name}] = r
+		}
+		r.Count += a.count
+		r.Bytes += a.bytes
+		t := byType[tn]
+		if t == nil {
+			t = &CensusRow{Type: tn}
+			byType[tn] = t
+		}
+		t.Count += a.count
+		t.Bytes += a.bytes
+		c.Objects += a.count
+		c.Bytes += a.bytes
+	}
+	for _, r := range byType {
+		c.ByType = append(c.ByType, *r)
+	}
+	for _, r := range byClass {
+		c.ByClass = append(c.ByClass, *r)
+	}
+	sortRows(c.ByType)
+	sortRows(c.ByClass)
+	return c, nil
+}
+
+// sortRows orders rows largest first: bytes, then count, then type and class.
+func sortRows(rows []CensusRow) {
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Bytes != b.Bytes {
+			return a.Bytes > b.Bytes
+		}
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.Type != b.Type {
+			return a.Type < b.Type
+		}
+		return a.Class < b.Class
+	})
+}
+
+// maxSuperChain bounds the walk from a singleton class or include wrapper
+// up to the real class.
+const maxSuperChain = 64
+
+// objClassName names what obj.class returns for an object whose
+// RBasic.klass is klass: singleton classes and ICLASSes are skipped through
+// their superclass. It is "" for klass 0 (a hidden object) and
+// "#<Class:0x...>" for an anonymous class.
+func (v *VM) objClassName(klass uint64) string {
+	L := v.Layout
+	if klass == 0 {
+		return ""
+	}
+	k := klass
+	for i := 0; i < maxSuperChain; i++ {
+		typ, flags, err := v.objType(k)
+		if err != nil {
+			return fmt.Sprintf("#<unreadable class %#x>", klass)
+		}
+		if typ != L.TIClass && flags&uint64(L.FlSingleton) == 0 {
+			break
+		}
+		sup, err := v.m.u64(at(k, L.RClassSuper))
+		if err != nil || sup == 0 {
+			return fmt.Sprintf("#<unreadable class %#x>", klass)
+		}
+		k = sup
+	}
+	typ, _, err := v.objType(k)
+	if err != nil || (typ != L.TClass && typ != L.TModule) {
+		return fmt.Sprintf("#<unreadable class %#x>", klass)
+	}
+	if n := v.className(k); n != "" {
+		return n
+	}
+	if typ == L.TModule {
+		return fmt.Sprintf("#<Module:%#x>", k)
+	}
+	return fmt.Sprintf("#<Class:%#x>", k)
+}
