@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // censusTopClasses is how many class rows the text census prints without --all.
@@ -93,27 +92,19 @@ type censusResult struct {
 }
 
 func readCensus(pid int, pause bool) (*censusResult, error) {
-	t, err := target.Attach(pid)
+	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		return nil, err
-	}
-	defer vm.Close()
-	if pause {
-		if err := t.Pause(); err != nil {
-			return nil, err
-		}
-	}
-	start := time.Now()
-	census, err := vm.HeapCensus()
-	took := time.Since(start)
-	if rerr := t.Resume(); err == nil {
-		err = rerr
-	}
+	defer closeAll()
+	var census *rubyvm.Census
+	var took time.Duration
+	err = whilePaused(t, pause, func() (err error) {
+		start := time.Now()
+		census, err = vm.HeapCensus()
+		took = time.Since(start)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 func newStackCmd() *cobra.Command {
@@ -60,25 +59,16 @@ type stackDump struct {
 }
 
 func readStacks(pid int, pause bool) (*stackDump, error) {
-	t, err := target.Attach(pid)
+	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		return nil, err
-	}
-	defer vm.Close()
-	if pause {
-		if err := t.Pause(); err != nil {
-			return nil, err
-		}
-	}
-	threads, err := vm.Threads()
-	if rerr := t.Resume(); err == nil {
-		err = rerr
-	}
+	defer closeAll()
+	var threads []rubyvm.Thread
+	err = whilePaused(t, pause, func() (err error) {
+		threads, err = vm.Threads()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

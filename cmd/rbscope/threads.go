@@ -101,16 +101,11 @@ type rubyThread struct {
 var kernelStates = map[byte]string{'R': "running", 'S': "sleeping", 'D': "disk-wait", 'T': "stopped", 't': "traced", 'Z': "zombie", 'X': "dead", 'I': "idle"}
 
 func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, error) {
-	t, err := target.Attach(pid)
+	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		return nil, err
-	}
-	defer vm.Close()
+	defer closeAll()
 	before, err := t.Tasks()
 	if err != nil {
 		return nil, err
@@ -121,18 +116,16 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 		return nil, err
 	}
 	stacks := after
-	if pause {
-		if err := t.Pause(); err != nil {
-			return nil, err
+	var threads []rubyvm.Thread
+	err = whilePaused(t, pause, func() (err error) {
+		if pause {
+			if s, err := t.Tasks(); err == nil {
+				stacks = s // every thread is blocked now, so each shows its sp
+			}
 		}
-		if s, err := t.Tasks(); err == nil {
-			stacks = s // every thread is blocked now, so each shows its sp
-		}
-	}
-	threads, err := vm.Threads()
-	if rerr := t.Resume(); err == nil {
-		err = rerr
-	}
+		threads, err = vm.Threads()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -271,16 +264,11 @@ type followedThread struct {
 }
 
 func followThreads(pid int, asJSON, poll bool) error {
-	t, err := target.Attach(pid)
+	_, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		return err
-	}
-	defer vm.Close()
+	defer closeAll()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	native, src, fallback := threadevents.Watch(ctx, pid, poll)
