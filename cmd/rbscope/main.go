@@ -60,6 +60,7 @@ process only as long as a consistent read needs (always resuming it).`,
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
 	root.AddCommand(newStackCmd(), newRecordCmd(), newTopCmd(), newThreadsCmd(), newHeapCmd())
+	root.AddCommand(newCrashCmd())
 	return root
 }
 

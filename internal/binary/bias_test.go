@@ -23,11 +23,13 @@ func TestLoadBias(t *testing.T) {
 		want  uint64
 	}{
 		{"non-PIE executable", elf.ET_EXEC, []*elf.Prog{phdr, load(0, 0x400000), load(0x1000, 0x401000)},
-			[]target.Mapping{{Start: 0x400000, End: 0x401000, Path: "/r/bin/ruby"}, {Start: 0x401000, End: 0x500000, Offset: 0x1000, Path: "/r/bin/ruby"}}, 0},
+			[]target.Mapping{{Start: 0x400000, End: 0x401000, Perms: "r-xp", Path: "/r/bin/ruby"}, {Start: 0x401000, End: 0x500000, Offset: 0x1000, Perms: "r-xp", Path: "/r/bin/ruby"}}, 0},
 		{"PIE executable", elf.ET_DYN, []*elf.Prog{load(0, 0), load(0x1000, 0x1000)},
-			[]target.Mapping{{Start: 0x55d0c0a00000, End: 0x55d0c0a01000, Path: "/r/bin/ruby"}, {Start: 0x55d0c0a01000, End: 0x55d0c0b00000, Offset: 0x1000, Path: "/r/bin/ruby"}}, 0x55d0c0a00000},
+			[]target.Mapping{{Start: 0x55d0c0a00000, End: 0x55d0c0a01000, Perms: "r-xp", Path: "/r/bin/ruby"}, {Start: 0x55d0c0a01000, End: 0x55d0c0b00000, Offset: 0x1000, Perms: "r-xp", Path: "/r/bin/ruby"}}, 0x55d0c0a00000},
+		{"shared mapping of the same file first", elf.ET_DYN, []*elf.Prog{load(0, 0)},
+			[]target.Mapping{{Start: 0x7f0000000000, End: 0x7f0000100000, Perms: "r--s", Path: "/r/bin/ruby"}, {Start: 0x7f00aa000000, End: 0x7f00aa100000, Perms: "r--p", Path: "/r/bin/ruby"}}, 0x7f00aa000000},
 		{"deleted shared library", elf.ET_DYN, []*elf.Prog{load(0, 0)},
-			[]target.Mapping{{Start: 0x1000, End: 0x2000, Path: "/other"}, {Start: 0x7f00aa000000, End: 0x7f00aa100000, Path: "/r/bin/ruby (deleted)"}}, 0x7f00aa000000},
+			[]target.Mapping{{Start: 0x1000, End: 0x2000, Path: "/other"}, {Start: 0x7f00aa000000, End: 0x7f00aa100000, Perms: "r-xp", Path: "/r/bin/ruby (deleted)"}}, 0x7f00aa000000},
 	} {
 		ef := &elf.File{FileHeader: elf.FileHeader{Type: c.typ}, Progs: c.progs}
 		got, err := loadBias(ef, c.maps, "/r/bin/ruby")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/target"
@@ -30,6 +31,7 @@ type Image struct {
 	opener  func(string) (*os.File, error)
 	dwarf   *dwarf.Data
 	dwarfOK bool
+	funcs   []funcSym // function symbols by address, for SymbolAt
 }
 
 // ErrNoSymbol is returned when a symbol is not in the image.
@@ -39,6 +41,9 @@ var ErrNoSymbol = errors.New("symbol not found")
 // from t's mappings of that file.
 func Open(t target.Target, maps []target.Mapping, path string) (*Image, error) {
 	f, err := t.Open(path)
+	if _, live := t.(*target.Live); err != nil && !live {
+		return nil, fmt.Errorf("open %s: %w", path, err) // a core's PID names no process here
+	}
 	if err != nil {
 		// The file may be gone from disk (upgraded package) or hidden in
 		// another mount namespace: /proc/PID/map_files still has it.
@@ -85,7 +90,10 @@ func loadBias(ef *elf.File, maps []target.Mapping, path string) (uint64, error) 
 	}
 	pageOff := first.Off &^ 0xfff
 	for _, m := range maps {
-		if (m.Path == path || m.Path == path+" (deleted)") && m.Offset == pageOff {
+		// The loader maps segments privately; a shared mapping of the same
+		// file (Ruby's own crash reporter maps libruby to read its symbols)
+		// is not where the code runs.
+		if (m.Path == path || m.Path == path+" (deleted)") && m.Offset == pageOff && strings.HasSuffix(m.Perms, "p") {
 			return m.Start - (first.Vaddr &^ 0xfff), nil
 		}
 	}
@@ -251,4 +259,33 @@ func (im *Image) debugFileCandidates() []string {
 		}
 	}
 	return out
+}
+
+// SymbolAt returns the function symbol that contains (or most closely
+// precedes) the run-time address addr, and addr's offset from it.
+func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
+	if im.funcs == nil {
+		im.loadSymbols()
+		for n, s := range im.symbols {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+				im.funcs = append(im.funcs, funcSym{s.Value, s.Size, n})
+			}
+		}
+		sort.Slice(im.funcs, func(i, j int) bool { return im.funcs[i].start < im.funcs[j].start })
+	}
+	v := addr - im.Bias
+	i := sort.Search(len(im.funcs), func(i int) bool { return im.funcs[i].start > v }) - 1
+	if i < 0 {
+		return "", 0, false
+	}
+	f := im.funcs[i]
+	if f.size > 0 && v >= f.start+f.size+4096 {
+		return "", 0, false // past the end of the last known function
+	}
+	return f.name, v - f.start, true
+}
+
+type funcSym struct {
+	start, size uint64
+	name        string
 }

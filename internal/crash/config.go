@@ -1,0 +1,263 @@
+// Package crash installs rbscope as the kernel's core_pattern handler and,
+// when a process dumps core, keeps a full report: Ruby and native stacks,
+// registers, a /proc snapshot and the compressed core.
+package crash
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Where the kernel's settings live.
+var (
+	CorePatternPath   = "/proc/sys/kernel/core_pattern"
+	CorePipeLimitPath = "/proc/sys/kernel/core_pipe_limit"
+)
+
+// DefaultConfigPath is where `crash install` keeps its settings: the
+// kernel's core_pattern holds at most 127 bytes, so only the %-specifiers
+// travel there.
+const DefaultConfigPath = "/etc/rbscope/crash.json"
+
+// DefaultDir is the default crash store.
+const DefaultDir = "/var/lib/rbscope/crashes"
+
+// Config is what `crash install` saved and `crash handle` obeys.
+type Config struct {
+	Dir     string `json:"dir"`
+	Webhook string `json:"webhook,omitempty"`
+	Email   string `json:"email,omitempty"`
+	SMTP    string `json:"smtp,omitempty"`
+	// MaxCoreBytes caps a stored core (uncompressed bytes read); the rest
+	// of the stream is read and dropped, and the report says so.
+	MaxCoreBytes int64 `json:"max_core_bytes"`
+	// KeepFreeBytes: no core is stored when the store's disk has less free.
+	KeepFreeBytes int64 `json:"keep_free_bytes"`
+	// MaxCrashes: the oldest crashes beyond this many are removed.
+	MaxCrashes int `json:"max_crashes"`
+	// Timeout bounds a whole handler run, notifications included.
+	Timeout Duration `json:"timeout"`
+	// PreviousPattern and PreviousPipeLimit are what was installed before,
+	// restored by uninstall; a previous pipe handler still gets every core.
+	PreviousPattern   string `json:"previous_core_pattern"`
+	PreviousPipeLimit string `json:"previous_core_pipe_limit"`
+}
+
+// Duration is a time.Duration that reads and writes as "30s" in JSON.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// Defaults fills what is unset.
+func (c *Config) Defaults() {
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if c.MaxCoreBytes == 0 {
+		c.MaxCoreBytes = 2 << 30
+	}
+	if c.KeepFreeBytes == 0 {
+		c.KeepFreeBytes = 1 << 30
+	}
+	if c.MaxCrashes == 0 {
+		c.MaxCrashes = 50
+	}
+	if c.Timeout == 0 {
+		c.Timeout = Duration(60 * time.Second)
+	}
+}
+
+// LoadConfig reads a config file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no crash handler config at %s: run 'rbscope crash install' first", path)
+		}
+		return nil, err
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Defaults()
+	return &c, nil
+}
+
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func readSetting(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\n"), nil
+}
+
+func writeSetting(path, value string) error {
+	return os.WriteFile(path, []byte(value+"\n"), 0o644)
+}
+
+// checkStore refuses a store that root does not own, that others can write,
+// or that is a symbolic link; it creates a missing one 0700.
+func checkStore(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode()&os.ModeSymlink != 0 || !st.IsDir() {
+		return fmt.Errorf("crash store %s is not a directory (symbolic links are refused)", dir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if ok && sys.Uid != 0 {
+		return fmt.Errorf("crash store %s is owned by uid %d, not root: refused", dir, sys.Uid)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("crash store %s is writable by others (%v): refused", dir, st.Mode().Perm())
+	}
+	return nil
+}
+
+// Install points core_pattern at `exe crash handle` and saves cfg (with the
+// settings it replaces) at configPath. It refuses to install twice.
+func Install(cfg *Config, configPath, exe string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("crash install changes %s: run it as root", CorePatternPath)
+	}
+	cfg.Defaults()
+	if err := checkStore(cfg.Dir); err != nil {
+		return err
+	}
+	prev, err := readSetting(CorePatternPath)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", CorePatternPath, err)
+	}
+	if strings.Contains(prev, " crash handle") {
+		return fmt.Errorf("an rbscope crash handler is already installed (%s); run 'rbscope crash uninstall' first", prev)
+	}
+	prevLimit, err := readSetting(CorePipeLimitPath)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", CorePipeLimitPath, err)
+	}
+	cfg.PreviousPattern, cfg.PreviousPipeLimit = prev, prevLimit
+	pattern := "|" + exe + " crash handle"
+	if configPath != DefaultConfigPath {
+		pattern += " --config " + configPath
+	}
+	pattern += " %P %i %s %t"
+	if len(pattern) > 127 {
+		return fmt.Errorf("core_pattern would be %d bytes, over the kernel's 127: install rbscope at a shorter path or keep the config at %s", len(pattern), DefaultConfigPath)
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.MkdirAll(filepath.Dir(configPath), 0o755); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(configPath, b, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", configPath, err)
+	}
+	// The kernel waits for at most core_pipe_limit handlers at once and
+	// keeps /proc/PID readable while they run; 0 means it does not wait.
+	if n, _ := strconv.Atoi(prevLimit); n < 16 {
+		if err := writeSetting(CorePipeLimitPath, "16"); err != nil {
+			os.Remove(configPath)
+			return fmt.Errorf("writing %s: %w", CorePipeLimitPath, err)
+		}
+	}
+	if err := writeSetting(CorePatternPath, pattern); err != nil {
+		writeSetting(CorePipeLimitPath, prevLimit)
+		os.Remove(configPath)
+		return fmt.Errorf("writing %s: %w", CorePatternPath, err)
+	}
+	return nil
+}
+
+// Uninstall restores exactly what Install replaced.
+func Uninstall(configPath string) (*Config, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("crash uninstall changes %s: run it as root", CorePatternPath)
+	}
+	cfg, err := LoadConfig(configPath)
+	if err != nil {
+		return nil, fmt.Errorf("no rbscope crash handler is installed (%w)", err)
+	}
+	if err := writeSetting(CorePatternPath, cfg.PreviousPattern); err != nil {
+		return nil, fmt.Errorf("restoring %s: %w", CorePatternPath, err)
+	}
+	if err := writeSetting(CorePipeLimitPath, cfg.PreviousPipeLimit); err != nil {
+		return nil, fmt.Errorf("restoring %s: %w", CorePipeLimitPath, err)
+	}
+	if err := os.Remove(configPath); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Status describes what is installed.
+type Status struct {
+	Installed     bool    `json:"installed"`
+	CorePattern   string  `json:"core_pattern"`
+	CorePipeLimit string  `json:"core_pipe_limit"`
+	Config        *Config `json:"config,omitempty"`
+	ConfigPath    string  `json:"config_path"`
+	Crashes       int     `json:"crashes"`
+}
+
+// GetStatus reads the kernel's settings and the config.
+func GetStatus(configPath string) Status {
+	st := Status{ConfigPath: configPath}
+	st.CorePattern, _ = readSetting(CorePatternPath)
+	st.CorePipeLimit, _ = readSetting(CorePipeLimitPath)
+	if cfg, err := LoadConfig(configPath); err == nil {
+		st.Config = cfg
+		st.Installed = strings.Contains(st.CorePattern, " crash handle")
+		if ids, err := List(cfg.Dir); err == nil {
+			st.Crashes = len(ids)
+		}
+	}
+	return st
+}

@@ -1,0 +1,528 @@
+package crash
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	rbinary "github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// Args are what the kernel passes through core_pattern's specifiers.
+type Args struct {
+	PID    int       // %P: PID in the initial namespace
+	TID    int       // %i: the thread that crashed
+	Signal int       // %s
+	Time   time.Time // %t
+}
+
+// Report is what rbscope keeps of one crash.
+type Report struct {
+	ID         string            `json:"id"`
+	Time       time.Time         `json:"time"`
+	PID        int               `json:"pid"`
+	TID        int               `json:"tid"`
+	Signal     int               `json:"signal"`
+	SignalName string            `json:"signal_name"`
+	Exe        string            `json:"exe"`
+	Cmdline    []string          `json:"cmdline"`
+	Registers  map[string]string `json:"registers,omitempty"` // the crashing thread's
+	Native     []NativeThread    `json:"native_threads,omitempty"`
+	Ruby       *RubyState        `json:"ruby,omitempty"`
+	Proc       ProcSnapshot      `json:"proc"`
+	Core       CoreInfo          `json:"core"`
+	Notified   []Notification    `json:"notifications,omitempty"`
+	Problems   []string          `json:"problems,omitempty"` // what could not be gathered
+	HandledIn  string            `json:"handled_in"`
+}
+
+// RubyState is the Ruby side of a crashed process.
+type RubyState struct {
+	Version string          `json:"version"`
+	Threads []rubyvm.Thread `json:"threads"`
+}
+
+// NativeThread is one thread's registers and a native backtrace found by
+// scanning its stack for return addresses (it may include stale ones).
+type NativeThread struct {
+	TID    int           `json:"tid"`
+	PC     string        `json:"pc"`
+	SP     string        `json:"sp"`
+	Frames []NativeFrame `json:"frames"`
+}
+
+// NativeFrame is one code address with its symbol.
+type NativeFrame struct {
+	Addr   string `json:"addr"`
+	Symbol string `json:"symbol"`
+	File   string `json:"file"`
+}
+
+// ProcSnapshot is /proc/PID as it was during the crash.
+type ProcSnapshot struct {
+	Maps    string            `json:"maps"`
+	Status  string            `json:"status"`
+	Limits  string            `json:"limits"`
+	FDs     map[string]string `json:"fds"`
+	Cgroup  string            `json:"cgroup"`
+	Cwd     string            `json:"cwd"`
+	Environ map[string]string `json:"environ"`
+}
+
+// CoreInfo says what became of the core.
+type CoreInfo struct {
+	File       string `json:"file,omitempty"` // core.zst in the crash directory
+	Bytes      int64  `json:"bytes"`          // read from the kernel
+	Stored     int64  `json:"stored_bytes"`   // compressed bytes kept
+	Truncated  bool   `json:"truncated"`
+	NotStored  string `json:"not_stored,omitempty"`
+	ChainedTo  string `json:"chained_to,omitempty"`
+	ChainError string `json:"chain_error,omitempty"`
+}
+
+// Notification records one attempt to tell someone.
+type Notification struct {
+	Kind  string `json:"kind"` // webhook, email
+	To    string `json:"to"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+var secretKey = regexp.MustCompile(`(?i)(TOKEN|SECRET|PASSW|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)`)
+
+// notesPrefix is how much of the core's start is kept for its notes
+// (registers of every thread, the file table).
+const notesPrefix = 16 << 20
+
+// Handle keeps a report of one crash. core is the kernel's pipe. It never
+// executes anything from the crashed process's filesystem.
+func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Timeout))
+	defer cancel()
+	if err := checkStore(cfg.Dir); err != nil {
+		io.Copy(io.Discard, core) // never leave the kernel blocked
+		return nil, err
+	}
+	rotate(cfg.Dir, cfg.MaxCrashes-1)
+	dir, id, err := newCrashDir(cfg.Dir, a)
+	if err != nil {
+		io.Copy(io.Discard, core)
+		return nil, err
+	}
+	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, Signal: a.Signal, SignalName: signalName(a.Signal)}
+
+	// The core streams to disk (and to a previous handler) while /proc is
+	// read: the kernel keeps the process and its memory until we exit.
+	streamDone := make(chan error, 1)
+	var prefix prefixBuffer
+	go func() { streamDone <- r.stream(ctx, cfg, dir, a, core, &prefix) }()
+
+	r.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
+		r.Cmdline = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	}
+	r.Proc = snapshot(a.PID, &r.Problems)
+	r.readRuby(a.PID)
+
+	select {
+	case err := <-streamDone:
+		if err != nil {
+			r.Problems = append(r.Problems, "core: "+err.Error())
+		}
+	case <-ctx.Done():
+		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
+	}
+	r.readNative(a.PID, prefix.Bytes())
+	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
+	if err := r.write(dir); err != nil {
+		return r, err
+	}
+	if n := r.notify(ctx, cfg); n > 0 {
+		r.write(dir) // again, with the outcome of the notifications
+	}
+	return r, nil
+}
+
+func newCrashDir(store string, a Args) (string, string, error) {
+	base := fmt.Sprintf("%s-%d", a.Time.UTC().Format("20060102T150405Z"), a.PID)
+	for i := 0; i < 100; i++ {
+		id := base
+		if i > 0 {
+			id = fmt.Sprintf("%s-%d", base, i)
+		}
+		dir := filepath.Join(store, id)
+		if err := os.Mkdir(dir, 0o700); err == nil {
+			return dir, id, nil
+		} else if !errors.Is(err, os.ErrExist) {
+			return "", "", err
+		}
+	}
+	return "", "", fmt.Errorf("too many crashes named %s", base)
+}
+
+// prefixBuffer keeps the first notesPrefix bytes written to it.
+type prefixBuffer struct{ bytes.Buffer }
+
+func (p *prefixBuffer) Write(b []byte) (int, error) {
+	if room := notesPrefix - p.Len(); room > 0 {
+		p.Buffer.Write(b[:min(room, len(b))])
+	}
+	return len(b), nil
+}
+
+// stream reads the whole core: into core.zst up to the size cap and while
+// the disk keeps its reserve, into the previous handler if there was one,
+// and its start into prefix.
+func (r *Report) stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, prefix *prefixBuffer) error {
+	writers := []io.Writer{prefix}
+	var zw *zstd.Encoder
+	var zf *os.File
+	var stored *limitedWriter
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize) < cfg.KeepFreeBytes {
+		r.Core.NotStored = fmt.Sprintf("less than %d bytes free on the store's disk", cfg.KeepFreeBytes)
+	} else {
+		f, err := os.OpenFile(filepath.Join(dir, "core.zst"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			r.Core.NotStored = err.Error()
+		} else {
+			zf = f
+			zw, _ = zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
+			stored = &limitedWriter{w: zw, left: cfg.MaxCoreBytes}
+			writers = append(writers, stored)
+		}
+	}
+	var chain *exec.Cmd
+	var chainIn io.WriteCloser
+	if strings.HasPrefix(cfg.PreviousPattern, "|") {
+		argv := expandPattern(strings.Fields(cfg.PreviousPattern[1:]), a)
+		if len(argv) > 0 {
+			chain = exec.CommandContext(ctx, argv[0], argv[1:]...)
+			chainIn, _ = chain.StdinPipe()
+			if err := chain.Start(); err != nil {
+				r.Core.ChainError = err.Error()
+				chain = nil
+			} else {
+				r.Core.ChainedTo = strings.Join(argv, " ")
+				writers = append(writers, &tolerantWriter{w: chainIn})
+			}
+		}
+	}
+	n, err := io.Copy(io.MultiWriter(writers...), core)
+	r.Core.Bytes = n
+	if chain != nil {
+		chainIn.Close()
+		if werr := chain.Wait(); werr != nil {
+			r.Core.ChainError = werr.Error()
+		}
+	}
+	if zw != nil {
+		r.Core.Truncated = stored.dropped > 0
+		if cerr := zw.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if st, serr := zf.Stat(); serr == nil {
+			r.Core.Stored = st.Size()
+		}
+		zf.Close()
+		r.Core.File = "core.zst"
+	}
+	return err
+}
+
+// limitedWriter passes on at most left bytes and counts what it drops.
+type limitedWriter struct {
+	w       io.Writer
+	left    int64
+	dropped int64
+}
+
+func (l *limitedWriter) Write(b []byte) (int, error) {
+	keep := min(int64(len(b)), max(l.left, 0))
+	if keep > 0 {
+		if _, err := l.w.Write(b[:keep]); err != nil {
+			return 0, err
+		}
+		l.left -= keep
+	}
+	l.dropped += int64(len(b)) - keep
+	return len(b), nil
+}
+
+// tolerantWriter stops writing after its first error (a previous handler
+// that quits early must not cost us our own copy).
+type tolerantWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *tolerantWriter) Write(b []byte) (int, error) {
+	if t.err == nil {
+		_, t.err = t.w.Write(b)
+	}
+	return len(b), nil
+}
+
+// expandPattern expands the core_pattern specifiers a chained handler asks
+// for, from what the kernel gave us and /proc.
+func expandPattern(argv []string, a Args) []string {
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", a.PID))
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
+	host, _ := os.Hostname()
+	var uid, gid string
+	if st, err := os.Stat(fmt.Sprintf("/proc/%d", a.PID)); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok {
+			uid, gid = strconv.Itoa(int(s.Uid)), strconv.Itoa(int(s.Gid))
+		}
+	}
+	repl := map[byte]string{
+		'p': strconv.Itoa(a.PID), 'P': strconv.Itoa(a.PID), 'i': strconv.Itoa(a.TID), 'I': strconv.Itoa(a.TID),
+		's': strconv.Itoa(a.Signal), 't': strconv.FormatInt(a.Time.Unix(), 10), 'e': strings.TrimSpace(string(comm)),
+		'E': strings.ReplaceAll(exe, "/", "!"), 'h': host, 'u': uid, 'g': gid, 'c': "18446744073709551615", 'd': "1", '%': "%",
+	}
+	out := make([]string, len(argv))
+	for i, arg := range argv {
+		var b strings.Builder
+		for j := 0; j < len(arg); j++ {
+			if arg[j] == '%' && j+1 < len(arg) {
+				b.WriteString(repl[arg[j+1]])
+				j++
+				continue
+			}
+			b.WriteByte(arg[j])
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+func snapshot(pid int, problems *[]string) ProcSnapshot {
+	dir := fmt.Sprintf("/proc/%d", pid)
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			*problems = append(*problems, "/proc: "+err.Error())
+		}
+		return string(b)
+	}
+	s := ProcSnapshot{Maps: read("maps"), Status: read("status"), Limits: read("limits"), Cgroup: read("cgroup"), FDs: map[string]string{}, Environ: map[string]string{}}
+	s.Cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
+	if ents, err := os.ReadDir(filepath.Join(dir, "fd")); err == nil {
+		for _, e := range ents {
+			s.FDs[e.Name()], _ = os.Readlink(filepath.Join(dir, "fd", e.Name()))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+		for _, kv := range strings.Split(string(b), "\x00") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue
+			}
+			if secretKey.MatchString(k) {
+				v = "[redacted]"
+			}
+			s.Environ[k] = v
+		}
+	}
+	return s
+}
+
+// readRuby reads the Ruby stacks of the crashed process from its memory,
+// which the kernel keeps until the handler exits.
+func (r *Report) readRuby(pid int) {
+	t, err := target.Attach(pid)
+	if err != nil {
+		r.Problems = append(r.Problems, "memory: "+err.Error())
+		return
+	}
+	defer t.Close()
+	vm, err := rubyvm.Open(t)
+	if err != nil {
+		if !errors.Is(err, rubyvm.ErrNotRuby) {
+			r.Problems = append(r.Problems, "ruby: "+err.Error())
+		}
+		return
+	}
+	defer vm.Close()
+	threads, err := vm.Threads()
+	if err != nil {
+		r.Problems = append(r.Problems, "ruby threads: "+err.Error())
+	}
+	r.Ruby = &RubyState{Version: vm.Version, Threads: threads}
+}
+
+// readNative takes every thread's registers from the core's NT_PRSTATUS
+// notes and scans its stack for return addresses.
+func (r *Report) readNative(pid int, prefix []byte) {
+	regs, err := prstatus(prefix)
+	if err != nil {
+		r.Problems = append(r.Problems, "registers: "+err.Error())
+		return
+	}
+	t, err := target.Attach(pid)
+	var maps []target.Mapping
+	if err == nil {
+		defer t.Close()
+		maps, _ = t.Mappings()
+	}
+	images := map[string]*rbinary.Image{}
+	defer func() {
+		for _, im := range images {
+			if im != nil {
+				im.Close()
+			}
+		}
+	}()
+	tids := make([]int, 0, len(regs))
+	for tid := range regs {
+		tids = append(tids, tid)
+	}
+	sort.Ints(tids)
+	for _, tid := range tids {
+		rg := regs[tid]
+		if tid == r.TID || len(regs) == 1 {
+			r.Registers = map[string]string{}
+			for i, name := range regNames {
+				r.Registers[name] = fmt.Sprintf("%#x", rg[i])
+			}
+		}
+		nt := NativeThread{TID: tid, PC: fmt.Sprintf("%#x", rg[regRIP]), SP: fmt.Sprintf("%#x", rg[regRSP])}
+		if t != nil && maps != nil {
+			nt.Frames = scanStack(t, maps, images, rg[regRIP], rg[regRSP])
+		}
+		r.Native = append(r.Native, nt)
+	}
+}
+
+// x86_64 user_regs_struct, in order.
+var regNames = []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs", "gs"}
+
+const (
+	regRIP = 16
+	regRSP = 19
+	// prRegOffset is where pr_reg starts in an x86_64 elf_prstatus, and
+	// prPidOffset where pr_pid is.
+	prRegOffset = 112
+	prPidOffset = 32
+)
+
+// prstatus reads the registers of every thread from the notes of a core
+// whose start is in b.
+func prstatus(b []byte) (map[int][]uint64, error) {
+	ef, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("the core does not start like an ELF core: %w", err)
+	}
+	if ef.Type != elf.ET_CORE || ef.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("not an x86-64 core (type %v, machine %v)", ef.Type, ef.Machine)
+	}
+	out := map[int][]uint64{}
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_NOTE {
+			continue
+		}
+		data := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(data, 0); err != nil {
+			return nil, fmt.Errorf("reading the core's notes: %w", err)
+		}
+		for len(data) >= 12 {
+			nsz, dsz, typ := binary.LittleEndian.Uint32(data), binary.LittleEndian.Uint32(data[4:]), binary.LittleEndian.Uint32(data[8:])
+			off := 12 + (uint64(nsz)+3)&^3
+			end := off + (uint64(dsz)+3)&^3
+			if end > uint64(len(data)) {
+				break
+			}
+			desc := data[off : off+uint64(dsz)]
+			if typ == uint32(elf.NT_PRSTATUS) && len(desc) >= prRegOffset+len(regNames)*8 {
+				tid := int(binary.LittleEndian.Uint32(desc[prPidOffset:]))
+				regs := make([]uint64, len(regNames))
+				for i := range regs {
+					regs[i] = binary.LittleEndian.Uint64(desc[prRegOffset+i*8:])
+				}
+				out[tid] = regs
+			}
+			data = data[end:]
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no NT_PRSTATUS note in the core")
+	}
+	return out, nil
+}
+
+// scanStack returns pc and the words above sp (up to 16 KiB) that point into
+// executable file mappings, symbolized: a heuristic native backtrace.
+func scanStack(t target.Target, maps []target.Mapping, images map[string]*rbinary.Image, pc, sp uint64) []NativeFrame {
+	frames := []NativeFrame{symbolize(t, maps, images, pc)}
+	buf := make([]byte, 16<<10)
+	n, _ := t.ReadAt(buf, sp)
+	for i := 0; i+8 <= n && len(frames) < 64; i += 8 {
+		w := binary.LittleEndian.Uint64(buf[i:])
+		if m, ok := target.FindMapping(maps, w); ok && strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
+			frames = append(frames, symbolize(t, maps, images, w))
+		}
+	}
+	return frames
+}
+
+func symbolize(t target.Target, maps []target.Mapping, images map[string]*rbinary.Image, addr uint64) NativeFrame {
+	f := NativeFrame{Addr: fmt.Sprintf("%#x", addr), Symbol: "??"}
+	m, ok := target.FindMapping(maps, addr)
+	if !ok || !strings.HasPrefix(m.Path, "/") {
+		return f
+	}
+	f.File = m.Path
+	im, seen := images[m.Path]
+	if !seen {
+		im, _ = rbinary.Open(t, maps, m.Path)
+		images[m.Path] = im
+	}
+	if im != nil {
+		if name, off, ok := im.SymbolAt(addr); ok {
+			f.Symbol = fmt.Sprintf("%s+%#x", name, off)
+		}
+	}
+	return f
+}
+
+func signalName(sig int) string {
+	name := unix.SignalName(syscall.Signal(sig))
+	if name == "" {
+		return "signal " + strconv.Itoa(sig)
+	}
+	return name
+}
+
+// write saves report.json and report.txt atomically.
+func (r *Report) write(dir string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "report.json"), b, 0o600); err != nil {
+		return err
+	}
+	var txt bytes.Buffer
+	r.WriteText(&txt)
+	return writeFileAtomic(filepath.Join(dir, "report.txt"), txt.Bytes(), 0o600)
+}

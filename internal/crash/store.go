@@ -1,0 +1,159 @@
+package crash
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+)
+
+// List returns the crash IDs in the store, oldest first. Entries that are
+// not plain directories (a planted symbolic link) are ignored.
+func List(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.Type().IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids) // IDs start with a UTC time stamp
+	return ids, nil
+}
+
+// Load reads one crash's report.
+func Load(dir, id string) (*Report, error) {
+	if strings.ContainsAny(id, "/\\") || id == ".." || id == "." {
+		return nil, fmt.Errorf("bad crash id %q", id)
+	}
+	p := filepath.Join(dir, id, "report.json")
+	st, err := os.Lstat(filepath.Join(dir, id))
+	if err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("no crash %q in %s (see 'rbscope crash list')", id, dir)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("crash %s has no report yet: %w", id, err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &r, nil
+}
+
+// rotate removes the oldest crashes so that at most keep remain.
+func rotate(dir string, keep int) {
+	ids, err := List(dir)
+	if err != nil || keep < 0 {
+		return
+	}
+	for len(ids) > keep {
+		os.RemoveAll(filepath.Join(dir, ids[0]))
+		ids = ids[1:]
+	}
+}
+
+// TopRubyFrame is the innermost frame of the crashing (or main) Ruby thread.
+func (r *Report) TopRubyFrame() string {
+	if r.Ruby == nil {
+		return ""
+	}
+	var pick *rubyvm.Thread
+	for i := range r.Ruby.Threads {
+		th := &r.Ruby.Threads[i]
+		if th.TID == r.TID || (pick == nil && th.Main) {
+			pick = th
+		}
+	}
+	if pick == nil || len(pick.Frames) == 0 {
+		return ""
+	}
+	f := pick.Frames[0]
+	if f.Kind == rubyvm.KindRuby {
+		return fmt.Sprintf("%s (%s:%d)", f.Label, f.Path, f.Line)
+	}
+	return f.Label
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "crash %s\n", r.ID)
+	fmt.Fprintf(w, "time:    %s\npid:     %d (thread %d)\nsignal:  %s (%d)\nexe:     %s\ncmdline: %s\n",
+		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, r.Exe, strings.Join(r.Cmdline, " "))
+	core := "not stored"
+	if r.Core.File != "" {
+		core = fmt.Sprintf("%s (%d bytes read, %d stored)", r.Core.File, r.Core.Bytes, r.Core.Stored)
+		if r.Core.Truncated {
+			core += ", TRUNCATED at the size cap"
+		}
+	} else if r.Core.NotStored != "" {
+		core += ": " + r.Core.NotStored
+	}
+	fmt.Fprintf(w, "core:    %s\n", core)
+	if r.Core.ChainedTo != "" {
+		fmt.Fprintf(w, "also sent to: %s %s\n", r.Core.ChainedTo, r.Core.ChainError)
+	}
+	if r.Registers != nil {
+		fmt.Fprintf(w, "\nregisters of thread %d:\n", r.TID)
+		for i, name := range regNames {
+			fmt.Fprintf(w, "  %-8s %-18s", name, r.Registers[name])
+			if i%3 == 2 {
+				fmt.Fprintln(w)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Ruby != nil {
+		fmt.Fprintf(w, "\nRuby %s threads:\n", r.Ruby.Version)
+		for _, th := range r.Ruby.Threads {
+			name := th.Name
+			if name == "" && th.Main {
+				name = "main"
+			}
+			mark := ""
+			if th.TID == r.TID {
+				mark = "  <== crashed"
+			}
+			fmt.Fprintf(w, "Thread %q tid=%d status=%s%s\n", name, th.TID, th.Status, mark)
+			for _, f := range th.Frames {
+				loc := "<cfunc>"
+				if f.Kind == rubyvm.KindRuby {
+					loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+				}
+				fmt.Fprintf(w, "  %s  %s\n", f.Label, loc)
+			}
+		}
+	}
+	if len(r.Native) > 0 {
+		fmt.Fprintln(w, "\nnative threads (stack scan; may include stale return addresses):")
+		for _, nt := range r.Native {
+			fmt.Fprintf(w, "thread %d pc=%s sp=%s\n", nt.TID, nt.PC, nt.SP)
+			for _, f := range nt.Frames {
+				fmt.Fprintf(w, "  %s %s (%s)\n", f.Addr, f.Symbol, filepath.Base(f.File))
+			}
+		}
+	}
+	for _, n := range r.Notified {
+		status := "ok"
+		if !n.OK {
+			status = "FAILED: " + n.Error
+		}
+		fmt.Fprintf(w, "\nnotified %s %s: %s", n.Kind, n.To, status)
+	}
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(w, "\n\nnot gathered:")
+		for _, p := range r.Problems {
+			fmt.Fprintln(w, "  "+p)
+		}
+	}
+	fmt.Fprintf(w, "\nhandled in %s\n", r.HandledIn)
+}
