@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -34,4 +37,11 @@ func whilePaused(t *target.Live, pause bool, read func() error) error {
 		err = rerr
 	}
 	return err
+}
+
+// printJSON prints v as indented JSON on stdout.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -179,10 +178,4 @@ settings exactly.`,
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.AddCommand(install, uninstall, status, handle, list, show)
 	return c
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -134,8 +134,8 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	// The core streams to disk (and to a previous handler) while /proc is
 	// read: the kernel keeps the process and its memory until we exit.
 	streamDone := make(chan error, 1)
-	var prefix prefixBuffer
-	go func() { streamDone <- r.stream(ctx, cfg, dir, a, core, &prefix) }()
+	var notes noteCatcher
+	go func() { streamDone <- r.stream(ctx, cfg, dir, a, core, &notes) }()
 
 	r.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
@@ -152,7 +152,7 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	case <-ctx.Done():
 		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
 	}
-	r.readNative(a.PID, prefix.Bytes())
+	r.readNative(a.PID, &notes)
 	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
 	if err := r.write(dir); err != nil {
 		return r, err
@@ -180,21 +180,83 @@ func newCrashDir(store string, a Args) (string, string, error) {
 	return "", "", fmt.Errorf("too many crashes named %s", base)
 }
 
-// prefixBuffer keeps the first notesPrefix bytes written to it.
-type prefixBuffer struct{ bytes.Buffer }
+// noteCatcher keeps, from the core streaming past, its ELF and program
+// headers and the bytes of its PT_NOTE segments (registers of every
+// thread, the file table), wherever in the file they are: the kernel writes
+// notes first, gdb's gcore after the memory.
+type noteCatcher struct {
+	head  []byte // the first headerBytes bytes
+	pos   int64
+	notes []noteRange
+	total int
+	ready bool
+}
 
-func (p *prefixBuffer) Write(b []byte) (int, error) {
-	if room := notesPrefix - p.Len(); room > 0 {
-		p.Buffer.Write(b[:min(room, len(b))])
+type noteRange struct {
+	off, end int64
+	data     []byte
+}
+
+const headerBytes = 64 << 10
+
+func (c *noteCatcher) Write(b []byte) (int, error) {
+	n := len(b)
+	if len(c.head) < headerBytes {
+		take := min(headerBytes-len(c.head), len(b))
+		c.head = append(c.head, b[:take]...)
 	}
-	return len(b), nil
+	if !c.ready && len(c.head) >= 64 {
+		c.ready = c.findNotes()
+	}
+	for i := range c.notes {
+		r := &c.notes[i]
+		lo, hi := max(r.off, c.pos), min(r.end, c.pos+int64(n))
+		if lo < hi && c.total+int(hi-lo) <= notesPrefix {
+			r.data = append(r.data, b[lo-c.pos:hi-c.pos]...)
+			c.total += int(hi - lo)
+		}
+	}
+	c.pos += int64(n)
+	return n, nil
+}
+
+// headers parses the ELF and program headers in the head. Section headers
+// (gcore writes some, at the end of the file) are not needed and not read.
+func (c *noteCatcher) headers() (*elf.File, error) {
+	h := append([]byte(nil), c.head...)
+	if len(h) >= 64 && h[elf.EI_CLASS] == byte(elf.ELFCLASS64) {
+		clear(h[0x28:0x30]) // e_shoff
+		clear(h[0x3c:0x40]) // e_shnum, e_shstrndx
+	}
+	return elf.NewFile(bytes.NewReader(h))
+}
+
+// findNotes reads the program headers once enough of the file is in.
+func (c *noteCatcher) findNotes() bool {
+	ef, err := c.headers()
+	if err != nil {
+		return len(c.head) >= headerBytes // give up once the headers should be in
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_NOTE {
+			c.notes = append(c.notes, noteRange{off: int64(p.Off), end: int64(p.Off + p.Filesz)})
+		}
+	}
+	// Bytes already seen: take them from the head.
+	for i := range c.notes {
+		r := &c.notes[i]
+		if r.off < int64(len(c.head)) {
+			r.data = append(r.data, c.head[r.off:min(r.end, int64(len(c.head)))]...)
+		}
+	}
+	return true
 }
 
 // stream reads the whole core: into core.zst up to the size cap and while
 // the disk keeps its reserve, into the previous handler if there was one,
-// and its start into prefix.
-func (r *Report) stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, prefix *prefixBuffer) error {
-	writers := []io.Writer{prefix}
+// and its notes into notes.
+func (r *Report) stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) error {
+	writers := []io.Writer{notes}
 	var zw *zstd.Encoder
 	var zf *os.File
 	var stored *limitedWriter
@@ -373,8 +435,8 @@ func (r *Report) readRuby(pid int) {
 
 // readNative takes every thread's registers from the core's NT_PRSTATUS
 // notes and scans its stack for return addresses.
-func (r *Report) readNative(pid int, prefix []byte) {
-	regs, err := prstatus(prefix)
+func (r *Report) readNative(pid int, notes *noteCatcher) {
+	regs, err := notes.prstatus()
 	if err != nil {
 		r.Problems = append(r.Problems, "registers: "+err.Error())
 		return
@@ -426,10 +488,9 @@ const (
 	prPidOffset = 32
 )
 
-// prstatus reads the registers of every thread from the notes of a core
-// whose start is in b.
-func prstatus(b []byte) (map[int][]uint64, error) {
-	ef, err := elf.NewFile(bytes.NewReader(b))
+// prstatus reads the registers of every thread from the caught notes.
+func (c *noteCatcher) prstatus() (map[int][]uint64, error) {
+	ef, err := c.headers()
 	if err != nil {
 		return nil, fmt.Errorf("the core does not start like an ELF core: %w", err)
 	}
@@ -437,19 +498,13 @@ func prstatus(b []byte) (map[int][]uint64, error) {
 		return nil, fmt.Errorf("not an x86-64 core (type %v, machine %v)", ef.Type, ef.Machine)
 	}
 	out := map[int][]uint64{}
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_NOTE {
-			continue
-		}
-		data := make([]byte, p.Filesz)
-		if _, err := p.ReadAt(data, 0); err != nil {
-			return nil, fmt.Errorf("reading the core's notes: %w", err)
-		}
+	for _, nr := range c.notes {
+		data := nr.data
 		for len(data) >= 12 {
 			nsz, dsz, typ := binary.LittleEndian.Uint32(data), binary.LittleEndian.Uint32(data[4:]), binary.LittleEndian.Uint32(data[8:])
 			off := 12 + (uint64(nsz)+3)&^3
 			end := off + (uint64(dsz)+3)&^3
-			if end > uint64(len(data)) {
+			if end > uint64(len(data)) || off+uint64(dsz) > uint64(len(data)) {
 				break
 			}
 			desc := data[off : off+uint64(dsz)]
@@ -465,7 +520,7 @@ func prstatus(b []byte) (map[int][]uint64, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no NT_PRSTATUS note in the core")
+		return nil, fmt.Errorf("no NT_PRSTATUS note in the core (truncated before its notes?)")
 	}
 	return out, nil
 }

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// crashEnv installs the handler into a private store for one test and
+// restores core_pattern and core_pipe_limit afterwards, even on failure.
+func crashEnv(t *testing.T, extra ...string) (config, store string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to change core_pattern")
+	}
+	pattern, _ := os.ReadFile(crash.CorePatternPath)
+	limit, _ := os.ReadFile(crash.CorePipeLimitPath)
+	t.Cleanup(func() {
+		os.WriteFile(crash.CorePatternPath, pattern, 0o644)
+		os.WriteFile(crash.CorePipeLimitPath, limit, 0o644)
+	})
+	// core_pattern holds 127 bytes: keep the config path short.
+	dir, err := os.MkdirTemp("/tmp", "rbc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o700)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	config, store = filepath.Join(dir, "c.json"), filepath.Join(dir, "s")
+	args := append([]string{"crash", "install", "--config", config, "--dir", store}, extra...)
+	if out, errOut, code := rbscope(t, args...); code != 0 {
+		t.Fatalf("install: exit %d: %s %s", code, out, errOut)
+	}
+	return config, store
+}
+
+func waitReport(t *testing.T, store string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var done []string
+		ids, _ := crash.List(store)
+		for _, id := range ids {
+			if _, err := os.Stat(filepath.Join(store, id, "report.txt")); err == nil {
+				done = append(done, id)
+			}
+		}
+		if len(done) >= n {
+			return done
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d crash reports in %s after 30s", n, store)
+	return nil
+}
+
+// TestCrashRealRubyCrash: a Ruby that segfaults in native code gets a
+// report whose Ruby stacks match what it recorded before crashing, with its
+// other thread by name, and its core kept compressed.
+func TestCrashRealRubyCrash(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			config, store := crashEnv(t)
+			report := filepath.Join(t.TempDir(), "expected.json")
+			cmd := exec.Command(rb.Bin, testruby.Testdata("crash_fiddle.rb"), report)
+			cmd.Run() // it crashes: a non-zero exit is the point
+			var want struct {
+				PID    int     `json:"pid"`
+				Frames [][]any `json:"frames"`
+				Other  string  `json:"other"`
+			}
+			b, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatalf("the crashing program wrote nothing: %v", err)
+			}
+			json.Unmarshal(b, &want)
+			ids := waitReport(t, store, 1)
+			r, err := crash.Load(store, ids[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.PID != want.PID || (r.SignalName != "SIGSEGV" && r.SignalName != "SIGABRT") {
+				t.Errorf("report pid %d signal %s, want pid %d and SEGV/ABRT", r.PID, r.SignalName, want.PID)
+			}
+			if r.Ruby == nil {
+				t.Fatalf("no Ruby state in the report; problems: %v", r.Problems)
+			}
+			var mainFrames []string
+			other := false
+			for _, th := range r.Ruby.Threads {
+				if th.Name == want.Other {
+					other = true
+				}
+				if th.Main {
+					for _, f := range th.Frames {
+						mainFrames = append(mainFrames, fmt.Sprintf("%s|%s|%d", f.Label, f.Path, f.Line))
+					}
+				}
+			}
+			if !other {
+				t.Errorf("thread %q missing from the report", want.Other)
+			}
+			var wantFrames []string
+			for _, w := range want.Frames {
+				wantFrames = append(wantFrames, fmt.Sprintf("%s|%s|%d", w[0], w[1], int(w[2].(float64))))
+			}
+			// rbscope also shows the C method that crashed, above them.
+			if len(mainFrames) != len(wantFrames)+1 || !strings.HasSuffix(mainFrames[0], "#[]||0") ||
+				strings.Join(mainFrames[1:], "\n") != strings.Join(wantFrames, "\n") {
+				t.Errorf("main thread frames:\n%s\nwant Fiddle::Pointer#[] above:\n%s", strings.Join(mainFrames, "\n"), strings.Join(wantFrames, "\n"))
+			}
+			if r.Registers["rip"] == "" || len(r.Native) < 2 {
+				t.Errorf("registers %v, %d native threads", r.Registers, len(r.Native))
+			}
+			checkCore(t, filepath.Join(store, ids[0], "core.zst"))
+			st, _ := os.Stat(filepath.Join(store, ids[0], "report.json"))
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("report.json mode %v, want 0600", st.Mode().Perm())
+			}
+			out, _, code := rbscope(t, "crash", "list", "--config", config)
+			if code != 0 || !strings.Contains(out, ids[0]) || !strings.Contains(out, "Fiddle::Pointer#[]") {
+				t.Errorf("crash list:\n%s", out)
+			}
+		})
+	}
+}
+
+// checkCore decompresses a kept core and checks it is an ELF core.
+func checkCore(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	head := make([]byte, 18)
+	if _, err := io.ReadFull(zr, head); err != nil {
+		t.Fatalf("core.zst: %v", err)
+	}
+	if string(head[:4]) != "\x7fELF" || head[16] != 4 { // e_type ET_CORE
+		t.Errorf("core.zst does not hold an ELF core: % x", head)
+	}
+}
+
+// handle runs `rbscope crash handle` as the kernel would, with stdin.
+func handle(t *testing.T, config string, stdin io.Reader, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(rbscopeBin, append([]string{"crash", "handle", "--config", config}, args...)...)
+	cmd.Stdin = stdin
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	return string(out), 0
+}
+
+// TestCrashHandleInputs feeds the handler directly: a core of a process
+// that is gone, a truncated core, something that is not a core, several at
+// once, and a core larger than the cap; it notifies a local webhook and a
+// local SMTP server.
+func TestCrashHandleInputs(t *testing.T) {
+	var mu sync.Mutex
+	var posted []string
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, string(b))
+		mu.Unlock()
+	}))
+	defer web.Close()
+	smtpAddr, mails := fakeSMTP(t)
+	config, store := crashEnv(t, "--webhook", web.URL, "--email", "ops@example.test", "--smtp", smtpAddr, "--max-core", "100000")
+
+	// A real core: gcore of a sleeping Ruby.
+	rb := testruby.Rubies(t)[0]
+	sleeper := exec.Command(rb.Bin, "-e", "sleep")
+	sleeper.Start()
+	time.Sleep(300 * time.Millisecond)
+	corePath := filepath.Join(t.TempDir(), "core")
+	if out, err := exec.Command("gcore", "-o", corePath, fmt.Sprint(sleeper.Process.Pid)).CombinedOutput(); err != nil {
+		t.Fatalf("gcore: %v %s", err, out)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	core, _ := os.ReadFile(fmt.Sprintf("%s.%d", corePath, sleeper.Process.Pid))
+
+	now := fmt.Sprint(time.Now().Unix())
+	gone := fmt.Sprint(sleeper.Process.Pid)
+	inputs := map[string][]byte{"full": core, "truncated": core[:len(core)/2], "garbage": []byte("this is not a core file")}
+	var wg sync.WaitGroup
+	for name, in := range inputs {
+		wg.Add(1)
+		go func(name string, in []byte) { // concurrent crashes
+			defer wg.Done()
+			if out, code := handle(t, config, bytes.NewReader(in), gone, gone, "11", now); code != 0 {
+				t.Errorf("%s: exit %d: %s", name, code, out)
+			}
+		}(name, in)
+	}
+	wg.Wait()
+	ids := waitReport(t, store, 3)
+	if len(ids) != 3 {
+		t.Fatalf("%d reports for 3 crashes: %v", len(ids), ids)
+	}
+	for _, id := range ids {
+		r, err := crash.Load(store, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.SignalName != "SIGSEGV" || r.PID != sleeper.Process.Pid {
+			t.Errorf("%s: signal %s pid %d", id, r.SignalName, r.PID)
+		}
+		switch r.Core.Bytes {
+		case int64(len(core)):
+			if r.Registers["rip"] == "" {
+				t.Errorf("full core: no registers; problems %v", r.Problems)
+			}
+			if !r.Core.Truncated || r.Core.Stored == 0 {
+				t.Errorf("a core over --max-core was not marked truncated: %+v", r.Core)
+			}
+		case int64(len(inputs["garbage"])):
+			if r.Registers != nil || !strings.Contains(strings.Join(r.Problems, " "), "registers") {
+				t.Errorf("garbage input: registers %v problems %v", r.Registers, r.Problems)
+			}
+		}
+		if len(r.Notified) != 2 || !r.Notified[0].OK || !r.Notified[1].OK {
+			t.Errorf("%s: notifications %+v", id, r.Notified)
+		}
+	}
+	mu.Lock()
+	if len(posted) != 3 || !strings.Contains(posted[0], `"signal_name":"SIGSEGV"`) {
+		t.Errorf("webhook got %d posts", len(posted))
+	}
+	mu.Unlock()
+	if n := len(mails()); n != 3 {
+		t.Errorf("SMTP server got %d mails, want 3", n)
+	}
+}
+
+// fakeSMTP serves just enough SMTP on loopback to accept mail.
+func fakeSMTP(t *testing.T) (string, func() []string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(20 * time.Second))
+				r := bufio.NewReader(c)
+				fmt.Fprint(c, "220 test ESMTP\r\n")
+				var data strings.Builder
+				inData := false
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if inData {
+						if line == ".\r\n" {
+							inData = false
+							mu.Lock()
+							got = append(got, data.String())
+							mu.Unlock()
+							fmt.Fprint(c, "250 ok\r\n")
+							continue
+						}
+						data.WriteString(line)
+						continue
+					}
+					switch cmd := strings.ToUpper(strings.Fields(line + " x")[0]); cmd {
+					case "EHLO", "HELO":
+						fmt.Fprint(c, "250 test\r\n")
+					case "DATA":
+						inData = true
+						fmt.Fprint(c, "354 go\r\n")
+					case "QUIT":
+						fmt.Fprint(c, "221 bye\r\n")
+						return
+					default:
+						fmt.Fprint(c, "250 ok\r\n")
+					}
+				}
+			}(c)
+		}
+	}()
+	return ln.Addr().String(), func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+}
+
+func TestCrashInstallErrors(t *testing.T) {
+	config, _ := crashEnv(t)
+	if _, errOut, code := rbscope(t, "crash", "install", "--config", config, "--dir", "/tmp/x"); code != 1 || !strings.Contains(errOut, "already installed") {
+		t.Errorf("second install: exit %d %q", code, errOut)
+	}
+	out, _, _ := rbscope(t, "crash", "status", "--config", config)
+	if !strings.HasPrefix(out, "installed:") {
+		t.Errorf("status: %q", out)
+	}
+	if _, errOut, code := rbscope(t, "crash", "uninstall", "--config", config); code != 0 {
+		t.Errorf("uninstall: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := rbscope(t, "crash", "uninstall", "--config", config); code != 1 || !strings.Contains(errOut, "no rbscope crash handler is installed") {
+		t.Errorf("uninstall when not installed: exit %d %q", code, errOut)
+	}
+	os.Chmod(filepath.Dir(rbscopeBin), 0o755)
+	cmd := exec.Command(rbscopeBin, "crash", "install", "--config", config)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, _ := cmd.CombinedOutput(); !strings.Contains(string(out), "run it as root") {
+		t.Errorf("install as nobody: %q", out)
+	}
+	// A store that others can write is refused.
+	bad := filepath.Join(filepath.Dir(config), "open")
+	os.Mkdir(bad, 0o777)
+	os.Chmod(bad, 0o777)
+	if _, errOut, code := rbscope(t, "crash", "install", "--config", config, "--dir", bad); code != 1 || !strings.Contains(errOut, "writable by others") {
+		t.Errorf("world-writable store: exit %d %q", code, errOut)
+	}
+}
