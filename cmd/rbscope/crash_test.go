@@ -31,6 +31,7 @@ func crashEnv(t *testing.T, extra ...string) (config, store string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to change core_pattern")
 	}
+	testruby.LockCorePattern(t) // released after the restore below
 	pattern, _ := os.ReadFile(crash.CorePatternPath)
 	limit, _ := os.ReadFile(crash.CorePipeLimitPath)
 	t.Cleanup(func() {

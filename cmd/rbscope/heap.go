@@ -27,6 +27,7 @@ func newHeapCmd() *cobra.Command {
 		},
 	}
 	c.AddCommand(newHeapCensusCmd())
+	addHeapAnalyzeCmds(c)
 	return c
 }
 

@@ -35,9 +35,7 @@ always resumed; --nonblocking reads without pausing it.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(dump)
+				return writeJSON(os.Stdout, dump)
 			}
 			printStacks(os.Stdout, dump)
 			return nil
@@ -73,6 +71,13 @@ func readStacks(pid int, pause bool) (*stackDump, error) {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	return &stackDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads}, nil
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func printStacks(w io.Writer, d *stackDump) {

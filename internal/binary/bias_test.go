@@ -14,6 +14,7 @@ func TestLoadBias(t *testing.T) {
 	load := func(off, vaddr uint64) *elf.Prog {
 		return &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Off: off, Vaddr: vaddr}}
 	}
+	sized := func(p *elf.Prog, n uint64) *elf.Prog { p.Filesz = n; return p }
 	phdr := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_PHDR, Off: 0x40, Vaddr: 0x400040}}
 	for _, c := range []struct {
 		name  string
@@ -28,6 +29,9 @@ func TestLoadBias(t *testing.T) {
 			[]target.Mapping{{Start: 0x55d0c0a00000, End: 0x55d0c0a01000, Perms: "r-xp", Path: "/r/bin/ruby"}, {Start: 0x55d0c0a01000, End: 0x55d0c0b00000, Offset: 0x1000, Perms: "r-xp", Path: "/r/bin/ruby"}}, 0x55d0c0a00000},
 		{"shared mapping of the same file first", elf.ET_DYN, []*elf.Prog{load(0, 0)},
 			[]target.Mapping{{Start: 0x7f0000000000, End: 0x7f0000100000, Perms: "r--s", Path: "/r/bin/ruby"}, {Start: 0x7f00aa000000, End: 0x7f00aa100000, Perms: "r--p", Path: "/r/bin/ruby"}}, 0x7f00aa000000},
+		{"mapped twice privately (a core does not say which is shared)", elf.ET_DYN, []*elf.Prog{sized(load(0, 0), 0x33000), sized(load(0x33000, 0x33000), 0x25b000)},
+			[]target.Mapping{{Start: 0x7f0000000000, End: 0x7f00003b3000, Perms: "r--p", Path: "/r/bin/ruby"},
+				{Start: 0x7f00aa000000, End: 0x7f00aa033000, Perms: "r--p", Path: "/r/bin/ruby"}, {Start: 0x7f00aa033000, End: 0x7f00aa28e000, Offset: 0x33000, Perms: "r-xp", Path: "/r/bin/ruby"}}, 0x7f00aa000000},
 		{"deleted shared library", elf.ET_DYN, []*elf.Prog{load(0, 0)},
 			[]target.Mapping{{Start: 0x1000, End: 0x2000, Path: "/other"}, {Start: 0x7f00aa000000, End: 0x7f00aa100000, Perms: "r-xp", Path: "/r/bin/ruby (deleted)"}}, 0x7f00aa000000},
 	} {

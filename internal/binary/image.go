@@ -89,15 +89,45 @@ func loadBias(ef *elf.File, maps []target.Mapping, path string) (uint64, error) 
 		return 0, fmt.Errorf("%s: no loadable segment", path)
 	}
 	pageOff := first.Off &^ 0xfff
+	var biases []uint64
 	for _, m := range maps {
 		// The loader maps segments privately; a shared mapping of the same
 		// file (Ruby's own crash reporter maps libruby to read its symbols)
 		// is not where the code runs.
 		if (m.Path == path || m.Path == path+" (deleted)") && m.Offset == pageOff && strings.HasSuffix(m.Perms, "p") {
-			return m.Start - (first.Vaddr &^ 0xfff), nil
+			biases = append(biases, m.Start-(first.Vaddr&^0xfff))
 		}
 	}
+	// A core file does not tell shared mappings from private ones: when
+	// the file is mapped more than once, keep the mapping that the image's
+	// other segments follow where the loader puts them.
+	if len(biases) > 1 {
+		for _, bias := range biases {
+			if segmentsFollow(ef, maps, path, first, bias) {
+				return bias, nil
+			}
+		}
+	}
+	if len(biases) > 0 {
+		return biases[0], nil
+	}
 	return 0, fmt.Errorf("%s: not mapped in the process", path)
+}
+
+// segmentsFollow reports whether another loadable segment than first is
+// mapped from path at its link-time address plus bias.
+func segmentsFollow(ef *elf.File, maps []target.Mapping, path string, first *elf.Prog, bias uint64) bool {
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD || p == first || p.Filesz == 0 {
+			continue
+		}
+		for _, m := range maps {
+			if (m.Path == path || m.Path == path+" (deleted)") && m.Offset == p.Off&^0xfff && m.Start == bias+(p.Vaddr&^0xfff) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close releases the file.

@@ -84,56 +84,63 @@ func TestStacksMatchCallerLocations(t *testing.T) {
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm, threads := readThreads(t, p.PID(), true)
-			if vm.Version != rep.Version {
-				t.Errorf("version: rbscope read %q, Ruby says %q", vm.Version, rep.Version)
-			}
-			t.Logf("Ruby %s, layout from %s", vm.Version, vm.Layout.Source)
-			switch {
-			case strings.Contains(rb.Name, "stripped") && vm.Layout.Source != "table":
-				t.Errorf("a stripped Ruby must be read with the built-in table, got layout from %s", vm.Layout.Source)
-			case strings.HasPrefix(rb.Name, "ruby-") && !strings.Contains(rb.Name, "stripped") && !strings.HasPrefix(vm.Layout.Source, "dwarf:"):
-				t.Errorf("a debug build must be read with its own DWARF, got layout from %s", vm.Layout.Source)
-			}
-			if len(threads) != len(rep.ThreadNames) {
-				t.Errorf("rbscope found %d threads, Thread.list has %d", len(threads), len(rep.ThreadNames))
-			}
-			byTID := map[int]rubyvm.Thread{}
-			for _, th := range threads {
-				byTID[th.TID] = th
-			}
-			for _, want := range rep.Threads {
-				name := "main"
-				if want.Name != nil {
-					name = *want.Name
-				}
-				got, ok := byTID[want.TID]
-				if !ok {
-					t.Errorf("thread %s (tid %d) not found by rbscope", name, want.TID)
-					continue
-				}
-				if got.Error != "" {
-					t.Errorf("thread %s: %s", name, got.Error)
-				}
-				if want.Name != nil && got.Name != *want.Name {
-					t.Errorf("thread tid %d: name %q, Ruby says %q", want.TID, got.Name, *want.Name)
-				}
-				if got.Main != want.Main {
-					t.Errorf("thread %s: main=%v, Ruby says %v", name, got.Main, want.Main)
-				}
-				if st := rep.Statuses[name]; name != "main" && st != got.Status {
-					t.Errorf("thread %s: status %q, Thread#status says %q", name, got.Status, st)
-				}
-				diff := compareFrames(got.Frames, append(want.Top, want.Frames...))
-				if diff != "" && got.Status == "run" && len(want.Top) > 1 {
-					// A running thread may be caught between two calls of
-					// its innermost block, inside the C method that yields.
-					diff = compareFrames(got.Frames, append(want.Top[1:], want.Frames...))
-				}
-				if diff != "" {
-					t.Errorf("thread %s: %s", name, diff)
-				}
-			}
+			checkStacks(t, rb, &rep, vm, threads)
 		})
+	}
+}
+
+// checkStacks compares the threads rbscope read with what the program
+// reported about itself (shared by the live and the core-file tests).
+func checkStacks(t *testing.T, rb testruby.Ruby, rep *selfReport, vm *rubyvm.VM, threads []rubyvm.Thread) {
+	t.Helper()
+	if vm.Version != rep.Version {
+		t.Errorf("version: rbscope read %q, Ruby says %q", vm.Version, rep.Version)
+	}
+	t.Logf("Ruby %s, layout from %s", vm.Version, vm.Layout.Source)
+	switch {
+	case strings.Contains(rb.Name, "stripped") && vm.Layout.Source != "table":
+		t.Errorf("a stripped Ruby must be read with the built-in table, got layout from %s", vm.Layout.Source)
+	case strings.HasPrefix(rb.Name, "ruby-") && !strings.Contains(rb.Name, "stripped") && !strings.HasPrefix(vm.Layout.Source, "dwarf:"):
+		t.Errorf("a debug build must be read with its own DWARF, got layout from %s", vm.Layout.Source)
+	}
+	if len(threads) != len(rep.ThreadNames) {
+		t.Errorf("rbscope found %d threads, Thread.list has %d", len(threads), len(rep.ThreadNames))
+	}
+	byTID := map[int]rubyvm.Thread{}
+	for _, th := range threads {
+		byTID[th.TID] = th
+	}
+	for _, want := range rep.Threads {
+		name := "main"
+		if want.Name != nil {
+			name = *want.Name
+		}
+		got, ok := byTID[want.TID]
+		if !ok {
+			t.Errorf("thread %s (tid %d) not found by rbscope", name, want.TID)
+			continue
+		}
+		if got.Error != "" {
+			t.Errorf("thread %s: %s", name, got.Error)
+		}
+		if want.Name != nil && got.Name != *want.Name {
+			t.Errorf("thread tid %d: name %q, Ruby says %q", want.TID, got.Name, *want.Name)
+		}
+		if got.Main != want.Main {
+			t.Errorf("thread %s: main=%v, Ruby says %v", name, got.Main, want.Main)
+		}
+		if st := rep.Statuses[name]; name != "main" && st != got.Status {
+			t.Errorf("thread %s: status %q, Thread#status says %q", name, got.Status, st)
+		}
+		diff := compareFrames(got.Frames, append(want.Top, want.Frames...))
+		if diff != "" && got.Status == "run" && len(want.Top) > 1 {
+			// A running thread may be caught between two calls of
+			// its innermost block, inside the C method that yields.
+			diff = compareFrames(got.Frames, append(want.Top[1:], want.Frames...))
+		}
+		if diff != "" {
+			t.Errorf("thread %s: %s", name, diff)
+		}
 	}
 }
 

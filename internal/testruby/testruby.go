@@ -4,6 +4,7 @@
 package testruby
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,3 +119,72 @@ func (p *Process) Output() string { return p.stderr.String() }
 
 // String describes the Ruby for test names.
 func (r Ruby) String() string { return fmt.Sprintf("%s(%s)", r.Name, r.Bin) }
+
+// Gcore writes a core file of the running process pid with gdb's gcore, in
+// a directory removed when the test ends, and returns its path. The test is
+// skipped when gcore is not installed.
+func Gcore(t testing.TB, pid int) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcore"); err != nil {
+		t.Skip("gcore (gdb) is not installed")
+	}
+	prefix := filepath.Join(t.TempDir(), "core")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "gcore", "-o", prefix, strconv.Itoa(pid)).CombinedOutput()
+	path := prefix + "." + strconv.Itoa(pid)
+	if _, serr := os.Stat(path); err != nil || serr != nil {
+		t.Fatalf("gcore %d: %v %v\n%s", pid, err, serr, out)
+	}
+	return path
+}
+
+// corePatternLock is the lock file that serialises, across test packages
+// and processes, the tests that change kernel.core_pattern.
+const corePatternLock = "/tmp/rbscope-core_pattern.lock"
+
+// LockCorePattern holds an exclusive lock, until the test ends, that every
+// test changing kernel.core_pattern takes first, so that two of them never
+// save and restore each other's value.
+func LockCorePattern(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(corePatternLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("core_pattern lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("core_pattern lock: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
+}
+
+// CorePatternPath is the kernel's core_pattern knob.
+const CorePatternPath = "/proc/sys/kernel/core_pattern"
+
+// SetCorePattern sets kernel.core_pattern for the test, under
+// LockCorePattern, and restores the old value when the test ends, whether
+// it passed or not. It skips the test when not root or the knob cannot be
+// written.
+func SetCorePattern(t testing.TB, pattern string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("setting kernel.core_pattern needs root")
+	}
+	LockCorePattern(t)
+	old, err := os.ReadFile(CorePatternPath)
+	if err != nil {
+		t.Skipf("no %s: %v", CorePatternPath, err)
+	}
+	if err := os.WriteFile(CorePatternPath, []byte(pattern), 0o644); err != nil {
+		t.Skipf("cannot set %s: %v", CorePatternPath, err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(CorePatternPath, old, 0o644); err != nil {
+			t.Errorf("restoring %s to %q: %v", CorePatternPath, old, err)
+		}
+	})
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+func newCoreCmd() *cobra.Command {
+	var opts target.CoreOptions
+	var asJSON, census, all bool
+	c := &cobra.Command{
+		Use:   "core CORE",
+		Short: "Print every Ruby thread's stack from a core dump",
+		Long: `Read an ELF core file of a Ruby process (written by the kernel when it
+crashed, or by gdb's gcore) and print every Ruby thread's stack as 'rbscope
+stack' does; --census adds the heap census of 'rbscope heap census'.
+
+Memory the core does not hold (program text and read-only data, which the
+kernel leaves out) is read from the files the process had mapped, at the
+paths the core records. For a core from another machine, --sysroot DIR names
+a directory holding those files at the same paths (DIR/usr/lib/...), and
+--exe PATH the executable.`,
+		Example: `  rbscope core /var/crash/core.4242
+  rbscope core core.4242 --census
+  rbscope core core.4242 --sysroot ./crashed-root --json`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{fmt.Errorf("one core file is required (see '%s --help')", c.CommandPath())}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			d, err := readCore(args[0], opts, census)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(os.Stdout, d)
+			}
+			fmt.Fprintf(os.Stdout, "core %s: pid %d (%s)", d.Core, d.PID, d.Command)
+			if d.Signal != "" {
+				fmt.Fprintf(os.Stdout, ", signal %s in tid %d", d.Signal, d.SignalTID)
+			}
+			fmt.Fprintf(os.Stdout, ", Ruby %s\n\n", d.RubyVersion)
+			printStacks(os.Stdout, d.stackDump)
+			if d.census != nil {
+				fmt.Fprintln(os.Stdout)
+				printCensus(os.Stdout, d.census, all)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&opts.Exe, "exe", "", "the executable to use instead of the path the core records")
+	f.StringVar(&opts.Sysroot, "sysroot", "", "directory holding the crashed machine's files at their paths")
+	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
+	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
+	f.BoolVar(&all, "all", false, fmt.Sprintf("with --census: print every class, not only the largest %d", censusTopClasses))
+	return c
+}
+
+// coreDump is what `rbscope core --json` prints.
+type coreDump struct {
+	Core      string `json:"core"`
+	Command   string `json:"command"`
+	Signal    string `json:"signal,omitempty"`
+	SignalTID int    `json:"signal_tid,omitempty"`
+	*stackDump
+	Census any `json:"census,omitempty"` // []rubyvm.CensusRow with --census
+
+	census *censusResult
+}
+
+func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, error) {
+	t, err := target.OpenCore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	if w := t.Truncated(); w != "" {
+		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
+	}
+	vm, err := rubyvm.Open(t)
+	if err != nil {
+		return nil, coreError(t, err)
+	}
+	defer vm.Close()
+	threads, err := vm.Threads()
+	if err != nil {
+		return nil, coreError(t, err)
+	}
+	comm, args := t.Command()
+	if args == "" {
+		args = comm
+	}
+	d := &coreDump{
+		Core:      path,
+		Command:   args,
+		stackDump: &stackDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads},
+	}
+	if sig, tid := t.Signal(); sig > 0 {
+		d.Signal, d.SignalTID = unix.SignalName(syscall.Signal(sig)), tid
+		if d.Signal == "" {
+			d.Signal = fmt.Sprint(sig)
+		}
+	}
+	if census {
+		start := time.Now()
+		c, err := vm.HeapCensus()
+		if err != nil {
+			return nil, coreError(t, fmt.Errorf("heap census: %w", err))
+		}
+		d.census = &censusResult{PID: t.PID(), RubyVersion: vm.Version, Census: c, Took: time.Since(start)}
+		rows := c.ByClass
+		if rows == nil {
+			rows = []rubyvm.CensusRow{}
+		}
+		d.Census = rows
+	}
+	return d, nil
+}
+
+// coreError names the core and says what to do about files that are not on
+// this machine, or not the ones the process ran.
+func coreError(t *target.Core, err error) error {
+	advice := "pass --sysroot DIR with the crashed machine's files at their paths"
+	var missing *target.MissingFileError
+	if errors.As(err, &missing) && missing.Path == t.Exe() || errors.Is(err, target.ErrFileMismatch) {
+		advice += ", or --exe PATH for the executable"
+	}
+	switch {
+	case missing != nil:
+		return fmt.Errorf("core %s: the process had %s mapped, and it is not on this machine (looked for %s); %s",
+			t.Path(), missing.Path, missing.Tried, advice)
+	case errors.Is(err, target.ErrFileMismatch):
+		return fmt.Errorf("core %s: %w; %s", t.Path(), err, advice)
+	}
+	return fmt.Errorf("core %s: %w", t.Path(), err)
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// coreDoc is what `rbscope core --json` prints.
+type coreDoc struct {
+	Core        string `json:"core"`
+	Command     string `json:"command"`
+	Signal      string `json:"signal"`
+	SignalTID   int    `json:"signal_tid"`
+	PID         int    `json:"pid"`
+	RubyVersion string `json:"ruby_version"`
+	Threads     []struct {
+		Name   string `json:"name"`
+		TID    int    `json:"tid"`
+		Main   bool   `json:"main"`
+		Status string `json:"status"`
+		Frames []struct {
+			Kind, Label, Path string
+			Line              int
+		} `json:"frames"`
+		Error string `json:"error"`
+	} `json:"threads"`
+	Census []struct {
+		Type, Class  string
+		Count, Bytes int
+	} `json:"census"`
+}
+
+func coreJSON(t *testing.T, args ...string) coreDoc {
+	t.Helper()
+	stdout, stderr, code := rbscope(t, append([]string{"core", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("rbscope core %v: exit %d: %s", args, code, stderr)
+	}
+	var doc coreDoc
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, stdout)
+	}
+	return doc
+}
+
+// rubyCore runs testdata/stack_threads.rb, takes its core with gcore and
+// kills it.
+func rubyCore(t *testing.T) (string, []string, int, string) {
+	t.Helper()
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "stack_threads.rb", nil, "100")
+	var rep struct {
+		Version     string   `json:"version"`
+		ThreadNames []string `json:"thread_names"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+	core := testruby.Gcore(t, p.PID())
+	p.Cmd.Process.Kill()
+	p.Cmd.Wait()
+	return core, rep.ThreadNames, p.PID(), rep.Version
+}
+
+func TestCoreJSONAndText(t *testing.T) {
+	core, names, pid, version := rubyCore(t)
+
+	doc := coreJSON(t, core, "--census")
+	if doc.PID != pid || doc.RubyVersion != version || doc.Core != core {
+		t.Errorf("pid %d version %q core %q, want %d %q %q", doc.PID, doc.RubyVersion, doc.Core, pid, version, core)
+	}
+	var got []string
+	for _, th := range doc.Threads {
+		got = append(got, th.Name)
+		if len(th.Frames) == 0 || th.Error != "" {
+			t.Errorf("thread %q: %d frames, error %q", th.Name, len(th.Frames), th.Error)
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Errorf("threads %q, Thread.list says %q", got, names)
+	}
+	nStrings := 0
+	for _, row := range doc.Census {
+		if row.Class == "String" {
+			nStrings = row.Count
+		}
+	}
+	if nStrings < 1000 {
+		t.Errorf("census: %d Strings in %d rows", nStrings, len(doc.Census))
+	}
+
+	text, stderr, code := rbscope(t, "core", core, "--census")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{fmt.Sprintf("core %s: pid %d (", core, pid), `Thread "main" tid=`, `Thread "deep"`, "Thread::Mutex#lock", "Kernel#sleep  <cfunc>", "stack_threads.rb:", "live objects", "CLASS "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestCoreErrors: each bad input is refused in a line that says why.
+func TestCoreErrors(t *testing.T) {
+	core, _, _, _ := rubyCore(t)
+	dir := t.TempDir()
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("hello\n"), 0o644)
+	half := filepath.Join(dir, "half")
+	cut(t, core, half)
+
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	sleepCore := testruby.Gcore(t, sleeper.Process.Pid)
+	empty := t.TempDir()
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"no core", []string{"core"}, 2, []string{"one core file is required"}},
+		{"no such file", []string{"core", filepath.Join(dir, "nope")}, 1, []string{"no such file"}},
+		{"not ELF", []string{"core", text}, 1, []string{text + " is not a core file (not ELF"}},
+		{"not a core", []string{"core", "/bin/true"}, 1, []string{"/bin/true is a", "not a core file"}},
+		{"truncated", []string{"core", half}, 1, []string{"truncated", "notes at file offset"}},
+		{"not Ruby", []string{"core", sleepCore}, 1, []string{"not a Ruby process (it runs sleep)"}},
+		{"files missing", []string{"core", core, "--sysroot", empty}, 1, []string{"is not on this machine (looked for " + empty + "/", "--sysroot DIR"}},
+	} {
+		stdout, stderr, code := rbscope(t, c.args...)
+		if code != c.code || stdout != "" {
+			t.Errorf("%s: exit %d (want %d), stdout %q", c.name, code, c.code, stdout)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q lacks %q", c.name, stderr, w)
+			}
+		}
+		if strings.Count(strings.TrimSpace(stderr), "\n") > 0 || strings.Contains(stderr, "internal error") {
+			t.Errorf("%s: not one clean line: %q", c.name, stderr)
+		}
+	}
+}
+
+// TestCoreKernelCrash reads the core the kernel wrote of a Ruby that crashed
+// itself, whole and cut in half.
+func TestCoreKernelCrash(t *testing.T) {
+	dir := t.TempDir()
+	pattern := filepath.Join(dir, "core.%p")
+	testruby.SetCorePattern(t, pattern)
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "core_crash.rb", nil)
+	done := make(chan struct{})
+	go func() { p.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("no crash within 2 minutes:\n%s", p.Output())
+	}
+	if now, _ := os.ReadFile(testruby.CorePatternPath); strings.TrimSpace(string(now)) != pattern {
+		t.Skipf("another process changed core_pattern meanwhile (to %q)", now)
+	}
+	if ws, _ := p.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.CoreDump() {
+		t.Fatalf("ended (%v) without a core:\n%s", p.Cmd.ProcessState, p.Output())
+	}
+	core := filepath.Join(dir, fmt.Sprintf("core.%d", p.PID()))
+
+	doc := coreJSON(t, core)
+	if doc.Signal != "SIGABRT" && doc.Signal != "SIGSEGV" {
+		t.Errorf("signal %q, want SIGABRT or SIGSEGV", doc.Signal)
+	}
+	var main, sleeper bool
+	for _, th := range doc.Threads {
+		if th.Main && len(th.Frames) > 1 && th.Frames[0].Label == "Process.kill" && strings.HasSuffix(th.Frames[1].Label, "crash") {
+			main = true
+		}
+		sleeper = sleeper || th.Name == "sleeper"
+	}
+	if !main || !sleeper {
+		t.Errorf("main thread in Process.kill from Crasher#crash: %v, thread sleeper: %v\n%+v", main, sleeper, doc.Threads)
+	}
+
+	half := filepath.Join(t.TempDir(), "half")
+	cut(t, core, half)
+	stdout, stderr, code := rbscope(t, "core", half)
+	t.Logf("half a kernel core: exit %d\n%s%s", code, stdout, stderr)
+	if !strings.Contains(stderr, "warning: "+half+" is truncated") || strings.Contains(stderr, "internal error") {
+		t.Errorf("half a core: exit %d, stderr %q", code, stderr)
+	}
+	if code == 0 && !strings.Contains(stdout, "truncated") {
+		t.Errorf("half a core read without an error noted:\n%s", stdout)
+	}
+}
+
+// cut copies the first half of a file.
+func cut(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	st, _ := src.Stat()
+	dst, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if _, err := io.CopyN(dst, src, st.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+}

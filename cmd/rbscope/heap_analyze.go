@@ -1,0 +1,369 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rbscope/rbscope/internal/heap"
+)
+
+// addHeapAnalyzeCmds adds the offline analyses of ObjectSpace.dump_all
+// files (diff, path, top) to the heap command.
+func addHeapAnalyzeCmds(c *cobra.Command) {
+	c.AddCommand(newHeapDiffCmd(), newHeapPathCmd(), newHeapTopCmd())
+}
+
+// heapDumpArgs checks that a command got exactly its n positional arguments.
+func heapDumpArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("want %s, got %d argument(s) (see '%s --help')", what, len(args), c.CommandPath())}
+		}
+		return nil
+	}
+}
+
+func heapPrintJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func heapHex(a uint64) string { return fmt.Sprintf("%#x", a) }
+
+func heapOrNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// heapTable prints rows under a header; right[i] aligns column i right.
+func heapTable(w io.Writer, header []string, rows [][]string, right []bool) {
+	width := make([]int, len(header))
+	for _, r := range append([][]string{header}, rows...) {
+		for i, cell := range r {
+			width[i] = max(width[i], len(cell))
+		}
+	}
+	for _, r := range append([][]string{header}, rows...) {
+		var b strings.Builder
+		for i, cell := range r {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			switch {
+			case right[i]:
+				fmt.Fprintf(&b, "%*s", width[i], cell)
+			case i == len(r)-1:
+				b.WriteString(cell)
+			default:
+				fmt.Fprintf(&b, "%-*s", width[i], cell)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+func newHeapDiffCmd() *cobra.Command {
+	var by string
+	var top int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "diff BEFORE AFTER",
+		Short: "What is new in one heap dump against an earlier one (ObjectSpace.dump_all files)",
+		Long: `Compare two heap dumps in ObjectSpace.dump_all's JSON-lines format, taken from
+the same process, and count the objects of AFTER that BEFORE lacks, grouped
+by class (and type), largest first. An object whose address is in BEFORE
+with another type or class is new (the slot was freed and reused).
+
+--by site groups by allocation site (file:line) instead; dumps carry sites
+when ObjectSpace.trace_object_allocations_start ran before the objects were
+allocated. Bytes are each object's memsize as the dump reports it.
+
+Dump a process's heap with:
+  require "objspace"
+  File.open("before.json", "w") { |f| ObjectSpace.dump_all(output: f) }`,
+		Example: `  rbscope heap diff before.json after.json
+  rbscope heap diff before.json after.json --by site --top 10
+  rbscope heap diff before.json after.json --json`,
+		Args: heapDumpArgs(2, "two dump files, BEFORE and AFTER"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if by != "class" && by != "site" {
+				return usageError{fmt.Errorf("--by %q: want class or site (see '%s --help')", by, c.CommandPath())}
+			}
+			if top < 0 {
+				return usageError{fmt.Errorf("--top %d: want 0 (all) or more (see '%s --help')", top, c.CommandPath())}
+			}
+			a, err := heap.LoadFile(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := heap.LoadFile(args[1])
+			if err != nil {
+				return err
+			}
+			if by == "site" && !b.HasSites() {
+				return fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or use --by class", args[1])
+			}
+			d := heap.Diff(a, b)
+			rows := d.ByClass
+			if by == "site" {
+				rows = d.BySite
+			}
+			more := 0
+			if top > 0 && len(rows) > top {
+				more = len(rows) - top
+				rows = rows[:top]
+			}
+			if asJSON {
+				if rows == nil {
+					rows = []heap.DiffRow{}
+				}
+				type dumpInfo struct {
+					File    string `json:"file"`
+					Objects int    `json:"objects"`
+					Bytes   uint64 `json:"bytes"`
+				}
+				return heapPrintJSON(struct {
+					Before      dumpInfo       `json:"before"`
+					After       dumpInfo       `json:"after"`
+					NewObjects  uint64         `json:"new_objects"`
+					NewBytes    uint64         `json:"new_bytes"`
+					GoneObjects uint64         `json:"gone_objects"`
+					GoneBytes   uint64         `json:"gone_bytes"`
+					By          string         `json:"by"`
+					Rows        []heap.DiffRow `json:"rows"`
+					More        int            `json:"more_rows"`
+				}{
+					dumpInfo{args[0], a.Len(), a.Bytes}, dumpInfo{args[1], b.Len(), b.Bytes},
+					d.NewObjects, d.NewBytes, d.GoneObjects, d.GoneBytes, by, rows, more,
+				})
+			}
+			w := os.Stdout
+			fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[0], a.Len(), a.Bytes)
+			fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[1], b.Len(), b.Bytes)
+			fmt.Fprintf(w, "new: %d objects, %d bytes (gone: %d objects, %d bytes)\n", d.NewObjects, d.NewBytes, d.GoneObjects, d.GoneBytes)
+			if by == "site" && d.SitesKnown < d.NewObjects {
+				fmt.Fprintf(w, "%d new objects have no allocation site (allocated before tracing started, or internal)\n", d.NewObjects-d.SitesKnown)
+			}
+			fmt.Fprintln(w)
+			var table [][]string
+			for _, r := range rows {
+				row := []string{heapOrNone(r.Class), r.Type, strconv.FormatUint(r.Count, 10), strconv.FormatUint(r.Bytes, 10)}
+				if by == "site" {
+					site := r.Site
+					if site == "" {
+						site = "(unknown)"
+					}
+					row = append([]string{site}, row...)
+				}
+				table = append(table, row)
+			}
+			if by == "site" {
+				heapTable(w, []string{"SITE", "CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, false, true, true})
+			} else {
+				heapTable(w, []string{"CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, true, true})
+			}
+			if more > 0 {
+				fmt.Fprintf(w, "... %d more (--top 0 prints all)\n", more)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&by, "by", "class", "group by class or by allocation site (site)")
+	c.Flags().IntVar(&top, "top", 30, "print the largest N groups (0: all)")
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"before", "after", "new_objects", "new_bytes", "gone_objects", "gone_bytes", "by", "rows": [{"class", "type", "site", "count", "bytes"}], "more_rows"}`)
+	return c
+}
+
+// parseHeapAddress parses an object address as dumps print it ("0x7f..."),
+// the 0x optional.
+func parseHeapAddress(s string) (uint64, error) {
+	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	a, err := strconv.ParseUint(h, 16, 64)
+	if err != nil || a == 0 || h == "" {
+		return 0, fmt.Errorf("bad address %q: want hexadecimal, like 0x7f3fa78f2058", s)
+	}
+	return a, nil
+}
+
+type heapHopJSON struct {
+	Address string `json:"address"`
+	Type    string `json:"type"`
+	Class   string `json:"class"`
+	Desc    string `json:"desc"`
+	Memsize uint64 `json:"memsize"`
+}
+
+func toHeapHopJSON(g *heap.Graph, h heap.Hop) heapHopJSON {
+	return heapHopJSON{heapHex(h.Address), h.Type, h.Class, h.Desc, g.Memsize(h.Index)}
+}
+
+func newHeapPathCmd() *cobra.Command {
+	var n int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "path DUMP ADDRESS",
+		Short: "Who holds this object: the shortest path from the roots to it in a heap dump",
+		Long: `Find how the roots reach an object of a heap dump (ObjectSpace.dump_all's
+JSON lines): the shortest chain root -> holder -> ... -> object, each object
+with its address, type, class and a short description (a String's value, an
+Array's length, a Class's name...).
+
+The roots are the dump's ROOT lines: vm (the VM's own references: classes,
+threads, stacks), global_tbl (global variables), machine_context (the C
+stack, scanned conservatively), global_list (C globals)... --all N prints up
+to N paths, one per direct holder of the object, shortest first. An object
+that no root reaches was garbage not yet collected when the dump was taken.`,
+		Example: `  rbscope heap path heap.json 0x7f3fa78f2058
+  rbscope heap path heap.json 0x7f3fa78f2058 --all 5 --json`,
+		Args: heapDumpArgs(2, "a dump file and an object ADDRESS"),
+		RunE: func(c *cobra.Command, args []string) error {
+			addr, err := parseHeapAddress(args[1])
+			if err != nil {
+				return usageError{err}
+			}
+			if n < 1 {
+				return usageError{fmt.Errorf("--all %d: want 1 or more (see '%s --help')", n, c.CommandPath())}
+			}
+			g, err := heap.LoadFile(args[0])
+			if err != nil {
+				return err
+			}
+			target, ok := g.Lookup(addr)
+			if !ok {
+				return fmt.Errorf("%#x is not in %s (%d objects): no object at that address when the dump was taken", addr, args[0], g.Len())
+			}
+			paths := heap.Paths(g, target, n)
+			holders := g.Holders(target)
+			if asJSON {
+				type jsonPath struct {
+					Root string        `json:"root"`
+					Hops []heapHopJSON `json:"hops"`
+				}
+				out := struct {
+					heapHopJSON
+					Holders []string   `json:"holders"`
+					Paths   []jsonPath `json:"paths"`
+				}{heapHopJSON: toHeapHopJSON(g, g.Hop(target)), Holders: []string{}, Paths: []jsonPath{}}
+				for _, h := range holders {
+					out.Holders = append(out.Holders, heapHex(g.Address(h)))
+				}
+				for _, p := range paths {
+					jp := jsonPath{Root: p.Root}
+					for _, h := range p.Hops {
+						jp.Hops = append(jp.Hops, toHeapHopJSON(g, h))
+					}
+					out.Paths = append(out.Paths, jp)
+				}
+				return heapPrintJSON(out)
+			}
+			w := os.Stdout
+			h := g.Hop(target)
+			fmt.Fprintf(w, "%#x: %s %s %s (%d bytes)\n", addr, h.Type, heapOrNone(h.Class), h.Desc, g.Memsize(target))
+			fmt.Fprintf(w, "held by %d object(s)", len(holders))
+			if len(paths) == 0 {
+				fmt.Fprintln(w, "; not reachable from the roots (garbage not yet collected when the dump was taken)")
+				return nil
+			}
+			fmt.Fprintln(w)
+			for k, p := range paths {
+				fmt.Fprintf(w, "\npath %d: %d objects from root %s\n", k+1, len(p.Hops), p.Root)
+				var rows [][]string
+				for _, h := range p.Hops {
+					rows = append(rows, []string{heapHex(h.Address), h.Type, heapOrNone(h.Class), h.Desc})
+				}
+				var b strings.Builder
+				heapTable(&b, []string{"ADDRESS", "TYPE", "CLASS", "DESC"}, rows, []bool{false, false, false, false})
+				for _, line := range strings.SplitAfter(b.String(), "\n") {
+					if line != "" {
+						fmt.Fprint(w, "  ", line)
+					}
+				}
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&n, "all", 1, "print up to N paths, one per holder, shortest first")
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"address", "type", "class", "desc", "memsize", "holders", "paths": [{"root", "hops": [{"address", "type", "class", "desc", "memsize"}]}]}`)
+	return c
+}
+
+func newHeapTopCmd() *cobra.Command {
+	var top int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "top DUMP",
+		Short: "The objects that keep the most memory alive in a heap dump (dominators)",
+		Long: `Compute the dominator tree of a heap dump (ObjectSpace.dump_all's JSON lines)
+from its roots and print the objects with the largest retained size: the
+memsize of every object reachable only through them, themselves included
+(what freeing the object's last reference would free). COUNT is how many
+objects that is, SELF the object's own memsize, DOMINATOR the object that
+in turn retains it ("root" when no single object does).
+
+Retainers nest: the Array that retains a Hash is listed above it with the
+Hash's bytes included.`,
+		Example: `  rbscope heap top heap.json
+  rbscope heap top heap.json --top 50 --json`,
+		Args: heapDumpArgs(1, "one dump file"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if top < 1 {
+				return usageError{fmt.Errorf("--top %d: want 1 or more (see '%s --help')", top, c.CommandPath())}
+			}
+			g, err := heap.LoadFile(args[0])
+			if err != nil {
+				return err
+			}
+			d := heap.Dominators(g)
+			rs := d.Top(top)
+			dom := func(r heap.Retainer) string {
+				if r.Idom < 0 {
+					return "root"
+				}
+				return heapHex(g.Address(r.Idom))
+			}
+			if asJSON {
+				type jsonRetainer struct {
+					heapHopJSON
+					Retained  uint64 `json:"retained"`
+					Count     uint64 `json:"count"`
+					Dominator string `json:"dominator"`
+				}
+				out := struct {
+					File           string         `json:"file"`
+					Objects        int            `json:"objects"`
+					Bytes          uint64         `json:"bytes"`
+					Reachable      int            `json:"reachable"`
+					ReachableBytes uint64         `json:"reachable_bytes"`
+					Retainers      []jsonRetainer `json:"retainers"`
+				}{args[0], g.Len(), g.Bytes, d.Reachable, d.ReachableBytes, []jsonRetainer{}}
+				for _, r := range rs {
+					out.Retainers = append(out.Retainers, jsonRetainer{toHeapHopJSON(g, r.Hop), r.Retained, r.Count, dom(r)})
+				}
+				return heapPrintJSON(out)
+			}
+			w := os.Stdout
+			fmt.Fprintf(w, "%s: %d objects, %d bytes; %d objects (%d bytes) reachable from the roots\n\n",
+				args[0], g.Len(), g.Bytes, d.Reachable, d.ReachableBytes)
+			var rows [][]string
+			for _, r := range rs {
+				rows = append(rows, []string{strconv.FormatUint(r.Retained, 10), strconv.FormatUint(r.Count, 10),
+					strconv.FormatUint(r.Self, 10), heapHex(r.Address), r.Type, heapOrNone(r.Class), dom(r), r.Desc})
+			}
+			heapTable(w, []string{"RETAINED", "COUNT", "SELF", "ADDRESS", "TYPE", "CLASS", "DOMINATOR", "DESC"}, rows,
+				[]bool{true, true, true, false, false, false, false, false})
+			return nil
+		},
+	}
+	c.Flags().IntVar(&top, "top", 20, "print the N largest retainers")
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"file", "objects", "bytes", "reachable", "reachable_bytes", "retainers": [{"address", "type", "class", "desc", "memsize", "retained", "count", "dominator"}]}`)
+	return c
+}

@@ -1,0 +1,110 @@
+package heap
+
+import (
+	"math"
+	"slices"
+)
+
+// Hop is one object on a path from the roots.
+type Hop struct {
+	Index   int    `json:"-"`
+	Address uint64 `json:"-"`
+	Type    string `json:"type"`
+	Class   string `json:"class"`
+	Desc    string `json:"desc"`
+}
+
+// Path is a chain from a root to an object: Root (the ROOT line's name,
+// such as "vm" or "global_tbl") references Hops[0], which references
+// Hops[1], ...; the last hop is the object itself.
+type Path struct {
+	Root string
+	Hops []Hop
+}
+
+// Hop describes object i.
+func (g *Graph) Hop(i int) Hop {
+	return Hop{Index: i, Address: g.addr[i], Type: g.Type(i), Class: g.ClassName(i), Desc: g.Describe(i)}
+}
+
+// Holders returns the objects that reference object target, each once,
+// in file order.
+func (g *Graph) Holders(target int) []int {
+	var out []int
+	for i := 0; i < g.Len(); i++ {
+		if slices.Contains(g.Refs(i), uint32(target)) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Paths answers "who holds this": up to n shortest paths from the roots to
+// object target, one per direct holder (a root set that references the
+// object itself, or an object that does), shortest first. The path to a
+// holder never passes through the target itself. Paths returns nothing
+// when no root reaches the target (garbage not yet collected).
+func Paths(g *Graph, target, n int) []Path {
+	if n <= 0 {
+		return nil
+	}
+	const unseen = math.MaxUint32
+	N := g.Len()
+	// parent[i]: the object i was reached from, or N+k for root k.
+	parent := make([]uint32, N)
+	for i := range parent {
+		parent[i] = unseen
+	}
+	var direct []Path
+	queue := make([]uint32, 0, 1024)
+	for k, r := range g.Roots {
+		for _, o := range r.Refs {
+			if int(o) == target {
+				if !slices.ContainsFunc(direct, func(p Path) bool { return p.Root == r.Name }) {
+					direct = append(direct, Path{Root: r.Name, Hops: []Hop{g.Hop(target)}})
+				}
+				continue
+			}
+			if parent[o] == unseen {
+				parent[o] = uint32(N + k)
+				queue = append(queue, o)
+			}
+		}
+	}
+	for q := 0; q < len(queue); q++ {
+		v := queue[q]
+		for _, w := range g.Refs(int(v)) {
+			if int(w) != target && parent[w] == unseen {
+				parent[w] = v
+				queue = append(queue, w)
+			}
+		}
+	}
+	queue = nil
+	paths := direct
+	for _, h := range g.Holders(target) {
+		if len(paths) >= n && len(paths[0].Hops) == 1 {
+			break // enough paths of length 1 already
+		}
+		if h == target || parent[h] == unseen {
+			continue
+		}
+		var chain []int
+		x := uint32(h)
+		for x < uint32(N) {
+			chain = append(chain, int(x))
+			x = parent[x]
+		}
+		p := Path{Root: g.Roots[int(x)-N].Name}
+		for i := len(chain) - 1; i >= 0; i-- {
+			p.Hops = append(p.Hops, g.Hop(chain[i]))
+		}
+		p.Hops = append(p.Hops, g.Hop(target))
+		paths = append(paths, p)
+	}
+	slices.SortStableFunc(paths, func(a, b Path) int { return len(a.Hops) - len(b.Hops) })
+	if len(paths) > n {
+		paths = paths[:n]
+	}
+	return paths
+}

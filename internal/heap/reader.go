@@ -1,0 +1,791 @@
+// Package heap reads heap dumps in the JSON-lines format of Ruby's
+// ObjectSpace.dump_all (one JSON object per line) and analyses them: what
+// is new in one dump against another (Diff), how the roots reach an object
+// (Paths) and which objects keep the most memory alive (Dominators).
+//
+// Reader streams the records of a dump; Load builds a compact Graph of it
+// (a few dozen bytes per object: interned class names, references as
+// integer indexes, no raw JSON kept).
+package heap
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Record is one line of a dump. A Reader reuses its Record: References and
+// Value are only valid until the next call to Next; the strings are interned
+// and stay valid.
+type Record struct {
+	// Address is the object's address; zero for ROOT lines.
+	Address uint64
+	// Type is the object type: STRING, ARRAY, OBJECT, CLASS, ..., or ROOT.
+	Type string
+	// Root names the root set of a ROOT line: vm, machine_context,
+	// global_tbl, ...
+	Root string
+	// Class is the address of the object's class, zero if it has none
+	// (IMEMO, hidden objects).
+	Class      uint64
+	References []uint64
+	Memsize    uint64
+	// Name is a CLASS or MODULE's name (absent for anonymous ones).
+	Name string
+	// RealClassName is what a singleton class's instances answer to
+	// obj.class (dumped for singleton classes instead of a name).
+	RealClassName string
+	// Value is a STRING or SYMBOL's contents as dumped (HasValue tells
+	// whether the line had one).
+	Value    []byte
+	HasValue bool
+	// Bytesize, Length (ARRAY, STRUCT), Size (HASH) and Ivars (OBJECT)
+	// are zero when absent.
+	Bytesize, Length, Size, Ivars uint64
+	ImemoType                     string
+	// Struct is a DATA object's type name.
+	Struct string
+	// File, Line and Generation say where and when the object was allocated
+	// when allocation tracing was on (ObjectSpace.trace_object_allocations).
+	File       string
+	Line       uint64
+	Generation uint64
+}
+
+func (r *Record) reset() {
+	refs, val := r.References[:0], r.Value[:0]
+	*r = Record{References: refs, Value: val}
+}
+
+// Reader reads the records of a dump_all file one line at a time.
+type Reader struct {
+	name   string
+	br     *bufio.Reader
+	line   int
+	long   []byte
+	rec    Record
+	intern map[string]string
+	p      parser
+}
+
+// NewReader returns a Reader of r; name (the file name) prefixes errors.
+func NewReader(r io.Reader, name string) *Reader {
+	return &Reader{
+		name:   name,
+		br:     bufio.NewReaderSize(r, 1<<20),
+		intern: make(map[string]string),
+	}
+}
+
+// Line returns the number of the line last read (1-based).
+func (r *Reader) Line() int { return r.line }
+
+// Error is a malformed line of a dump.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s line %d: %s", e.File, e.Line, e.Msg) }
+
+// Next returns the next record, or io.EOF after the last one. Blank lines
+// are skipped. A malformed line is an *Error naming the file and line.
+func (r *Reader) Next() (*Record, error) {
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			return nil, err
+		}
+		r.line++
+		if blank(line) {
+			continue
+		}
+		r.rec.reset()
+		r.p = parser{buf: line, rec: &r.rec, intern: r.intern}
+		if msg := r.p.parseLine(); msg != "" {
+			return nil, &Error{File: r.name, Line: r.line, Msg: msg}
+		}
+		return &r.rec, nil
+	}
+}
+
+// blank tells whether a line holds only JSON whitespace.
+func blank(line []byte) bool {
+	for _, c := range line {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reader) readLine() ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err == nil || (err == io.EOF && len(line) > 0) {
+		return line, nil
+	}
+	if err == io.EOF {
+		return nil, io.EOF
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	r.long = append(r.long[:0], line...)
+	for {
+		line, err = r.br.ReadSlice('\n')
+		r.long = append(r.long, line...)
+		if err == nil || err == io.EOF {
+			return r.long, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+}
+
+// parser decodes one line. It accepts exactly the JSON that encoding/json
+// accepts (FuzzReader checks this) and decodes strings as it does.
+type parser struct {
+	buf    []byte
+	pos    int
+	rec    *Record
+	intern map[string]string
+	scr    []byte // scratch for decoding escaped strings
+	errMsg string
+}
+
+// errSyntax marks a JSON syntax error; the message is encoding/json's.
+const errSyntax = "\x00syntax"
+
+func (p *parser) syntaxError() string {
+	var v any
+	if err := json.Unmarshal(p.buf, &v); err != nil {
+		return "invalid JSON: " + err.Error()
+	}
+	return fmt.Sprintf("invalid JSON at column %d", p.pos+1) // not reached if the parser agrees with encoding/json
+}
+
+func (p *parser) parseLine() string {
+	msg := p.object()
+	if msg == "" {
+		p.ws()
+		if p.pos != len(p.buf) {
+			msg = errSyntax
+		}
+	}
+	if msg == errSyntax {
+		return p.syntaxError()
+	}
+	if msg != "" {
+		// A schema error: make sure the line is at least valid JSON, so
+		// that a syntax error later in the line is reported as such.
+		if !json.Valid(p.buf) {
+			return p.syntaxError()
+		}
+		return "not dump_all JSON: " + msg
+	}
+	rec := p.rec
+	if rec.Type == "" {
+		return "not dump_all JSON: no type"
+	}
+	if rec.Type != "ROOT" && rec.Address == 0 {
+		return "not dump_all JSON: no address"
+	}
+	return ""
+}
+
+func (p *parser) ws() {
+	for p.pos < len(p.buf) {
+		switch p.buf[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+// object parses the top-level object.
+func (p *parser) object() string {
+	p.ws()
+	if p.pos >= len(p.buf) {
+		return errSyntax
+	}
+	if p.buf[p.pos] != '{' {
+		if !p.skipValue() {
+			return errSyntax
+		}
+		return "not an object"
+	}
+	p.pos++
+	p.ws()
+	if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
+		p.pos++
+		return ""
+	}
+	schema := ""
+	for {
+		p.ws()
+		key, ok := p.str()
+		if !ok {
+			return errSyntax
+		}
+		if len(p.scr) > 0 && len(key) > 0 && &key[0] == &p.scr[0] {
+			key = append([]byte(nil), key...) // decoded into scratch: keep it from the value's decoding
+		}
+		p.ws()
+		if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
+			return errSyntax
+		}
+		p.pos++
+		p.ws()
+		msg := p.field(key)
+		if msg == errSyntax {
+			return msg
+		}
+		if msg != "" && schema == "" {
+			schema = msg
+		}
+		p.ws()
+		if p.pos >= len(p.buf) {
+			return errSyntax
+		}
+		switch p.buf[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			return schema
+		default:
+			return errSyntax
+		}
+	}
+}
+
+func (p *parser) isNull() bool {
+	if bytes.HasPrefix(p.buf[p.pos:], []byte("null")) {
+		p.pos += 4
+		return true
+	}
+	return false
+}
+
+// field parses the value of key into the record.
+func (p *parser) field(key []byte) string {
+	rec := p.rec
+	switch string(key) {
+	case "address", "class":
+		if p.isNull() {
+			return ""
+		}
+		s, ok, isStr := p.strValue()
+		if !ok {
+			return errSyntax
+		}
+		if !isStr {
+			return string(key) + " is not a string"
+		}
+		a, err := parseAddress(s)
+		if err != nil {
+			return fmt.Sprintf("bad %s %q", key, s)
+		}
+		if key[0] == 'a' {
+			rec.Address = a
+		} else {
+			rec.Class = a
+		}
+	case "type", "root", "name", "real_class_name", "imemo_type", "struct", "file":
+		if p.isNull() {
+			return ""
+		}
+		s, ok, isStr := p.strValue()
+		if !ok {
+			return errSyntax
+		}
+		if !isStr {
+			return string(key) + " is not a string"
+		}
+		v := p.internBytes(s)
+		switch string(key) {
+		case "type":
+			rec.Type = v
+		case "root":
+			rec.Root = v
+		case "name":
+			rec.Name = v
+		case "real_class_name":
+			rec.RealClassName = v
+		case "imemo_type":
+			rec.ImemoType = v
+		case "struct":
+			rec.Struct = v
+		case "file":
+			rec.File = v
+		}
+	case "value":
+		if p.isNull() {
+			return ""
+		}
+		s, ok, isStr := p.strValue()
+		if !ok {
+			return errSyntax
+		}
+		if !isStr {
+			return "value is not a string"
+		}
+		rec.Value = append(rec.Value[:0], s...)
+		rec.HasValue = true
+	case "memsize", "bytesize", "length", "size", "ivars", "line", "generation":
+		if p.isNull() {
+			return ""
+		}
+		n, msg := p.uint()
+		if msg != "" {
+			if msg == errSyntax {
+				return msg
+			}
+			return string(key) + " " + msg
+		}
+		switch string(key) {
+		case "memsize":
+			rec.Memsize = n
+		case "bytesize":
+			rec.Bytesize = n
+		case "length":
+			rec.Length = n
+		case "size":
+			rec.Size = n
+		case "ivars":
+			rec.Ivars = n
+		case "line":
+			rec.Line = n
+		case "generation":
+			rec.Generation = n
+		}
+	case "references":
+		if p.isNull() {
+			rec.References = rec.References[:0]
+			return ""
+		}
+		return p.references()
+	default:
+		if !p.skipValue() {
+			return errSyntax
+		}
+	}
+	return ""
+}
+
+func (p *parser) references() string {
+	rec := p.rec
+	rec.References = rec.References[:0]
+	if p.pos >= len(p.buf) || p.buf[p.pos] != '[' {
+		if !p.skipValue() {
+			return errSyntax
+		}
+		return "references is not a list"
+	}
+	p.pos++
+	p.ws()
+	if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
+		p.pos++
+		return ""
+	}
+	schema := ""
+	for {
+		p.ws()
+		s, ok, isStr := p.strValue()
+		if !ok {
+			return errSyntax
+		}
+		if schema == "" {
+			if !isStr {
+				schema = "references: not a string"
+			} else if a, err := parseAddress(s); err != nil {
+				schema = fmt.Sprintf("bad reference %q", s)
+			} else {
+				rec.References = append(rec.References, a)
+			}
+		}
+		p.ws()
+		if p.pos >= len(p.buf) {
+			return errSyntax
+		}
+		switch p.buf[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			return schema
+		default:
+			return errSyntax
+		}
+	}
+}
+
+func (p *parser) internBytes(b []byte) string {
+	if s, ok := p.intern[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(p.intern) < 1<<20 { // file names and class names; bounded all the same
+		p.intern[s] = s
+	}
+	return s
+}
+
+// parseAddress parses "0x7f3fa78f2058".
+func parseAddress(b []byte) (uint64, error) {
+	if len(b) < 3 || b[0] != '0' || (b[1] != 'x' && b[1] != 'X') || len(b) > 18 {
+		return 0, errors.New("bad address")
+	}
+	var a uint64
+	for _, c := range b[2:] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, errors.New("bad address")
+		}
+		a = a<<4 | uint64(d)
+	}
+	if a == 0 {
+		return 0, errors.New("null address")
+	}
+	return a, nil
+}
+
+// strValue parses any value: ok is false on a syntax error, isStr tells
+// whether it was a string (returned decoded, valid until the next string).
+func (p *parser) strValue() (s []byte, ok, isStr bool) {
+	if p.pos < len(p.buf) && p.buf[p.pos] == '"' {
+		s, ok = p.str()
+		return s, ok, true
+	}
+	return nil, p.skipValue(), false
+}
+
+// str parses a string at pos, decoding it as encoding/json does (invalid
+// UTF-8 and lone surrogates become U+FFFD). Without escapes or non-ASCII
+// bytes it returns a slice of the line.
+func (p *parser) str() ([]byte, bool) {
+	if p.pos >= len(p.buf) || p.buf[p.pos] != '"' {
+		return nil, false
+	}
+	p.pos++
+	start := p.pos
+	buf := p.buf
+	i := start
+	for i < len(buf) {
+		c := buf[i]
+		if c == '"' {
+			p.pos = i + 1
+			return buf[start:i], true
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		i++
+	}
+	// Slow path: decode into scratch.
+	out := append(p.scr[:0], buf[start:i]...)
+	for i < len(buf) {
+		c := buf[i]
+		switch {
+		case c == '"':
+			p.pos = i + 1
+			p.scr = out
+			return out, true
+		case c < 0x20:
+			return nil, false
+		case c == '\\':
+			i++
+			if i >= len(buf) {
+				return nil, false
+			}
+			switch buf[i] {
+			case '"', '\\', '/':
+				out = append(out, buf[i])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(buf, i+1)
+				if !ok {
+					return nil, false
+				}
+				i += 4
+				if utf16.IsSurrogate(r) {
+					// A pair decodes to one rune; anything else is U+FFFD.
+					if i+6 < len(buf) && buf[i+1] == '\\' && buf[i+2] == 'u' {
+						if r2, ok := hex4(buf, i+3); ok {
+							if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+								out = utf8.AppendRune(out, dec)
+								i += 7
+								continue
+							}
+						}
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, false
+			}
+			i++
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(buf[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, buf[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return nil, false
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// uint parses a non-negative integer.
+func (p *parser) uint() (uint64, string) {
+	start := p.pos
+	if p.pos >= len(p.buf) {
+		return 0, errSyntax
+	}
+	c := p.buf[p.pos]
+	if c != '-' && (c < '0' || c > '9') {
+		if !p.skipValue() {
+			return 0, errSyntax
+		}
+		return 0, "is not a number"
+	}
+	if !p.number() {
+		return 0, errSyntax
+	}
+	n, err := strconv.ParseUint(string(p.buf[start:p.pos]), 10, 64)
+	if err != nil {
+		return 0, fmt.Sprintf("is not a non-negative integer: %s", p.buf[start:p.pos])
+	}
+	return n, ""
+}
+
+// number skips a JSON number.
+func (p *parser) number() bool {
+	b, i := p.buf, p.pos
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if i >= len(b) {
+		return false
+	}
+	if b[i] == '0' {
+		i++
+	} else if b[i] >= '1' && b[i] <= '9' {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	} else {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	p.pos = i
+	return true
+}
+
+// skipValue skips any JSON value, checking its syntax.
+func (p *parser) skipValue() bool {
+	return p.skipDepth(0)
+}
+
+func (p *parser) skipDepth(depth int) bool {
+	if p.pos >= len(p.buf) {
+		return false
+	}
+	c := p.buf[p.pos]
+	if (c == '{' || c == '[') && depth+2 > 10000 { // encoding/json's nesting limit (the line's object is level 1)
+		return false
+	}
+	switch {
+	case c == '"':
+		return p.skipString()
+	case c == '{':
+		p.pos++
+		p.ws()
+		if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
+			p.pos++
+			return true
+		}
+		for {
+			p.ws()
+			if !p.skipString() {
+				return false
+			}
+			p.ws()
+			if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
+				return false
+			}
+			p.pos++
+			p.ws()
+			if !p.skipDepth(depth + 1) {
+				return false
+			}
+			p.ws()
+			if p.pos >= len(p.buf) {
+				return false
+			}
+			switch p.buf[p.pos] {
+			case ',':
+				p.pos++
+			case '}':
+				p.pos++
+				return true
+			default:
+				return false
+			}
+		}
+	case c == '[':
+		p.pos++
+		p.ws()
+		if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
+			p.pos++
+			return true
+		}
+		for {
+			p.ws()
+			if !p.skipDepth(depth + 1) {
+				return false
+			}
+			p.ws()
+			if p.pos >= len(p.buf) {
+				return false
+			}
+			switch p.buf[p.pos] {
+			case ',':
+				p.pos++
+			case ']':
+				p.pos++
+				return true
+			default:
+				return false
+			}
+		}
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	default:
+		return p.number()
+	}
+}
+
+func (p *parser) literal(s string) bool {
+	if bytes.HasPrefix(p.buf[p.pos:], []byte(s)) {
+		p.pos += len(s)
+		return true
+	}
+	return false
+}
+
+// skipString skips a string, checking its escapes.
+func (p *parser) skipString() bool {
+	b := p.buf
+	if p.pos >= len(b) || b[p.pos] != '"' {
+		return false
+	}
+	i := p.pos + 1
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			p.pos = i + 1
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				if _, ok := hex4(b, i+1); !ok {
+					return false
+				}
+				i += 5
+			default:
+				return false
+			}
+		default:
+			i++
+		}
+	}
+	return false
+}

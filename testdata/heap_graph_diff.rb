@@ -1,0 +1,34 @@
+# A Ruby program that dumps its heap twice with ObjectSpace.dump_all, with
+# 5,000 new objects of class Leaky (kept in a global) in between, and writes
+# what it did to ARGV[0] as JSON: {"pid", "version", "before", "after"
+# (the dumps' paths, ARGV[1] and ARGV[2]), "leaky" (how many), "site"
+# ("file:line" where the Leaky objects were allocated)}.
+#
+#   ruby testdata/heap_graph_diff.rb REPORT BEFORE AFTER
+#
+# Allocation tracing is on from the start, so the dumps carry file/line.
+require "objspace"
+require "json"
+
+report, before, after = ARGV.fetch(0), ARGV.fetch(1), ARGV.fetch(2)
+
+class Leaky
+  def initialize(i)
+    @i = i
+  end
+end
+
+ObjectSpace.trace_object_allocations_start
+LEAKY = 5_000
+$leak = []
+GC.start
+File.open(before, "w") { |f| ObjectSpace.dump_all(output: f) }
+site = "#{__FILE__}:#{__LINE__ + 1}"
+LEAKY.times { |i| $leak << Leaky.new(i) }
+GC.start
+File.open(after, "w") { |f| ObjectSpace.dump_all(output: f) }
+
+tmp = report + ".tmp"
+File.write(tmp, JSON.generate({ "pid" => Process.pid, "version" => RUBY_VERSION, "before" => before,
+                                "after" => after, "leaky" => LEAKY, "site" => site }))
+File.rename(tmp, report)
