@@ -20,10 +20,11 @@ func newHeapCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "heap",
 		Short: "Inspect the Ruby heap",
-		Long:  `Inspect the objects on a running Ruby process's GC heap.`,
+		Long: `Inspect the objects on a running Ruby process's GC heap (census), and analyse
+heap dumps in ObjectSpace.dump_all's JSON-lines format (diff, path, top).`,
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			return usageError{fmt.Errorf("a subcommand is required: census (see 'rbscope heap --help')")}
+			return usageError{fmt.Errorf("a subcommand is required: census, diff, path or top (see 'rbscope heap --help')")}
 		},
 	}
 	c.AddCommand(newHeapCensusCmd())
