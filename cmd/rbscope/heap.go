@@ -22,7 +22,7 @@ func newHeapCmd() *cobra.Command {
 		Short: "Inspect the Ruby heap",
 		Long: `Inspect the objects on a running Ruby process's GC heap (census), and analyse
 heap dumps in ObjectSpace.dump_all's JSON-lines format (diff, path, top).`,
-		Args:  noArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			return usageError{fmt.Errorf("a subcommand is required: census, diff, path or top (see 'rbscope heap --help')")}
 		},
