@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +114,7 @@ func TestCoreErrors(t *testing.T) {
 	text := filepath.Join(dir, "notes.txt")
 	os.WriteFile(text, []byte("hello\n"), 0o644)
 	half := filepath.Join(dir, "half")
-	cut(t, core, half)
+	testruby.CopyPrefix(t, core, half, testruby.Half)
 
 	sleeper := exec.Command("sleep", "60")
 	if err := sleeper.Start(); err != nil {
@@ -193,7 +192,7 @@ func TestCoreKernelCrash(t *testing.T) {
 	}
 
 	half := filepath.Join(t.TempDir(), "half")
-	cut(t, core, half)
+	testruby.CopyPrefix(t, core, half, testruby.Half)
 	stdout, stderr, code := rbscope(t, "core", half)
 	t.Logf("half a kernel core: exit %d\n%s%s", code, stdout, stderr)
 	if !strings.Contains(stderr, "warning: "+half+" is truncated") || strings.Contains(stderr, "internal error") {
@@ -201,24 +200,5 @@ func TestCoreKernelCrash(t *testing.T) {
 	}
 	if code == 0 && !strings.Contains(stdout, "truncated") {
 		t.Errorf("half a core read without an error noted:\n%s", stdout)
-	}
-}
-
-// cut copies the first half of a file.
-func cut(t *testing.T, from, to string) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	st, _ := src.Stat()
-	dst, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	if _, err := io.CopyN(dst, src, st.Size()/2); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -436,7 +436,7 @@ func (r *Report) readRuby(pid int) {
 // readNative takes every thread's registers from the core's NT_PRSTATUS
 // notes and scans its stack for return addresses.
 func (r *Report) readNative(pid int, notes *noteCatcher) {
-	regs, err := notes.prstatus()
+	threads, err := notes.threads()
 	if err != nil {
 		r.Problems = append(r.Problems, "registers: "+err.Error())
 		return
@@ -455,41 +455,24 @@ func (r *Report) readNative(pid int, notes *noteCatcher) {
 			}
 		}
 	}()
-	tids := make([]int, 0, len(regs))
-	for tid := range regs {
-		tids = append(tids, tid)
-	}
-	sort.Ints(tids)
-	for _, tid := range tids {
-		rg := regs[tid]
-		if tid == r.TID || len(regs) == 1 {
+	sort.Slice(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
+	for _, th := range threads {
+		if th.TID == r.TID || len(threads) == 1 {
 			r.Registers = map[string]string{}
-			for i, name := range regNames {
-				r.Registers[name] = fmt.Sprintf("%#x", rg[i])
+			for i, v := range th.Regs.Values() {
+				r.Registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
 			}
 		}
-		nt := NativeThread{TID: tid, PC: fmt.Sprintf("%#x", rg[regRIP]), SP: fmt.Sprintf("%#x", rg[regRSP])}
+		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
 		if t != nil && maps != nil {
-			nt.Frames = scanStack(t, maps, images, rg[regRIP], rg[regRSP])
+			nt.Frames = scanStack(t, maps, images, th.Regs.RIP, th.Regs.RSP)
 		}
 		r.Native = append(r.Native, nt)
 	}
 }
 
-// x86_64 user_regs_struct, in order.
-var regNames = []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs", "gs"}
-
-const (
-	regRIP = 16
-	regRSP = 19
-	// prRegOffset is where pr_reg starts in an x86_64 elf_prstatus, and
-	// prPidOffset where pr_pid is.
-	prRegOffset = 112
-	prPidOffset = 32
-)
-
-// prstatus reads the registers of every thread from the caught notes.
-func (c *noteCatcher) prstatus() (map[int][]uint64, error) {
+// threads decodes the caught notes with the core reader's note parser.
+func (c *noteCatcher) threads() ([]target.CoreThread, error) {
 	ef, err := c.headers()
 	if err != nil {
 		return nil, fmt.Errorf("the core does not start like an ELF core: %w", err)
@@ -497,32 +480,22 @@ func (c *noteCatcher) prstatus() (map[int][]uint64, error) {
 	if ef.Type != elf.ET_CORE || ef.Machine != elf.EM_X86_64 {
 		return nil, fmt.Errorf("not an x86-64 core (type %v, machine %v)", ef.Type, ef.Machine)
 	}
-	out := map[int][]uint64{}
+	var all []target.CoreThread
+	var firstErr error
 	for _, nr := range c.notes {
-		data := nr.data
-		for len(data) >= 12 {
-			nsz, dsz, typ := binary.LittleEndian.Uint32(data), binary.LittleEndian.Uint32(data[4:]), binary.LittleEndian.Uint32(data[8:])
-			off := 12 + (uint64(nsz)+3)&^3
-			end := off + (uint64(dsz)+3)&^3
-			if end > uint64(len(data)) || off+uint64(dsz) > uint64(len(data)) {
-				break
-			}
-			desc := data[off : off+uint64(dsz)]
-			if typ == uint32(elf.NT_PRSTATUS) && len(desc) >= prRegOffset+len(regNames)*8 {
-				tid := int(binary.LittleEndian.Uint32(desc[prPidOffset:]))
-				regs := make([]uint64, len(regNames))
-				for i := range regs {
-					regs[i] = binary.LittleEndian.Uint64(desc[prRegOffset+i*8:])
-				}
-				out[tid] = regs
-			}
-			data = data[end:]
+		ths, err := target.ParseCoreThreads(nr.data)
+		all = append(all, ths...)
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no NT_PRSTATUS note in the core (truncated before its notes?)")
+	if len(all) == 0 {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("no NT_PRSTATUS note")
+		}
+		return nil, fmt.Errorf("%w (core truncated before its notes?)", firstErr)
 	}
-	return out, nil
+	return all, nil
 }
 
 // scanStack returns pc and the words above sp (up to 16 KiB) that point into

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // List returns the crash IDs in the store, oldest first. Entries that are
@@ -104,7 +105,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.Registers != nil {
 		fmt.Fprintf(w, "\nregisters of thread %d:\n", r.TID)
-		for i, name := range regNames {
+		for i, name := range target.RegNames {
 			fmt.Fprintf(w, "  %-8s %-18s", name, r.Registers[name])
 			if i%3 == 2 {
 				fmt.Fprintln(w)

@@ -3,7 +3,6 @@ package rubyvm_test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,28 +140,9 @@ func TestKernelCoreStacks(t *testing.T) {
 			checkStacks(t, rb, &rep, vm, threads)
 
 			half := filepath.Join(t.TempDir(), "half")
-			cutCore(t, core, half)
+			testruby.CopyPrefix(t, core, half, testruby.Half)
 			readTruncated(t, half)
 		})
-	}
-}
-
-// cutCore copies the first half of a core file.
-func cutCore(t *testing.T, from, to string) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	st, _ := src.Stat()
-	dst, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	if _, err := io.CopyN(dst, src, st.Size()/2); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 )
@@ -58,6 +59,31 @@ type Regs struct {
 	RAX, RCX, RDX, RSI, RDI, OrigRAX               uint64
 	RIP, CS, EFlags, RSP, SS                       uint64
 	FSBase, GSBase, DS, ES, FS, GS                 uint64
+}
+
+// RegNames are the lower-case names of Regs' fields, in order, as the
+// kernel's user_regs_struct spells them.
+var RegNames = []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8",
+	"rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss",
+	"fs_base", "gs_base", "ds", "es", "fs", "gs"}
+
+// Values returns the registers in RegNames' order.
+func (r Regs) Values() []uint64 {
+	v := reflect.ValueOf(r)
+	out := make([]uint64, v.NumField())
+	for i := range out {
+		out[i] = v.Field(i).Uint()
+	}
+	return out
+}
+
+// ParseCoreThreads decodes the threads (TID, signal, registers) from the
+// bytes of a core's PT_NOTE segments, for readers that see a core stream by
+// rather than a file (the crash handler). It keeps what it could decode and
+// returns the first problem.
+func ParseCoreThreads(notes []byte) ([]CoreThread, error) {
+	cn, err := parseCoreNotes(notes)
+	return cn.threads, err
 }
 
 // MissingFileError means a file the core's process had mapped, and that

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,7 +166,7 @@ func TestCoreErrors(t *testing.T) {
 		t.Errorf("missing core: %v", err)
 	}
 	for _, size := range []int64{40, 64, 200} {
-		cut := cutFile(t, core, filepath.Join(dir, fmt.Sprint("cut", size)), func(int64) int64 { return size })
+		cut := testruby.CopyPrefix(t, core, filepath.Join(dir, fmt.Sprint("cut", size)), func(int64) int64 { return size })
 		if _, err := OpenCore(cut, CoreOptions{}); err == nil {
 			t.Errorf("core cut to %d bytes opened", size)
 		} else {
@@ -175,7 +174,7 @@ func TestCoreErrors(t *testing.T) {
 		}
 	}
 	// gdb writes the notes last: half a gcore core has no threads.
-	half := cutFile(t, core, filepath.Join(dir, "half"), func(n int64) int64 { return n / 2 })
+	half := testruby.CopyPrefix(t, core, filepath.Join(dir, "half"), func(n int64) int64 { return n / 2 })
 	if _, err := OpenCore(half, CoreOptions{}); !errors.Is(err, ErrTruncated) {
 		t.Errorf("half a core: %v, want %v", err, ErrTruncated)
 	} else {
@@ -207,25 +206,6 @@ func TestCoreErrors(t *testing.T) {
 	} else {
 		f.Close()
 	}
-}
-
-func cutFile(t *testing.T, from, to string, size func(int64) int64) string {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	st, _ := src.Stat()
-	dst, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	if _, err := io.CopyN(dst, src, size(st.Size())); err != nil {
-		t.Fatal(err)
-	}
-	return to
 }
 
 func copyFile(t *testing.T, from, to string) {

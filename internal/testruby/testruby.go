@@ -188,3 +188,20 @@ func SetCorePattern(t testing.TB, pattern string) {
 		}
 	})
 }
+
+// CopyPrefix writes the first size(len) bytes of the file from to the file
+// to, and returns to: a truncated copy, as a core cut short by a full disk.
+func CopyPrefix(t testing.TB, from, to string, size func(int64) int64) string {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b[:size(int64(len(b)))], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// Half is a size for CopyPrefix.
+func Half(n int64) int64 { return n / 2 }
