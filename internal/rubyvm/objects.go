@@ -13,7 +13,7 @@ const maxStringBytes = 16 << 10
 // being an immediate (Fixnum, Symbol, Flonum, nil, true, false, undef).
 func (v *VM) isHeapObject(val uint64) bool {
 	L := v.Layout
-	return val != 0 && val&7 == 0 && val != uint64(L.Qnil) && val != uint64(L.Qfalse)
+	return val != 0 && val&uint64(L.ImmediateMask) == 0 && val != uint64(L.Qnil) && val != uint64(L.Qfalse)
 }
 
 // fixnum decodes a Fixnum VALUE.

@@ -168,6 +168,7 @@ func init() {
 		Qfalse:                 0,
 		Qundef:                 52,
 		FixnumFlag:             1,
+		ImmediateMask:          7,
 		SpecialShift:           8,
 	})
 }
