@@ -24,6 +24,8 @@ type Live struct {
 	pid    int
 	memFD  *os.File // /proc/PID/mem, opened on first need
 	useMem bool     // process_vm_readv is unavailable
+	// syscallAt is a syscall instruction in the process's code, once found.
+	syscallAt uint64
 
 	mu          sync.Mutex
 	tracer      *tracer

@@ -1,0 +1,142 @@
+package rubyexec_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/rubyexec"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// start runs testdata/exec_target.rb in mode and opens its VM.
+func start(t *testing.T, rb testruby.Ruby, mode string) (*testruby.Process, *target.Live, *rubyvm.VM) {
+	t.Helper()
+	p := testruby.Start(t, rb, "exec_target.rb", nil, mode)
+	var rep struct{ PID int }
+	p.WaitReport(t, &rep, 30*time.Second)
+	tg, err := target.Attach(p.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := rubyvm.Open(tg)
+	if err != nil {
+		tg.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close(); tg.Close() })
+	return p, tg, vm
+}
+
+func run(t *testing.T, tg *target.Live, vm *rubyvm.VM, code string) *rubyexec.Result {
+	t.Helper()
+	res, err := rubyexec.Run(tg, vm, code, rubyexec.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("exec %q: %v", code, err)
+	}
+	return res
+}
+
+func progress(t *testing.T, tg *target.Live, vm *rubyvm.VM) int {
+	t.Helper()
+	res := run(t, tg, vm, "$progress")
+	if res.Raised != nil {
+		t.Fatalf("$progress raised %v", res.Raised)
+	}
+	n, err := strconv.Atoi(res.Value)
+	if err != nil {
+		t.Fatalf("$progress = %q", res.Value)
+	}
+	return n
+}
+
+// TestExec runs code in processes that sleep, block on IO, compute and run
+// many threads, and checks the answers against what the programs know, and
+// that they go on working (they check their own results and die on a wrong
+// one) with their state visible to the next exec.
+func TestExec(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		for _, mode := range []string{"sleep", "io", "cpu", "threads"} {
+			t.Run(rb.Name+"/"+mode, func(t *testing.T) {
+				p, tg, vm := start(t, rb, mode)
+				res := run(t, tg, vm, "[$answer + 1, top_local, self.to_s, Thread.current == Thread.main]")
+				if want := `[43, "visible", "main", true]`; res.Value != want || res.Raised != nil {
+					t.Fatalf("got %q (raised %v), want %s", res.Value, res.Raised, want)
+				}
+				// Locals of one exec do not leak into the next.
+				run(t, tg, vm, "leak = 1")
+				if res := run(t, tg, vm, "defined?(leak).inspect"); res.Value != `"nil"` {
+					t.Errorf("a local of an earlier exec is visible: defined?(leak) = %s", res.Value)
+				}
+				// Exceptions come back, and do not reach the program.
+				res = run(t, tg, vm, "def rbscope_boom = raise(ArgumentError, \"boom\\nline\")\nrbscope_boom")
+				if res.Raised == nil || res.Raised.Class != "ArgumentError" || res.Raised.Message != "boom\nline" {
+					t.Fatalf("raise: got %+v %+v", res, res.Raised)
+				}
+				if len(res.Raised.Backtrace) == 0 || !strings.HasPrefix(res.Raised.Backtrace[0], "(rbscope exec):1:in") {
+					t.Errorf("backtrace %q does not start in the code", res.Raised.Backtrace)
+				}
+				res = run(t, tg, vm, "1 +* 2)")
+				if res.Raised == nil || res.Raised.Class != "SyntaxError" || !strings.Contains(res.Raised.Message, "(rbscope exec):1") {
+					t.Fatalf("syntax error: got %+v %+v", res, res.Raised)
+				}
+				before := progress(t, tg, vm)
+				deadline := time.Now().Add(10 * time.Second)
+				for progress(t, tg, vm) <= before+2 {
+					if time.Now().After(deadline) {
+						t.Fatalf("the program made no progress after the execs; output:\n%s", p.Output())
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if p.Cmd.ProcessState != nil || strings.Contains(p.Output(), "corrupted") || strings.Contains(p.Output(), "Error") {
+					t.Fatalf("the program failed; output:\n%s", p.Output())
+				}
+			})
+		}
+	}
+}
+
+// TestExecNoSafePoint: a thread holds the GVL in C for 4 s, so the code
+// cannot start; exec gives up at its timeout, the program runs on, and the
+// emptied request does nothing when it finally runs.
+func TestExecNoSafePoint(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p, tg, vm := start(t, rb, "gvl")
+			time.Sleep(300 * time.Millisecond) // the thread is in usleep now
+			begun := time.Now()
+			_, err := rubyexec.Run(tg, vm, "$progress = -1000", rubyexec.Options{Timeout: time.Second})
+			if !errors.Is(err, rubyexec.ErrNoSafePoint) {
+				t.Fatalf("got %v, want %v", err, rubyexec.ErrNoSafePoint)
+			}
+			if d := time.Since(begun); d > 3*time.Second {
+				t.Errorf("gave up after %v, want about 1s", d)
+			}
+			if n := progress(t, tg, vm); n < 0 {
+				t.Fatalf("the request that timed out ran later: $progress = %d", n)
+			}
+			if p.Cmd.ProcessState != nil {
+				t.Fatalf("the program died; output:\n%s", p.Output())
+			}
+		})
+	}
+}
+
+// TestExecStillRunning: code that outlives the timeout is reported as
+// running, not as unreached.
+func TestExecStillRunning(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	_, tg, vm := start(t, rb, "sleep")
+	_, err := rubyexec.Run(tg, vm, "sleep 2; :done", rubyexec.Options{Timeout: 500 * time.Millisecond})
+	if !errors.Is(err, rubyexec.ErrStillRunning) {
+		t.Fatalf("got %v, want %v", err, rubyexec.ErrStillRunning)
+	}
+	time.Sleep(2 * time.Second)
+	if res := run(t, tg, vm, ":again"); res.Value != ":again" {
+		t.Fatalf("after a timed-out run: %q", res.Value)
+	}
+}

@@ -1,0 +1,335 @@
+package target
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file lets rbscope borrow a paused thread of a live process for a
+// moment: run one system call or one function call on it, then put every
+// register back. The thread's own work is untouched: general and vector
+// registers are restored, and a system call it was blocked in is restarted
+// by the kernel when the thread resumes, as after a signal handler.
+
+// Linux x86-64 constants that x/sys/unix does not name.
+const (
+	ptraceGetRegSet = 0x4204
+	ptraceSetRegSet = 0x4205
+	ntX86XState     = 0x202 // NT_X86_XSTATE
+	// xstateMax is larger than any XSAVE area the kernel reports (AVX-512
+	// needs about 2.7 KiB, AMX about 11 KiB).
+	xstateMax = 16 << 10
+	// redZone is the area below the stack pointer that leaf functions of
+	// the System V x86-64 ABI may use without moving it.
+	redZone = 128
+)
+
+// InjectTimeout bounds one injected call or system call.
+const InjectTimeout = 5 * time.Second
+
+// savedThread is what a borrowed thread gets back.
+type savedThread struct {
+	regs   unix.PtraceRegs
+	xstate []byte // NT_X86_XSTATE, or the legacy FXSAVE area when xstate is nil
+	fpregs []byte
+}
+
+// WriteAt writes p to the process's memory at addr. Mappings need not be
+// writable for /proc/PID/mem, but process_vm_writev (tried first) needs it.
+func (l *Live) WriteAt(p []byte, addr uint64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	local := []unix.Iovec{{Base: &p[0]}}
+	local[0].SetLen(len(p))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
+	n, err := unix.ProcessVMWritev(l.pid, local, remote, 0)
+	if err == nil && n == len(p) {
+		return n, nil
+	}
+	if errors.Is(err, unix.ESRCH) {
+		return 0, ErrExited
+	}
+	f, ferr := openMemForWrite(l.pid)
+	if ferr != nil {
+		if err == nil {
+			err = ferr
+		}
+		return 0, fmt.Errorf("write at %#x: %w", addr, err)
+	}
+	defer f.Close()
+	n, err = f.WriteAt(p, int64(addr))
+	if err != nil {
+		return n, fmt.Errorf("write at %#x: %w", addr, err)
+	}
+	return n, nil
+}
+
+// Syscall runs system call nr with args on thread tid, which must be paused
+// (PauseThreads), and returns the kernel's result: a negative errno on
+// failure, as the raw system call does.
+func (l *Live) Syscall(tid int, nr uint64, args ...uint64) (int64, error) {
+	if len(args) > 6 {
+		return 0, fmt.Errorf("system call %d: %d arguments, at most 6", nr, len(args))
+	}
+	var ret int64
+	err := l.borrow(tid, func(saved *unix.PtraceRegs) error {
+		at, err := l.syscallInsn(saved)
+		if err != nil {
+			return err
+		}
+		regs := *saved
+		regs.Orig_rax = ^uint64(0) // no system-call restart while borrowed
+		regs.Rip = at
+		regs.Rax = nr
+		a := make([]uint64, 6)
+		copy(a, args)
+		regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9 = a[0], a[1], a[2], a[3], a[4], a[5]
+		if err := unix.PtraceSetRegs(tid, &regs); err != nil {
+			return fmt.Errorf("set registers of tid %d: %w", tid, err)
+		}
+		out, err := l.runUntil(tid, true, func(r *unix.PtraceRegs, sig unix.Signal) bool {
+			return sig == unix.SIGTRAP && r.Rip == at+2
+		})
+		if err != nil {
+			return fmt.Errorf("system call %d on tid %d: %w", nr, tid, err)
+		}
+		ret = int64(out.Rax)
+		return nil
+	})
+	return ret, err
+}
+
+// Call calls the function at fn with up to six integer arguments on thread
+// tid, which must be paused (PauseThreads), and returns its integer result.
+// The function runs on the thread's own stack, below the red zone, and
+// returns to address 0; the fault that follows is caught and discarded.
+// Only functions that are safe to run at any instruction of the program
+// (async-signal-safe ones) may be called.
+func (l *Live) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
+	if len(args) > 6 {
+		return 0, fmt.Errorf("call %#x: %d arguments, at most 6", fn, len(args))
+	}
+	var ret uint64
+	err := l.borrow(tid, func(saved *unix.PtraceRegs) error {
+		regs := *saved
+		regs.Orig_rax = ^uint64(0)
+		sp := (saved.Rsp - redZone - 256) &^ 15
+		sp -= 8 // the return address: fn starts with rsp+8 16-byte aligned
+		var zero [8]byte
+		if _, err := l.WriteAt(zero[:], sp); err != nil {
+			return fmt.Errorf("push return address on tid %d: %w", tid, err)
+		}
+		regs.Rsp = sp
+		regs.Rip = fn
+		regs.Rax = 0
+		a := make([]uint64, 6)
+		copy(a, args)
+		regs.Rdi, regs.Rsi, regs.Rdx, regs.Rcx, regs.R8, regs.R9 = a[0], a[1], a[2], a[3], a[4], a[5]
+		if err := unix.PtraceSetRegs(tid, &regs); err != nil {
+			return fmt.Errorf("set registers of tid %d: %w", tid, err)
+		}
+		out, err := l.runUntil(tid, false, func(r *unix.PtraceRegs, sig unix.Signal) bool {
+			return sig == unix.SIGSEGV && r.Rip == 0
+		})
+		if err != nil {
+			return fmt.Errorf("call %#x on tid %d: %w", fn, tid, err)
+		}
+		ret = out.Rax
+		return nil
+	})
+	return ret, err
+}
+
+// borrow saves tid's registers, runs f on the tracer thread and restores
+// them whatever f did.
+func (l *Live) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tracer == nil {
+		return fmt.Errorf("tid %d is not paused", tid)
+	}
+	if _, ok := l.paused[tid]; !ok {
+		return fmt.Errorf("tid %d is not paused", tid)
+	}
+	return l.tracer.do(func() error {
+		var s savedThread
+		if err := s.save(tid); err != nil {
+			return err
+		}
+		err := f(&s.regs)
+		if rerr := s.restore(tid); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return err
+	})
+}
+
+func (s *savedThread) save(tid int) error {
+	if err := unix.PtraceGetRegs(tid, &s.regs); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return ErrExited
+		}
+		return fmt.Errorf("read registers of tid %d: %w", tid, err)
+	}
+	buf := make([]byte, xstateMax)
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceGetRegSet, uintptr(tid), ntX86XState, uintptr(unsafe.Pointer(&iov)), 0, 0); e == 0 {
+		s.xstate = buf[:iov.Len]
+		return nil
+	}
+	fp := make([]byte, 512)
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GETFPREGS, uintptr(tid), 0, uintptr(unsafe.Pointer(&fp[0])), 0, 0); e != 0 {
+		return fmt.Errorf("read floating-point registers of tid %d: %w", tid, e)
+	}
+	s.fpregs = fp
+	return nil
+}
+
+func (s *savedThread) restore(tid int) error {
+	if err := unix.PtraceSetRegs(tid, &s.regs); err != nil {
+		return fmt.Errorf("restore registers of tid %d: %w", tid, err)
+	}
+	if s.xstate != nil {
+		iov := unix.Iovec{Base: &s.xstate[0]}
+		iov.SetLen(len(s.xstate))
+		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceSetRegSet, uintptr(tid), ntX86XState, uintptr(unsafe.Pointer(&iov)), 0, 0); e != 0 {
+			return fmt.Errorf("restore vector registers of tid %d: %w", tid, e)
+		}
+		return nil
+	}
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SETFPREGS, uintptr(tid), 0, uintptr(unsafe.Pointer(&s.fpregs[0])), 0, 0); e != 0 {
+		return fmt.Errorf("restore floating-point registers of tid %d: %w", tid, e)
+	}
+	return nil
+}
+
+// runUntil resumes tid (one instruction at a time when step is set) until
+// it stops in a state done accepts. Signals that arrive meanwhile are kept
+// and delivered when the thread is let go. It runs on the tracer thread.
+func (l *Live) runUntil(tid int, step bool, done func(*unix.PtraceRegs, unix.Signal) bool) (*unix.PtraceRegs, error) {
+	deadline := time.Now().Add(InjectTimeout)
+	for {
+		var err error
+		if step {
+			err = unix.PtraceSingleStep(tid)
+		} else {
+			err = unix.PtraceCont(tid, 0)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		sig, err := l.waitAnyStop(tid, deadline)
+		if err != nil {
+			return nil, err
+		}
+		var regs unix.PtraceRegs
+		if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+			return nil, fmt.Errorf("read registers: %w", err)
+		}
+		if done(&regs, sig) {
+			return &regs, nil
+		}
+		switch sig {
+		case unix.SIGTRAP, unix.SIGSTOP:
+			// A step that has not reached its end yet, or a ptrace event.
+		case unix.SIGSEGV, unix.SIGBUS, unix.SIGILL, unix.SIGFPE:
+			return nil, fmt.Errorf("faulted with %v at %#x", sig, regs.Rip)
+		default:
+			l.paused[tid] = int(sig) // the program's own signal: deliver later
+		}
+	}
+}
+
+// waitAnyStop waits for tid's next ptrace stop and returns its signal.
+func (l *Live) waitAnyStop(tid int, deadline time.Time) (unix.Signal, error) {
+	delay := 10 * time.Microsecond
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(tid, &ws, unix.WNOHANG|unix.WALL, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			delete(l.paused, tid)
+			return 0, fmt.Errorf("wait: %w", ErrExited)
+		case pid == tid && ws.Stopped():
+			return ws.StopSignal(), nil
+		case pid == tid:
+			delete(l.paused, tid)
+			return 0, ErrExited
+		}
+		if time.Now().After(deadline) {
+			_ = unix.PtraceInterrupt(tid)
+			if pid, _ := unix.Wait4(tid, &ws, unix.WALL, nil); pid != tid || !ws.Stopped() {
+				delete(l.paused, tid)
+				return 0, ErrExited
+			}
+			return 0, fmt.Errorf("did not finish within %v", InjectTimeout)
+		}
+		time.Sleep(delay)
+		if delay < time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// syscallInsn returns the address of a syscall instruction (0f 05) in the
+// process: the one the thread is blocked in, or else one found in the C
+// library's code (or any other executable mapping).
+func (l *Live) syscallInsn(regs *unix.PtraceRegs) (uint64, error) {
+	if int64(regs.Orig_rax) >= 0 && regs.Rip >= 2 {
+		var b [2]byte
+		if _, err := l.ReadAt(b[:], regs.Rip-2); err == nil && b == [2]byte{0x0f, 0x05} {
+			return regs.Rip - 2, nil
+		}
+	}
+	if l.syscallAt != 0 {
+		return l.syscallAt, nil
+	}
+	maps, err := l.Mappings()
+	if err != nil {
+		return 0, err
+	}
+	isLibc := func(m Mapping) bool {
+		return strings.Contains(m.Path, "/libc.so") || strings.Contains(m.Path, "/libc-")
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, m := range maps {
+			if !strings.Contains(m.Perms, "x") || (pass == 0) != isLibc(m) || m.Path == "[vsyscall]" {
+				continue
+			}
+			for off := m.Start; off < m.End; off += 1 << 20 {
+				n := min(m.End-off, 1<<20)
+				buf := make([]byte, n)
+				if _, err := l.ReadAt(buf, off); err != nil {
+					break
+				}
+				if i := bytes.Index(buf, []byte{0x0f, 0x05}); i >= 0 {
+					l.syscallAt = off + uint64(i)
+					return l.syscallAt, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no syscall instruction found in its code", l.pid)
+}
+
+func openMemForWrite(pid int) (*os.File, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_WRONLY, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, ErrPermission
+		}
+		return nil, ErrExited
+	}
+	return f, nil
+}
