@@ -12,52 +12,66 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // heapExtra is how many objects testdata/heap_census.rb adds to its ~90k
 // for the census benchmark: well over a million live objects in all.
 const heapExtra = 1_200_000
 
-// heapWorkload is the Ruby process of testdata/heap_census.rb with a large
-// heap, started on first use and killed by TestMain's cleanup below.
-var heapWorkload struct {
-	once sync.Once
-	cmd  *exec.Cmd
-	dir  string
-	pid  int
-	skip string
-	err  error
+// rubyWorkload is a Ruby program of testdata/ started on first use, which
+// writes a JSON report (with its "pid") to the path of its first argument
+// when ready; TestMain's cleanups kill it.
+type rubyWorkload struct {
+	once   sync.Once
+	cmd    *exec.Cmd
+	dir    string
+	pid    int
+	report []byte // the report it wrote
+	skip   string
+	err    error
 }
 
-func init() {
+// heapWorkload is testdata/heap_census.rb with a large heap.
+var heapWorkload = newRubyWorkload()
+
+// newRubyWorkload returns a workload that is killed (and its directory
+// removed) when the benchmarks are done.
+func newRubyWorkload() *rubyWorkload {
+	w := &rubyWorkload{}
 	cleanups = append(cleanups, func() {
-		if heapWorkload.cmd != nil {
-			_ = heapWorkload.cmd.Process.Kill()
-			_ = heapWorkload.cmd.Wait()
+		if w.cmd != nil {
+			_ = w.cmd.Process.Kill()
+			_ = w.cmd.Wait()
 		}
-		if heapWorkload.dir != "" {
-			os.RemoveAll(heapWorkload.dir)
+		if w.dir != "" {
+			os.RemoveAll(w.dir)
 		}
 	})
+	return w
 }
 
-func startHeapWorkload() {
+// start runs ruby testdata/SCRIPT REPORT args(dir)... in a fresh directory
+// and waits up to timeout for its report.
+func (w *rubyWorkload) start(script string, args func(dir string) []string, timeout time.Duration) {
 	rb := findRuby()
 	if rb == "" {
-		heapWorkload.skip = "no Ruby installed (apt-get install ruby)"
+		w.skip = "no Ruby installed (apt-get install ruby)"
 		return
 	}
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "testdata", "heap_census.rb")
+	script = filepath.Join(filepath.Dir(file), "..", "testdata", script)
 	dir, err := os.MkdirTemp("", "rbscope-bench-heap")
 	if err != nil {
-		heapWorkload.err = err
+		w.err = err
 		return
 	}
-	heapWorkload.dir = dir
+	w.dir = dir
 	ready := filepath.Join(dir, "report.json")
 	var out strings.Builder
-	cmd := exec.Command(rb, script, ready, fmt.Sprint(heapExtra))
+	cmd := exec.Command(rb, append([]string{script, ready}, args(dir)...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := make(chan error)
@@ -67,31 +81,59 @@ func startHeapWorkload() {
 		select {}
 	}()
 	if err := <-started; err != nil {
-		heapWorkload.err = fmt.Errorf("start %s: %w", rb, err)
+		w.err = fmt.Errorf("start %s: %w", rb, err)
 		return
 	}
-	heapWorkload.cmd = cmd
-	heapWorkload.pid = cmd.Process.Pid
-	deadline := time.Now().Add(60 * time.Second)
+	w.cmd = cmd
+	w.pid = cmd.Process.Pid
+	deadline := time.Now().Add(timeout)
 	for {
 		if b, err := os.ReadFile(ready); err == nil {
 			var doc struct {
 				PID int `json:"pid"`
 			}
-			if err := json.Unmarshal(b, &doc); err != nil || doc.PID != heapWorkload.pid {
-				heapWorkload.err = fmt.Errorf("bad report %s: %q", ready, b)
+			if err := json.Unmarshal(b, &doc); err != nil || doc.PID != w.pid {
+				w.err = fmt.Errorf("bad report %s: %q", ready, b)
 			}
+			w.report = b
 			return
 		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", heapWorkload.pid)); err != nil || zombie(st) {
-			heapWorkload.err = fmt.Errorf("%s exited before it was ready: %s", script, out.String())
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.pid)); err != nil || zombie(st) {
+			w.err = fmt.Errorf("%s exited before it was ready: %s", script, out.String())
 			return
 		}
 		if time.Now().After(deadline) {
-			heapWorkload.err = fmt.Errorf("%s not ready within 60 s: %s", script, out.String())
+			w.err = fmt.Errorf("%s not ready within %v: %s", script, timeout, out.String())
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ready starts the workload on first use and fails or skips the benchmark
+// when it could not start.
+func (w *rubyWorkload) ready(b *testing.B, script string, args func(dir string) []string, timeout time.Duration) {
+	w.once.Do(func() { w.start(script, args, timeout) })
+	if w.skip != "" {
+		b.Skip(w.skip)
+	}
+	if w.err != nil {
+		b.Fatal(w.err)
+	}
+}
+
+// waitAsleep waits for the workload's main thread to sleep (its last full
+// GC done).
+func waitAsleep(b *testing.B, t *target.Live, vm *rubyvm.VM) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for _, th := range read(b, t, vm, true) {
+			if th.Main && len(th.Frames) > 0 && th.Frames[0].Label == "Kernel#sleep" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the workload's main thread never went to sleep")
+		}
 	}
 }
 
@@ -101,30 +143,11 @@ func startHeapWorkload() {
 //
 //	go test ./bench -run '^$' -bench HeapCensus -benchtime 20x
 func BenchmarkHeapCensus(b *testing.B) {
-	heapWorkload.once.Do(startHeapWorkload)
-	if heapWorkload.skip != "" {
-		b.Skip(heapWorkload.skip)
-	}
-	if heapWorkload.err != nil {
-		b.Fatal(heapWorkload.err)
-	}
+	heapWorkload.ready(b, "heap_census.rb", func(string) []string { return []string{fmt.Sprint(heapExtra)} }, 60*time.Second)
 	t, vm := attach(b, heapWorkload.pid)
 	defer t.Close()
 	defer vm.Close()
-	// Wait for the program's last full GC to end (main thread asleep).
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		asleep := false
-		for _, th := range read(b, t, vm, true) {
-			asleep = asleep || (th.Main && len(th.Frames) > 0 && th.Frames[0].Label == "Kernel#sleep")
-		}
-		if asleep {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the heap workload's main thread never went to sleep")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitAsleep(b, t, vm)
 	var objects uint64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -219,6 +219,104 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
 		slotSize*total <= maxPageBytes && le64(hdr, L.HeapPageStart) != 0
 }
 
+// heapPage is one heap page: slots of slotSize bytes from start.
+type heapPage struct {
+	start    uint64
+	slotSize int64
+	total    int64
+}
+
+// end returns one past the page's last slot.
+func (p heapPage) end() uint64 { return p.start + uint64(p.slotSize*p.total) }
+
+// pageHeaders reads the header of every heap page and returns the pages
+// that look sane, sorted by address, and how many did not.
+func (v *VM) pageHeaders() ([]heapPage, int, error) {
+	L := v.Layout
+	pages, err := v.heapPages()
+	if err != nil {
+		return nil, 0, err
+	}
+	hdrLen := max(L.HeapPageSlotSize, L.HeapPageTotalSlots) + 2
+	hdrLen = max(hdrLen, L.HeapPageStart+8)
+	hdr := make([]byte, hdrLen)
+	out := make([]heapPage, 0, len(pages))
+	skipped := 0
+	for _, page := range pages {
+		if page == 0 || target.ReadFull(v.m.t, hdr, page) != nil {
+			skipped++
+			continue
+		}
+		p := heapPage{
+			slotSize: int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:]))),
+			total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
+			start:    le64(hdr, L.HeapPageStart),
+		}
+		if p.slotSize < L.RValueSize || p.total <= 0 || p.slotSize*p.total > maxPageBytes || p.start == 0 || p.start > ^uint64(0)-maxPageBytes {
+			skipped++
+			continue
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	return out, skipped, nil
+}
+
+// eachPage reads each page's slots in one piece and calls fn with them
+// (the buffer is reused); pages that cannot be read are counted, not fatal.
+func (v *VM) eachPage(pages []heapPage, fn func(i int, p heapPage, body []byte) error) (skipped int, err error) {
+	var body []byte
+	for i, p := range pages {
+		n := int(p.slotSize * p.total)
+		if cap(body) < n {
+			body = make([]byte, n)
+		}
+		body = body[:n]
+		if target.ReadFull(v.m.t, body, p.start) != nil {
+			skipped++
+			continue
+		}
+		if err := fn(i, p, body); err != nil {
+			return skipped, err
+		}
+	}
+	return skipped, nil
+}
+
+// arySharedRootFlag returns RARRAY_SHARED_ROOT_FLAG, a macro of array.c
+// (FL_USER5 in 3.1, FL_USER12 from 3.2 on): an array other arrays share,
+// whose aux word counts them instead of holding its capacity.
+func (v *VM) arySharedRootFlag() uint64 {
+	if v.Layout.Family == "3.1" {
+		return 1 << uint64(v.Layout.FlUShift+5)
+	}
+	return 1 << uint64(v.Layout.FlUShift+12)
+}
+
+// outOfSlot returns the bytes a String or Array keeps in a malloc'd
+// buffer of its own (not embedded, not shared), as the census counts them.
+func (v *VM) outOfSlot(typ, flags uint64, slot []byte) uint64 {
+	L := v.Layout
+	if flags&uint64(L.FlEltsShared) != 0 {
+		return 0
+	}
+	switch {
+	case typ == uint64(L.TString) && flags&uint64(L.RStringNoEmbed) != 0:
+		if capa := le64(slot, L.RStringHeapCapa); capa < maxOutOfSlot {
+			return capa
+		}
+	case typ == uint64(L.TArray) && flags&uint64(L.RArrayEmbedFlag) == 0:
+		capa := le64(slot, L.RArrayHeapCapa)
+		if flags&v.arySharedRootFlag() != 0 {
+			capa = le64(slot, L.RArrayHeapLen) // aux counts the sharers
+		}
+		if capa < maxOutOfSlot/8 {
+			return capa * 8
+		}
+	}
+	return 0
+}
+
 // HeapCensus walks every heap page and counts live objects by type and by
 // class (obj.class: singleton classes and include wrappers skipped). Each
 // page is read in one piece. The process should be paused: a running
@@ -226,28 +324,19 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
 // in SkippedPages) and move objects between them.
 func (v *VM) HeapCensus() (*Census, error) {
 	L := v.Layout
-	pages, err := v.heapPages()
+	pages, badHeaders, err := v.pageHeaders()
 	if err != nil {
 		return nil, err
 	}
-	c := &Census{}
+	c := &Census{SkippedPages: badHeaders}
 	agg := map[censusKey]*censusAgg{}
-	hdrLen := max(L.HeapPageSlotSize, L.HeapPageTotalSlots) + 2
-	hdrLen = max(hdrLen, L.HeapPageStart+8)
-	hdr := make([]byte, hdrLen)
-	var body []byte
 	var (
 		tmask    = uint64(L.TMask)
 		tNone    = uint64(L.TNone)
 		tZombie  = uint64(L.TZombie)
 		tMoved   = uint64(L.TMoved)
-		tString  = uint64(L.TString)
-		tArray   = uint64(L.TArray)
 		tImemo   = uint64(L.TImemo)
 		tNode    = uint64(L.TNode)
-		strNoEmb = uint64(L.RStringNoEmbed)
-		aryEmb   = uint64(L.RArrayEmbedFlag)
-		shared   = uint64(L.FlEltsShared)
 		klassOff = L.RBasicKlass
 		flagsOff = L.RBasicFlags
 	)
@@ -255,31 +344,11 @@ func (v *VM) HeapCensus() (*Census, error) {
 	// of one kind, and a hit saves a map lookup.
 	var lastKey censusKey
 	var last *censusAgg
-	for _, page := range pages {
-		if page == 0 || target.ReadFull(v.m.t, hdr, page) != nil {
-			c.SkippedPages++
-			continue
-		}
-		slotSize := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
-		total := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:])))
-		start := le64(hdr, L.HeapPageStart)
-		if slotSize < L.RValueSize || total <= 0 || slotSize*total > maxPageBytes || start == 0 {
-			c.SkippedPages++
-			continue
-		}
-		n := int(slotSize * total)
-		if cap(body) < n {
-			body = make([]byte, n)
-		}
-		body = body[:n]
-		if target.ReadFull(v.m.t, body, start) != nil {
-			c.SkippedPages++
-			continue
-		}
+	skipped, _ := v.eachPage(pages, func(_ int, p heapPage, body []byte) error {
 		c.Pages++
-		c.Slots += uint64(total)
-		ss := uint64(slotSize)
-		for off := int64(0); off < int64(n); off += slotSize {
+		c.Slots += uint64(p.total)
+		ss := uint64(p.slotSize)
+		for off := int64(0); off < int64(len(body)); off += p.slotSize {
 			flags := binary.LittleEndian.Uint64(body[off+flagsOff:])
 			typ := flags & tmask
 			switch typ {
@@ -297,17 +366,6 @@ func (v *VM) HeapCensus() (*Census, error) {
 			if typ == tImemo || typ == tNode {
 				klass = 0 // not a class: IMEMOs keep other data there
 			}
-			bytes := ss
-			switch {
-			case typ == tString && flags&strNoEmb != 0 && flags&shared == 0:
-				if capa := binary.LittleEndian.Uint64(body[off+L.RStringHeapCapa:]); capa < maxOutOfSlot {
-					bytes += capa
-				}
-			case typ == tArray && flags&aryEmb == 0 && flags&shared == 0:
-				if capa := binary.LittleEndian.Uint64(body[off+L.RArrayHeapCapa:]); capa < maxOutOfSlot/8 {
-					bytes += capa * 8
-				}
-			}
 			k := censusKey{int64(typ), klass}
 			if last == nil || k != lastKey {
 				a, ok := agg[k]
@@ -318,9 +376,11 @@ func (v *VM) HeapCensus() (*Census, error) {
 				last, lastKey = a, k
 			}
 			last.count++
-			last.bytes += bytes
+			last.bytes += ss + v.outOfSlot(typ, flags, body[off:off+p.slotSize])
 		}
-	}
+		return nil
+	})
+	c.SkippedPages += skipped
 	// Name the classes while the process is still as it was walked.
 	names := map[uint64]string{}
 	byClass := map[[2]string]*CensusRow{}

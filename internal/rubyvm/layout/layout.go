@@ -71,6 +71,7 @@ type Layout struct {
 	// rb_control_frame_t
 	CFPSize int64 `dwarf:"size:rb_control_frame_struct"`
 	CFPPC   int64 `dwarf:"off:rb_control_frame_struct.pc"`
+	CFPSP   int64 `dwarf:"off:rb_control_frame_struct.sp"`
 	CFPIseq int64 `dwarf:"off:rb_control_frame_struct.iseq"`
 	CFPSelf int64 `dwarf:"off:rb_control_frame_struct.self"`
 	CFPEP   int64 `dwarf:"off:rb_control_frame_struct.ep"`
@@ -168,6 +169,79 @@ type Layout struct {
 	RArrayEmbedLenMask  int64 `dwarf:"enum:RARRAY_EMBED_LEN_MASK"`
 	RArrayEmbedLenShift int64 `dwarf:"enum:RARRAY_EMBED_LEN_SHIFT"`
 
+	// more of the objects, for heap dump's references (gc_mark_children)
+	RStringShared    int64 `dwarf:"off:RString.as.heap.aux.shared"`
+	RStringFstr      int64 `dwarf:"enum:RSTRING_FSTR"`
+	EncodingShift    int64 `dwarf:"enum:RUBY_ENCODING_SHIFT"`
+	EncodingMask     int64 `dwarf:"enum:RUBY_ENCODING_MASK"`
+	CoderangeMask    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_MASK"`
+	Coderange7Bit    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_7BIT"`
+	RArraySharedRoot int64 `dwarf:"off:RArray.as.heap.aux.shared_root"`
+	RFloatValue      int64 `dwarf:"off:RFloat.float_value"`
+
+	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED"`
+	RObjectEmbedAry    int64 `dwarf:"off:RObject.as.ary"`
+	RObjectEmbedLenMax int64 `dwarf:"count:RObject.as.ary"`
+	RObjectHeapNumIV   int64 `dwarf:"off:RObject.as.heap.numiv,optional"`
+	RObjectHeapIVPtr   int64 `dwarf:"off:RObject.as.heap.ivptr"`
+
+	// object shapes (3.2+): the shape ID is in the top bits of RBasic.flags
+	// and indexes rb_shape_tree_ptr->shape_list
+	ShapeSize        int64 `dwarf:"size:rb_shape,optional"`
+	ShapeNextIVIndex int64 `dwarf:"off:rb_shape.next_iv_index,optional"`
+	ShapeCapacity    int64 `dwarf:"off:rb_shape.capacity,optional"`
+	ShapeType        int64 `dwarf:"off:rb_shape.type,optional"`
+	ShapeTreeList    int64 `dwarf:"off:rb_shape_tree_t.shape_list,optional"`
+	ShapeTooComplex  int64 `dwarf:"enum:SHAPE_OBJ_TOO_COMPLEX,optional"`
+	ShapeFlagShift   int64 `macro:"32"`
+
+	// hashes: an ar_table (up to 8 pairs) behind a pointer (3.1) or in the
+	// slot right after struct RHash (3.3), or an st_table
+	RHashSize         int64 `dwarf:"size:RHash"`
+	RHashAR           int64 `dwarf:"off:RHash.as.ar,optional"`
+	RHashST           int64 `dwarf:"off:RHash.as.st,optional"`
+	RHashIfnone       int64 `dwarf:"off:RHash.ifnone"`
+	RHashSTFlag       int64 `dwarf:"enum:RHASH_ST_TABLE_FLAG"`
+	RHashProcDefault  int64 `dwarf:"enum:RHASH_PROC_DEFAULT"`
+	RHashARSizeMask   int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_MASK"`
+	RHashARSizeShift  int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_SHIFT"`
+	RHashARBoundMask  int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_MASK"`
+	RHashARBoundShift int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_SHIFT"`
+	ARTablePairs      int64 `dwarf:"off:ar_table_struct.pairs"`
+	ARTableMax        int64 `dwarf:"count:ar_table_struct.pairs"`
+	StNumEntries      int64 `dwarf:"off:st_table.num_entries"`
+
+	RStructEmbedLenMask  int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_MASK"`
+	RStructEmbedLenShift int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_SHIFT"`
+	RStructHeapLen       int64 `dwarf:"off:RStruct.as.heap.len"`
+	RStructHeapPtr       int64 `dwarf:"off:RStruct.as.heap.ptr"`
+	RStructEmbedAry      int64 `dwarf:"off:RStruct.as.ary"`
+
+	RRationalNum int64 `dwarf:"off:RRational.num"`
+	RRationalDen int64 `dwarf:"off:RRational.den"`
+	RComplexReal int64 `dwarf:"off:RComplex.real"`
+	RComplexImag int64 `dwarf:"off:RComplex.imag"`
+	RRegexpSrc   int64 `dwarf:"off:RRegexp.src"`
+	RMatchRegexp int64 `dwarf:"off:RMatch.regexp"`
+	RMatchStr    int64 `dwarf:"off:RMatch.str"`
+	RSymbolFstr  int64 `dwarf:"off:RSymbol.fstr"`
+
+	// class ivars (3.3: an array counted by the class's shape), constants
+	ClassExtIVPtr    int64 `dwarf:"off:rb_classext_struct.iv_ptr,optional"`
+	ClassExtConstTbl int64 `dwarf:"off:rb_classext_struct.const_tbl"`
+	IDTableCapa      int64 `dwarf:"off:rb_id_table.capa"`
+	IDTableItems     int64 `dwarf:"off:rb_id_table.items"`
+	IDItemSize       int64 `dwarf:"size:rb_id_item"`
+	IDItemKey        int64 `dwarf:"off:rb_id_item.key"`
+	IDItemVal        int64 `dwarf:"off:rb_id_item.val"`
+	ConstEntryValue  int64 `dwarf:"off:rb_const_entry_struct.value"`
+	ConstEntryFile   int64 `dwarf:"off:rb_const_entry_struct.file"`
+
+	// global variables (variable.c): rb_global_tbl maps IDs to entries
+	GlobalEntryVar int64 `dwarf:"off:rb_global_entry.var"`
+	GlobalEntryID  int64 `dwarf:"off:rb_global_entry.id"`
+	GlobalVarData  int64 `dwarf:"off:rb_global_variable.data"`
+
 	// classes: the class extension is behind a pointer (3.1) or right
 	// after struct RClass (3.3)
 	RClassExtPtr      int64 `dwarf:"off:RClass.ptr,optional"`
@@ -227,6 +301,7 @@ type Layout struct {
 	TMoved        int64 `dwarf:"enum:RUBY_T_MOVED"`
 	FlUShift      int64 `dwarf:"enum:RUBY_FL_USHIFT"`
 	FlSingleton   int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
+	FlFreeze      int64 `dwarf:"enum:RUBY_FL_FREEZE"`
 	FlEltsShared  int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
 	Qnil          int64 `dwarf:"enum:RUBY_Qnil"`
 	Qfalse        int64 `dwarf:"enum:RUBY_Qfalse"`

@@ -1,0 +1,1006 @@
+package rubyvm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// Limits that keep a dump of changing or corrupt memory finite.
+const (
+	// maxDumpElems bounds the elements of one Array, Struct, object or
+	// table read for references: 1<<26 VALUEs are half a gigabyte.
+	maxDumpElems = 1 << 26
+	// maxDumpString bounds the bytes of one String read for its value.
+	maxDumpString = 1 << 30
+	// dumpChunk is how many words are read at a time from a large buffer.
+	dumpChunk = 8192
+	// maxIDTable bounds the capacity of a constant table.
+	maxIDTable = 1 << 20
+	// dumpFlush is how much JSON is collected before it is written.
+	dumpFlush = 256 << 10
+)
+
+// errTorn marks an object whose memory does not hold together (a length
+// beyond its buffer, an unreadable buffer): it is skipped and counted.
+var errTorn = errors.New("torn object")
+
+// DumpOptions tune HeapDump.
+type DumpOptions struct {
+	// Progress, when set, is called after each heap page with the number
+	// of pages walked and the total.
+	Progress func(done, total int)
+	// Nonblocking says the process runs during the walk: references are
+	// kept only when they point at a slot of a heap page.
+	Nonblocking bool
+}
+
+// DumpStats says what HeapDump wrote.
+type DumpStats struct {
+	Objects uint64 // object lines
+	Roots   int    // ROOT lines
+	// Skipped are objects left out because their memory did not hold
+	// together (only expected when the process runs during the walk).
+	Skipped uint64
+	// SkippedPages are heap pages that could not be read.
+	SkippedPages int
+	Bytes        int64 // bytes written
+}
+
+// HeapDump writes every live object of the GC heap to w as one JSON object
+// per line in the format of ObjectSpace.dump_all, ROOT lines first. The
+// process should be paused (see HeapCensus).
+//
+// References are what Ruby's GC marks from each object (its class left
+// out, as dump_all does), decoded for OBJECT, ARRAY, HASH, STRUCT, STRING,
+// REGEXP, MATCH, RATIONAL and COMPLEX; for CLASS and MODULE the superclass,
+// the attached object of a singleton class, instance variables, constants
+// and (3.2+) the class path, not the method, call-cache and class-variable
+// caches; for ICLASS the superclass (and includer on 3.2+). DATA, FILE and
+// IMEMO objects have no references, and the generic instance variables of
+// non-OBJECT types are left out.
+//
+// Roots: "vm" holds the Thread objects and Object, BasicObject and Kernel
+// (through which every named class and constant is reached);
+// "global_tbl" the values of global variables; "machine_context" every
+// heap pointer found on the threads' VM stacks (a conservative scan of the
+// value stack and the control frames, as Ruby scans machine stacks). The
+// machine stacks and registers of native threads are not scanned.
+func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
+	pages, badHeaders, err := v.pageHeaders()
+	if err != nil {
+		return nil, err
+	}
+	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt, shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}}
+	d.stats.SkippedPages = badHeaders
+	d.init()
+	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
+		d.shapeList = v.findShapeList()
+	}
+	for _, r := range d.roots() {
+		d.rootLine(r.name, r.refs)
+		if err := d.flush(false); err != nil {
+			return &d.stats, err
+		}
+	}
+	skipped, err := v.eachPage(pages, func(i int, p heapPage, body []byte) error {
+		for off := int64(0); off+p.slotSize <= int64(len(body)); off += p.slotSize {
+			d.object(p.start+uint64(off), body[off:off+p.slotSize])
+		}
+		if opt.Progress != nil {
+			opt.Progress(i+1, len(pages))
+		}
+		return d.flush(false)
+	})
+	d.stats.SkippedPages += skipped
+	if err != nil {
+		return &d.stats, err
+	}
+	return &d.stats, d.flush(true)
+}
+
+// dumper holds the state of one HeapDump.
+type dumper struct {
+	v     *VM
+	L     *layout.Layout
+	w     io.Writer
+	pages []heapPage
+	opt   DumpOptions
+	stats DumpStats
+
+	buf     []byte   // JSON not yet written
+	refs    []uint64 // references of the current object
+	scratch []byte   // out-of-slot reads
+	klass   uint64   // the current object's class (left out of references)
+
+	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
+	shapes    map[uint64]shapeInfo
+	names     map[uint64]dumpClassName
+	newValue  bool // Ruby 3.2+: no value for empty strings
+
+	// type codes and flags, as uint64 for the hot loop
+	tmask, tNone, tZombie, tMoved, tImemo, tNode uint64
+}
+
+// dumpClassName is what a CLASS or MODULE line says about its name.
+type dumpClassName struct{ name, real string }
+
+// shapeInfo is what the dump needs of an object shape.
+type shapeInfo struct {
+	ivs, capa  uint64
+	tooComplex bool
+	ok         bool
+}
+
+func (d *dumper) init() {
+	L := d.L
+	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
+	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
+	d.newValue = d.v.Layout.Family != "3.1"
+}
+
+// findShapeList returns rb_shape_tree_ptr->shape_list (Ruby 3.2+), or 0.
+// A stripped libruby does not export rb_shape_tree_ptr; the exported
+// rb_shape_get_shape_by_id loads it first thing.
+func (v *VM) findShapeList() uint64 {
+	L := v.Layout
+	list := func(c uint64) (uint64, bool) {
+		tree, err := v.m.u64(c)
+		if err != nil || tree == 0 || tree&7 != 0 {
+			return 0, false
+		}
+		l, err := v.m.u64(at(tree, L.ShapeTreeList))
+		if err != nil || l == 0 || l&7 != 0 {
+			return 0, false
+		}
+		root, err := v.m.read(l, int(L.ShapeSize))
+		if err != nil || le32(root, L.ShapeNextIVIndex) != 0 {
+			return 0, false // the root shape has no instance variables
+		}
+		return l, true
+	}
+	if addr, _, err := v.Image.Symbol("rb_shape_tree_ptr"); err == nil {
+		if l, ok := list(addr); ok {
+			return l
+		}
+	}
+	l, _ := v.findRIPRef("rb_shape_get_shape_by_id", 1, list)
+	return l
+}
+
+// flush writes the collected JSON once there is enough of it (or all of
+// it when final).
+func (d *dumper) flush(final bool) error {
+	if len(d.buf) == 0 || (!final && len(d.buf) < dumpFlush) {
+		return nil
+	}
+	n, err := d.w.Write(d.buf)
+	d.stats.Bytes += int64(n)
+	d.buf = d.buf[:0]
+	if err != nil {
+		return fmt.Errorf("writing the dump: %w", err)
+	}
+	return nil
+}
+
+// read reads n bytes at addr into the scratch buffer.
+func (d *dumper) read(addr uint64, n int) ([]byte, error) {
+	if addr == 0 || n < 0 {
+		return nil, errTorn
+	}
+	if cap(d.scratch) < n {
+		d.scratch = make([]byte, n)
+	}
+	b := d.scratch[:n]
+	if err := target.ReadFull(d.v.m.t, b, addr); err != nil {
+		return nil, errTorn
+	}
+	return b, nil
+}
+
+// findPage returns the page holding addr.
+func (d *dumper) findPage(addr uint64) (heapPage, bool) {
+	i := sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	if i < len(d.pages) && addr >= d.pages[i].start {
+		return d.pages[i], true
+	}
+	return heapPage{}, false
+}
+
+// isSlot reports whether addr is the start of a slot of a heap page.
+func (d *dumper) isSlot(addr uint64) bool {
+	p, ok := d.findPage(addr)
+	return ok && (addr-p.start)%uint64(p.slotSize) == 0
+}
+
+// ref adds a reference if val is a heap object other than the class.
+func (d *dumper) ref(val uint64) {
+	if !d.v.isHeapObject(val) || val == d.klass {
+		return
+	}
+	if d.opt.Nonblocking && !d.isSlot(val) {
+		return
+	}
+	d.refs = append(d.refs, val)
+}
+
+// refWords adds the references among n VALUEs at addr, read in chunks.
+func (d *dumper) refWords(addr uint64, n uint64) error {
+	if n > maxDumpElems {
+		return errTorn
+	}
+	for n > 0 {
+		k := min(n, dumpChunk)
+		b, err := d.read(addr, int(k*8))
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(b); i += 8 {
+			d.ref(binary.LittleEndian.Uint64(b[i:]))
+		}
+		addr += k * 8
+		n -= k
+	}
+	return nil
+}
+
+// refSlotWords adds the references among n VALUEs at off in the slot.
+func (d *dumper) refSlotWords(slot []byte, off int64, n uint64) error {
+	if off < 0 || n > uint64(len(slot)) || off+int64(n)*8 > int64(len(slot)) {
+		return errTorn
+	}
+	for i := uint64(0); i < n; i++ {
+		d.ref(le64(slot, off+int64(i)*8))
+	}
+	return nil
+}
+
+// appendAddr appends "0x..." (with the quotes).
+func appendAddr(b []byte, a uint64) []byte {
+	b = append(b, '"', '0', 'x')
+	b = strconv.AppendUint(b, a, 16)
+	return append(b, '"')
+}
+
+// appendAddrs appends addresses separated by ", ".
+func appendAddrs(b []byte, addrs []uint64) []byte {
+	for i, a := range addrs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendAddr(b, a)
+	}
+	return b
+}
+
+func (d *dumper) field(name string, n uint64) {
+	d.buf = append(d.buf, ", \""...)
+	d.buf = append(d.buf, name...)
+	d.buf = append(d.buf, "\":"...)
+	d.buf = strconv.AppendUint(d.buf, n, 10)
+}
+
+func (d *dumper) flag(name string) {
+	d.buf = append(d.buf, ", \""...)
+	d.buf = append(d.buf, name...)
+	d.buf = append(d.buf, "\":true"...)
+}
+
+func (d *dumper) strField(name, val string) {
+	d.buf = append(d.buf, ", \""...)
+	d.buf = append(d.buf, name...)
+	d.buf = append(d.buf, "\":"...)
+	d.buf = appendJSONString(d.buf, []byte(val))
+}
+
+// appendJSONString appends s as a JSON string: the escapes dump_all uses,
+// \u00XX for the other control characters, and invalid UTF-8 bytes as
+// \u00XX of their value (so that the line stays valid JSON).
+func appendJSONString(b []byte, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '\\':
+				b = append(b, '\\', '\\')
+			case c == '"':
+				b = append(b, '\\', '"')
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c < 0x20 || c == 0x7f:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(b, '"')
+}
+
+// dumpRoot is one ROOT line.
+type dumpRoot struct {
+	name string
+	refs []uint64
+}
+
+func (d *dumper) rootLine(name string, refs []uint64) {
+	d.buf = append(d.buf, `{"type":"ROOT", "root":"`...)
+	d.buf = append(d.buf, name...)
+	d.buf = append(d.buf, `", "references":[`...)
+	d.buf = appendAddrs(d.buf, refs)
+	d.buf = append(d.buf, "]}\n"...)
+	d.stats.Roots++
+}
+
+// live reports whether addr is a slot holding a live object.
+func (d *dumper) live(addr uint64) bool {
+	if !d.v.isHeapObject(addr) || !d.isSlot(addr) {
+		return false
+	}
+	flags, err := d.v.m.u64(at(addr, d.L.RBasicFlags))
+	if err != nil {
+		return false
+	}
+	t := flags & d.tmask
+	return t != d.tNone && t != d.tZombie && t != d.tMoved
+}
+
+// roots finds what Ruby's roots hold, as far as they can be found from
+// outside; roots with nothing found are left out.
+func (d *dumper) roots() []dumpRoot {
+	var out []dumpRoot
+	keep := func(name string, cands []uint64) {
+		var refs []uint64
+		for _, c := range cands {
+			if d.live(c) {
+				refs = append(refs, c)
+			}
+		}
+		if len(refs) > 0 {
+			out = append(out, dumpRoot{name, refs})
+		}
+	}
+	var vmRefs, stackRefs []uint64
+	ths, _ := d.v.ReadThreads(nil)
+	for _, th := range ths {
+		vmRefs = append(vmRefs, th.Self)
+	}
+	for _, sym := range []string{"rb_cBasicObject", "rb_cObject", "rb_mKernel"} {
+		if addr, _, err := d.v.Image.Symbol(sym); err == nil {
+			if val, err := d.v.m.u64(addr); err == nil {
+				vmRefs = append(vmRefs, val)
+			}
+		}
+	}
+	keep("vm", vmRefs)
+	keep("global_tbl", d.v.globalValues())
+	seen := map[uint64]bool{}
+	for _, th := range ths {
+		for _, val := range d.v.vmStackValues(th.Addr) {
+			if !seen[val] {
+				seen[val] = true
+				stackRefs = append(stackRefs, val)
+			}
+		}
+	}
+	keep("machine_context", stackRefs)
+	return out
+}
+
+// object appends the line of the object in slot at addr, if it is live.
+func (d *dumper) object(addr uint64, slot []byte) {
+	L := d.L
+	flags := le64(slot, L.RBasicFlags)
+	typ := flags & d.tmask
+	if typ == d.tNone || typ == d.tZombie || typ == d.tMoved {
+		return
+	}
+	mark := len(d.buf)
+	if err := d.encode(addr, slot, flags, typ); err != nil {
+		d.buf = d.buf[:mark]
+		d.stats.Skipped++
+		return
+	}
+	d.stats.Objects++
+}
+
+// encode appends one object line.
+func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
+	L := d.L
+	v := d.v
+	d.refs = d.refs[:0]
+	d.klass = le64(slot, L.RBasicKlass)
+	if typ == d.tImemo || typ == d.tNode {
+		d.klass = 0
+	}
+	tn := v.TypeName(int64(typ))
+	if len(tn) > 8 && tn[:8] == "UNKNOWN_" {
+		return errTorn
+	}
+	d.buf = append(d.buf, `{"address":`...)
+	d.buf = appendAddr(d.buf, addr)
+	d.buf = append(d.buf, `, "type":"`...)
+	d.buf = append(d.buf, tn...)
+	d.buf = append(d.buf, '"')
+	if d.shapeList != 0 {
+		d.field("shape_id", flags>>uint64(L.ShapeFlagShift))
+		d.field("slot_size", uint64(len(slot)))
+	}
+	if d.klass != 0 {
+		d.buf = append(d.buf, `, "class":`...)
+		d.buf = appendAddr(d.buf, d.klass)
+	}
+	if flags&uint64(L.FlFreeze) != 0 {
+		d.flag("frozen")
+	}
+	memsize := uint64(len(slot))
+	var err error
+	switch int64(typ) {
+	case L.TString:
+		memsize, err = d.str(slot, flags, memsize)
+	case L.TSymbol:
+		err = d.symbol(slot)
+	case L.TArray:
+		memsize, err = d.array(slot, flags, memsize)
+	case L.THash:
+		memsize, err = d.hash(slot, flags, memsize)
+	case L.TObject:
+		memsize, err = d.robject(slot, flags, memsize)
+	case L.TStruct:
+		memsize, err = d.rstruct(slot, flags, memsize)
+	case L.TClass, L.TModule, L.TIClass:
+		err = d.class(addr, slot, flags, int64(typ))
+	case L.TFloat:
+		d.buf = append(d.buf, `, "value":"`...)
+		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)))
+		d.buf = append(d.buf, '"')
+	case L.TRational:
+		d.ref(le64(slot, L.RRationalNum))
+		d.ref(le64(slot, L.RRationalDen))
+	case L.TComplex:
+		d.ref(le64(slot, L.RComplexReal))
+		d.ref(le64(slot, L.RComplexImag))
+	case L.TRegexp:
+		d.ref(le64(slot, L.RRegexpSrc))
+	case L.TMatch:
+		d.ref(le64(slot, L.RMatchRegexp))
+		d.ref(le64(slot, L.RMatchStr))
+	}
+	if err != nil {
+		return err
+	}
+	if len(d.refs) > 0 {
+		d.buf = append(d.buf, `, "references":[`...)
+		d.buf = appendAddrs(d.buf, d.refs)
+		d.buf = append(d.buf, ']')
+	}
+	d.field("memsize", memsize)
+	d.buf = append(d.buf, "}\n"...)
+	return nil
+}
+
+// Encoding indexes fixed in every Ruby (encindex.h).
+var builtinEncodings = [...]struct {
+	name    string
+	compat  bool // ASCII-compatible
+	termlen uint64
+}{
+	{"ASCII-8BIT", true, 1}, {"UTF-8", true, 1}, {"US-ASCII", true, 1},
+	{"UTF-16BE", false, 2}, {"UTF-16LE", false, 2}, {"UTF-32BE", false, 4}, {"UTF-32LE", false, 4},
+	{"UTF-16", false, 2}, {"UTF-32", false, 4}, {"UTF8-MAC", true, 1}, {"EUC-JP", true, 1}, {"Windows-31J", true, 1},
+}
+
+// strContent reads a String's length and bytes (nil when longer than the
+// dump prints).
+func (d *dumper) strContent(slot []byte, flags uint64) (length uint64, ptr uint64, err error) {
+	L := d.L
+	if flags&uint64(L.RStringNoEmbed) != 0 {
+		lenOff := L.RStringHeapLen
+		if L.RStringLen >= 0 {
+			lenOff = L.RStringLen
+		}
+		return le64(slot, lenOff), le64(slot, L.RStringHeapPtr), nil
+	}
+	switch {
+	case L.RStringLen >= 0:
+		length = le64(slot, L.RStringLen)
+	case L.RStringEmbedLen >= 0:
+		length = le64(slot, L.RStringEmbedLen)
+	default:
+		length = (flags & uint64(L.RStringEmbedLenMask)) >> uint64(L.RStringEmbedLenShift)
+	}
+	if L.RStringEmbedAry+int64(length) > int64(len(slot)) {
+		return 0, 0, errTorn
+	}
+	return length, 0, nil
+}
+
+// str appends a STRING's fields: embedded, fstring, shared, bytesize,
+// value (for 7-bit contents in an ASCII-compatible encoding, as dump_all
+// prints it), encoding; memsize adds a malloc'd buffer's capacity.
+func (d *dumper) str(slot []byte, flags, memsize uint64) (uint64, error) {
+	L := d.L
+	noEmbed := flags&uint64(L.RStringNoEmbed) != 0
+	shared := noEmbed && flags&uint64(L.FlEltsShared) != 0
+	if !noEmbed {
+		d.flag("embedded")
+	}
+	if flags&uint64(L.RStringFstr) != 0 {
+		d.flag("fstring")
+	}
+	enc := (flags & uint64(L.EncodingMask)) >> uint64(L.EncodingShift)
+	if shared {
+		d.flag("shared")
+		d.ref(le64(slot, L.RStringShared))
+	} else {
+		if err := d.strValue(slot, flags, enc); err != nil {
+			return 0, err
+		}
+		if noEmbed {
+			termlen := uint64(1)
+			if enc < uint64(len(builtinEncodings)) {
+				termlen = builtinEncodings[enc].termlen
+			}
+			if capa := le64(slot, L.RStringHeapCapa); capa < maxOutOfSlot {
+				memsize += capa + termlen
+			}
+		}
+	}
+	if enc != 0 && enc < uint64(len(builtinEncodings)) {
+		d.strField("encoding", builtinEncodings[enc].name)
+	}
+	return memsize, nil
+}
+
+// strValue appends bytesize and, when dump_all would print it, value.
+func (d *dumper) strValue(slot []byte, flags, enc uint64) error {
+	L := d.L
+	length, ptr, err := d.strContent(slot, flags)
+	if err != nil {
+		return err
+	}
+	if length > maxDumpString {
+		return errTorn
+	}
+	d.field("bytesize", length)
+	compat := enc >= uint64(len(builtinEncodings)) || builtinEncodings[enc].compat
+	if !compat || (length == 0 && d.newValue) {
+		return nil
+	}
+	if length > 0 && flags&uint64(L.CoderangeMask) != 0 && flags&uint64(L.CoderangeMask) != uint64(L.Coderange7Bit) {
+		return nil // known not to be 7-bit
+	}
+	var b []byte
+	if flags&uint64(L.RStringNoEmbed) == 0 {
+		b = slot[L.RStringEmbedAry : L.RStringEmbedAry+int64(length)]
+	} else if length > 0 {
+		if length > dumpChunk {
+			// Probe the last byte before allocating for a long string: a
+			// torn length must not cost gigabytes.
+			if _, err := d.read(ptr+length-1, 1); err != nil {
+				return err
+			}
+		}
+		if b, err = d.read(ptr, int(length)); err != nil {
+			return err
+		}
+	}
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return nil
+		}
+	}
+	d.buf = append(d.buf, `, "value":`...)
+	d.buf = appendJSONString(d.buf, b)
+	return nil
+}
+
+// symbol appends a dynamic SYMBOL's name as dump_all does (its fstr's
+// bytesize and value); a Symbol marks nothing.
+func (d *dumper) symbol(slot []byte) error {
+	fstr := le64(slot, d.L.RSymbolFstr)
+	if !d.v.isHeapObject(fstr) {
+		return nil
+	}
+	p, ok := d.findPage(fstr)
+	if !ok {
+		return nil
+	}
+	b, err := d.read(fstr, int(p.slotSize))
+	if err != nil {
+		return err
+	}
+	s := append([]byte(nil), b...)
+	flags := le64(s, d.L.RBasicFlags)
+	if int64(flags&d.tmask) != d.L.TString {
+		return nil
+	}
+	return d.strValue(s, flags, (flags&uint64(d.L.EncodingMask))>>uint64(d.L.EncodingShift))
+}
+
+// array appends length, shared, embedded and the elements (or the shared
+// root) as references.
+func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
+	L := d.L
+	if flags&uint64(L.RArrayEmbedFlag) != 0 {
+		n := (flags & uint64(L.RArrayEmbedLenMask)) >> uint64(L.RArrayEmbedLenShift)
+		d.field("length", n)
+		d.flag("embedded")
+		return memsize, d.refSlotWords(slot, L.RArrayEmbedAry, n)
+	}
+	n := le64(slot, L.RArrayHeapLen)
+	if n > maxDumpElems {
+		return 0, errTorn
+	}
+	d.field("length", n)
+	if flags&uint64(L.FlEltsShared) != 0 {
+		if n > 0 {
+			d.flag("shared")
+		}
+		d.ref(le64(slot, L.RArraySharedRoot))
+		return memsize, nil
+	}
+	memsize += d.v.outOfSlot(uint64(L.TArray), flags, slot)
+	if n == 0 {
+		return memsize, nil
+	}
+	return memsize, d.refWords(le64(slot, L.RArrayHeapPtr), n)
+}
+
+// hash appends size, default (a default proc) and the keys and values,
+// then ifnone, as references.
+func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
+	L := d.L
+	ifnone := le64(slot, L.RHashIfnone)
+	if flags&uint64(L.RHashSTFlag) != 0 {
+		var head []byte
+		if L.RHashST < 0 { // 3.3: the st_table is in the slot after struct RHash
+			if L.RHashSize+L.StEntries+8 > int64(len(slot)) {
+				return 0, errTorn
+			}
+			head = slot[L.RHashSize:]
+		} else {
+			b, err := d.read(le64(slot, L.RHashST), int(L.StEntries)+8)
+			if err != nil {
+				return 0, err
+			}
+			head = append([]byte(nil), b...)
+		}
+		d.field("size", le64(head, L.StNumEntries))
+		if flags&uint64(L.RHashProcDefault) != 0 {
+			d.buf = append(d.buf, `, "default":`...)
+			d.buf = appendAddr(d.buf, ifnone)
+		}
+		if err := d.stEntries(head, true); err != nil {
+			return 0, err
+		}
+	} else {
+		size := (flags & uint64(L.RHashARSizeMask)) >> uint64(L.RHashARSizeShift)
+		bound := (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift)
+		d.field("size", size)
+		if flags&uint64(L.RHashProcDefault) != 0 {
+			d.buf = append(d.buf, `, "default":`...)
+			d.buf = appendAddr(d.buf, ifnone)
+		}
+		if bound > uint64(L.ARTableMax) || size > bound {
+			return 0, errTorn
+		}
+		var pairs []byte
+		if L.RHashAR >= 0 {
+			ar := le64(slot, L.RHashAR)
+			if ar != 0 {
+				b, err := d.read(ar+uint64(L.ARTablePairs), int(L.ARTableMax)*16)
+				if err != nil {
+					return 0, err
+				}
+				pairs = b
+				memsize += uint64(L.ARTablePairs + L.ARTableMax*16)
+			}
+		} else {
+			off := L.RHashSize + L.ARTablePairs
+			if off+int64(bound)*16 > int64(len(slot)) {
+				return 0, errTorn
+			}
+			pairs = slot[off:]
+		}
+		if pairs != nil {
+			undef := uint64(L.Qundef)
+			for i := uint64(0); i < bound; i++ {
+				k := le64(pairs, int64(i*16))
+				if k == undef {
+					continue
+				}
+				d.ref(k)
+				d.ref(le64(pairs, int64(i*16+8)))
+			}
+		}
+	}
+	d.ref(ifnone)
+	return memsize, nil
+}
+
+// stEntries adds the live entries of the st_table whose head is given:
+// keys and values (or only values).
+func (d *dumper) stEntries(head []byte, keys bool) error {
+	L := d.L
+	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
+	entries := le64(head, L.StEntries)
+	if bound < start || bound-start > maxDumpElems/3 {
+		return errTorn
+	}
+	esz := uint64(L.StEntrySize)
+	for i := start; i < bound; {
+		k := min(bound-i, dumpChunk/3)
+		b, err := d.read(entries+i*esz, int(k*esz))
+		if err != nil {
+			return err
+		}
+		for j := uint64(0); j < k; j++ {
+			e := b[j*esz:]
+			if le64(e, L.StEntryHash) == ^uint64(0) { // deleted
+				continue
+			}
+			if keys {
+				d.ref(le64(e, L.StEntryKey))
+			}
+			d.ref(le64(e, L.StEntryRecord))
+		}
+		i += k
+	}
+	return nil
+}
+
+// shape returns what the dump needs of shape id.
+func (d *dumper) shape(id uint64) shapeInfo {
+	if s, ok := d.shapes[id]; ok {
+		return s
+	}
+	L := d.L
+	var s shapeInfo
+	if d.shapeList != 0 && id < 1<<24 {
+		if b, err := d.read(d.shapeList+id*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
+			s = shapeInfo{
+				ivs:        uint64(le32(b, L.ShapeNextIVIndex)),
+				capa:       uint64(le32(b, L.ShapeCapacity)),
+				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex,
+				ok:         true,
+			}
+		}
+	}
+	if len(d.shapes) < 1<<20 {
+		d.shapes[id] = s
+	}
+	return s
+}
+
+// robject appends embedded and ivars and the instance variables as
+// references.
+func (d *dumper) robject(slot []byte, flags, memsize uint64) (uint64, error) {
+	L := d.L
+	embedded := flags&uint64(L.RObjectEmbedFlag) != 0
+	var n uint64
+	if d.shapeList != 0 {
+		if embedded {
+			d.flag("embedded")
+		}
+		s := d.shape(flags >> uint64(L.ShapeFlagShift))
+		if !s.ok {
+			return 0, errTorn
+		}
+		if s.tooComplex {
+			tbl := le64(slot, L.RObjectHeapIVPtr)
+			b, err := d.read(tbl, int(L.StEntries)+8)
+			if err != nil {
+				return 0, err
+			}
+			head := append([]byte(nil), b...)
+			d.field("ivars", le64(head, L.StNumEntries))
+			d.flag("too_complex_shape")
+			return memsize, d.stEntries(head, false)
+		}
+		n = s.ivs
+		if !embedded {
+			memsize += s.capa * 8
+		}
+	} else if L.RObjectHeapNumIV < 0 {
+		return 0, errTorn // a Ruby with shapes whose shape table was not found
+	} else if embedded {
+		n = uint64(L.RObjectEmbedLenMax)
+	} else {
+		n = uint64(le32(slot, L.RObjectHeapNumIV))
+		memsize += n * 8
+	}
+	d.field("ivars", n)
+	if embedded {
+		return memsize, d.refSlotWords(slot, L.RObjectEmbedAry, n)
+	}
+	return memsize, d.refWords(le64(slot, L.RObjectHeapIVPtr), n)
+}
+
+// rstruct appends the members of a STRUCT as references.
+func (d *dumper) rstruct(slot []byte, flags, memsize uint64) (uint64, error) {
+	L := d.L
+	if n := (flags & uint64(L.RStructEmbedLenMask)) >> uint64(L.RStructEmbedLenShift); n != 0 {
+		return memsize, d.refSlotWords(slot, L.RStructEmbedAry, n)
+	}
+	n := le64(slot, L.RStructHeapLen)
+	if n > maxDumpElems {
+		return 0, errTorn
+	}
+	memsize += n * 8
+	return memsize, d.refWords(le64(slot, L.RStructHeapPtr), n)
+}
+
+// class appends a CLASS, MODULE or ICLASS's superclass, name and the
+// references decoded (see HeapDump).
+func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error {
+	L := d.L
+	v := d.v
+	super := le64(slot, L.RClassSuper)
+	singleton := flags&uint64(L.FlSingleton) != 0
+	if typ == L.TClass && singleton && L.ClassExtAttached >= 0 {
+		if ext, err := v.classExt(addr); err == nil && ext != 0 {
+			if a, err := v.m.u64(at(ext, L.ClassExtAttached)); err == nil {
+				d.ref(a)
+			}
+		}
+	}
+	if d.v.isHeapObject(super) {
+		d.buf = append(d.buf, `, "superclass":`...)
+		d.buf = appendAddr(d.buf, super)
+		d.ref(super)
+	}
+	if typ != L.TIClass && d.klass != 0 {
+		n, ok := d.names[addr]
+		if !ok {
+			if !singleton {
+				n.name = v.className(addr)
+			}
+			if n.name == "" {
+				if r := v.objClassName(addr); r != "" && r[0] != '#' {
+					n.real = r
+				}
+			}
+			d.names[addr] = n
+		}
+		if n.name != "" {
+			d.strField("name", n.name)
+		} else if n.real != "" {
+			d.strField("real_class_name", n.real)
+		}
+		if singleton {
+			d.flag("singleton")
+		}
+	}
+	ext, err := v.classExt(addr)
+	if err != nil || ext == 0 {
+		return nil // 3.1: a class without extension marks only its superclass
+	}
+	if typ == L.TIClass {
+		if L.ClassExtIncluder >= 0 && d.shapeList != 0 {
+			if inc, err := v.m.u64(at(ext, L.ClassExtIncluder)); err == nil {
+				d.ref(inc)
+			}
+		}
+		return nil
+	}
+	// instance variables
+	if L.ClassExtIVPtr >= 0 {
+		if s := d.shape(flags >> uint64(L.ShapeFlagShift)); s.ok && !s.tooComplex && s.ivs > 0 {
+			if ivptr, err := v.m.u64(at(ext, L.ClassExtIVPtr)); err == nil && ivptr != 0 {
+				if err := d.refWords(ivptr, s.ivs); err != nil {
+					return err
+				}
+			}
+		}
+	} else if L.ClassExtIVTbl >= 0 {
+		if tbl, err := v.m.u64(at(ext, L.ClassExtIVTbl)); err == nil && tbl != 0 {
+			b, err := d.read(tbl, int(L.StEntries)+8)
+			if err != nil {
+				return err
+			}
+			if err := d.stEntries(append([]byte(nil), b...), false); err != nil {
+				return err
+			}
+		}
+	}
+	// constants
+	if tbl, err := v.m.u64(at(ext, L.ClassExtConstTbl)); err == nil && tbl != 0 {
+		if err := d.constants(tbl); err != nil {
+			return err
+		}
+	}
+	if L.ClassExtClassPath >= 0 {
+		if p, err := v.m.u64(at(ext, L.ClassExtClassPath)); err == nil {
+			d.ref(p)
+		}
+	}
+	return nil
+}
+
+// constants adds the value and file of every entry of a constant table
+// (an rb_id_table of rb_const_entry_t pointers).
+func (d *dumper) constants(tbl uint64) error {
+	L := d.L
+	head, err := d.read(tbl, int(L.IDTableItems)+8)
+	if err != nil {
+		return err
+	}
+	capa := uint64(le32(head, L.IDTableCapa))
+	items := le64(head, L.IDTableItems)
+	if capa > maxIDTable || (capa > 0 && items == 0) {
+		return errTorn
+	}
+	if capa == 0 {
+		return nil
+	}
+	raw, err := d.read(items, int(capa*uint64(L.IDItemSize)))
+	if err != nil {
+		return err
+	}
+	raw = append([]byte(nil), raw...)
+	for i := uint64(0); i < capa; i++ {
+		it := raw[i*uint64(L.IDItemSize):]
+		if le32(it, L.IDItemKey) == 0 {
+			continue
+		}
+		ce := le64(it, L.IDItemVal)
+		b, err := d.read(ce, int(max(L.ConstEntryValue, L.ConstEntryFile))+8)
+		if err != nil {
+			continue
+		}
+		val, file := le64(b, L.ConstEntryValue), le64(b, L.ConstEntryFile)
+		d.ref(val)
+		d.ref(file)
+	}
+	return nil
+}
+
+// appendCG appends f as C's printf("%#g") does (dump_all prints Floats so):
+// six significant digits, trailing zeros and the decimal point kept.
+func appendCG(b []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(b, "nan"...)
+	case math.IsInf(f, 1):
+		return append(b, "inf"...)
+	case math.IsInf(f, -1):
+		return append(b, "-inf"...)
+	}
+	const prec = 6
+	e := strconv.AppendFloat(nil, f, 'e', prec-1, 64)
+	i := bytes.LastIndexByte(e, 'e')
+	x, _ := strconv.Atoi(string(e[i+1:]))
+	if x < -4 || x >= prec {
+		return append(b, e...)
+	}
+	return strconv.AppendFloat(b, f, 'f', prec-1-x, 64)
+}

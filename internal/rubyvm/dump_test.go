@@ -1,0 +1,302 @@
+package rubyvm_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// dumpReport is what testdata/heap_dump.rb writes about itself.
+type dumpReport struct {
+	PID         int               `json:"pid"`
+	Version     string            `json:"version"`
+	Root        string            `json:"root"`
+	Known       map[string]string `json:"known"`
+	DumpSeconds float64           `json:"dump_seconds"`
+}
+
+// dumpObj is what the tests compare of one dump line.
+type dumpObj struct {
+	Type, Name, Value                  string
+	HasValue                           bool
+	Class                              uint64
+	Refs                               []uint64
+	Length, Size, Bytesize, Ivars, Mem uint64
+}
+
+// readDump reads a dump_all file into objects by address and roots by name.
+func readDump(t *testing.T, r io.Reader, name string) (map[uint64]*dumpObj, map[string][]uint64) {
+	t.Helper()
+	objs := map[uint64]*dumpObj{}
+	roots := map[string][]uint64{}
+	rd := heap.NewReader(r, name)
+	for {
+		rec, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Type == "ROOT" {
+			roots[rec.Root] = append(roots[rec.Root], rec.References...)
+			continue
+		}
+		if objs[rec.Address] != nil {
+			t.Fatalf("%s: address %#x twice", name, rec.Address)
+		}
+		objs[rec.Address] = &dumpObj{Type: rec.Type, Name: rec.Name, Value: string(rec.Value), HasValue: rec.HasValue,
+			Class: rec.Class, Refs: append([]uint64(nil), rec.References...), Length: rec.Length, Size: rec.Size,
+			Bytesize: rec.Bytesize, Ivars: rec.Ivars, Mem: rec.Memsize}
+	}
+	return objs, roots
+}
+
+// fullyDecoded are the types whose references rbscope decodes exactly as
+// Ruby's GC marks them.
+var fullyDecoded = map[string]bool{"OBJECT": true, "ARRAY": true, "HASH": true, "STRUCT": true, "STRING": true,
+	"RATIONAL": true, "COMPLEX": true, "SYMBOL": true, "FLOAT": true, "BIGNUM": true, "REGEXP": true, "MATCH": true}
+
+func parseAddr(t *testing.T, s string) uint64 {
+	t.Helper()
+	a, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("address %q: %v", s, err)
+	}
+	return a
+}
+
+// startDumpProgram runs testdata/heap_dump.rb and waits until its heap is
+// as it dumped it (main thread asleep after the last GC).
+func startDumpProgram(t *testing.T, rb testruby.Ruby) (*rubyvm.VM, *dumpReport, string) {
+	ruby := filepath.Join(t.TempDir(), "ruby-dump.json")
+	p := testruby.Start(t, rb, "heap_dump.rb", nil, ruby)
+	var rep dumpReport
+	p.WaitReport(t, &rep, 60*time.Second)
+	vm, _ := readThreads(t, p.PID(), true)
+	return vm, &rep, ruby
+}
+
+// TestHeapDumpMatchesDumpAll dumps a known heap from outside and compares
+// it with the program's own ObjectSpace.dump_all, on every Ruby installed.
+func TestHeapDumpMatchesDumpAll(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			vm, rep, rubyDump := startDumpProgram(t, rb)
+			var out bytes.Buffer
+			if err := vm.T.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			st, err := vm.HeapDump(&out, rubyvm.DumpOptions{})
+			took := time.Since(start)
+			if rerr := vm.T.Resume(); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("Ruby %s: %d objects, %d roots, %d skipped, %d bytes in %v (dump_all: %.3fs)",
+				vm.Version, st.Objects, st.Roots, st.Skipped, st.Bytes, took, rep.DumpSeconds)
+			if st.Skipped != 0 || st.SkippedPages != 0 {
+				t.Errorf("%d objects and %d pages skipped in a paused process", st.Skipped, st.SkippedPages)
+			}
+			if st.Bytes != int64(out.Len()) {
+				t.Errorf("stats say %d bytes, %d written", st.Bytes, out.Len())
+			}
+			mine, myRoots := readDump(t, bytes.NewReader(out.Bytes()), "rbscope dump")
+			f, err := os.Open(rubyDump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			theirs, _ := readDump(t, f, rubyDump)
+			if uint64(len(mine)) != st.Objects {
+				t.Errorf("%d object lines, stats say %d", len(mine), st.Objects)
+			}
+
+			// Nearly the same objects overall (the dump and the report
+			// allocate, the GC after them frees).
+			common := 0
+			for a, o := range theirs {
+				if o.Type == "SHAPE" { // Ruby 3.3 dumps its object shapes too
+					delete(theirs, a)
+				}
+			}
+			for a := range theirs {
+				if mine[a] != nil {
+					common++
+				}
+			}
+			t.Logf("dump_all: %d objects, rbscope: %d, common: %d", len(theirs), len(mine), common)
+			if float64(common) < 0.99*float64(len(theirs)) {
+				t.Errorf("only %d of dump_all's %d objects in rbscope's dump", common, len(theirs))
+			}
+
+			// Exactly the same for everything reachable from $dump_root.
+			root := parseAddr(t, rep.Root)
+			if !slices.Contains(myRoots["global_tbl"], root) {
+				t.Errorf("$dump_root %#x not in the global_tbl root (%d references)", root, len(myRoots["global_tbl"]))
+			}
+			for _, name := range []string{"vm", "machine_context"} {
+				if len(myRoots[name]) == 0 {
+					t.Errorf("no %q root", name)
+				}
+			}
+			seen := map[uint64]bool{root: true}
+			queue := []uint64{root}
+			compared, bad := 0, 0
+			for len(queue) > 0 {
+				a := queue[0]
+				queue = queue[1:]
+				want, got := theirs[a], mine[a]
+				if want == nil {
+					t.Fatalf("%#x not in dump_all's dump", a)
+				}
+				if got == nil {
+					bad++
+					t.Errorf("%#x (%s) not in rbscope's dump", a, want.Type)
+					continue
+				}
+				compared++
+				if msg := compareObj(got, want); msg != "" {
+					bad++
+					if bad < 20 {
+						t.Errorf("%#x %s: %s", a, want.Type, msg)
+					}
+				}
+				if !fullyDecoded[want.Type] {
+					continue
+				}
+				for _, r := range want.Refs {
+					if !seen[r] {
+						seen[r] = true
+						queue = append(queue, r)
+					}
+				}
+			}
+			t.Logf("%d objects reachable from $dump_root compared, %d differ", compared, bad)
+			if compared < 900 {
+				t.Errorf("only %d objects compared", compared)
+			}
+
+			// Classes: superclass and name as dump_all says; references a
+			// subset of Ruby's (method tables are not decoded).
+			for _, k := range []string{"holder_class", "path_module"} {
+				a := parseAddr(t, rep.Known[k])
+				got, want := mine[a], theirs[a]
+				if got == nil || want == nil {
+					t.Errorf("%s %#x missing (rbscope %v, dump_all %v)", k, a, got != nil, want != nil)
+					continue
+				}
+				if got.Type != want.Type || got.Name != want.Name || got.Class != want.Class {
+					t.Errorf("%s: rbscope %s %q class %#x, dump_all %s %q class %#x", k, got.Type, got.Name, got.Class, want.Type, want.Name, want.Class)
+				}
+				for _, r := range got.Refs {
+					if !slices.Contains(want.Refs, r) {
+						t.Errorf("%s: reference %#x not in dump_all's %x", k, r, want.Refs)
+					}
+				}
+			}
+			pathArray := parseAddr(t, rep.Known["path_array"])
+			if !slices.Contains(mine[parseAddr(t, rep.Known["path_module"])].Refs, pathArray) {
+				t.Errorf("PathHolder does not reference its constant CONST")
+			}
+
+			checkGraph(t, out.Bytes(), rep)
+		})
+	}
+}
+
+// compareObj says how got differs from want ("" when it does not).
+func compareObj(got, want *dumpObj) string {
+	var diffs []string
+	add := func(f string, args ...any) { diffs = append(diffs, fmt.Sprintf(f, args...)) }
+	if got.Type != want.Type {
+		add("type %s, want %s", got.Type, want.Type)
+	}
+	if got.Class != want.Class {
+		add("class %#x, want %#x", got.Class, want.Class)
+	}
+	if got.Length != want.Length || got.Size != want.Size || got.Bytesize != want.Bytesize || got.Ivars != want.Ivars {
+		add("length/size/bytesize/ivars %d/%d/%d/%d, want %d/%d/%d/%d", got.Length, got.Size, got.Bytesize, got.Ivars,
+			want.Length, want.Size, want.Bytesize, want.Ivars)
+	}
+	if got.HasValue != want.HasValue || got.Value != want.Value {
+		add("value %v %q, want %v %q", got.HasValue, got.Value, want.HasValue, want.Value)
+	}
+	if fullyDecoded[want.Type] && !slices.Equal(got.Refs, want.Refs) {
+		add("references %x, want %x", got.Refs, want.Refs)
+	}
+	if (want.Type == "STRING" || want.Type == "ARRAY") && got.Mem != want.Mem {
+		add("memsize %d, want %d", got.Mem, want.Mem)
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// checkGraph loads rbscope's dump with the heap analyses and checks the
+// known holder chains: paths from the roots and dominators.
+func checkGraph(t *testing.T, dump []byte, rep *dumpReport) {
+	t.Helper()
+	g, err := heap.Load(bytes.NewReader(dump), "rbscope dump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := func(k string) int {
+		i, ok := g.Lookup(parseAddr(t, rep.Known[k]))
+		if !ok {
+			t.Fatalf("%s %s not in the graph", k, rep.Known[k])
+		}
+		return i
+	}
+	t.Logf("graph: %d objects, %d references, %d dangling", g.Len(), g.NumRefs(), g.Dangling)
+	// PathHolder::CONST[0][:target]: Object -> PathHolder -> Array -> Hash -> String.
+	target := idx("path_target")
+	paths := heap.Paths(g, target, 3)
+	if len(paths) == 0 {
+		t.Fatalf("no path from the roots to PathHolder::CONST[0][:target]")
+	}
+	var chain []int
+	for _, h := range paths[0].Hops {
+		chain = append(chain, h.Index)
+	}
+	for _, k := range []string{"path_module", "path_array", "path_hash", "path_target"} {
+		if !slices.Contains(chain, idx(k)) {
+			t.Errorf("path to the target %+v lacks %s", paths[0], k)
+		}
+	}
+	// $dump_root[:hash_of_arrays]["large 0"][0]: the global's hash
+	// dominates the hash of arrays, which dominates its arrays.
+	d := heap.Dominators(g)
+	hoa, arr, str := idx("hash_of_arrays"), idx("hoa_first_array"), idx("hoa_first_string")
+	if dom, ok := d.Idom(arr); !ok || dom != hoa {
+		t.Errorf("idom(hash_of_arrays[\"large 0\"]) = %d %v, want the hash of arrays %d", dom, ok, hoa)
+	}
+	if dom, ok := d.Idom(str); !ok || dom != arr {
+		t.Errorf("idom of its first string = %d %v, want the array %d", dom, ok, arr)
+	}
+	if dom, ok := d.Idom(hoa); !ok || dom != idx("root") {
+		t.Errorf("idom(hash_of_arrays) = %d %v, want $dump_root %d", dom, ok, idx("root"))
+	}
+	if want := uint32(1 + 23 + 23 + 3*3 + 20*40); d.RetainedCount[hoa] < want { // itself, keys, arrays, strings
+		t.Errorf("the hash of arrays retains %d objects, want >= %d", d.RetainedCount[hoa], want)
+	}
+	found := false
+	for _, r := range d.Top(200) {
+		found = found || r.Index == hoa
+	}
+	if !found {
+		t.Errorf("the hash of arrays is not among the 200 biggest retainers")
+	}
+}
