@@ -62,7 +62,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	root.AddCommand(newStackCmd(), newRecordCmd(), newTopCmd(), newThreadsCmd(), newHeapCmd())
 	root.AddCommand(newCrashCmd())
 	root.AddCommand(newCoreCmd())
-	root.AddCommand(newExecCmd())
+	root.AddCommand(newExecCmd(), newAllocCmd())
 	return root
 }
 

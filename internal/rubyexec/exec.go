@@ -20,6 +20,7 @@ package rubyexec
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -57,11 +58,15 @@ type Options struct {
 	Timeout time.Duration
 	// Name is the file name the code's backtraces show ("(rbscope exec)").
 	Name string
+	// Raw returns the result's to_s instead of its inspect (for code that
+	// builds a String answer for a program to read).
+	Raw bool
 }
 
 // Result is what the code returned or raised.
 type Result struct {
-	// Value is the result's inspect, when the code returned.
+	// Value is the result's inspect (its to_s with Options.Raw), when the
+	// code returned.
 	Value string
 	// Raised is set when the code raised.
 	Raised *RubyError
@@ -102,28 +107,17 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
 	}
-	dir, err := newExchangeDir(t.PID())
+	ex, err := NewExchange(t.PID())
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir.host)
-	prog := wrapper(dir.inProcess+"/answer", code, opt.Name)
-	page, err := post(t, register, evalString, prog)
-	for errors.Is(err, errQueued) && time.Since(start) < opt.Timeout {
-		// Ruby 3.1 keeps one job per function, and an earlier request that
-		// timed out still waits for a safe point: wake the process, then
-		// queue ours once that one has run (and done nothing).
-		_ = unix.Tgkill(t.PID(), t.PID(), unix.SIGCHLD)
-		time.Sleep(50 * time.Millisecond)
-		page, err = post(t, register, evalString, prog)
-	}
-	if errors.Is(err, errQueued) {
-		return nil, fmt.Errorf("pid %d: %w within %v: an earlier request that timed out still waits for one", t.PID(), ErrNoSafePoint, opt.Timeout)
-	}
+	defer ex.Close()
+	prog := wrapper(ex.AnswerPath(), code, opt.Name, opt.Raw)
+	page, err := postRetrying(t, register, evalString, prog, 0, start, opt.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	res, err := dir.await(t.PID(), start, opt.Timeout)
+	res, err := ex.Await(t.PID(), start, opt.Timeout)
 	if err != nil {
 		if errors.Is(err, ErrNoSafePoint) && running(vm, opt.Name) {
 			err = fmt.Errorf("pid %d: %w within %v; it keeps running in the process, and its answer is dropped", t.PID(), ErrStillRunning, opt.Timeout)
@@ -142,6 +136,61 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		fmt.Fprintf(os.Stderr, "rbscope: warning: could not unmap the request page: %v\n", uerr)
 	}
 	return res, nil
+}
+
+// Invoke runs obj.inspect inside the process as a postponed job, with no
+// code compiled (so nothing allocated) before the method starts; the
+// method itself must write its answer with AnswerProgram to ex. obj is the
+// address of a T_OBJECT that the program keeps alive and pinned (a global
+// variable's value is pinned). The method runs in trap context: it must
+// not lock a Mutex (nor require, log, or start threads through one).
+func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout time.Duration) (*Result, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	start := time.Now()
+	var flags [8]byte
+	if _, err := t.ReadAt(flags[:], obj); err != nil {
+		return nil, fmt.Errorf("pid %d: read the object at %#x: %w", t.PID(), obj, err)
+	}
+	if typ := int64(binary.LittleEndian.Uint64(flags[:])) & vm.Layout.TMask; typ != vm.Layout.TObject {
+		return nil, fmt.Errorf("pid %d: the object at %#x is no longer there (its type is %s); was it collected or moved?", t.PID(), obj, vm.TypeName(typ))
+	}
+	inspect, _, err := vm.Image.Symbol("rb_inspect")
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
+	}
+	register, _, err := vm.Image.Symbol("rb_postponed_job_register_one")
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
+	}
+	if _, err := postRetrying(t, register, inspect, "", obj, start, timeout); err != nil {
+		return nil, err
+	}
+	res, err := ex.Await(t.PID(), start, timeout)
+	if err != nil {
+		return nil, err
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// postRetrying posts a job (see post), retrying while Ruby 3.1 refuses it
+// because an earlier one for the same function is still queued.
+func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64, start time.Time, timeout time.Duration) (mapping, error) {
+	m, err := post(t, register, fn, prog, data)
+	for errors.Is(err, errQueued) && time.Since(start) < timeout {
+		// An earlier request that timed out still waits for a safe point:
+		// wake the process, then queue ours once that one has run (and
+		// done nothing).
+		_ = unix.Tgkill(t.PID(), t.PID(), unix.SIGCHLD)
+		time.Sleep(50 * time.Millisecond)
+		m, err = post(t, register, fn, prog, data)
+	}
+	if errors.Is(err, errQueued) {
+		return mapping{}, fmt.Errorf("pid %d: %w within %v: an earlier request that timed out still waits for one", t.PID(), ErrNoSafePoint, timeout)
+	}
+	return m, err
 }
 
 // running reports whether a thread of vm runs the code now: a frame of it
@@ -165,31 +214,41 @@ func running(vm *rubyvm.VM, name string) bool {
 // mapping is a region rbscope mapped into the process.
 type mapping struct{ addr, size uint64 }
 
-// post maps a page into the process, writes prog there and registers the
-// postponed job that evaluates it, all on the paused main thread.
-func post(t *target.Live, register, evalString uint64, prog string) (mapping, error) {
+// post registers the postponed job fn(data) on the paused main thread.
+// With prog set, it first maps a page into the process and writes prog
+// there, NUL-terminated, and the page is the job's data.
+func post(t *target.Live, register, fn uint64, prog string, data uint64) (mapping, error) {
 	pid := t.PID()
-	size := uint64(len(prog)+1+4095) &^ 4095
 	if err := t.PauseThreads([]int{pid}); err != nil {
 		t.Resume()
 		return mapping{}, err
 	}
 	defer t.Resume()
-	ret, err := t.Syscall(pid, unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+	var m mapping
+	unmapNow := func() {
+		if m.size > 0 {
+			t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+		}
+	}
+	if prog != "" {
+		size := uint64(len(prog)+1+4095) &^ 4095
+		ret, err := t.Syscall(pid, unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+		if err != nil {
+			return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, err)
+		}
+		if ret < 0 && ret > -4096 {
+			return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, unix.Errno(-ret))
+		}
+		m = mapping{uint64(ret), size}
+		if _, err := t.WriteAt(append([]byte(prog), 0), m.addr); err != nil {
+			unmapNow()
+			return mapping{}, fmt.Errorf("pid %d: write the request: %w", pid, err)
+		}
+		data = m.addr
+	}
+	r, err := t.Call(pid, register, 0, fn, data)
 	if err != nil {
-		return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, err)
-	}
-	if ret < 0 && ret > -4096 {
-		return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, unix.Errno(-ret))
-	}
-	m := mapping{uint64(ret), size}
-	if _, err := t.WriteAt(append([]byte(prog), 0), m.addr); err != nil {
-		t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
-		return mapping{}, fmt.Errorf("pid %d: write the request: %w", pid, err)
-	}
-	r, err := t.Call(pid, register, 0, evalString, m.addr)
-	if err != nil {
-		t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+		unmapNow()
 		return mapping{}, fmt.Errorf("pid %d: register the job: %w", pid, err)
 	}
 	switch uint32(r) {
@@ -197,11 +256,11 @@ func post(t *target.Live, register, evalString uint64, prog string) (mapping, er
 		return m, nil
 	case 2:
 		// Ruby 3.1 keeps one job per function: an earlier request of rbscope
-		// (one that timed out) is still queued, and runs instead of ours.
-		t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+		// (one that timed out) is still queued, and would run instead.
+		unmapNow()
 		return mapping{}, errQueued
 	default:
-		t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+		unmapNow()
 		return mapping{}, fmt.Errorf("pid %d: the VM's postponed-job table is full; try again later", pid)
 	}
 }
@@ -221,18 +280,19 @@ func unmap(t *target.Live, m mapping) error {
 	return err
 }
 
-// exchangeDir is the private directory the job answers in, seen from
-// rbscope (host) and from the process (inProcess, which may have another
-// root).
-type exchangeDir struct{ host, inProcess string }
+// Exchange is the private directory a job answers in, seen from rbscope
+// and from the process (which may have another root). It belongs to the
+// process's user, mode 0700.
+type Exchange struct{ host, inProcess string }
 
-func newExchangeDir(pid int) (*exchangeDir, error) {
+// NewExchange creates an exchange directory under the /tmp of process pid.
+func NewExchange(pid int) (*Exchange, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("random name: %w", err)
 	}
 	name := "rbscope-exec-" + hex.EncodeToString(b[:])
-	d := &exchangeDir{
+	d := &Exchange{
 		host:      filepath.Join(fmt.Sprintf("/proc/%d/root/tmp", pid), name),
 		inProcess: "/tmp/" + name,
 	}
@@ -249,6 +309,12 @@ func newExchangeDir(pid int) (*exchangeDir, error) {
 	}
 	return d, nil
 }
+
+// AnswerPath is the answer file's path as the process sees it.
+func (d *Exchange) AnswerPath() string { return d.inProcess + "/answer" }
+
+// Close removes the directory; a job that answers later finds it gone.
+func (d *Exchange) Close() error { return os.RemoveAll(d.host) }
 
 // owner returns the effective uid and gid of pid.
 func owner(pid int) (uid, gid int, err error) {
@@ -281,10 +347,11 @@ const (
 	wakeEvery = time.Second
 )
 
-// await polls for the job's answer until the timeout, waking the main
-// thread while the answer is missing.
-func (d *exchangeDir) await(pid int, start time.Time, timeout time.Duration) (*Result, error) {
+// Await polls for the job's answer until timeout has passed since start,
+// waking the main thread while the answer is missing, and removes it.
+func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration) (*Result, error) {
 	answer := filepath.Join(d.host, "answer")
+	defer os.Remove(answer)
 	nextWake := start.Add(wakeAfter)
 	delay := 200 * time.Microsecond
 	for {
@@ -335,31 +402,59 @@ func processGone(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
-// wrapper is the Ruby program the job evaluates. It runs the user's code
-// in a fresh binding under the top level, rescues every exception (the
-// code's, and its own when rbscope has gone away and the directory with
-// it), and writes its answer with one write, behind a length header.
-// Every file operation releases the GVL, which costs a time slice when
-// another thread is busy, so it makes no other. Its own names start with
-// __rbscope so the code cannot clash with them; the code itself travels
-// base64-encoded, so no quoting issue can break the wrapper.
-func wrapper(answer, code, name string) string {
+// wrapper is the Ruby program the job evaluates. The job runs in "trap
+// context", as a Signal.trap handler does, where Mutex#lock (and so
+// require, Logger, Monitor) raises ThreadError; so the wrapper starts a
+// thread, "rbscope-exec", and waits for it. That thread runs the user's
+// code in a fresh binding under the top level. The code travels
+// base64-encoded, so no quoting issue can break the wrapper, and the
+// wrapper's own names start with __rbscope so the code cannot clash with
+// them.
+func wrapper(answer, code, name string, raw bool) string {
 	enc := base64.StdEncoding.EncodeToString([]byte(code))
-	return fmt.Sprintf(`->{ begin
-__rbscope_a = begin
-  __rbscope_c = %q.unpack1("m0").force_encoding(Encoding::UTF_8)
-  __rbscope_v = TOPLEVEL_BINDING.eval("->{ binding }").call.eval(__rbscope_c, %q, 1)
-  __rbscope_s = begin; __rbscope_v.inspect.to_s; rescue Exception => __rbscope_ie; "#<inspect raised #{__rbscope_ie.class}>"; end
-  "ok\n".b + __rbscope_s.b
-rescue Exception => __rbscope_e
-  __rbscope_m = (__rbscope_e.message.to_s rescue "").b
-  "error\n#{__rbscope_e.class.name.to_s.b}\n#{__rbscope_m.bytesize}\n".b + __rbscope_m + Array(__rbscope_e.backtrace).join("\n").b
-end
-File.binwrite(%q, "#{__rbscope_a.bytesize}\n".b + __rbscope_a)
+	show := "inspect"
+	if raw {
+		show = "to_s"
+	}
+	body := fmt.Sprintf(`Thread.new do
+  Thread.current.name = "rbscope-exec"
+  Thread.current.report_on_exception = false
+  %s
+end.value`, answerExpr(fmt.Sprintf(`__rbscope_v = TOPLEVEL_BINDING.eval("->{ binding }").call.eval(%q.unpack1("m0").force_encoding(Encoding::UTF_8), %q, 1)
+    begin; __rbscope_v.%s.to_s; rescue Exception => __rbscope_ie; "#<%s raised #{__rbscope_ie.class}>"; end`, enc, name, show, show)))
+	return fmt.Sprintf("->{ %s }.call\nnil\n", writeAnswer(answer, body))
+}
+
+// AnswerProgram returns Ruby code that evaluates body, an expression whose
+// value's to_s is the answer, and writes that answer (or the exception body
+// raised) to path, the way Await reads it. It never raises: a failure to
+// write (rbscope gone, and its directory with it) is swallowed too.
+func AnswerProgram(path, body string) string {
+	return writeAnswer(path, answerExpr(body))
+}
+
+// answerExpr is a Ruby expression: "ok\n" and body's value, or "error\n",
+// the class, the message's size and the message and backtrace of what it
+// raised.
+func answerExpr(body string) string {
+	return fmt.Sprintf(`begin
+    __rbscope_r = (%s).to_s
+    "ok\n".b + __rbscope_r.b
+  rescue Exception => __rbscope_e
+    __rbscope_m = (__rbscope_e.message.to_s rescue "").b
+    "error\n#{__rbscope_e.class.name.to_s.b}\n#{__rbscope_m.bytesize}\n".b + __rbscope_m + Array(__rbscope_e.backtrace).join("\n").b
+  end`, body)
+}
+
+// writeAnswer writes answer (a Ruby expression) behind a length header,
+// with one write: every file operation releases the GVL, which costs a
+// time slice when another thread is busy.
+func writeAnswer(path, answer string) string {
+	return fmt.Sprintf(`begin
+  __rbscope_a = %s
+  File.binwrite(%q, "#{__rbscope_a.bytesize}\n".b + __rbscope_a)
 rescue Exception
-end }.call
-nil
-`, enc, name, answer)
+end`, answer, path)
 }
 
 // parseAnswer reads the wrapper's answer file.

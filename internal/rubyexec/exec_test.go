@@ -63,8 +63,8 @@ func TestExec(t *testing.T) {
 		for _, mode := range []string{"sleep", "io", "cpu", "threads"} {
 			t.Run(rb.Name+"/"+mode, func(t *testing.T) {
 				p, tg, vm := start(t, rb, mode)
-				res := run(t, tg, vm, "[$answer + 1, top_local, self.to_s, Thread.current == Thread.main]")
-				if want := `[43, "visible", "main", true]`; res.Value != want || res.Raised != nil {
+				res := run(t, tg, vm, "require \"set\"; Mutex.new.synchronize { [$answer + 1, top_local, self.to_s, Thread.current.name] }")
+				if want := `[43, "visible", "main", "rbscope-exec"]`; res.Value != want || res.Raised != nil {
 					t.Fatalf("got %q (raised %v), want %s", res.Value, res.Raised, want)
 				}
 				// Locals of one exec do not leak into the next.
