@@ -151,4 +151,3 @@ func TestGroup(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
-

@@ -20,8 +20,8 @@ package rubyexec
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
