@@ -179,16 +179,21 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 // because an earlier one for the same function is still queued.
 func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64, start time.Time, timeout time.Duration) (mapping, error) {
 	m, err := post(t, register, fn, prog, data)
-	for errors.Is(err, errQueued) && time.Since(start) < timeout {
-		// An earlier request that timed out still waits for a safe point:
-		// wake the process, then queue ours once that one has run (and
-		// done nothing).
-		_ = unix.Tgkill(t.PID(), t.PID(), unix.SIGCHLD)
+	for (errors.Is(err, errQueued) || errors.Is(err, target.ErrSegvBlocked)) && time.Since(start) < timeout {
+		// An earlier request that timed out still waits for a safe point
+		// (wake the process, then queue ours once that one has run and done
+		// nothing), or the main thread runs a signal handler right now.
+		if errors.Is(err, errQueued) {
+			_ = unix.Tgkill(t.PID(), t.PID(), unix.SIGCHLD)
+		}
 		time.Sleep(50 * time.Millisecond)
 		m, err = post(t, register, fn, prog, data)
 	}
 	if errors.Is(err, errQueued) {
 		return mapping{}, fmt.Errorf("pid %d: %w within %v: an earlier request that timed out still waits for one", t.PID(), ErrNoSafePoint, timeout)
+	}
+	if errors.Is(err, target.ErrSegvBlocked) {
+		return mapping{}, fmt.Errorf("pid %d: %w within %v: its main thread kept SIGSEGV blocked", t.PID(), ErrNoSafePoint, timeout)
 	}
 	return m, err
 }

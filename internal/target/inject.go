@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -117,6 +118,16 @@ func (l *Live) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
 	if len(args) > 6 {
 		return 0, fmt.Errorf("call %#x: %d arguments, at most 6", fn, len(args))
 	}
+	// The call ends in a fault the kernel forces on the thread; were
+	// SIGSEGV blocked or ignored at that moment, forcing it would reset the
+	// program's SIGSEGV handler and unblock the signal.
+	if blocked, ignored, err := segvMasked(l.pid, tid); err != nil {
+		return 0, err
+	} else if ignored {
+		return 0, fmt.Errorf("tid %d ignores SIGSEGV; rbscope cannot call functions in it", tid)
+	} else if blocked {
+		return 0, ErrSegvBlocked
+	}
 	var ret uint64
 	err := l.borrow(tid, func(saved *unix.PtraceRegs) error {
 		regs := *saved
@@ -146,6 +157,36 @@ func (l *Live) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
 		return nil
 	})
 	return ret, err
+}
+
+// ErrSegvBlocked means the thread blocks SIGSEGV right now (it runs a
+// signal handler, for example), so no function can be called on it until
+// it unblocks the signal: try again a moment later.
+var ErrSegvBlocked = errors.New("the thread blocks SIGSEGV right now")
+
+// segvMasked reads whether tid blocks or ignores SIGSEGV.
+func segvMasked(pid, tid int) (blocked, ignored bool, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+	if err != nil {
+		return false, false, fmt.Errorf("tid %d: %w", tid, ErrExited)
+	}
+	bit := func(field string) (bool, error) {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					return false, fmt.Errorf("tid %d status %s: %w", tid, field, err)
+				}
+				return mask&(1<<(uint(unix.SIGSEGV)-1)) != 0, nil
+			}
+		}
+		return false, fmt.Errorf("tid %d status: no %s", tid, field)
+	}
+	if blocked, err = bit("SigBlk"); err != nil {
+		return false, false, err
+	}
+	ignored, err = bit("SigIgn")
+	return blocked, ignored, err
 }
 
 // borrow saves tid's registers, runs f on the tracer thread and restores

@@ -2,7 +2,9 @@ package target_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -83,5 +85,37 @@ func TestInjectKeepsBlockedRead(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("cat no longer reads its input after the injection")
+	}
+}
+
+// TestCallRefusedWhenSegvIgnored: the injected call ends in a fault, which
+// the kernel would turn into a reset of an ignored SIGSEGV's disposition.
+func TestCallRefusedWhenSegvIgnored(t *testing.T) {
+	cmd := exec.Command("bash", "-c", `trap "" SEGV; exec sleep 60`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sleep did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if err := tg.PauseThreads([]int{pid}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Call(pid, 0x1000); err == nil || !strings.Contains(err.Error(), "ignores SIGSEGV") {
+		t.Errorf("call in a process ignoring SIGSEGV: %v, want a refusal", err)
 	}
 }
