@@ -37,8 +37,11 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
+# Packages are tested one at a time (-p 1): several tests measure timing
+# (a known CPU split, thread births) and others start CPU-bound Ruby
+# programs, and on two cores they must not run side by side.
 test: deps rubies vet
-	$(GO) test -count=1 ./...
+	$(GO) test -p 1 -count=1 ./...
 
 bench: deps build
 	bench/stack.sh
