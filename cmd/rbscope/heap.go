@@ -261,6 +261,7 @@ func heapDump(pid int, outPath string, pause bool) error {
 	bw := bufio.NewWriterSize(out, 1<<20)
 	var st *rubyvm.DumpStats
 	var took time.Duration
+	vm.PrepareHeapDump()
 	err = whilePaused(t, pause, func() (err error) {
 		start := time.Now()
 		st, err = vm.HeapDump(bw, opts)

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // Limits that keep a dump of changing or corrupt memory finite.
@@ -117,10 +116,11 @@ type dumper struct {
 	opt   DumpOptions
 	stats DumpStats
 
-	buf     []byte   // JSON not yet written
-	refs    []uint64 // references of the current object
-	scratch []byte   // out-of-slot reads
-	klass   uint64   // the current object's class (left out of references)
+	buf     []byte     // JSON not yet written
+	refs    []uint64   // references of the current object
+	scratch []byte     // out-of-slot reads
+	chunks  chunkCache // serves them
+	klass   uint64     // the current object's class (left out of references)
 
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
 	shapes    map[uint64]shapeInfo
@@ -201,7 +201,10 @@ func (d *dumper) read(addr uint64, n int) ([]byte, error) {
 		d.scratch = make([]byte, n)
 	}
 	b := d.scratch[:n]
-	if err := target.ReadFull(d.v.m.t, b, addr); err != nil {
+	if d.chunks.t == nil {
+		d.chunks.t = d.v.m.t
+	}
+	if err := d.chunks.read(b, addr); err != nil {
 		return nil, errTorn
 	}
 	return b, nil

@@ -39,16 +39,18 @@ type VM struct {
 	Version     string
 	Description string
 
-	vmPtrAddr     uint64 // &ruby_current_vm_ptr
-	symbolsAddr   uint64 // &ruby_global_symbols (0 when not found)
-	symbolsLooked bool   // findGlobalSymbols has run
-	m             mem
-	ids           map[uint64]string
-	classNames    map[uint64]string
-	iseqs         map[uint64]*iseqInfo
-	lines         map[[2]uint64]int // (iseq, pc) -> line
-	cfuncs        map[uint64]string // ep[me_cref] of a C frame -> label
-	objspaceOff   int64             // offset of rb_vm_t.objspace, once checked (0: not yet)
+	vmPtrAddr       uint64 // &ruby_current_vm_ptr
+	symbolsAddr     uint64 // &ruby_global_symbols (0 when not found)
+	symbolsLooked   bool   // findGlobalSymbols has run
+	globalTbl       uint64 // &rb_global_tbl (0 when not found)
+	globalTblLooked bool   // findGlobalTbl has run
+	m               mem
+	ids             map[uint64]string
+	classNames      map[uint64]string
+	iseqs           map[uint64]*iseqInfo
+	lines           map[[2]uint64]int // (iseq, pc) -> line
+	cfuncs          map[uint64]string // ep[me_cref] of a C frame -> label
+	objspaceOff     int64             // offset of rb_vm_t.objspace, once checked (0: not yet)
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
