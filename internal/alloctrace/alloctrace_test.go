@@ -23,6 +23,22 @@ type workload struct {
 	Garbage  int    `json:"garbage"`
 }
 
+// attach opens the Ruby process pid, closed when the test ends.
+func attach(t *testing.T, pid int) (*target.Live, *rubyvm.VM) {
+	t.Helper()
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	vm, err := rubyvm.Open(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return tg, vm
+}
+
 // TestAlloc: every round the program keeps 1,000 Strings from one line and
 // 100 from another and drops 10,000 from a third. The window's survivors
 // must come from the first two lines in a 10:1 ratio, none from the third,
@@ -34,16 +50,7 @@ func TestAlloc(t *testing.T) {
 			p := testruby.Start(t, rb, "alloc_workload.rb", nil)
 			var w workload
 			p.WaitReport(t, &w, 30*time.Second)
-			tg, err := target.Attach(p.PID())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tg.Close()
-			vm, err := rubyvm.Open(tg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer vm.Close()
+			tg, vm := attach(t, p.PID())
 			sess, err := alloctrace.Start(tg, vm, 1500*time.Millisecond, 20*time.Second, true)
 			if err != nil {
 				t.Fatal(err)
@@ -87,16 +94,7 @@ func TestAllocAbort(t *testing.T) {
 	p := testruby.Start(t, rb, "alloc_workload.rb", nil)
 	var w workload
 	p.WaitReport(t, &w, 30*time.Second)
-	tg, err := target.Attach(p.PID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.Close()
-	vm, err := rubyvm.Open(tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
+	tg, vm := attach(t, p.PID())
 	sess, err := alloctrace.Start(tg, vm, time.Minute, 20*time.Second, true)
 	if err != nil {
 		t.Fatal(err)
