@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // dumpWorkload is testdata/heap_dump.rb with heapExtra more objects: it
@@ -34,9 +35,7 @@ func BenchmarkHeapDump(b *testing.B) {
 		b.Fatal(err)
 	}
 	os.Remove(filepath.Join(dumpWorkload.dir, "dump_all.json"))
-	t, vm := attach(b, dumpWorkload.pid)
-	defer t.Close()
-	defer vm.Close()
+	t, vm := testvm.Attach(b, dumpWorkload.pid)
 	waitAsleep(b, t, vm)
 	path := filepath.Join(dumpWorkload.dir, "rbscope.json")
 	var objects uint64

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // heapExtra is how many objects testdata/heap_census.rb adds to its ~90k
@@ -144,9 +145,7 @@ func waitAsleep(b *testing.B, t *target.Live, vm *rubyvm.VM) {
 //	go test ./bench -run '^$' -bench HeapCensus -benchtime 20x
 func BenchmarkHeapCensus(b *testing.B) {
 	heapWorkload.ready(b, "heap_census.rb", func(string) []string { return []string{fmt.Sprint(heapExtra)} }, 60*time.Second)
-	t, vm := attach(b, heapWorkload.pid)
-	defer t.Close()
-	defer vm.Close()
+	t, vm := testvm.Attach(b, heapWorkload.pid)
 	waitAsleep(b, t, vm)
 	var objects uint64
 	b.ResetTimer()

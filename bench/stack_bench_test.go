@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // depth is how deep the workload's main thread recurses in bench_deep, as
@@ -167,23 +167,6 @@ func check(b *testing.B, threads []rubyvm.Thread) int {
 	return frames
 }
 
-func attach(b *testing.B, pid int) (*target.Live, *rubyvm.VM) {
-	b.Helper()
-	t, err := target.Attach(pid)
-	if errors.Is(err, target.ErrPermission) {
-		b.Skip(err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		t.Close()
-		b.Fatal(err)
-	}
-	return t, vm
-}
-
 func read(b *testing.B, t *target.Live, vm *rubyvm.VM, pause bool) []rubyvm.Thread {
 	b.Helper()
 	if pause {
@@ -216,7 +199,14 @@ func benchStack(b *testing.B, pause bool) {
 	frames := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t, vm := attach(b, p)
+		t, err := target.Attach(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vm, err := rubyvm.Open(t)
+		if err != nil {
+			b.Fatal(err)
+		}
 		frames += check(b, read(b, t, vm, pause))
 		vm.Close()
 		t.Close()
@@ -228,9 +218,7 @@ func benchStack(b *testing.B, pause bool) {
 // benchThreads times the walk alone, on a VM opened once (its caches of
 // iseqs, IDs and class names warm after the first op).
 func benchThreads(b *testing.B, pause bool) {
-	t, vm := attach(b, pid(b))
-	defer t.Close()
-	defer vm.Close()
+	t, vm := testvm.Attach(b, pid(b))
 	frames := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

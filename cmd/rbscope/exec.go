@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -103,9 +105,23 @@ func runInProcess(pid int, code string, opt rubyexec.Options) (*rubyexec.Result,
 		return nil, err
 	}
 	defer closeAll()
+	// Ctrl-C while waiting empties the queued request and cleans up, rather
+	// than leaving it to run after rbscope has gone.
+	sigs := make(chan os.Signal, 1)
+	defer close(sigs)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	cancel := make(chan struct{})
+	go func() {
+		if _, ok := <-sigs; ok {
+			close(cancel)
+		}
+	}()
+	opt.Cancel = cancel
 	res, err := rubyexec.Run(t, vm, code, opt)
-	if err != nil && errors.Is(err, rubyexec.ErrNoSafePoint) {
-		return nil, err
+	if errors.Is(err, rubyexec.ErrCanceled) {
+		fmt.Fprintln(os.Stderr, "rbscope:", err)
+		return nil, exitCode(130)
 	}
 	return res, err
 }

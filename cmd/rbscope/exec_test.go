@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +16,11 @@ import (
 
 // startSleeper starts testdata/exec_target.rb in sleep mode, as uid when
 // uid is not 0, and waits for it to be ready.
-func startSleeper(t *testing.T, uid int) int {
+func startSleeper(t *testing.T, uid int) int { return startExecTarget(t, uid, "sleep") }
+
+// startExecTarget starts testdata/exec_target.rb in mode, as uid when uid
+// is not 0, and waits for it to be ready.
+func startExecTarget(t *testing.T, uid int, mode string) int {
 	t.Helper()
 	rb := testruby.Rubies(t)[0]
 	dir, err := os.MkdirTemp("", "rbscope-exec-test")
@@ -35,7 +38,7 @@ func startSleeper(t *testing.T, uid int) int {
 	}
 	os.Chmod(dir, 0o777)
 	report := filepath.Join(dir, "report.json")
-	cmd := exec.Command(rb.Bin, script, report, "sleep")
+	cmd := exec.Command(rb.Bin, script, report, mode)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if uid != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
@@ -86,6 +89,29 @@ func TestExecCLI(t *testing.T) {
 				t.Fatalf("the target is left stopped (%s)", st)
 			}
 		})
+	}
+}
+
+// TestExecInterrupted: Ctrl-C while the code waits for a safe point (a
+// thread holds the GVL in C for 4 s) exits 130, and the emptied request
+// does nothing when the process gets there.
+func TestExecInterrupted(t *testing.T) {
+	pid := startExecTarget(t, 0, "gvl")
+	time.Sleep(300 * time.Millisecond)
+	cmd := exec.Command(rbscopeBin, "exec", "-p", fmt.Sprint(pid), "$answer = -1")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || !strings.Contains(out.String(), "interrupted before the code finished") {
+		t.Fatalf("exec after SIGINT: %v, %q; want exit 130 saying it was interrupted", err, out.String())
+	}
+	if stdout, stderr, code := rbscope(t, "exec", "-p", fmt.Sprint(pid), "$answer"); code != 0 || stdout != "42\n" {
+		t.Errorf("after the interrupted exec: $answer = %q (%s), want 42: the emptied request must not run", stdout, stderr)
 	}
 }
 
@@ -185,9 +211,4 @@ func TestAllocCLI(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(out.String(), "exited during the allocation window; nothing to report") || strings.Contains(out.String(), "count") {
 		t.Errorf("target killed mid-window: %v, %q", err, out.String())
 	}
-}
-
-// regexpLine reports whether a line of text matches the expression.
-func regexpLine(text, expr string) bool {
-	return regexp.MustCompile(`(?m)` + expr).MatchString(text)
 }

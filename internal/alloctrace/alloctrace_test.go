@@ -9,9 +9,8 @@ import (
 
 	"github.com/rbscope/rbscope/internal/alloctrace"
 	"github.com/rbscope/rbscope/internal/rubyexec"
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // workload is what testdata/alloc_workload.rb reports about itself.
@@ -21,22 +20,6 @@ type workload struct {
 	KeepMany int    `json:"keep_many"`
 	KeepFew  int    `json:"keep_few"`
 	Garbage  int    `json:"garbage"`
-}
-
-// attach opens the Ruby process pid, closed when the test ends.
-func attach(t *testing.T, pid int) (*target.Live, *rubyvm.VM) {
-	t.Helper()
-	tg, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tg.Close() })
-	vm, err := rubyvm.Open(tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close() })
-	return tg, vm
 }
 
 // TestAlloc: every round the program keeps 1,000 Strings from one line and
@@ -50,7 +33,7 @@ func TestAlloc(t *testing.T) {
 			p := testruby.Start(t, rb, "alloc_workload.rb", nil)
 			var w workload
 			p.WaitReport(t, &w, 30*time.Second)
-			tg, vm := attach(t, p.PID())
+			tg, vm := testvm.Attach(t, p.PID())
 			sess, err := alloctrace.Start(tg, vm, 1500*time.Millisecond, 20*time.Second, true)
 			if err != nil {
 				t.Fatal(err)
@@ -94,7 +77,7 @@ func TestAllocAbort(t *testing.T) {
 	p := testruby.Start(t, rb, "alloc_workload.rb", nil)
 	var w workload
 	p.WaitReport(t, &w, 30*time.Second)
-	tg, vm := attach(t, p.PID())
+	tg, vm := testvm.Attach(t, p.PID())
 	sess, err := alloctrace.Start(tg, vm, time.Minute, 20*time.Second, true)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,8 @@ var (
 	ErrNoSafePoint = errors.New("the process did not reach a safe point")
 	// ErrStillRunning means the code started but had not finished in time.
 	ErrStillRunning = errors.New("the code did not finish")
+	// ErrCanceled means Options.Cancel ended the wait.
+	ErrCanceled = errors.New("interrupted")
 )
 
 // errQueued means Ruby 3.1 refused the job: one for rb_eval_string is
@@ -58,6 +60,9 @@ type Options struct {
 	Timeout time.Duration
 	// Name is the file name the code's backtraces show ("(rbscope exec)").
 	Name string
+	// Cancel, when closed, ends the wait early (rbscope interrupted): the
+	// request is emptied as after a timeout, and Run returns ErrCanceled.
+	Cancel <-chan struct{}
 	// Raw returns the result's to_s instead of its inspect (for code that
 	// builds a String answer for a program to read).
 	Raw bool
@@ -99,13 +104,9 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		opt.Name = "(rbscope exec)"
 	}
 	start := time.Now()
-	evalString, _, err := vm.Image.Symbol("rb_eval_string")
+	register, evalString, err := jobFunctions(t, vm, "rb_eval_string")
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
-	}
-	register, _, err := vm.Image.Symbol("rb_postponed_job_register_one")
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
+		return nil, err
 	}
 	ex, err := NewExchange(t.PID())
 	if err != nil {
@@ -117,8 +118,11 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	res, err := ex.Await(t.PID(), start, opt.Timeout)
+	res, err := ex.Await(t.PID(), start, opt.Timeout, opt.Cancel)
 	if err != nil {
+		if errors.Is(err, ErrCanceled) {
+			err = fmt.Errorf("pid %d: %w before the code finished; the request was emptied if it had not started", t.PID(), ErrCanceled)
+		}
 		if errors.Is(err, ErrNoSafePoint) && running(vm, opt.Name) {
 			err = fmt.Errorf("pid %d: %w within %v; it keeps running in the process, and its answer is dropped", t.PID(), ErrStillRunning, opt.Timeout)
 		}
@@ -156,23 +160,33 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 	if typ := int64(binary.LittleEndian.Uint64(flags[:])) & vm.Layout.TMask; typ != vm.Layout.TObject {
 		return nil, fmt.Errorf("pid %d: the object at %#x is no longer there (its type is %s); was it collected or moved?", t.PID(), obj, vm.TypeName(typ))
 	}
-	inspect, _, err := vm.Image.Symbol("rb_inspect")
+	register, inspect, err := jobFunctions(t, vm, "rb_inspect")
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
-	}
-	register, _, err := vm.Image.Symbol("rb_postponed_job_register_one")
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
+		return nil, err
 	}
 	if _, err := postRetrying(t, register, inspect, "", obj, start, timeout); err != nil {
 		return nil, err
 	}
-	res, err := ex.Await(t.PID(), start, timeout)
+	res, err := ex.Await(t.PID(), start, timeout, nil)
 	if err != nil {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// jobFunctions returns the addresses of rb_postponed_job_register_one and
+// of job, the function it is to queue.
+func jobFunctions(t *target.Live, vm *rubyvm.VM, job string) (register, fn uint64, err error) {
+	for _, s := range []struct {
+		name string
+		addr *uint64
+	}{{"rb_postponed_job_register_one", &register}, {job, &fn}} {
+		if *s.addr, _, err = vm.Image.Symbol(s.name); err != nil {
+			return 0, 0, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
+		}
+	}
+	return register, fn, nil
 }
 
 // postRetrying posts a job (see post), retrying while Ruby 3.1 refuses it
@@ -352,9 +366,10 @@ const (
 	wakeEvery = time.Second
 )
 
-// Await polls for the job's answer until timeout has passed since start,
-// waking the main thread while the answer is missing, and removes it.
-func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration) (*Result, error) {
+// Await polls for the job's answer until timeout has passed since start
+// or cancel is closed, waking the main thread while the answer is missing,
+// and removes it.
+func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration, cancel <-chan struct{}) (*Result, error) {
 	answer := filepath.Join(d.host, "answer")
 	defer os.Remove(answer)
 	nextWake := start.Add(wakeAfter)
@@ -376,7 +391,11 @@ func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration) (*Resu
 			_ = unix.Tgkill(pid, pid, unix.SIGCHLD)
 			nextWake = now.Add(wakeEvery)
 		}
-		time.Sleep(delay)
+		select {
+		case <-cancel:
+			return nil, ErrCanceled
+		case <-time.After(delay):
+		}
 		if delay < 5*time.Millisecond {
 			delay *= 2
 		}

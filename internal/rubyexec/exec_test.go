@@ -11,6 +11,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // start runs testdata/exec_target.rb in mode and opens its VM.
@@ -19,16 +20,7 @@ func start(t *testing.T, rb testruby.Ruby, mode string) (*testruby.Process, *tar
 	p := testruby.Start(t, rb, "exec_target.rb", nil, mode)
 	var rep struct{ PID int }
 	p.WaitReport(t, &rep, 30*time.Second)
-	tg, err := target.Attach(p.PID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := rubyvm.Open(tg)
-	if err != nil {
-		tg.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close(); tg.Close() })
+	tg, vm := testvm.Attach(t, p.PID())
 	return p, tg, vm
 }
 

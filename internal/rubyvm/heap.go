@@ -283,14 +283,10 @@ func (v *VM) eachPage(pages []heapPage, fn func(i int, p heapPage, body []byte) 
 	return skipped, nil
 }
 
-// arySharedRootFlag returns RARRAY_SHARED_ROOT_FLAG, a macro of array.c
-// (FL_USER5 in 3.1, FL_USER12 from 3.2 on): an array other arrays share,
-// whose aux word counts them instead of holding its capacity.
+// arySharedRootFlag returns RARRAY_SHARED_ROOT_FLAG: an array other arrays
+// share, whose aux word counts them instead of holding its capacity.
 func (v *VM) arySharedRootFlag() uint64 {
-	if v.Layout.Family == "3.1" {
-		return 1 << uint64(v.Layout.FlUShift+5)
-	}
-	return 1 << uint64(v.Layout.FlUShift+12)
+	return 1 << uint64(v.Layout.FlUShift+v.Layout.RArraySharedRootUser)
 }
 
 // outOfSlot returns the bytes a String or Array keeps in a malloc'd

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // selfReport is what testdata/stack_threads.rb writes about itself.
@@ -36,16 +36,7 @@ const deepFrames = 3000
 // Kernel#sleep, and the last read is returned either way.
 func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
 	t.Helper()
-	tg, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tg.Close() })
-	vm, err := rubyvm.Open(tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close() })
+	tg, vm := testvm.Attach(t, pid)
 	read := func() []rubyvm.Thread {
 		if pause {
 			if err := tg.Pause(); err != nil {
@@ -208,16 +199,7 @@ func TestStacksWhileThreadsComeAndGo(t *testing.T) {
 			p := testruby.Start(t, rb, "stack_threads.rb", []string{"RBSCOPE_CHURN=1"}, "50")
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
-			tg, err := target.Attach(p.PID())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tg.Close()
-			vm, err := rubyvm.Open(tg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer vm.Close()
+			_, vm := testvm.Attach(t, p.PID())
 			for i := 0; i < 200; i++ {
 				ths, err := vm.Threads()
 				if err != nil {

@@ -216,6 +216,28 @@ func (ix *index) value(kind, what string) (int64, error) {
 	return 0, fmt.Errorf("unknown layout tag kind %q", kind)
 }
 
+// macroValue reads a macro tag, "N" or "N,FAMILY=M,...", for family.
+func macroValue(tag, family string) (int64, error) {
+	def, overrides, _ := strings.Cut(tag, ",")
+	val := def
+	if overrides != "" {
+		for _, o := range strings.Split(overrides, ",") {
+			f, m, ok := strings.Cut(o, "=")
+			if !ok {
+				return 0, fmt.Errorf("bad macro tag %q", tag)
+			}
+			if f == family {
+				val = m
+			}
+		}
+	}
+	n, err := strconv.ParseInt(val, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad macro tag %q: %w", tag, err)
+	}
+	return n, nil
+}
+
 // FromDWARF reads a Layout from the debug information of a Ruby build. It
 // fails naming every required field it could not find.
 func FromDWARF(d *dwarf.Data, family, source string) (*Layout, error) {
@@ -230,9 +252,9 @@ func FromDWARF(d *dwarf.Data, family, source string) (*Layout, error) {
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
 		if m, ok := sf.Tag.Lookup("macro"); ok {
-			n, err := strconv.ParseInt(m, 0, 64)
+			n, err := macroValue(m, family)
 			if err != nil {
-				return nil, fmt.Errorf("layout field %s: bad macro value %q", sf.Name, m)
+				return nil, fmt.Errorf("layout field %s: %w", sf.Name, err)
 			}
 			v.Field(i).SetInt(n)
 			continue

@@ -18,7 +18,9 @@
 // Alternatives separated by | are tried in order (struct names and members
 // moved between Ruby versions). An optional field is -1 when absent. A field
 // with a `macro:"N"` tag and no dwarf tag holds a C preprocessor constant,
-// which DWARF does not keep; its value is fixed for all supported versions.
+// which DWARF does not keep: N for every version family, or, for a macro
+// that changed, `macro:"N,3.1=M"` (M for the families named, N for the
+// others).
 package layout
 
 // Layout holds the offsets and constants of one Ruby build configuration.
@@ -271,42 +273,45 @@ type Layout struct {
 	LastOpID      int64 `dwarf:"enum:tLAST_OP_ID"`
 
 	// enum ruby_value_type, ruby_fl_type, ruby_special_consts
-	TMask         int64 `dwarf:"enum:RUBY_T_MASK"`
-	TNone         int64 `dwarf:"enum:RUBY_T_NONE"`
-	TObject       int64 `dwarf:"enum:RUBY_T_OBJECT"`
-	TClass        int64 `dwarf:"enum:RUBY_T_CLASS"`
-	TModule       int64 `dwarf:"enum:RUBY_T_MODULE"`
-	TFloat        int64 `dwarf:"enum:RUBY_T_FLOAT"`
-	TString       int64 `dwarf:"enum:RUBY_T_STRING"`
-	TRegexp       int64 `dwarf:"enum:RUBY_T_REGEXP"`
-	TArray        int64 `dwarf:"enum:RUBY_T_ARRAY"`
-	THash         int64 `dwarf:"enum:RUBY_T_HASH"`
-	TStruct       int64 `dwarf:"enum:RUBY_T_STRUCT"`
-	TBignum       int64 `dwarf:"enum:RUBY_T_BIGNUM"`
-	TFile         int64 `dwarf:"enum:RUBY_T_FILE"`
-	TData         int64 `dwarf:"enum:RUBY_T_DATA"`
-	TMatch        int64 `dwarf:"enum:RUBY_T_MATCH"`
-	TComplex      int64 `dwarf:"enum:RUBY_T_COMPLEX"`
-	TRational     int64 `dwarf:"enum:RUBY_T_RATIONAL"`
-	TNil          int64 `dwarf:"enum:RUBY_T_NIL"`
-	TTrue         int64 `dwarf:"enum:RUBY_T_TRUE"`
-	TFalse        int64 `dwarf:"enum:RUBY_T_FALSE"`
-	TSymbol       int64 `dwarf:"enum:RUBY_T_SYMBOL"`
-	TFixnum       int64 `dwarf:"enum:RUBY_T_FIXNUM"`
-	TUndef        int64 `dwarf:"enum:RUBY_T_UNDEF"`
-	TImemo        int64 `dwarf:"enum:RUBY_T_IMEMO"`
-	TNode         int64 `dwarf:"enum:RUBY_T_NODE"`
-	TIClass       int64 `dwarf:"enum:RUBY_T_ICLASS"`
-	TZombie       int64 `dwarf:"enum:RUBY_T_ZOMBIE"`
-	TMoved        int64 `dwarf:"enum:RUBY_T_MOVED"`
-	FlUShift      int64 `dwarf:"enum:RUBY_FL_USHIFT"`
-	FlSingleton   int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
-	FlFreeze      int64 `dwarf:"enum:RUBY_FL_FREEZE"`
-	FlEltsShared  int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
-	Qnil          int64 `dwarf:"enum:RUBY_Qnil"`
-	Qfalse        int64 `dwarf:"enum:RUBY_Qfalse"`
-	Qundef        int64 `dwarf:"enum:RUBY_Qundef"`
-	FixnumFlag    int64 `dwarf:"enum:RUBY_FIXNUM_FLAG"`
-	ImmediateMask int64 `dwarf:"enum:RUBY_IMMEDIATE_MASK"`
-	SpecialShift  int64 `dwarf:"enum:RUBY_SPECIAL_SHIFT"`
+	TMask        int64 `dwarf:"enum:RUBY_T_MASK"`
+	TNone        int64 `dwarf:"enum:RUBY_T_NONE"`
+	TObject      int64 `dwarf:"enum:RUBY_T_OBJECT"`
+	TClass       int64 `dwarf:"enum:RUBY_T_CLASS"`
+	TModule      int64 `dwarf:"enum:RUBY_T_MODULE"`
+	TFloat       int64 `dwarf:"enum:RUBY_T_FLOAT"`
+	TString      int64 `dwarf:"enum:RUBY_T_STRING"`
+	TRegexp      int64 `dwarf:"enum:RUBY_T_REGEXP"`
+	TArray       int64 `dwarf:"enum:RUBY_T_ARRAY"`
+	THash        int64 `dwarf:"enum:RUBY_T_HASH"`
+	TStruct      int64 `dwarf:"enum:RUBY_T_STRUCT"`
+	TBignum      int64 `dwarf:"enum:RUBY_T_BIGNUM"`
+	TFile        int64 `dwarf:"enum:RUBY_T_FILE"`
+	TData        int64 `dwarf:"enum:RUBY_T_DATA"`
+	TMatch       int64 `dwarf:"enum:RUBY_T_MATCH"`
+	TComplex     int64 `dwarf:"enum:RUBY_T_COMPLEX"`
+	TRational    int64 `dwarf:"enum:RUBY_T_RATIONAL"`
+	TNil         int64 `dwarf:"enum:RUBY_T_NIL"`
+	TTrue        int64 `dwarf:"enum:RUBY_T_TRUE"`
+	TFalse       int64 `dwarf:"enum:RUBY_T_FALSE"`
+	TSymbol      int64 `dwarf:"enum:RUBY_T_SYMBOL"`
+	TFixnum      int64 `dwarf:"enum:RUBY_T_FIXNUM"`
+	TUndef       int64 `dwarf:"enum:RUBY_T_UNDEF"`
+	TImemo       int64 `dwarf:"enum:RUBY_T_IMEMO"`
+	TNode        int64 `dwarf:"enum:RUBY_T_NODE"`
+	TIClass      int64 `dwarf:"enum:RUBY_T_ICLASS"`
+	TZombie      int64 `dwarf:"enum:RUBY_T_ZOMBIE"`
+	TMoved       int64 `dwarf:"enum:RUBY_T_MOVED"`
+	FlUShift     int64 `dwarf:"enum:RUBY_FL_USHIFT"`
+	FlSingleton  int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
+	FlFreeze     int64 `dwarf:"enum:RUBY_FL_FREEZE"`
+	FlEltsShared int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
+	// RArraySharedRootUser is n of RARRAY_SHARED_ROOT_FLAG = FL_USERn
+	// (array.c): an Array other Arrays share, whose aux word counts them.
+	RArraySharedRootUser int64 `macro:"12,3.1=5"`
+	Qnil                 int64 `dwarf:"enum:RUBY_Qnil"`
+	Qfalse               int64 `dwarf:"enum:RUBY_Qfalse"`
+	Qundef               int64 `dwarf:"enum:RUBY_Qundef"`
+	FixnumFlag           int64 `dwarf:"enum:RUBY_FIXNUM_FLAG"`
+	ImmediateMask        int64 `dwarf:"enum:RUBY_IMMEDIATE_MASK"`
+	SpecialShift         int64 `dwarf:"enum:RUBY_SPECIAL_SHIFT"`
 }

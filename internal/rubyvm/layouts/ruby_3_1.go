@@ -224,6 +224,7 @@ func init() {
 		FlSingleton:            4096,
 		FlFreeze:               2048,
 		FlEltsShared:           16384,
+		RArraySharedRootUser:   5,
 		Qnil:                   8,
 		Qfalse:                 0,
 		Qundef:                 52,

@@ -224,6 +224,7 @@ func init() {
 		FlSingleton:            4096,
 		FlFreeze:               2048,
 		FlEltsShared:           16384,
+		RArraySharedRootUser:   12,
 		Qnil:                   4,
 		Qfalse:                 0,
 		Qundef:                 36,

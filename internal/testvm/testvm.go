@@ -1,0 +1,33 @@
+// Package testvm opens the Ruby VM of a live test process. It stands apart
+// from testruby because internal/target's own tests use testruby, and
+// rubyvm imports target.
+package testvm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// Attach attaches to the live process pid and opens its Ruby VM; both are
+// closed when the test ends. A permission refusal skips the test (a
+// benchmark run as an ordinary user); any other error fails it.
+func Attach(t testing.TB, pid int) (*target.Live, *rubyvm.VM) {
+	t.Helper()
+	tg, err := target.Attach(pid)
+	if errors.Is(err, target.ErrPermission) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	vm, err := rubyvm.Open(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return tg, vm
+}
