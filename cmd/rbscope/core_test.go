@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,10 +101,14 @@ func TestCoreJSONAndText(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{fmt.Sprintf("core %s: pid %d (", core, pid), `Thread "main" tid=`, `Thread "deep"`, "Thread::Mutex#lock", "Kernel#sleep  <cfunc>", "stack_threads.rb:", "live objects", "CLASS "} {
+	for _, want := range []string{fmt.Sprintf("core %s: pid %d (", core, pid), `Thread "main" tid=`, `Thread "deep"`, "Thread::Mutex#lock", "stack_threads.rb:", "live objects", "CLASS "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text output lacks %q:\n%s", want, text)
 		}
+	}
+	// Columns are as wide as each thread's longest label.
+	if !regexp.MustCompile(`\n +Kernel#sleep +<cfunc>\n`).MatchString(text) {
+		t.Errorf("text output lacks a Kernel#sleep <cfunc> frame:\n%s", text)
 	}
 }
 
