@@ -61,6 +61,9 @@ type Profile struct {
 	// Errors counts samples that could not be read (torn reads, threads
 	// that died mid-read); they are skipped, never fatal.
 	Errors int
+	// Unstopped counts the stacks that the default mode read without
+	// stopping their thread, as it was off a CPU (Sampler.readConsistent).
+	Unstopped int
 	// Rate is the requested rate in Hz; Start and Duration bound the run.
 	Rate     float64
 	Start    time.Time
@@ -169,5 +172,6 @@ func (p *Profile) Merge(q *Profile) {
 	}
 	p.Ticks += q.Ticks
 	p.Errors += q.Errors
+	p.Unstopped += q.Unstopped
 	p.Duration += q.Duration
 }

@@ -76,9 +76,66 @@ type proc struct {
 	live *target.Live
 	vm   *rubyvm.VM
 	gone bool
+	// clocks are the CPU-time counters of the threads seen running
+	// (readConsistent); noClocks is set when the kernel refuses them.
+	clocks   map[int]*target.CPUClock
+	noClocks bool
+}
+
+// maxClocks is how many thread CPU-time counters a process may keep open
+// between samples.
+const maxClocks = 256
+
+// cpuTimes reads the CPU time of each of tids, opening counters as needed
+// and closing those of threads no longer in alive. It returns nil when
+// counters are not available.
+func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
+	if p.noClocks {
+		return nil
+	}
+	if p.clocks == nil {
+		p.clocks = map[int]*target.CPUClock{}
+	}
+	wanted := map[int]bool{}
+	if len(p.clocks) > maxClocks {
+		for _, tid := range tids {
+			wanted[tid] = true
+		}
+	}
+	for tid, c := range p.clocks {
+		// Gone, or (with many threads) not running now: one open file
+		// each is kept only for a bounded number of threads.
+		if !alive[tid] || len(p.clocks) > maxClocks && !wanted[tid] {
+			c.Close()
+			delete(p.clocks, tid)
+		}
+	}
+	out := make(map[int]uint64, len(tids))
+	for _, tid := range tids {
+		c, ok := p.clocks[tid]
+		if !ok {
+			var err error
+			if c, err = p.live.CPUClock(tid); err != nil {
+				if len(p.clocks) == 0 {
+					p.noClocks = true // not allowed here: always stop
+					return nil
+				}
+				continue // the thread ended meanwhile
+			}
+			p.clocks[tid] = c
+		}
+		if t, err := c.Read(); err == nil {
+			out[tid] = t
+		}
+	}
+	return out
 }
 
 func (p *proc) close() {
+	for _, c := range p.clocks {
+		c.Close()
+	}
+	p.clocks = nil
 	if p.vm != nil {
 		p.vm.Close()
 	}
@@ -232,30 +289,19 @@ func (s *Sampler) sample(p *proc) {
 	wanted := func(th rubyvm.Thread) bool {
 		return (running == nil || running[tidOf(th)]) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
 	}
-	if !s.opts.Nonblocking {
-		var err error
-		if running != nil {
-			// Only the running threads' stacks are read, so only they
-			// stop; the rest of the process is not disturbed.
-			tids := make([]int, 0, len(running))
-			for tid := range running {
-				tids = append(tids, tid)
-			}
-			err = p.live.PauseThreads(tids)
-		} else {
-			err = p.live.Pause()
-		}
-		if err != nil {
-			p.live.Resume()
-			if p.gone = Exited(p.pid); !p.gone {
-				prof.Errors++
-			}
-			return
-		}
-	}
-	threads, err := p.vm.ReadThreads(wanted)
-	if !s.opts.Nonblocking {
-		p.live.Resume()
+	var threads []rubyvm.Thread
+	var err error
+	switch {
+	case s.opts.Nonblocking:
+		threads, err = p.vm.ReadThreads(wanted)
+	case running == nil:
+		// With Idle every thread is read, so every thread stops.
+		err = p.live.WhilePaused(nil, func() error {
+			threads, err = p.vm.ReadThreads(wanted)
+			return err
+		})
+	default:
+		threads, err = s.readConsistent(p, running, tasks, wanted, tidOf)
 	}
 	if err != nil {
 		if p.gone = Exited(p.pid); !p.gone {
@@ -290,6 +336,78 @@ func (s *Sampler) sample(p *proc) {
 		}
 		prof.Add(frames, 1)
 	}
+}
+
+// readConsistent reads the stacks of the running threads (wanted accepts
+// only those) as they are at one moment: what stopping them gives. A
+// thread that is not on a CPU at the moment (runnable but waiting for one,
+// as on a busy machine) is read without stopping it, and its read is kept
+// only if its CPU time did not move across it (target.CPUClock): then it
+// did not run, and its memory was as still as a stop would have made it.
+// Stopping such a thread would cost it twice: it would first have to get a
+// CPU to reach the stop, then wait for one again once let go. Threads on a
+// CPU, and any whose time moved, are stopped, read and let go
+// (target.WhilePaused); so is every thread when the kernel refuses the
+// counters.
+func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, error) {
+	tids := make([]int, 0, len(running))
+	for tid := range running {
+		tids = append(tids, tid)
+	}
+	var out []rubyvm.Thread
+	done := map[int]bool{}
+	if t0 := p.cpuTimes(tids, tasks); t0 != nil {
+		// Which threads are off a CPU right now? Those whose time stands
+		// still between two readings.
+		t1 := p.cpuTimes(tids, tasks)
+		still := map[int]bool{}
+		for tid, t := range t1 {
+			if v, ok := t0[tid]; ok && v == t {
+				still[tid] = true
+			}
+		}
+		if len(still) > 0 {
+			ths, err := p.vm.ReadThreads(func(th rubyvm.Thread) bool { return still[tidOf(th)] && wanted(th) })
+			t2 := p.cpuTimes(tids, tasks)
+			if err == nil {
+				for _, th := range ths {
+					tid := tidOf(th)
+					if v, ok := t2[tid]; !ok || !still[tid] || v != t1[tid] {
+						continue
+					}
+					done[tid] = true // read as it stood, wanted or not
+					if wanted(th) {
+						out = append(out, th)
+						s.profile.Unstopped++
+					}
+				}
+			}
+		}
+	}
+	var rest []int
+	for _, tid := range tids {
+		if !done[tid] {
+			rest = append(rest, tid)
+		}
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	var ths []rubyvm.Thread
+	err := p.live.WhilePaused(rest, func() error {
+		var err error
+		ths, err = p.vm.ReadThreads(func(th rubyvm.Thread) bool { return !done[tidOf(th)] && wanted(th) })
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, th := range ths {
+		if !done[tidOf(th)] && wanted(th) {
+			out = append(out, th)
+		}
+	}
+	return out, nil
 }
 
 // ThreadName is how a thread is named in profiles: Thread#name, "main"

@@ -1,0 +1,165 @@
+package sampler_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// churnStacks are the deepest stacks testdata/churn_stacks.rb has, root
+// first, with labels normalized across Ruby versions (normalize); every
+// moment's stack is a prefix of one of them. A sampled stack that is not
+// mixes two moments: a torn read.
+var churnStacks = []string{
+	"<main>;churn;loop;block in churn;times;block in churn;mid_a;leaf_a",
+	"<main>;churn;loop;block in churn;times;block in churn;mid_b;Array#map;block in mid_b;leaf_b",
+	"<main>;churn;loop;block in churn;times;block in churn;mid_b;Array#first",
+	"<main>;churn;loop;block in churn;times;Kernel#block_given?",
+	"<main>;churn;loop;block in churn;Process.clock_gettime",
+}
+
+// normalize maps labels that differ between Ruby versions (Kernel#loop and
+// Integer#times are written in Ruby from 3.3 on, the latter calling
+// block_given?; 3.3 counts block levels).
+func normalize(label string) string {
+	switch label {
+	case "Kernel#loop":
+		return "loop"
+	case "Integer#times":
+		return "times"
+	case "block (2 levels) in churn":
+		return "block in churn"
+	}
+	return label
+}
+
+// tornStacks returns the stacks of p that no moment of churn_stacks.rb has,
+// and how many samples they hold.
+func tornStacks(p *sampler.Profile) ([]string, int) {
+	var torn []string
+	n := 0
+	for _, st := range p.Stacks {
+		labels := make([]string, len(st.Frames))
+		for i, id := range st.Frames {
+			labels[i] = normalize(p.Frames[id].Label)
+		}
+		stack := strings.Join(labels, ";")
+		ok := false
+		for _, c := range churnStacks {
+			ok = ok || c == stack || strings.HasPrefix(c, stack+";")
+		}
+		if !ok {
+			torn = append(torn, stack)
+			n += st.Count
+		}
+	}
+	return torn, n
+}
+
+// TestPausedSamplesAreNeverTorn records a program whose stack changes
+// every microsecond or so at 1000 Hz in the default mode, which stops the
+// running threads for each read, or reads a thread without stopping it
+// when its CPU time shows it did not run meanwhile: no sample may mix two
+// moments. The program runs once as it is, mostly on a CPU of its own, and
+// once sharing one CPU with a spinning thread, so that it is often off the
+// CPU when sampled (then, where perf counters are allowed, some samples
+// must have been read without stopping it). The same recordings with
+// Nonblocking, which takes what it reads, show what such mixes look like
+// (logged, not checked).
+func TestPausedSamplesAreNeverTorn(t *testing.T) {
+	clocks := false
+	if l, err := target.Attach(unix.Getpid()); err == nil {
+		if c, err := l.CPUClock(unix.Gettid()); err == nil {
+			clocks = true
+			c.Close()
+		}
+		l.Close()
+	}
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "churn_stacks.rb", nil, "30")
+			var rep struct {
+				PID int `json:"pid"`
+			}
+			p.WaitReport(t, &rep, 30*time.Second)
+			for _, shared := range []bool{false, true} {
+				if shared {
+					stop := shareCPU(t, p.PID())
+					defer stop()
+				}
+				for _, nonblocking := range []bool{false, true} {
+					s, err := sampler.New(p.PID(), sampler.Options{Rate: 1000, Duration: 1500 * time.Millisecond, Nonblocking: nonblocking})
+					if err != nil {
+						t.Fatal(err)
+					}
+					prof := s.Run(context.Background())
+					torn, n := tornStacks(prof)
+					t.Logf("shared CPU %v, nonblocking %v: %d samples (%d read without stopping), %d unreadable, %d torn in %d stacks",
+						shared, nonblocking, prof.Samples, prof.Unstopped, prof.Errors, n, len(torn))
+					if prof.Samples < 200 {
+						t.Fatalf("nonblocking %v: only %d samples", nonblocking, prof.Samples)
+					}
+					if nonblocking {
+						continue
+					}
+					for _, st := range torn {
+						t.Errorf("torn sample: %s", st)
+					}
+					if shared && clocks && prof.Unstopped == 0 {
+						t.Errorf("sharing a CPU, no sample was read without stopping the thread")
+					}
+				}
+			}
+		})
+	}
+}
+
+// shareCPU pins process pid's threads and a spinning thread of the test to
+// one CPU, so that pid is often waiting for it; stop undoes the spinning.
+func shareCPU(t *testing.T, pid int) (stop func()) {
+	t.Helper()
+	// One CPU this test may use (a container's cpuset need not have CPU 0).
+	var mine, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; cpu < 1024; cpu++ {
+		if mine.IsSet(cpu) {
+			set.Set(cpu)
+			break
+		}
+	}
+	l, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, _ := l.Threads()
+	l.Close()
+	for _, tid := range tids {
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			t.Fatalf("pin tid %d: %v", tid, err)
+		}
+	}
+	var done atomic.Bool
+	started := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			t.Errorf("pin spinner: %v", err)
+		}
+		close(started)
+		for !done.Load() {
+		}
+	}()
+	<-started
+	return func() { done.Store(true) }
+}
