@@ -80,6 +80,8 @@ type proc struct {
 	// (readConsistent); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
 	noClocks bool
+	// tasks tells which threads are running (made at the first sample).
+	tasks *taskTable
 }
 
 // maxClocks is how many thread CPU-time counters a process may keep open
@@ -132,6 +134,9 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 }
 
 func (p *proc) close() {
+	if p.tasks != nil {
+		p.tasks.close()
+	}
 	for _, c := range p.clocks {
 		c.Close()
 	}
@@ -265,7 +270,10 @@ func (s *Sampler) sample(p *proc) {
 	var running, tasks map[int]bool
 	if !s.opts.Idle {
 		var err error
-		running, tasks, err = taskStates(p.pid)
+		if p.tasks == nil {
+			p.tasks = newTaskTable(p.pid)
+		}
+		running, tasks, err = p.tasks.states()
 		if err != nil {
 			p.gone = Exited(p.pid)
 			if !p.gone {
@@ -421,29 +429,6 @@ func ThreadName(th rubyvm.Thread) string {
 	default:
 		return "tid " + strconv.Itoa(th.TID)
 	}
-}
-
-// taskStates returns the TIDs the kernel reports as running (state R) and
-// all TIDs of the process.
-func taskStates(pid int) (running, all map[int]bool, err error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	running, all = map[int]bool{}, map[int]bool{}
-	for _, e := range ents {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		all[tid] = true
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
-		if err == nil && procState(b) == 'R' {
-			running[tid] = true
-		}
-	}
-	return running, all, nil
 }
 
 // procState returns the state letter of a /proc/.../stat line.

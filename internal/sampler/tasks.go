@@ -1,0 +1,129 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxStatFiles is how many threads' stat files a process may keep open
+// between samples; the threads beyond are opened and closed each time.
+const maxStatFiles = 1024
+
+// taskTable reads which threads of a process the kernel reports running.
+// It is asked at every tick, so it keeps /proc/PID/task and each thread's
+// stat file open and rereads them in place (a procfs file is rendered anew
+// at each read from offset 0): one getdents and one pread per thread,
+// instead of an open, a read and a close each.
+type taskTable struct {
+	pid   int
+	dir   int         // /proc/PID/task, or -1 before the first read
+	stats map[int]int // tid -> open fd of /proc/PID/task/TID/stat
+	names []byte      // getdents buffer
+	line  []byte      // stat buffer
+}
+
+func newTaskTable(pid int) *taskTable {
+	return &taskTable{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 512)}
+}
+
+// states returns the TIDs in state R (running or waiting for a CPU) and all
+// TIDs of the process.
+func (t *taskTable) states() (running, all map[int]bool, err error) {
+	if t.dir < 0 {
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/task", t.pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
+		}
+		t.dir = fd
+	}
+	if _, err := unix.Seek(t.dir, 0, 0); err != nil {
+		return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
+	}
+	all = map[int]bool{}
+	for {
+		n, err := unix.ReadDirent(t.dir, t.names)
+		if err != nil {
+			// ENOENT: the process is gone.
+			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
+		}
+		if n == 0 {
+			break
+		}
+		var names []string
+		_, _, names = unix.ParseDirent(t.names[:n], -1, names)
+		for _, name := range names {
+			if tid, err := strconv.Atoi(name); err == nil {
+				all[tid] = true
+			}
+		}
+	}
+	for tid, fd := range t.stats {
+		if !all[tid] {
+			unix.Close(fd)
+			delete(t.stats, tid)
+		}
+	}
+	running = map[int]bool{}
+	for tid := range all {
+		st, ok := t.state(tid)
+		if !ok {
+			// A kept file of an earlier thread with this TID fails; the
+			// second try opens the new thread's.
+			st, ok = t.state(tid)
+		}
+		if ok && st == 'R' {
+			running[tid] = true
+		}
+	}
+	return running, all, nil
+}
+
+// state reads thread tid's state letter; ok is false if the thread is gone.
+func (t *taskTable) state(tid int) (state byte, ok bool) {
+	fd, kept := t.stats[tid]
+	if !kept {
+		var err error
+		fd, err = unix.Open(fmt.Sprintf("/proc/%d/task/%d/stat", t.pid, tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, false
+		}
+		if len(t.stats) < maxStatFiles {
+			t.stats[tid] = fd
+			kept = true
+		} else {
+			defer unix.Close(fd)
+		}
+	}
+	for {
+		n, err := unix.Pread(fd, t.line, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			if kept {
+				unix.Close(fd)
+				delete(t.stats, tid)
+			}
+			return 0, false
+		}
+		// The state follows the command name, which may hold anything but
+		// is at most 64 bytes: 512 bytes always reach it.
+		st := procState(t.line[:n])
+		return st, st != 0
+	}
+}
+
+// close releases the open files.
+func (t *taskTable) close() {
+	for tid, fd := range t.stats {
+		unix.Close(fd)
+		delete(t.stats, tid)
+	}
+	if t.dir >= 0 {
+		unix.Close(t.dir)
+		t.dir = -1
+	}
+}

@@ -1,0 +1,124 @@
+package sampler
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+type churnReport struct {
+	PID     int `json:"pid"`
+	Threads []struct {
+		Name string `json:"name"`
+		TID  int    `json:"tid"`
+	} `json:"threads"`
+}
+
+// TestTaskTableStates: the threads a Ruby program reports (its own
+// Thread#native_thread_id) are all listed; the one spinning is running in
+// most reads and the ones asleep never are.
+func TestTaskTableStates(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "thread_churn.rb", nil)
+	var rep churnReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	tt := newTaskTable(p.PID())
+	defer tt.close()
+	tids := map[string]int{}
+	for _, th := range rep.Threads {
+		tids[th.Name] = th.TID
+	}
+	spinning := 0
+	const reads = 50
+	for i := 0; i < reads; i++ {
+		running, all, err := tt.states()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, tid := range tids {
+			if !all[tid] {
+				t.Fatalf("read %d: thread %q (tid %d) not listed: %v", i, name, tid, all)
+			}
+		}
+		if running[tids["cpu"]] {
+			spinning++
+		}
+		for _, name := range []string{"napper", "waiter"} {
+			if running[tids[name]] {
+				t.Errorf("read %d: thread %q, asleep, reported running", i, name)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if spinning < reads/2 {
+		t.Errorf("the spinning thread was running in %d of %d reads", spinning, reads)
+	}
+}
+
+// TestTaskTableFollowsThreads: threads born and ended between reads are
+// listed while they live and dropped (their files closed) once gone.
+func TestTaskTableFollowsThreads(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "thread_churn.rb", []string{"BLIP_MS=10"})
+	var rep churnReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	tt := newTaskTable(p.PID())
+	defer tt.close()
+	seen := map[int]bool{}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		_, all, err := tt.states()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tid := range all {
+			seen[tid] = true
+		}
+		for tid := range tt.stats {
+			if !all[tid] {
+				t.Fatalf("tid %d is gone but its stat file is still open", tid)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_, all, err := tt.states()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tt.stats) > len(all) {
+		t.Errorf("%d stat files open for %d threads", len(tt.stats), len(all))
+	}
+	// Each blip lives 20 ms and the reads come every few: all but the
+	// last, which may still be running, must have been seen.
+	f, err := os.Open(p.Report + ".blips")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var blips []int
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		var b struct {
+			TID int `json:"tid"`
+		}
+		if json.Unmarshal(sc.Bytes(), &b) == nil {
+			blips = append(blips, b.TID)
+		}
+	}
+	if len(blips) < 10 {
+		t.Fatalf("only %d blip threads in a second", len(blips))
+	}
+	missed := 0
+	for _, tid := range blips[1 : len(blips)-1] {
+		if !seen[tid] {
+			missed++
+		}
+	}
+	// A busy machine may keep the reader off the CPU past a blip's life.
+	if missed > len(blips)/5 {
+		t.Errorf("%d of %d blip threads never listed", missed, len(blips)-2)
+	}
+}
