@@ -90,6 +90,30 @@ func (v *VM) ReadThreads(withStack func(Thread) bool) ([]Thread, error) {
 	return out, nil
 }
 
+// ReadStacks reads into ths (from ReadThreads, perhaps a moment ago) the
+// stacks of the threads withStack accepts, replacing their Frames and
+// Error. Each thread's current execution context is read anew (a Fiber
+// switch changes it), so the stacks are as of this call: the caller can
+// list threads before it stops them and read only the stacks while they
+// stand still. A thread that has ended since it was listed must not be
+// passed: its memory may be freed.
+func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool) {
+	for i := range ths {
+		t := &ths[i]
+		if !withStack(*t) {
+			continue
+		}
+		t.Frames, t.Error = nil, ""
+		ec, err := v.m.u64(at(t.Addr, v.Layout.ThreadEC))
+		if err == nil {
+			t.Frames, err = v.stack(ec)
+		}
+		if err != nil {
+			t.Error = err.Error()
+		}
+	}
+}
+
 // ractors lists the ractors of the VM (the main one for ordinary programs).
 func (v *VM) ractors(vm uint64) ([]uint64, error) {
 	L := v.Layout

@@ -80,6 +80,36 @@ func TestStacksMatchCallerLocations(t *testing.T) {
 	}
 }
 
+// TestListedThenReadStacks: threads listed while the process runs and
+// their stacks read later, with the process paused (how the sampler
+// keeps its pauses short), are what the program says of itself.
+func TestListedThenReadStacks(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
+			var rep selfReport
+			p.WaitReport(t, &rep, 30*time.Second)
+			readThreads(t, p.PID(), true) // until the main thread sleeps
+			tg, vm := testvm.Attach(t, p.PID())
+			ths, err := vm.ReadThreads(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, th := range ths {
+				if len(th.Frames) != 0 {
+					t.Fatalf("thread %q: ReadThreads(nil) read %d frames", th.Name, len(th.Frames))
+				}
+			}
+			if err := tg.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			vm.ReadStacks(ths, func(rubyvm.Thread) bool { return true })
+			tg.Resume()
+			checkStacks(t, rb, &rep, vm, ths)
+		})
+	}
+}
+
 // checkStacks compares the threads rbscope read with what the program
 // reported about itself (shared by the live and the core-file tests).
 func checkStacks(t *testing.T, rb testruby.Ruby, rep *selfReport, vm *rubyvm.VM, threads []rubyvm.Thread) {

@@ -303,11 +303,14 @@ func (s *Sampler) sample(p *proc) {
 	case s.opts.Nonblocking:
 		threads, err = p.vm.ReadThreads(wanted)
 	case running == nil:
-		// With Idle every thread is read, so every thread stops.
-		err = p.live.WhilePaused(nil, func() error {
-			threads, err = p.vm.ReadThreads(wanted)
-			return err
-		})
+		// With Idle every thread is read, so every thread stops; only the
+		// stacks are read while they stand still.
+		if threads, err = p.vm.ReadThreads(nil); err == nil {
+			err = p.live.WhilePaused(nil, func(stopped map[int]bool) error {
+				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return stopped[tidOf(th)] && wanted(th) })
+				return nil
+			})
+		}
 	default:
 		threads, err = s.readConsistent(p, running, tasks, wanted, tidOf)
 	}
@@ -347,23 +350,29 @@ func (s *Sampler) sample(p *proc) {
 }
 
 // readConsistent reads the stacks of the running threads (wanted accepts
-// only those) as they are at one moment: what stopping them gives. A
-// thread that is not on a CPU at the moment (runnable but waiting for one,
-// as on a busy machine) is read without stopping it, and its read is kept
-// only if its CPU time did not move across it (target.CPUClock): then it
-// did not run, and its memory was as still as a stop would have made it.
+// only those) as they are at one moment: what stopping them gives. Who the
+// threads are (the thread list, names, states) is read first, while
+// nothing stands still; only the stacks are read while a thread is held.
+// A thread that is not on a CPU at the moment (runnable but waiting for
+// one, as on a busy machine) is read without stopping it, and its read is
+// kept only if its CPU time did not move across it (target.CPUClock): then
+// it did not run, and its memory was as still as a stop would have made it.
 // Stopping such a thread would cost it twice: it would first have to get a
 // CPU to reach the stop, then wait for one again once let go. Threads on a
 // CPU, and any whose time moved, are stopped, read and let go
 // (target.WhilePaused); so is every thread when the kernel refuses the
 // counters.
 func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, error) {
+	ths, err := p.vm.ReadThreads(nil)
+	if err != nil {
+		return nil, err
+	}
 	tids := make([]int, 0, len(running))
 	for tid := range running {
 		tids = append(tids, tid)
 	}
-	var out []rubyvm.Thread
-	done := map[int]bool{}
+	done := map[int]bool{}      // read, and kept
+	unstopped := map[int]bool{} // of those, read without stopping
 	if t0 := p.cpuTimes(tids, tasks); t0 != nil {
 		// Which threads are off a CPU right now? Those whose time stands
 		// still between two readings.
@@ -375,19 +384,11 @@ func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted fu
 			}
 		}
 		if len(still) > 0 {
-			ths, err := p.vm.ReadThreads(func(th rubyvm.Thread) bool { return still[tidOf(th)] && wanted(th) })
+			p.vm.ReadStacks(ths, func(th rubyvm.Thread) bool { return still[tidOf(th)] && wanted(th) })
 			t2 := p.cpuTimes(tids, tasks)
-			if err == nil {
-				for _, th := range ths {
-					tid := tidOf(th)
-					if v, ok := t2[tid]; !ok || !still[tid] || v != t1[tid] {
-						continue
-					}
-					done[tid] = true // read as it stood, wanted or not
-					if wanted(th) {
-						out = append(out, th)
-						s.profile.Unstopped++
-					}
+			for tid := range still {
+				if v, ok := t2[tid]; ok && v == t1[tid] {
+					done[tid], unstopped[tid] = true, true
 				}
 			}
 		}
@@ -398,21 +399,29 @@ func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted fu
 			rest = append(rest, tid)
 		}
 	}
-	if len(rest) == 0 {
-		return out, nil
+	if len(rest) > 0 {
+		err = p.live.WhilePaused(rest, func(stopped map[int]bool) error {
+			p.vm.ReadStacks(ths, func(th rubyvm.Thread) bool {
+				tid := tidOf(th)
+				if stopped[tid] && !done[tid] && wanted(th) {
+					done[tid] = true
+					return true
+				}
+				return false
+			})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
-	var ths []rubyvm.Thread
-	err := p.live.WhilePaused(rest, func() error {
-		var err error
-		ths, err = p.vm.ReadThreads(func(th rubyvm.Thread) bool { return !done[tidOf(th)] && wanted(th) })
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
+	out := ths[:0]
 	for _, th := range ths {
-		if !done[tidOf(th)] && wanted(th) {
+		if tid := tidOf(th); done[tid] && wanted(th) {
 			out = append(out, th)
+			if unstopped[tid] {
+				s.profile.Unstopped++
+			}
 		}
 	}
 	return out, nil

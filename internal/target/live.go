@@ -269,14 +269,16 @@ func (l *Live) startTracing() {
 	registerPaused(l)
 }
 
-// WhilePaused stops the given threads as PauseThreads does, calls read, and
-// lets them go again as Resume does, all in one turn of the tracer thread:
-// read runs on that thread, so no hand-over between goroutines or OS
-// threads falls inside the time the threads stand still. The threads are
-// let go whatever read returns (and if it panics, the kernel lets them go
-// when rbscope dies), together with any a Pause before left stopped. It
-// returns the error of the pause, else read's.
-func (l *Live) WhilePaused(tids []int, read func() error) error {
+// WhilePaused stops the given threads as PauseThreads does (every thread
+// when tids is nil), calls read with the set of those that stopped (a
+// thread that has ended is not in it), and lets them go again as Resume
+// does, all in one turn of the tracer thread: read runs on that thread, so
+// no hand-over between goroutines or OS threads falls inside the time the
+// threads stand still. The threads are let go whatever read returns (and if
+// it panics, the kernel lets them go when rbscope dies), together with any
+// a Pause before left stopped. It returns the error of the pause, else
+// read's.
+func (l *Live) WhilePaused(tids []int, read func(stopped map[int]bool) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.startTracing()
@@ -286,7 +288,11 @@ func (l *Live) WhilePaused(tids []int, read func() error) error {
 		if err := l.pauseLocked(tids); err != nil {
 			return err
 		}
-		readErr = read()
+		stopped := make(map[int]bool, len(l.paused))
+		for tid := range l.paused {
+			stopped[tid] = true
+		}
+		readErr = read(stopped)
 		return nil
 	})
 	unregisterPaused(l)
