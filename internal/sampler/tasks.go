@@ -21,8 +21,11 @@ type taskTable struct {
 	pid   int
 	dir   int         // /proc/PID/task, or -1 before the first read
 	stats map[int]int // tid -> open fd of /proc/PID/task/TID/stat
-	names []byte      // getdents buffer
-	line  []byte      // stat buffer
+	// noKeep is set once rbscope ran out of file descriptors: from then on
+	// each stat file is opened and closed at each read.
+	noKeep bool
+	names  []byte // getdents buffer
+	line   []byte // stat buffer
 }
 
 func newTaskTable(pid int) *taskTable {
@@ -85,12 +88,20 @@ func (t *taskTable) states() (running, all map[int]bool, err error) {
 func (t *taskTable) state(tid int) (state byte, ok bool) {
 	fd, kept := t.stats[tid]
 	if !kept {
+		path := fmt.Sprintf("/proc/%d/task/%d/stat", t.pid, tid)
 		var err error
-		fd, err = unix.Open(fmt.Sprintf("/proc/%d/task/%d/stat", t.pid, tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if (errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE)) && len(t.stats) > 0 {
+			// Out of file descriptors (many threads, many processes, a low
+			// limit): give back the kept ones and open each file when read.
+			t.noKeep = true
+			t.closeStats()
+			fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		}
 		if err != nil {
 			return 0, false
 		}
-		if len(t.stats) < maxStatFiles {
+		if len(t.stats) < maxStatFiles && !t.noKeep {
 			t.stats[tid] = fd
 			kept = true
 		} else {
@@ -116,12 +127,17 @@ func (t *taskTable) state(tid int) (state byte, ok bool) {
 	}
 }
 
-// close releases the open files.
-func (t *taskTable) close() {
+// closeStats closes the kept stat files.
+func (t *taskTable) closeStats() {
 	for tid, fd := range t.stats {
 		unix.Close(fd)
 		delete(t.stats, tid)
 	}
+}
+
+// close releases the open files.
+func (t *taskTable) close() {
+	t.closeStats()
 	if t.dir >= 0 {
 		unix.Close(t.dir)
 		t.dir = -1

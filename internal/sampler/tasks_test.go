@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -121,4 +123,87 @@ func TestTaskTableFollowsThreads(t *testing.T) {
 	if missed > len(blips)/5 {
 		t.Errorf("%d of %d blip threads never listed", missed, len(blips)-2)
 	}
+}
+
+// TestTaskTableOutOfFiles: when rbscope runs out of file descriptors the
+// table gives back the ones it kept and still reads every thread.
+func TestTaskTableOutOfFiles(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "thread_churn.rb", nil)
+	var rep churnReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	tt := newTaskTable(p.PID())
+	defer tt.close()
+	if _, _, err := tt.states(); err != nil {
+		t.Fatal(err)
+	}
+	if len(tt.stats) < 3 {
+		t.Fatalf("%d stat files kept for %d threads", len(tt.stats), len(rep.Threads))
+	}
+	// Use up every descriptor below the limit, then read again.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 256
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	var hogs []int
+	defer func() {
+		for _, fd := range hogs {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		hogs = append(hogs, fd)
+	}
+	// A thread not yet kept needs a file now: forget one.
+	for tid, fd := range tt.stats {
+		unix.Close(fd)
+		delete(tt.stats, tid)
+		break
+	}
+	hogs = append(hogs, mustOpen(t)) // the one just freed
+	running, all, err := tt.states()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range rep.Threads {
+		if !all[th.TID] {
+			t.Errorf("thread %q (tid %d) not listed", th.Name, th.TID)
+		}
+	}
+	if !tt.noKeep || len(tt.stats) != 0 {
+		t.Errorf("out of files: noKeep %v, %d files kept", tt.noKeep, len(tt.stats))
+	}
+	cpu := 0
+	for _, th := range rep.Threads {
+		if th.Name == "cpu" {
+			cpu = th.TID
+		}
+	}
+	// The spinning thread is seen running within a few reads.
+	for i := 0; i < 50 && !running[cpu]; i++ {
+		if running, _, err = tt.states(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !running[cpu] {
+		t.Errorf("the spinning thread (tid %d) never read as running", cpu)
+	}
+}
+
+func mustOpen(t *testing.T) int {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
