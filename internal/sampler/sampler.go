@@ -310,6 +310,8 @@ func (s *Sampler) sample(p *proc) {
 				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return stopped[tidOf(th)] && wanted(th) })
 				return nil
 			})
+		} else {
+			threads, err = s.readAllPaused(p, nil, wanted)
 		}
 	default:
 		threads, err = s.readConsistent(p, running, tasks, wanted, tidOf)
@@ -363,13 +365,13 @@ func (s *Sampler) sample(p *proc) {
 // (target.WhilePaused); so is every thread when the kernel refuses the
 // counters.
 func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, error) {
-	ths, err := p.vm.ReadThreads(nil)
-	if err != nil {
-		return nil, err
-	}
 	tids := make([]int, 0, len(running))
 	for tid := range running {
 		tids = append(tids, tid)
+	}
+	ths, err := p.vm.ReadThreads(nil)
+	if err != nil {
+		return s.readAllPaused(p, tids, wanted)
 	}
 	done := map[int]bool{}      // read, and kept
 	unstopped := map[int]bool{} // of those, read without stopping
@@ -425,6 +427,19 @@ func (s *Sampler) readConsistent(p *proc, running, tasks map[int]bool, wanted fu
 		}
 	}
 	return out, nil
+}
+
+// readAllPaused reads the thread list and the stacks of the threads wanted
+// accepts while the threads tids (all, when nil) stand still: for when the
+// list, read with nothing stopped, was torn (threads being born or dying).
+func (s *Sampler) readAllPaused(p *proc, tids []int, wanted func(rubyvm.Thread) bool) ([]rubyvm.Thread, error) {
+	var ths []rubyvm.Thread
+	err := p.live.WhilePaused(tids, func(map[int]bool) error {
+		var err error
+		ths, err = p.vm.ReadThreads(wanted)
+		return err
+	})
+	return ths, err
 }
 
 // ThreadName is how a thread is named in profiles: Thread#name, "main"
