@@ -30,8 +30,12 @@ func startSleep(t *testing.T) (*exec.Cmd, []Mapping) {
 	pid := cmd.Process.Pid
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// Once sleep sleeps, the loader is done with its mappings (RELRO
+		// made read-only, ld.so.cache unmapped): /proc/PID/syscall names
+		// the system call it is blocked in (nanosleep, clock_nanosleep).
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if strings.HasSuffix(exe, "/sleep") {
+		sc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if nr, _, _ := strings.Cut(string(sc), " "); strings.HasSuffix(exe, "/sleep") && (nr == "35" || nr == "230") {
 			break
 		}
 		if time.Now().After(deadline) {
