@@ -19,6 +19,7 @@ import (
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 func newRecordCmd() *cobra.Command {
@@ -151,7 +152,7 @@ func record(pid int, launch []string, opts sampler.Options, outPath, format stri
 // still running (the recording ended by --duration or a signal), and
 // returns its exit status as rbscope's.
 func childStatus(child *exec.Cmd) error {
-	if !sampler.Exited(child.Process.Pid) {
+	if !target.Exited(child.Process.Pid) {
 		fmt.Fprintf(os.Stderr, "rbscope: recording ended; stopping %s (pid %d)\n", child.Path, child.Process.Pid)
 		stopChild(child)
 	} else {
@@ -184,7 +185,7 @@ func newSampler(ctx context.Context, pid int, opts sampler.Options, launched boo
 		if err == nil {
 			return s, nil
 		}
-		if sampler.Exited(pid) {
+		if target.Exited(pid) {
 			return nil, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
 		}
 		if time.Now().After(deadline) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 func newTopCmd() *cobra.Command {
@@ -117,7 +118,7 @@ func top(pid int, opts sampler.Options, window time.Duration, thread string) err
 	for {
 		select {
 		case <-done:
-			if sampler.Exited(pid) {
+			if target.Exited(pid) {
 				if interactive {
 					fmt.Print("\x1b[?25h\x1b[?1049l")
 				}

@@ -81,7 +81,7 @@ type proc struct {
 	clocks   map[int]*target.CPUClock
 	noClocks bool
 	// tasks tells which threads are running (made at the first sample).
-	tasks *taskTable
+	tasks *target.TaskStates
 }
 
 // maxClocks is how many thread CPU-time counters a process may keep open
@@ -135,7 +135,7 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 
 func (p *proc) close() {
 	if p.tasks != nil {
-		p.tasks.close()
+		p.tasks.Close()
 	}
 	for _, c := range p.clocks {
 		c.Close()
@@ -271,18 +271,18 @@ func (s *Sampler) sample(p *proc) {
 	if !s.opts.Idle {
 		var err error
 		if p.tasks == nil {
-			p.tasks = newTaskTable(p.pid)
+			p.tasks = target.NewTaskStates(p.pid)
 		}
-		running, tasks, err = p.tasks.states()
+		running, tasks, err = p.tasks.Read()
 		if err != nil {
-			p.gone = Exited(p.pid)
+			p.gone = target.Exited(p.pid)
 			if !p.gone {
 				prof.Errors++
 			}
 			return
 		}
 		if len(running) == 0 {
-			p.gone = Exited(p.pid)
+			p.gone = target.Exited(p.pid)
 			return // nothing on a CPU: no need to stop the process
 		}
 	}
@@ -317,7 +317,7 @@ func (s *Sampler) sample(p *proc) {
 		threads, err = s.readConsistent(p, running, tasks, wanted, tidOf)
 	}
 	if err != nil {
-		if p.gone = Exited(p.pid); !p.gone {
+		if p.gone = target.Exited(p.pid); !p.gone {
 			prof.Errors++
 		}
 		return
@@ -453,26 +453,6 @@ func ThreadName(th rubyvm.Thread) string {
 	default:
 		return "tid " + strconv.Itoa(th.TID)
 	}
-}
-
-// procState returns the state letter of a /proc/.../stat line.
-func procState(stat []byte) byte {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
-}
-
-// Exited reports whether pid is gone or a zombie.
-func Exited(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	st := procState(b)
-	return st == 'Z' || st == 'X'
 }
 
 // scanChildren attaches to new descendants of the root process and returns

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,6 +85,27 @@ func parseStat(tid int, s string) (Task, error) {
 		CPU:   time.Duration(utime+stime) * time.Second / clockTick,
 		Start: time.Duration(start) * time.Second / clockTick,
 	}, nil
+}
+
+// StatState returns the state letter (R, S, D, Z ...) of a /proc/.../stat
+// line, or 0 if the line is cut short.
+func StatState(stat []byte) byte {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0
+	}
+	return stat[i+2]
+}
+
+// Exited reports whether process pid is gone or a zombie (exited, not yet
+// reaped).
+func Exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	st := StatState(b)
+	return st == 'Z' || st == 'X'
 }
 
 // parseSyscall reads the stack pointer and pc from /proc/.../syscall:

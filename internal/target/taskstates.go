@@ -1,4 +1,4 @@
-package sampler
+package target
 
 import (
 	"errors"
@@ -12,12 +12,12 @@ import (
 // between samples; the threads beyond are opened and closed each time.
 const maxStatFiles = 1024
 
-// taskTable reads which threads of a process the kernel reports running.
-// It is asked at every tick, so it keeps /proc/PID/task and each thread's
+// TaskStates reads which threads of a process the kernel reports running,
+// again and again (a sampler asks at every tick), so it keeps /proc/PID/task and each thread's
 // stat file open and rereads them in place (a procfs file is rendered anew
 // at each read from offset 0): one getdents and one pread per thread,
 // instead of an open, a read and a close each.
-type taskTable struct {
+type TaskStates struct {
 	pid   int
 	dir   int         // /proc/PID/task, or -1 before the first read
 	stats map[int]int // tid -> open fd of /proc/PID/task/TID/stat
@@ -28,13 +28,14 @@ type taskTable struct {
 	line   []byte // stat buffer
 }
 
-func newTaskTable(pid int) *taskTable {
-	return &taskTable{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 512)}
+// NewTaskStates reads the thread states of process pid; Close releases it.
+func NewTaskStates(pid int) *TaskStates {
+	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 512)}
 }
 
-// states returns the TIDs in state R (running or waiting for a CPU) and all
+// Read returns the TIDs in state R (running or waiting for a CPU) and all
 // TIDs of the process.
-func (t *taskTable) states() (running, all map[int]bool, err error) {
+func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 	if t.dir < 0 {
 		fd, err := unix.Open(fmt.Sprintf("/proc/%d/task", t.pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -85,7 +86,7 @@ func (t *taskTable) states() (running, all map[int]bool, err error) {
 }
 
 // state reads thread tid's state letter; ok is false if the thread is gone.
-func (t *taskTable) state(tid int) (state byte, ok bool) {
+func (t *TaskStates) state(tid int) (state byte, ok bool) {
 	fd, kept := t.stats[tid]
 	if !kept {
 		path := fmt.Sprintf("/proc/%d/task/%d/stat", t.pid, tid)
@@ -122,21 +123,21 @@ func (t *taskTable) state(tid int) (state byte, ok bool) {
 		}
 		// The state follows the command name, which may hold anything but
 		// is at most 64 bytes: 512 bytes always reach it.
-		st := procState(t.line[:n])
+		st := StatState(t.line[:n])
 		return st, st != 0
 	}
 }
 
 // closeStats closes the kept stat files.
-func (t *taskTable) closeStats() {
+func (t *TaskStates) closeStats() {
 	for tid, fd := range t.stats {
 		unix.Close(fd)
 		delete(t.stats, tid)
 	}
 }
 
-// close releases the open files.
-func (t *taskTable) close() {
+// Close releases the open files.
+func (t *TaskStates) Close() {
 	t.closeStats()
 	if t.dir >= 0 {
 		unix.Close(t.dir)

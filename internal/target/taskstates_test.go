@@ -1,4 +1,4 @@
-package sampler
+package target
 
 import (
 	"bufio"
@@ -20,16 +20,23 @@ type churnReport struct {
 	} `json:"threads"`
 }
 
-// TestTaskTableStates: the threads a Ruby program reports (its own
-// Thread#native_thread_id) are all listed; the one spinning is running in
-// most reads and the ones asleep never are.
-func TestTaskTableStates(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "thread_churn.rb", nil)
+// watchChurn starts testdata/thread_churn.rb with env and returns its
+// report (its threads' own ids) and a TaskStates on it.
+func watchChurn(t *testing.T, env []string) (*testruby.Process, churnReport, *TaskStates) {
+	t.Helper()
+	p := testruby.Start(t, testruby.Rubies(t)[0], "thread_churn.rb", env)
 	var rep churnReport
 	p.WaitReport(t, &rep, 30*time.Second)
-	tt := newTaskTable(p.PID())
-	defer tt.close()
+	tt := NewTaskStates(p.PID())
+	t.Cleanup(tt.Close)
+	return p, rep, tt
+}
+
+// TestTaskStatesRunning: the threads a Ruby program reports (its own
+// Thread#native_thread_id) are all listed; the one spinning is running in
+// most reads and the ones asleep never are.
+func TestTaskStatesRunning(t *testing.T) {
+	_, rep, tt := watchChurn(t, nil)
 	tids := map[string]int{}
 	for _, th := range rep.Threads {
 		tids[th.Name] = th.TID
@@ -37,7 +44,7 @@ func TestTaskTableStates(t *testing.T) {
 	spinning := 0
 	const reads = 50
 	for i := 0; i < reads; i++ {
-		running, all, err := tt.states()
+		running, all, err := tt.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,19 +68,14 @@ func TestTaskTableStates(t *testing.T) {
 	}
 }
 
-// TestTaskTableFollowsThreads: threads born and ended between reads are
+// TestTaskStatesFollowsThreads: threads born and ended between reads are
 // listed while they live and dropped (their files closed) once gone.
-func TestTaskTableFollowsThreads(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "thread_churn.rb", []string{"BLIP_MS=10"})
-	var rep churnReport
-	p.WaitReport(t, &rep, 30*time.Second)
-	tt := newTaskTable(p.PID())
-	defer tt.close()
+func TestTaskStatesFollowsThreads(t *testing.T) {
+	p, _, tt := watchChurn(t, []string{"BLIP_MS=10"})
 	seen := map[int]bool{}
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
-		_, all, err := tt.states()
+		_, all, err := tt.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +89,7 @@ func TestTaskTableFollowsThreads(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	_, all, err := tt.states()
+	_, all, err := tt.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,16 +127,11 @@ func TestTaskTableFollowsThreads(t *testing.T) {
 	}
 }
 
-// TestTaskTableOutOfFiles: when rbscope runs out of file descriptors the
+// TestTaskStatesOutOfFiles: when rbscope runs out of file descriptors the
 // table gives back the ones it kept and still reads every thread.
-func TestTaskTableOutOfFiles(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "thread_churn.rb", nil)
-	var rep churnReport
-	p.WaitReport(t, &rep, 30*time.Second)
-	tt := newTaskTable(p.PID())
-	defer tt.close()
-	if _, _, err := tt.states(); err != nil {
+func TestTaskStatesOutOfFiles(t *testing.T) {
+	_, rep, tt := watchChurn(t, nil)
+	if _, _, err := tt.Read(); err != nil {
 		t.Fatal(err)
 	}
 	if len(tt.stats) < 3 {
@@ -171,7 +168,7 @@ func TestTaskTableOutOfFiles(t *testing.T) {
 		break
 	}
 	hogs = append(hogs, mustOpen(t)) // the one just freed
-	running, all, err := tt.states()
+	running, all, err := tt.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +188,7 @@ func TestTaskTableOutOfFiles(t *testing.T) {
 	}
 	// The spinning thread is seen running within a few reads.
 	for i := 0; i < 50 && !running[cpu]; i++ {
-		if running, _, err = tt.states(); err != nil {
+		if running, _, err = tt.Read(); err != nil {
 			t.Fatal(err)
 		}
 	}
