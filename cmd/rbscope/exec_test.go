@@ -85,9 +85,7 @@ func TestExecCLI(t *testing.T) {
 			if code != tc.code || stdout != tc.stdout || !strings.Contains(stderr, tc.stderr) || strings.Contains(stderr, "goroutine") {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, %q...", code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
 			}
-			if st := processState(t, pid); st == "t" || st == "T" {
-				t.Fatalf("the target is left stopped (%s)", st)
-			}
+			checkNotStopped(t, pid)
 		})
 	}
 }

@@ -133,10 +133,12 @@ func record(pid int, launch []string, opts sampler.Options, outPath, format stri
 	}
 	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
 	if err := output.Write(w, format, prof, oo); err != nil {
+		stopChild(child)
 		return fmt.Errorf("writing %s: %w", outPath, err)
 	}
 	if out != nil {
 		if err := out.Commit(); err != nil {
+			stopChild(child)
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable\n",

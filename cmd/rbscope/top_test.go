@@ -17,9 +17,7 @@ import (
 // running.
 func TestTopPlain(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "split.rb", nil, "60")
-	var rep splitReport
-	p.WaitReport(t, &rep, 30*time.Second)
+	p, _ := startSplit(t, rb, nil, "60")
 	cmd := exec.Command(rbscopeBin, "top", "-p", fmt.Sprint(p.PID()), "--rate", "200")
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -59,9 +57,7 @@ collect:
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("top after SIGINT: %v", err)
 	}
-	if st := processState(t, p.PID()); st == "t" || st == "T" {
-		t.Errorf("target left stopped (state %s)", st)
-	}
+	checkNotStopped(t, p.PID())
 }
 
 // TestTopTerminal drives top in a real terminal (tmux): it draws on the
@@ -71,9 +67,7 @@ func TestTopTerminal(t *testing.T) {
 		t.Skip("tmux not installed (make deps installs it)")
 	}
 	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "split.rb", nil, "60")
-	var rep splitReport
-	p.WaitReport(t, &rep, 30*time.Second)
+	p, _ := startSplit(t, rb, nil, "60")
 	session := fmt.Sprintf("rbscope-top-%d", p.PID())
 	tmux := func(args ...string) string {
 		out, err := exec.Command("tmux", args...).CombinedOutput()
@@ -84,25 +78,21 @@ func TestTopTerminal(t *testing.T) {
 	}
 	tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "sh", "-c", fmt.Sprintf("echo BEFORE-TOP; %s top -p %d; echo TOP-EXIT=$?; sleep 30", rbscopeBin, p.PID()))
 	defer exec.Command("tmux", "kill-session", "-t", session).Run()
-	var screen string
-	for i := 0; i < 50; i++ {
-		time.Sleep(100 * time.Millisecond)
-		screen = tmux("capture-pane", "-p", "-t", session)
-		if strings.Contains(screen, "burn (") {
-			break
+	// waitScreen returns the pane once it shows want, or after 5 s.
+	waitScreen := func(want string) string {
+		var screen string
+		for i := 0; i < 50 && !strings.Contains(screen, want); i++ {
+			time.Sleep(100 * time.Millisecond)
+			screen = tmux("capture-pane", "-p", "-t", session)
 		}
+		return screen
 	}
+	screen := waitScreen("burn (")
 	if !strings.Contains(screen, "burn (") || !strings.Contains(screen, "q to quit") || strings.Contains(screen, "BEFORE-TOP") {
 		t.Fatalf("top screen:\n%s", screen)
 	}
 	tmux("send-keys", "-t", session, "q")
-	for i := 0; i < 50; i++ {
-		time.Sleep(100 * time.Millisecond)
-		screen = tmux("capture-pane", "-p", "-t", session)
-		if strings.Contains(screen, "TOP-EXIT=") {
-			break
-		}
-	}
+	screen = waitScreen("TOP-EXIT=")
 	if !strings.Contains(screen, "TOP-EXIT=0") || !strings.Contains(screen, "BEFORE-TOP") || strings.Contains(screen, "burn (") {
 		t.Errorf("after q the shell screen should be back with top's exit 0:\n%s", screen)
 	}

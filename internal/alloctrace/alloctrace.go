@@ -53,7 +53,6 @@ type Session struct {
 	token   string
 	started time.Time
 	timeout time.Duration
-	window  time.Duration
 	// stopper is the address of an object in the process whose inspect
 	// method ends the window; answer is where it writes its report.
 	stopper uint64
@@ -75,7 +74,7 @@ func Start(t *target.Live, vm *rubyvm.VM, window, timeout time.Duration, gc bool
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("random token: %w", err)
 	}
-	s := &Session{t: t, vm: vm, token: hex.EncodeToString(b[:]), timeout: timeout, window: window}
+	s := &Session{t: t, vm: vm, token: hex.EncodeToString(b[:]), timeout: timeout}
 	answer, err := rubyexec.NewExchange(t.PID())
 	if err != nil {
 		return nil, err

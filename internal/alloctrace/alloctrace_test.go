@@ -9,6 +9,8 @@ import (
 
 	"github.com/rbscope/rbscope/internal/alloctrace"
 	"github.com/rbscope/rbscope/internal/rubyexec"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
@@ -22,6 +24,17 @@ type workload struct {
 	Garbage  int    `json:"garbage"`
 }
 
+// start runs testdata/alloc_workload.rb on rb, waits for its report and
+// opens its VM.
+func start(t *testing.T, rb testruby.Ruby) (workload, *target.Live, *rubyvm.VM) {
+	t.Helper()
+	p := testruby.Start(t, rb, "alloc_workload.rb", nil)
+	var w workload
+	p.WaitReport(t, &w, 30*time.Second)
+	tg, vm := testvm.Attach(t, p.PID())
+	return w, tg, vm
+}
+
 // TestAlloc: every round the program keeps 1,000 Strings from one line and
 // 100 from another and drops 10,000 from a third. The window's survivors
 // must come from the first two lines in a 10:1 ratio, none from the third,
@@ -30,10 +43,7 @@ type workload struct {
 func TestAlloc(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
-			p := testruby.Start(t, rb, "alloc_workload.rb", nil)
-			var w workload
-			p.WaitReport(t, &w, 30*time.Second)
-			tg, vm := testvm.Attach(t, p.PID())
+			w, tg, vm := start(t, rb)
 			sess, err := alloctrace.Start(tg, vm, 1500*time.Millisecond, 20*time.Second, true)
 			if err != nil {
 				t.Fatal(err)
@@ -74,10 +84,7 @@ func TestAlloc(t *testing.T) {
 // TestAllocAbort: an interrupted window turns tracing off too.
 func TestAllocAbort(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "alloc_workload.rb", nil)
-	var w workload
-	p.WaitReport(t, &w, 30*time.Second)
-	tg, vm := testvm.Attach(t, p.PID())
+	_, tg, vm := start(t, rb)
 	sess, err := alloctrace.Start(tg, vm, time.Minute, 20*time.Second, true)
 	if err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func Write(w io.Writer, format string, p *sampler.Profile, o Options) error {
 	case "collapsed":
 		return Collapsed(w, p, o)
 	case "summary":
-		return Summary(w, p, 0)
+		return Summary(w, p)
 	}
 	return fmt.Errorf("unknown format %q (one of %s)", format, strings.Join(Formats, ", "))
 }
@@ -130,19 +130,16 @@ func Collapsed(w io.Writer, p *sampler.Profile, o Options) error {
 	return nil
 }
 
-// Summary writes a table of functions by self and total share of samples;
-// top limits the rows (0 for all).
-func Summary(w io.Writer, p *sampler.Profile, top int) error {
+// Summary writes a table of functions by self and total share of samples.
+func Summary(w io.Writer, p *sampler.Profile) error {
 	stats := p.Functions()
-	fmt.Fprintf(w, "%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors)
-	fmt.Fprintf(w, "%7s %7s %8s %8s  %s\n", "self%", "total%", "self", "total", "function")
-	for i, s := range stats {
-		if top > 0 && i >= top {
-			break
-		}
-		fmt.Fprintf(w, "%6.2f%% %6.2f%% %8d %8d  %s\n", pct(s.Self, p.Samples), pct(s.Total, p.Samples), s.Self, s.Total, s.Frame.Name(false))
+	bw := &errWriter{w: w}
+	bw.printf("%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors)
+	bw.printf("%7s %7s %8s %8s  %s\n", "self%", "total%", "self", "total", "function")
+	for _, s := range stats {
+		bw.printf("%6.2f%% %6.2f%% %8d %8d  %s\n", pct(s.Self, p.Samples), pct(s.Total, p.Samples), s.Self, s.Total, s.Frame.Name(false))
 	}
-	return nil
+	return bw.err
 }
 
 func pct(n, total int) float64 {

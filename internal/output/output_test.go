@@ -3,6 +3,7 @@ package output
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -114,5 +115,19 @@ func TestFileAppearsOnlyOnCommit(t *testing.T) {
 	}
 	if _, err := Create(filepath.Join(dir, "missing", "out.svg")); err == nil || !strings.Contains(err.Error(), "cannot write") {
 		t.Errorf("unwritable path: %v", err)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// TestWriteReportsErrors: every format returns a failed write, so a
+// half-written output is never committed.
+func TestWriteReportsErrors(t *testing.T) {
+	for _, format := range Formats {
+		if err := Write(failingWriter{}, format, sample(), Options{}); err == nil {
+			t.Errorf("%s: a failed write was not reported", format)
+		}
 	}
 }

@@ -154,7 +154,7 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 	}
 	start := time.Now()
 	var flags [8]byte
-	if _, err := t.ReadAt(flags[:], obj); err != nil {
+	if err := target.ReadFull(t, flags[:], obj+uint64(vm.Layout.RBasicFlags)); err != nil {
 		return nil, fmt.Errorf("pid %d: read the object at %#x: %w", t.PID(), obj, err)
 	}
 	if typ := int64(binary.LittleEndian.Uint64(flags[:])) & vm.Layout.TMask; typ != vm.Layout.TObject {
@@ -380,7 +380,7 @@ func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration, cancel
 				return parseAnswer(body)
 			}
 		}
-		if processGone(pid) {
+		if target.Exited(pid) {
 			return nil, fmt.Errorf("pid %d exited before the code finished: %w", pid, target.ErrExited)
 		}
 		now := time.Now()
@@ -414,16 +414,6 @@ func complete(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return body[:size], true
-}
-
-// processGone reports whether pid is a zombie (exited, not yet reaped).
-func processGone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // wrapper is the Ruby program the job evaluates. The job runs in "trap

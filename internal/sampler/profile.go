@@ -114,15 +114,6 @@ type FunctionStat struct {
 // per sample in its total.
 func (p *Profile) Functions() []FunctionStat {
 	stats := map[Frame]*FunctionStat{}
-	get := func(f Frame) *FunctionStat {
-		f = f.Function()
-		s, ok := stats[f]
-		if !ok {
-			s = &FunctionStat{Frame: f}
-			stats[f] = s
-		}
-		return s
-	}
 	for _, st := range p.Stacks {
 		seen := map[Frame]bool{}
 		for i, id := range st.Frames {
@@ -130,10 +121,15 @@ func (p *Profile) Functions() []FunctionStat {
 			if f.Kind == KindProcess || f.Kind == KindThread {
 				continue
 			}
-			s := get(f)
-			if !seen[f.Function()] {
+			fn := f.Function()
+			s, ok := stats[fn]
+			if !ok {
+				s = &FunctionStat{Frame: fn}
+				stats[fn] = s
+			}
+			if !seen[fn] {
 				s.Total += st.Count
-				seen[f.Function()] = true
+				seen[fn] = true
 			}
 			if i == len(st.Frames)-1 {
 				s.Self += st.Count
