@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -75,9 +74,7 @@ The process is paused (ptrace) for the walk and always resumed;
 				if rows == nil {
 					rows = []rubyvm.CensusRow{}
 				}
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return printJSON(rows)
 			}
 			printCensus(os.Stdout, res, all)
 			return nil
@@ -133,7 +130,7 @@ func printCensus(w io.Writer, r *censusResult, all bool) {
 	for _, row := range c.ByType {
 		types = append(types, []string{row.Type, fmt.Sprint(row.Count), fmt.Sprint(row.Bytes)})
 	}
-	printTable(w, []string{"TYPE", "COUNT", "BYTES"}, types, 1)
+	printTable(w, []string{"TYPE", "COUNT", "BYTES"}, types, []bool{false, true, true})
 	fmt.Fprintln(w)
 	rows := c.ByClass
 	if !all && len(rows) > censusTopClasses {
@@ -147,45 +144,37 @@ func printCensus(w io.Writer, r *censusResult, all bool) {
 		}
 		classes = append(classes, []string{name, row.Type, fmt.Sprint(row.Count), fmt.Sprint(row.Bytes)})
 	}
-	printTable(w, []string{"CLASS", "TYPE", "COUNT", "BYTES"}, classes, 2)
+	printTable(w, []string{"CLASS", "TYPE", "COUNT", "BYTES"}, classes, []bool{false, false, true, true})
 	if len(rows) < len(c.ByClass) {
 		fmt.Fprintf(w, "... %d more (--all prints every class)\n", len(c.ByClass)-len(rows))
 	}
 }
 
-// printTable prints rows under a header, the first left columns aligned
-// left and the others (numbers) right.
-func printTable(w io.Writer, header []string, rows [][]string, left int) {
+// printTable prints rows under a header, columns aligned: right[i] aligns
+// column i right (numbers), the others left.
+func printTable(w io.Writer, header []string, rows [][]string, right []bool) {
 	width := make([]int, len(header))
-	for i, h := range header {
-		width[i] = len(h)
-	}
-	for _, r := range rows {
+	for _, r := range append([][]string{header}, rows...) {
 		for i, cell := range r {
 			width[i] = max(width[i], len(cell))
 		}
 	}
-	line := func(cells []string) {
+	for _, r := range append([][]string{header}, rows...) {
 		var b strings.Builder
-		for i, cell := range cells {
+		for i, cell := range r {
 			if i > 0 {
 				b.WriteString("  ")
 			}
-			if i < left {
-				if i == len(cells)-1 {
-					b.WriteString(cell)
-				} else {
-					fmt.Fprintf(&b, "%-*s", width[i], cell)
-				}
-			} else {
+			switch {
+			case right[i]:
 				fmt.Fprintf(&b, "%*s", width[i], cell)
+			case i == len(r)-1:
+				b.WriteString(cell)
+			default:
+				fmt.Fprintf(&b, "%-*s", width[i], cell)
 			}
 		}
-		fmt.Fprintln(w, b.String())
-	}
-	line(header)
-	for _, r := range rows {
-		line(r)
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 }
 

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -29,12 +27,6 @@ func heapDumpArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
-func heapPrintJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func heapHex(a uint64) string { return fmt.Sprintf("%#x", a) }
 
 func heapOrNone(s string) string {
@@ -42,33 +34,6 @@ func heapOrNone(s string) string {
 		return "(none)"
 	}
 	return s
-}
-
-// heapTable prints rows under a header; right[i] aligns column i right.
-func heapTable(w io.Writer, header []string, rows [][]string, right []bool) {
-	width := make([]int, len(header))
-	for _, r := range append([][]string{header}, rows...) {
-		for i, cell := range r {
-			width[i] = max(width[i], len(cell))
-		}
-	}
-	for _, r := range append([][]string{header}, rows...) {
-		var b strings.Builder
-		for i, cell := range r {
-			if i > 0 {
-				b.WriteString("  ")
-			}
-			switch {
-			case right[i]:
-				fmt.Fprintf(&b, "%*s", width[i], cell)
-			case i == len(r)-1:
-				b.WriteString(cell)
-			default:
-				fmt.Fprintf(&b, "%-*s", width[i], cell)
-			}
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
 }
 
 func newHeapDiffCmd() *cobra.Command {
@@ -131,7 +96,7 @@ Dump a process's heap with:
 					Objects int    `json:"objects"`
 					Bytes   uint64 `json:"bytes"`
 				}
-				return heapPrintJSON(struct {
+				return printJSON(struct {
 					Before      dumpInfo       `json:"before"`
 					After       dumpInfo       `json:"after"`
 					NewObjects  uint64         `json:"new_objects"`
@@ -167,9 +132,9 @@ Dump a process's heap with:
 				table = append(table, row)
 			}
 			if by == "site" {
-				heapTable(w, []string{"SITE", "CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, false, true, true})
+				printTable(w, []string{"SITE", "CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, false, true, true})
 			} else {
-				heapTable(w, []string{"CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, true, true})
+				printTable(w, []string{"CLASS", "TYPE", "COUNT", "BYTES"}, table, []bool{false, false, true, true})
 			}
 			if more > 0 {
 				fmt.Fprintf(w, "... %d more (--top 0 prints all)\n", more)
@@ -263,7 +228,7 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 					}
 					out.Paths = append(out.Paths, jp)
 				}
-				return heapPrintJSON(out)
+				return printJSON(out)
 			}
 			w := os.Stdout
 			h := g.Hop(target)
@@ -281,7 +246,7 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 					rows = append(rows, []string{heapHex(h.Address), h.Type, heapOrNone(h.Class), h.Desc})
 				}
 				var b strings.Builder
-				heapTable(&b, []string{"ADDRESS", "TYPE", "CLASS", "DESC"}, rows, []bool{false, false, false, false})
+				printTable(&b, []string{"ADDRESS", "TYPE", "CLASS", "DESC"}, rows, []bool{false, false, false, false})
 				for _, line := range strings.SplitAfter(b.String(), "\n") {
 					if line != "" {
 						fmt.Fprint(w, "  ", line)
@@ -348,7 +313,7 @@ Hash's bytes included.`,
 				for _, r := range rs {
 					out.Retainers = append(out.Retainers, jsonRetainer{toHeapHopJSON(g, r.Hop), r.Retained, r.Count, dom(r)})
 				}
-				return heapPrintJSON(out)
+				return printJSON(out)
 			}
 			w := os.Stdout
 			fmt.Fprintf(w, "%s: %d objects, %d bytes; %d objects (%d bytes) reachable from the roots\n\n",
@@ -358,7 +323,7 @@ Hash's bytes included.`,
 				rows = append(rows, []string{strconv.FormatUint(r.Retained, 10), strconv.FormatUint(r.Count, 10),
 					strconv.FormatUint(r.Self, 10), heapHex(r.Address), r.Type, heapOrNone(r.Class), dom(r), r.Desc})
 			}
-			heapTable(w, []string{"RETAINED", "COUNT", "SELF", "ADDRESS", "TYPE", "CLASS", "DOMINATOR", "DESC"}, rows,
+			printTable(w, []string{"RETAINED", "COUNT", "SELF", "ADDRESS", "TYPE", "CLASS", "DOMINATOR", "DESC"}, rows,
 				[]bool{true, true, true, false, false, false, false, false})
 			return nil
 		},

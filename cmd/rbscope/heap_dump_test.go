@@ -117,7 +117,7 @@ func TestHeapDumpErrors(t *testing.T) {
 				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr)
 			}
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			if len(lines) != 1 || !strings.Contains(stderr, tc.want) {
+			if len(lines) != 1 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "goroutine") {
 				t.Errorf("stderr %q, want one line containing %q", stderr, tc.want)
 			}
 			if stdout != "" {

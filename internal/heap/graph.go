@@ -232,24 +232,7 @@ func Load(r io.Reader, name string) (*Graph, error) {
 	}
 
 	// Resolve references to object numbers, dropping dangling ones.
-	g.refs = make([]uint32, 0, len(refAddrs))
-	start := uint32(0)
-	for i := range g.addr {
-		end := g.refStart[i+1]
-		g.refStart[i] = uint32(len(g.refs))
-		for _, a := range refAddrs[start:end] {
-			if j, ok := g.Lookup(a); ok {
-				g.refs = append(g.refs, uint32(j))
-			} else {
-				g.Dangling++
-			}
-		}
-		start = end
-	}
-	g.refStart[len(g.addr)] = uint32(len(g.refs))
-	refAddrs = nil
-	for k, addrs := range rootRefs {
-		refs := make([]uint32, 0, len(addrs))
+	resolve := func(refs []uint32, addrs []uint64) []uint32 {
 		for _, a := range addrs {
 			if j, ok := g.Lookup(a); ok {
 				refs = append(refs, uint32(j))
@@ -257,7 +240,20 @@ func Load(r io.Reader, name string) (*Graph, error) {
 				g.Dangling++
 			}
 		}
-		g.Roots[k].Refs = refs
+		return refs
+	}
+	g.refs = make([]uint32, 0, len(refAddrs))
+	start := uint32(0)
+	for i := range g.addr {
+		end := g.refStart[i+1]
+		g.refStart[i] = uint32(len(g.refs))
+		g.refs = resolve(g.refs, refAddrs[start:end])
+		start = end
+	}
+	g.refStart[len(g.addr)] = uint32(len(g.refs))
+	refAddrs = nil
+	for k, addrs := range rootRefs {
+		g.Roots[k].Refs = resolve(make([]uint32, 0, len(addrs)), addrs)
 	}
 
 	// Name the classes.

@@ -225,14 +225,7 @@ func (p *parser) object() string {
 		return "not an object"
 	}
 	p.pos++
-	p.ws()
-	if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
-		p.pos++
-		return ""
-	}
-	schema := ""
-	for {
-		p.ws()
+	return p.members('}', func() string {
 		key, ok := p.str()
 		if !ok {
 			return errSyntax
@@ -240,17 +233,31 @@ func (p *parser) object() string {
 		if len(p.scr) > 0 && len(key) > 0 && &key[0] == &p.scr[0] {
 			key = append([]byte(nil), key...) // decoded into scratch: keep it from the value's decoding
 		}
-		p.ws()
-		if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
+		if !p.colon() {
 			return errSyntax
 		}
+		return p.field(key)
+	})
+}
+
+// members parses the members of an object or array up to its closing
+// bracket (the opening one read): item parses one member (an object's is
+// key, colon and value) and returns errSyntax, a schema error or "".
+// members returns errSyntax, else the first schema error, else "".
+func (p *parser) members(closing byte, item func() string) string {
+	p.ws()
+	if p.pos < len(p.buf) && p.buf[p.pos] == closing {
 		p.pos++
+		return ""
+	}
+	schema := ""
+	for {
 		p.ws()
-		msg := p.field(key)
+		msg := item()
 		if msg == errSyntax {
 			return msg
 		}
-		if msg != "" && schema == "" {
+		if schema == "" {
 			schema = msg
 		}
 		p.ws()
@@ -260,13 +267,24 @@ func (p *parser) object() string {
 		switch p.buf[p.pos] {
 		case ',':
 			p.pos++
-		case '}':
+		case closing:
 			p.pos++
 			return schema
 		default:
 			return errSyntax
 		}
 	}
+}
+
+// colon skips the colon after an object's key and the spaces around it.
+func (p *parser) colon() bool {
+	p.ws()
+	if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
+		return false
+	}
+	p.pos++
+	p.ws()
+	return true
 }
 
 func (p *parser) isNull() bool {
@@ -282,15 +300,9 @@ func (p *parser) field(key []byte) string {
 	rec := p.rec
 	switch string(key) {
 	case "address", "class":
-		if p.isNull() {
-			return ""
-		}
-		s, ok, isStr := p.strValue()
+		s, ok, msg := p.strField(key)
 		if !ok {
-			return errSyntax
-		}
-		if !isStr {
-			return string(key) + " is not a string"
+			return msg
 		}
 		a, err := parseAddress(s)
 		if err != nil {
@@ -302,15 +314,9 @@ func (p *parser) field(key []byte) string {
 			rec.Class = a
 		}
 	case "type", "root", "name", "real_class_name", "imemo_type", "struct", "file":
-		if p.isNull() {
-			return ""
-		}
-		s, ok, isStr := p.strValue()
+		s, ok, msg := p.strField(key)
 		if !ok {
-			return errSyntax
-		}
-		if !isStr {
-			return string(key) + " is not a string"
+			return msg
 		}
 		v := p.internBytes(s)
 		switch string(key) {
@@ -330,15 +336,9 @@ func (p *parser) field(key []byte) string {
 			rec.File = v
 		}
 	case "value":
-		if p.isNull() {
-			return ""
-		}
-		s, ok, isStr := p.strValue()
+		s, ok, msg := p.strField(key)
 		if !ok {
-			return errSyntax
-		}
-		if !isStr {
-			return "value is not a string"
+			return msg
 		}
 		rec.Value = append(rec.Value[:0], s...)
 		rec.HasValue = true
@@ -383,6 +383,22 @@ func (p *parser) field(key []byte) string {
 	return ""
 }
 
+// strField parses the value of a string field: ok is false for null
+// (msg "") and on an error (msg says which).
+func (p *parser) strField(key []byte) (s []byte, ok bool, msg string) {
+	if p.isNull() {
+		return nil, false, ""
+	}
+	s, ok, isStr := p.strValue()
+	if !ok {
+		return nil, false, errSyntax
+	}
+	if !isStr {
+		return nil, false, string(key) + " is not a string"
+	}
+	return s, true, ""
+}
+
 func (p *parser) references() string {
 	rec := p.rec
 	rec.References = rec.References[:0]
@@ -393,41 +409,21 @@ func (p *parser) references() string {
 		return "references is not a list"
 	}
 	p.pos++
-	p.ws()
-	if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
-		p.pos++
-		return ""
-	}
-	schema := ""
-	for {
-		p.ws()
+	return p.members(']', func() string {
 		s, ok, isStr := p.strValue()
 		if !ok {
 			return errSyntax
 		}
-		if schema == "" {
-			if !isStr {
-				schema = "references: not a string"
-			} else if a, err := parseAddress(s); err != nil {
-				schema = fmt.Sprintf("bad reference %q", s)
-			} else {
-				rec.References = append(rec.References, a)
-			}
+		if !isStr {
+			return "references: not a string"
 		}
-		p.ws()
-		if p.pos >= len(p.buf) {
-			return errSyntax
+		a, err := parseAddress(s)
+		if err != nil {
+			return fmt.Sprintf("bad reference %q", s)
 		}
-		switch p.buf[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			return schema
-		default:
-			return errSyntax
-		}
-	}
+		rec.References = append(rec.References, a)
+		return ""
+	})
 }
 
 func (p *parser) internBytes(b []byte) string {
@@ -448,15 +444,8 @@ func parseAddress(b []byte) (uint64, error) {
 	}
 	var a uint64
 	for _, c := range b[2:] {
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
+		d, ok := unhex(c)
+		if !ok {
 			return 0, errors.New("bad address")
 		}
 		a = a<<4 | uint64(d)
@@ -574,18 +563,26 @@ func hex4(b []byte, i int) (rune, bool) {
 	}
 	var r rune
 	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
+		d, ok := unhex(c)
+		if !ok {
 			return 0, false
 		}
+		r = r<<4 | rune(d)
 	}
 	return r, true
+}
+
+// unhex returns the value of a hexadecimal digit.
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // uint parses a non-negative integer.
@@ -674,65 +671,20 @@ func (p *parser) skipDepth(depth int) bool {
 		return p.skipString()
 	case c == '{':
 		p.pos++
-		p.ws()
-		if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
-			p.pos++
-			return true
-		}
-		for {
-			p.ws()
-			if !p.skipString() {
-				return false
+		return p.members('}', func() string {
+			if !p.skipString() || !p.colon() || !p.skipDepth(depth+1) {
+				return errSyntax
 			}
-			p.ws()
-			if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
-				return false
-			}
-			p.pos++
-			p.ws()
-			if !p.skipDepth(depth + 1) {
-				return false
-			}
-			p.ws()
-			if p.pos >= len(p.buf) {
-				return false
-			}
-			switch p.buf[p.pos] {
-			case ',':
-				p.pos++
-			case '}':
-				p.pos++
-				return true
-			default:
-				return false
-			}
-		}
+			return ""
+		}) == ""
 	case c == '[':
 		p.pos++
-		p.ws()
-		if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
-			p.pos++
-			return true
-		}
-		for {
-			p.ws()
+		return p.members(']', func() string {
 			if !p.skipDepth(depth + 1) {
-				return false
+				return errSyntax
 			}
-			p.ws()
-			if p.pos >= len(p.buf) {
-				return false
-			}
-			switch p.buf[p.pos] {
-			case ',':
-				p.pos++
-			case ']':
-				p.pos++
-				return true
-			default:
-				return false
-			}
-		}
+			return ""
+		}) == ""
 	case c == 't':
 		return p.literal("true")
 	case c == 'f':

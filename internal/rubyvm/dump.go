@@ -23,8 +23,6 @@ const (
 	maxDumpString = 1 << 30
 	// dumpChunk is how many words are read at a time from a large buffer.
 	dumpChunk = 8192
-	// maxIDTable bounds the capacity of a constant table.
-	maxIDTable = 1 << 20
 	// dumpFlush is how much JSON is collected before it is written.
 	dumpFlush = 256 << 10
 )
@@ -146,6 +144,7 @@ func (d *dumper) init() {
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
 	d.newValue = d.v.Layout.Family != "3.1"
+	d.chunks.t = d.v.m.t
 }
 
 // findShapeList returns rb_shape_tree_ptr->shape_list (Ruby 3.2+), or 0.
@@ -201,9 +200,6 @@ func (d *dumper) read(addr uint64, n int) ([]byte, error) {
 		d.scratch = make([]byte, n)
 	}
 	b := d.scratch[:n]
-	if d.chunks.t == nil {
-		d.chunks.t = d.v.m.t
-	}
 	if err := d.chunks.read(b, addr); err != nil {
 		return nil, errTorn
 	}
@@ -285,24 +281,31 @@ func appendAddrs(b []byte, addrs []uint64) []byte {
 	return b
 }
 
-func (d *dumper) field(name string, n uint64) {
+// key appends `, "name":`, the start of a field.
+func (d *dumper) key(name string) {
 	d.buf = append(d.buf, ", \""...)
 	d.buf = append(d.buf, name...)
 	d.buf = append(d.buf, "\":"...)
+}
+
+func (d *dumper) field(name string, n uint64) {
+	d.key(name)
 	d.buf = strconv.AppendUint(d.buf, n, 10)
 }
 
 func (d *dumper) flag(name string) {
-	d.buf = append(d.buf, ", \""...)
-	d.buf = append(d.buf, name...)
-	d.buf = append(d.buf, "\":true"...)
+	d.key(name)
+	d.buf = append(d.buf, "true"...)
 }
 
 func (d *dumper) strField(name, val string) {
-	d.buf = append(d.buf, ", \""...)
-	d.buf = append(d.buf, name...)
-	d.buf = append(d.buf, "\":"...)
+	d.key(name)
 	d.buf = appendJSONString(d.buf, []byte(val))
+}
+
+func (d *dumper) addrField(name string, a uint64) {
+	d.key(name)
+	d.buf = appendAddr(d.buf, a)
 }
 
 // appendJSONString appends s as a JSON string: the escapes dump_all uses,
@@ -458,8 +461,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		d.field("slot_size", uint64(len(slot)))
 	}
 	if d.klass != 0 {
-		d.buf = append(d.buf, `, "class":`...)
-		d.buf = appendAddr(d.buf, d.klass)
+		d.addrField("class", d.klass)
 	}
 	if flags&uint64(L.FlFreeze) != 0 {
 		d.flag("frozen")
@@ -482,7 +484,8 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	case L.TClass, L.TModule, L.TIClass:
 		err = d.class(addr, slot, flags, int64(typ))
 	case L.TFloat:
-		d.buf = append(d.buf, `, "value":"`...)
+		d.key("value")
+		d.buf = append(d.buf, '"')
 		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)))
 		d.buf = append(d.buf, '"')
 	case L.TRational:
@@ -621,7 +624,7 @@ func (d *dumper) strValue(slot []byte, flags, enc uint64) error {
 			return nil
 		}
 	}
-	d.buf = append(d.buf, `, "value":`...)
+	d.key("value")
 	d.buf = appendJSONString(d.buf, b)
 	return nil
 }
@@ -699,8 +702,7 @@ func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 		}
 		d.field("size", le64(head, L.StNumEntries))
 		if flags&uint64(L.RHashProcDefault) != 0 {
-			d.buf = append(d.buf, `, "default":`...)
-			d.buf = appendAddr(d.buf, ifnone)
+			d.addrField("default", ifnone)
 		}
 		if err := d.stEntries(head, true); err != nil {
 			return 0, err
@@ -710,8 +712,7 @@ func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 		bound := (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift)
 		d.field("size", size)
 		if flags&uint64(L.RHashProcDefault) != 0 {
-			d.buf = append(d.buf, `, "default":`...)
-			d.buf = appendAddr(d.buf, ifnone)
+			d.addrField("default", ifnone)
 		}
 		if bound > uint64(L.ARTableMax) || size > bound {
 			return 0, errTorn
@@ -869,16 +870,17 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 	v := d.v
 	super := le64(slot, L.RClassSuper)
 	singleton := flags&uint64(L.FlSingleton) != 0
-	if typ == L.TClass && singleton && L.ClassExtAttached >= 0 {
-		if ext, err := v.classExt(addr); err == nil && ext != 0 {
-			if a, err := v.m.u64(at(ext, L.ClassExtAttached)); err == nil {
-				d.ref(a)
-			}
+	ext, err := v.classExt(addr)
+	if err != nil {
+		ext = 0
+	}
+	if typ == L.TClass && singleton && L.ClassExtAttached >= 0 && ext != 0 {
+		if a, err := v.m.u64(at(ext, L.ClassExtAttached)); err == nil {
+			d.ref(a)
 		}
 	}
 	if d.v.isHeapObject(super) {
-		d.buf = append(d.buf, `, "superclass":`...)
-		d.buf = appendAddr(d.buf, super)
+		d.addrField("superclass", super)
 		d.ref(super)
 	}
 	if typ != L.TIClass && d.klass != 0 {
@@ -903,8 +905,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 			d.flag("singleton")
 		}
 	}
-	ext, err := v.classExt(addr)
-	if err != nil || ext == 0 {
+	if ext == 0 {
 		return nil // 3.1: a class without extension marks only its superclass
 	}
 	if typ == L.TIClass {
@@ -953,25 +954,12 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 // (an rb_id_table of rb_const_entry_t pointers).
 func (d *dumper) constants(tbl uint64) error {
 	L := d.L
-	head, err := d.read(tbl, int(L.IDTableItems)+8)
-	if err != nil {
-		return err
-	}
-	capa := uint64(le32(head, L.IDTableCapa))
-	items := le64(head, L.IDTableItems)
-	if capa > maxIDTable || (capa > 0 && items == 0) {
+	raw, capa, ok := d.v.idTable(tbl)
+	if !ok {
 		return errTorn
 	}
-	if capa == 0 {
-		return nil
-	}
-	raw, err := d.read(items, int(capa*uint64(L.IDItemSize)))
-	if err != nil {
-		return err
-	}
-	raw = append([]byte(nil), raw...)
-	for i := uint64(0); i < capa; i++ {
-		it := raw[i*uint64(L.IDItemSize):]
+	for i := range capa {
+		it := raw[i*int(L.IDItemSize):]
 		if le32(it, L.IDItemKey) == 0 {
 			continue
 		}

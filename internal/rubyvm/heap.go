@@ -209,14 +209,12 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
 	if err != nil || page == 0 {
 		return false
 	}
-	hdr, err := v.m.read(page, int(L.HeapPageStart)+8)
+	hdr, err := v.m.read(page, v.pageHeaderLen())
 	if err != nil {
 		return false
 	}
-	slotSize := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
-	total := int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:])))
-	return slotSize >= L.RValueSize && slotSize%L.RValueSize == 0 && total > 0 &&
-		slotSize*total <= maxPageBytes && le64(hdr, L.HeapPageStart) != 0
+	p, ok := v.pageHeader(hdr)
+	return ok && p.slotSize%L.RValueSize == 0
 }
 
 // heapPage is one heap page: slots of slotSize bytes from start.
@@ -229,17 +227,34 @@ type heapPage struct {
 // end returns one past the page's last slot.
 func (p heapPage) end() uint64 { return p.start + uint64(p.slotSize*p.total) }
 
+// pageHeaderLen is how many bytes of a struct heap_page pageHeader reads.
+func (v *VM) pageHeaderLen() int {
+	L := v.Layout
+	return int(max(L.HeapPageSlotSize+2, L.HeapPageTotalSlots+2, L.HeapPageStart+8))
+}
+
+// pageHeader decodes the start of a struct heap_page (slot_size and
+// total_slots are shorts); ok is false when it does not look sane.
+func (v *VM) pageHeader(hdr []byte) (p heapPage, ok bool) {
+	L := v.Layout
+	p = heapPage{
+		slotSize: int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:]))),
+		total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
+		start:    le64(hdr, L.HeapPageStart),
+	}
+	ok = p.slotSize >= L.RValueSize && p.total > 0 && p.slotSize*p.total <= maxPageBytes &&
+		p.start != 0 && p.start <= ^uint64(0)-maxPageBytes
+	return p, ok
+}
+
 // pageHeaders reads the header of every heap page and returns the pages
 // that look sane, sorted by address, and how many did not.
 func (v *VM) pageHeaders() ([]heapPage, int, error) {
-	L := v.Layout
 	pages, err := v.heapPages()
 	if err != nil {
 		return nil, 0, err
 	}
-	hdrLen := max(L.HeapPageSlotSize, L.HeapPageTotalSlots) + 2
-	hdrLen = max(hdrLen, L.HeapPageStart+8)
-	hdr := make([]byte, hdrLen)
+	hdr := make([]byte, v.pageHeaderLen())
 	out := make([]heapPage, 0, len(pages))
 	skipped := 0
 	for _, page := range pages {
@@ -247,12 +262,8 @@ func (v *VM) pageHeaders() ([]heapPage, int, error) {
 			skipped++
 			continue
 		}
-		p := heapPage{
-			slotSize: int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:]))),
-			total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
-			start:    le64(hdr, L.HeapPageStart),
-		}
-		if p.slotSize < L.RValueSize || p.total <= 0 || p.slotSize*p.total > maxPageBytes || p.start == 0 || p.start > ^uint64(0)-maxPageBytes {
+		p, ok := v.pageHeader(hdr)
+		if !ok {
 			skipped++
 			continue
 		}
