@@ -143,6 +143,8 @@ func (d *dumper) init() {
 	L := d.L
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
+	// dump_all's output, not a struct: from 3.2 on it writes no value
+	// for an empty String.
 	d.newValue = d.v.Layout.Family != "3.1"
 	d.chunks.t = d.v.m.t
 }
@@ -782,6 +784,11 @@ func (d *dumper) stEntries(head []byte, keys bool) error {
 	return nil
 }
 
+// maxShapeID bounds the shape ids read from objects, which may be torn:
+// Ruby 3.3 has room for 2^19 shapes (SHAPE_BUFFER_SIZE); the bound leaves
+// headroom for later versions.
+const maxShapeID = 1 << 24
+
 // shape returns what the dump needs of shape id.
 func (d *dumper) shape(id uint64) shapeInfo {
 	if s, ok := d.shapes[id]; ok {
@@ -789,7 +796,7 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	}
 	L := d.L
 	var s shapeInfo
-	if d.shapeList != 0 && id < 1<<24 {
+	if d.shapeList != 0 && id < maxShapeID {
 		if b, err := d.read(d.shapeList+id*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
 			s = shapeInfo{
 				ivs:        uint64(le32(b, L.ShapeNextIVIndex)),
