@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -108,10 +107,7 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 		stackDump: &stackDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads},
 	}
 	if sig, tid := t.Signal(); sig > 0 {
-		d.Signal, d.SignalTID = unix.SignalName(syscall.Signal(sig)), tid
-		if d.Signal == "" {
-			d.Signal = fmt.Sprint(sig)
-		}
+		d.Signal, d.SignalTID = crash.SignalName(sig), tid
 	}
 	if census {
 		start := time.Now()

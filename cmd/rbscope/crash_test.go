@@ -198,15 +198,17 @@ func TestCrashHandleInputs(t *testing.T) {
 	// A real core: gcore of a sleeping Ruby.
 	rb := testruby.Rubies(t)[0]
 	sleeper := exec.Command(rb.Bin, "-e", "sleep")
-	sleeper.Start()
-	time.Sleep(300 * time.Millisecond)
-	corePath := filepath.Join(t.TempDir(), "core")
-	if out, err := exec.Command("gcore", "-o", corePath, fmt.Sprint(sleeper.Process.Pid)).CombinedOutput(); err != nil {
-		t.Fatalf("gcore: %v %s", err, out)
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
 	}
+	time.Sleep(300 * time.Millisecond)
+	corePath := testruby.Gcore(t, sleeper.Process.Pid)
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	core, _ := os.ReadFile(fmt.Sprintf("%s.%d", corePath, sleeper.Process.Pid))
+	core, err := os.ReadFile(corePath)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	now := fmt.Sprint(time.Now().Unix())
 	gone := fmt.Sprint(sleeper.Process.Pid)
@@ -226,6 +228,7 @@ func TestCrashHandleInputs(t *testing.T) {
 	if len(ids) != 3 {
 		t.Fatalf("%d reports for 3 crashes: %v", len(ids), ids)
 	}
+	read := map[int64]bool{} // the inputs, by their size, that a report read whole
 	for _, id := range ids {
 		r, err := crash.Load(store, id)
 		if err != nil {
@@ -234,6 +237,7 @@ func TestCrashHandleInputs(t *testing.T) {
 		if r.SignalName != "SIGSEGV" || r.PID != sleeper.Process.Pid {
 			t.Errorf("%s: signal %s pid %d", id, r.SignalName, r.PID)
 		}
+		read[r.Core.Bytes] = true
 		switch r.Core.Bytes {
 		case int64(len(core)):
 			if r.Registers["rip"] == "" {
@@ -242,6 +246,11 @@ func TestCrashHandleInputs(t *testing.T) {
 			if !r.Core.Truncated || r.Core.Stored == 0 {
 				t.Errorf("a core over --max-core was not marked truncated: %+v", r.Core)
 			}
+		case int64(len(inputs["truncated"])):
+			// gcore writes the notes after the memory: half a core has none.
+			if r.Registers != nil || !strings.Contains(strings.Join(r.Problems, " "), "registers") {
+				t.Errorf("half a gcore core: registers %v problems %v", r.Registers, r.Problems)
+			}
 		case int64(len(inputs["garbage"])):
 			if r.Registers != nil || !strings.Contains(strings.Join(r.Problems, " "), "registers") {
 				t.Errorf("garbage input: registers %v problems %v", r.Registers, r.Problems)
@@ -249,6 +258,11 @@ func TestCrashHandleInputs(t *testing.T) {
 		}
 		if len(r.Notified) != 2 || !r.Notified[0].OK || !r.Notified[1].OK {
 			t.Errorf("%s: notifications %+v", id, r.Notified)
+		}
+	}
+	for name, in := range inputs {
+		if !read[int64(len(in))] {
+			t.Errorf("no report read the %s input whole (%d bytes)", name, len(in))
 		}
 	}
 	mu.Lock()

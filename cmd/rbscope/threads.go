@@ -56,9 +56,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return printJSON(rows)
 			}
 			printThreadTable(os.Stdout, rows)
 			return nil
@@ -148,6 +146,12 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 		byTID[tid] = th
 	}
 	family, _ := rubyvm.Family(vm.Version)
+	mainComm := ""
+	for _, tk := range before {
+		if tk.TID == pid {
+			mainComm = tk.Comm
+		}
+	}
 	rows := make([]threadRow, 0, len(after))
 	for _, tk := range after {
 		row := threadRow{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: "native"}
@@ -171,7 +175,7 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 				rt.Frame = &f
 			}
 			row.Ruby = rt
-		} else if family >= "3.2" && tk.TID != pid && tk.Comm == before[0].Comm {
+		} else if family >= "3.2" && tk.TID != pid && tk.Comm == mainComm {
 			// Ruby 3.2+ runs a timer thread that carries the process name.
 			row.Kind = "ruby-internal"
 		}

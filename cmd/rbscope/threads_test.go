@@ -62,7 +62,7 @@ func TestThreadsTable(t *testing.T) {
 					t.Errorf("tid %d: main=%v", want.TID, r.Ruby.Main)
 				}
 				if !want.Main && r.Ruby.Status != want.Status {
-					t.Errorf("thread %v: status %q, Thread#status %q", *want.Name, r.Ruby.Status, want.Status)
+					t.Errorf("tid %d: status %q, Thread#status %q", want.TID, r.Ruby.Status, want.Status)
 				}
 				// On a loaded 2-core machine a spinning thread may get only a
 				// share of a CPU; it must still stand out from a sleeper.
@@ -101,12 +101,37 @@ func TestThreadsFollow(t *testing.T) {
 				}
 				cmd := exec.Command(rbscopeBin, args...)
 				var stdout, stderr strings.Builder
-				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				cmd.Stdout = &stdout
+				errPipe, err := cmd.StderrPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
+				defer cmd.Process.Kill()
+				// Follow for 2.5 s from when rbscope says it follows: finding
+				// the VM may take a while on a loaded machine.
+				following := make(chan struct{})
+				stderrDone := make(chan struct{})
+				go func() {
+					defer close(stderrDone)
+					sc := bufio.NewScanner(errPipe)
+					for sc.Scan() {
+						stderr.WriteString(sc.Text() + "\n")
+						if strings.Contains(sc.Text(), "following threads") {
+							close(following)
+						}
+					}
+				}()
+				select {
+				case <-following:
+				case <-stderrDone:
+				case <-time.After(30 * time.Second):
+				}
 				time.Sleep(2500 * time.Millisecond)
 				cmd.Process.Signal(syscall.SIGINT)
+				<-stderrDone
 				if err := cmd.Wait(); err != nil {
 					t.Fatalf("%v: %s", err, stderr.String())
 				}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,13 +130,20 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		io.Copy(io.Discard, core)
 		return nil, err
 	}
-	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, Signal: a.Signal, SignalName: signalName(a.Signal)}
+	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, Signal: a.Signal, SignalName: SignalName(a.Signal)}
 
 	// The core streams to disk (and to a previous handler) while /proc is
 	// read: the kernel keeps the process and its memory until we exit.
-	streamDone := make(chan error, 1)
+	type streamed struct {
+		info CoreInfo
+		err  error
+	}
+	streamDone := make(chan streamed, 1)
 	var notes noteCatcher
-	go func() { streamDone <- r.stream(ctx, cfg, dir, a, core, &notes) }()
+	go func() {
+		info, err := stream(ctx, cfg, dir, a, core, &notes)
+		streamDone <- streamed{info, err}
+	}()
 
 	r.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
@@ -145,11 +153,14 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	r.readRuby(a.PID)
 
 	select {
-	case err := <-streamDone:
-		if err != nil {
-			r.Problems = append(r.Problems, "core: "+err.Error())
+	case s := <-streamDone:
+		r.Core = s.info
+		if s.err != nil {
+			r.Problems = append(r.Problems, "core: "+s.err.Error())
 		}
 	case <-ctx.Done():
+		// The stream goes on until we exit: what it has stored is cut short.
+		r.Core.NotStored = "the handler's time ran out while reading the core (a core.zst left is cut short)"
 		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
 	}
 	r.readNative(a.PID, &notes)
@@ -185,7 +196,8 @@ func newCrashDir(store string, a Args) (string, string, error) {
 // thread, the file table), wherever in the file they are: the kernel writes
 // notes first, gdb's gcore after the memory.
 type noteCatcher struct {
-	head  []byte // the first headerBytes bytes
+	mu    sync.Mutex // Write runs on the streaming goroutine, threads after it or at the timeout
+	head  []byte     // the first headerBytes bytes
 	pos   int64
 	notes []noteRange
 	total int
@@ -200,6 +212,8 @@ type noteRange struct {
 const headerBytes = 64 << 10
 
 func (c *noteCatcher) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := len(b)
 	if len(c.head) < headerBytes {
 		take := min(headerBytes-len(c.head), len(b))
@@ -220,15 +234,9 @@ func (c *noteCatcher) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// headers parses the ELF and program headers in the head. Section headers
-// (gcore writes some, at the end of the file) are not needed and not read.
+// headers parses the ELF and program headers in the head.
 func (c *noteCatcher) headers() (*elf.File, error) {
-	h := append([]byte(nil), c.head...)
-	if len(h) >= 64 && h[elf.EI_CLASS] == byte(elf.ELFCLASS64) {
-		clear(h[0x28:0x30]) // e_shoff
-		clear(h[0x3c:0x40]) // e_shnum, e_shstrndx
-	}
-	return elf.NewFile(bytes.NewReader(h))
+	return target.ReadELFHeaders(bytes.NewReader(c.head))
 }
 
 // findNotes reads the program headers once enough of the file is in.
@@ -254,19 +262,20 @@ func (c *noteCatcher) findNotes() bool {
 
 // stream reads the whole core: into core.zst up to the size cap and while
 // the disk keeps its reserve, into the previous handler if there was one,
-// and its notes into notes.
-func (r *Report) stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) error {
+// and its notes into notes. It says what became of the core.
+func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) (CoreInfo, error) {
+	var info CoreInfo
 	writers := []io.Writer{notes}
 	var zw *zstd.Encoder
 	var zf *os.File
 	var stored *limitedWriter
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize) < cfg.KeepFreeBytes {
-		r.Core.NotStored = fmt.Sprintf("less than %d bytes free on the store's disk", cfg.KeepFreeBytes)
+		info.NotStored = fmt.Sprintf("less than %d bytes free on the store's disk", cfg.KeepFreeBytes)
 	} else {
 		f, err := os.OpenFile(filepath.Join(dir, "core.zst"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
-			r.Core.NotStored = err.Error()
+			info.NotStored = err.Error()
 		} else {
 			zf = f
 			zw, _ = zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
@@ -282,34 +291,34 @@ func (r *Report) stream(ctx context.Context, cfg *Config, dir string, a Args, co
 			chain = exec.CommandContext(ctx, argv[0], argv[1:]...)
 			chainIn, _ = chain.StdinPipe()
 			if err := chain.Start(); err != nil {
-				r.Core.ChainError = err.Error()
+				info.ChainError = err.Error()
 				chain = nil
 			} else {
-				r.Core.ChainedTo = strings.Join(argv, " ")
+				info.ChainedTo = strings.Join(argv, " ")
 				writers = append(writers, &tolerantWriter{w: chainIn})
 			}
 		}
 	}
 	n, err := io.Copy(io.MultiWriter(writers...), core)
-	r.Core.Bytes = n
+	info.Bytes = n
 	if chain != nil {
 		chainIn.Close()
 		if werr := chain.Wait(); werr != nil {
-			r.Core.ChainError = werr.Error()
+			info.ChainError = werr.Error()
 		}
 	}
 	if zw != nil {
-		r.Core.Truncated = stored.dropped > 0
+		info.Truncated = stored.dropped > 0
 		if cerr := zw.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 		if st, serr := zf.Stat(); serr == nil {
-			r.Core.Stored = st.Size()
+			info.Stored = st.Size()
 		}
 		zf.Close()
-		r.Core.File = "core.zst"
+		info.File = "core.zst"
 	}
-	return err
+	return info, err
 }
 
 // limitedWriter passes on at most left bytes and counts what it drops.
@@ -473,6 +482,8 @@ func (r *Report) readNative(pid int, notes *noteCatcher) {
 
 // threads decodes the caught notes with the core reader's note parser.
 func (c *noteCatcher) threads() ([]target.CoreThread, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	ef, err := c.headers()
 	if err != nil {
 		return nil, fmt.Errorf("the core does not start like an ELF core: %w", err)
@@ -533,7 +544,8 @@ func symbolize(t target.Target, maps []target.Mapping, images map[string]*rbinar
 	return f
 }
 
-func signalName(sig int) string {
+// SignalName is the name of signal sig ("SIGSEGV"), or "signal N".
+func SignalName(sig int) string {
 	name := unix.SignalName(syscall.Signal(sig))
 	if name == "" {
 		return "signal " + strconv.Itoa(sig)

@@ -140,9 +140,7 @@ func newCore(path string, f *os.File, opts CoreOptions) (*Core, error) {
 	if _, err := f.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
 		return nil, fmt.Errorf("%s is not a core file (not ELF: it does not start with \\x7fELF)", path)
 	}
-	// A core's sections (gdb writes some, at the end) are of no use, and
-	// a cut core may have lost them: read it as if it had none.
-	ef, err := elf.NewFile(noSections{f})
+	ef, err := ReadELFHeaders(f)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("%s: %w: %d bytes, its ELF headers are cut short", path, ErrTruncated, st.Size())
@@ -205,6 +203,17 @@ func newCore(path string, f *os.File, opts CoreOptions) (*Core, error) {
 	c.maps = coreMappings(c.notes.files, c.segs)
 	c.exePath = c.findExe()
 	return c, nil
+}
+
+// ReadELFHeaders parses the ELF and program headers of a core as if it had
+// no section headers: a core's sections (gdb writes some, at the end) are of
+// no use, and a core cut short, or still streaming in, may not have them.
+func ReadELFHeaders(r io.ReaderAt) (*elf.File, error) {
+	var ident [elf.EI_NIDENT]byte
+	if _, err := r.ReadAt(ident[:], 0); err == nil && ident[elf.EI_CLASS] == byte(elf.ELFCLASS64) {
+		r = noSections{r}
+	}
+	return elf.NewFile(r)
 }
 
 // noSections reads an ELF64 file as if its header declared no sections

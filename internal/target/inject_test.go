@@ -15,6 +15,21 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
+// attachPaused attaches to pid and pauses its main thread, to be borrowed.
+// The caller closes the target (which resumes it) before killing pid.
+func attachPaused(t *testing.T, pid int) *target.Live {
+	t.Helper()
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.PauseThreads([]int{pid}); err != nil {
+		tg.Close()
+		t.Fatal(err)
+	}
+	return tg
+}
+
 // TestInjectKeepsBlockedRead borrows a thread blocked in read(2): system
 // calls run on it return what the kernel says, memory written through the
 // mapping it made reads back, and afterwards the interrupted read is
@@ -40,14 +55,8 @@ func TestInjectKeepsBlockedRead(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // cat is in read(2) again
 	pid := cmd.Process.Pid
-	tg, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tg := attachPaused(t, pid)
 	defer tg.Close()
-	if err := tg.PauseThreads([]int{pid}); err != nil {
-		t.Fatal(err)
-	}
 	got, err := tg.Syscall(pid, unix.SYS_GETPID)
 	if err != nil || got != int64(pid) {
 		t.Fatalf("getpid on the borrowed thread = %d, %v; want %d", got, err, pid)
@@ -107,14 +116,8 @@ func TestCallRefusedWhenSegvIgnored(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	tg, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tg := attachPaused(t, pid)
 	defer tg.Close()
-	if err := tg.PauseThreads([]int{pid}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := tg.Call(pid, 0x1000); err == nil || !strings.Contains(err.Error(), "ignores SIGSEGV") {
 		t.Errorf("call in a process ignoring SIGSEGV: %v, want a refusal", err)
 	}
