@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // Kind says what happened to a thread.
@@ -210,7 +212,7 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- Event) {
 					send(ctx, ch, Event{Kind: Born, TID: ev.pid, Time: now})
 				case ev.what == procEventExit:
 					send(ctx, ch, Event{Kind: Exited, TID: ev.pid, Time: now})
-					if ev.pid == pid && !alive(pid) {
+					if ev.pid == pid && target.Exited(pid) {
 						return
 					}
 				}
@@ -218,7 +220,7 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- Event) {
 		}
 		if now.Sub(lastCheck) > 200*time.Millisecond {
 			lastCheck = now
-			if !alive(pid) {
+			if target.Exited(pid) {
 				return
 			}
 		}
@@ -273,7 +275,7 @@ func listTasks(pid int) map[int]bool {
 	}
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
-	if err != nil || len(names) == 0 || !alive(pid) {
+	if err != nil || len(names) == 0 || target.Exited(pid) {
 		return nil
 	}
 	out := make(map[int]bool, len(names))
@@ -283,19 +285,4 @@ func listTasks(pid int) map[int]bool {
 		}
 	}
 	return out
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ')' {
-			return i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-		}
-	}
-	return false
 }
