@@ -2,25 +2,23 @@ package layout
 
 import (
 	"debug/dwarf"
-	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 )
 
-// index is what the extractor needs from a DWARF tree: named types and
+// Names is what a layout reader needs from a DWARF tree: named types and
 // enumerators, each the first complete definition seen.
-type index struct {
-	d     *dwarf.Data
-	types map[string]dwarf.Offset // struct/union name -> DIE
-	tdefs map[string]dwarf.Offset // typedef name -> DIE
-	enums map[string]int64        // enumerator name -> value
-	cache map[dwarf.Offset]dwarf.Type
+type Names struct {
+	Types map[string]dwarf.Offset // struct/union name -> DIE
+	Tdefs map[string]dwarf.Offset // typedef name -> DIE
+	Enums map[string]int64        // enumerator name -> value
 }
 
-func buildIndex(d *dwarf.Data) (*index, error) {
-	ix := &index{d: d, types: map[string]dwarf.Offset{}, tdefs: map[string]dwarf.Offset{}, enums: map[string]int64{}, cache: map[dwarf.Offset]dwarf.Type{}}
+// ReadNames indexes the named types and enumerators of d (the run-time
+// reader's and tools/layoutgen's re-layout's one pass over a DWARF tree).
+func ReadNames(d *dwarf.Data) (*Names, error) {
+	n := &Names{Types: map[string]dwarf.Offset{}, Tdefs: map[string]dwarf.Offset{}, Enums: map[string]int64{}}
 	r := d.Reader()
 	for {
 		e, err := r.Next()
@@ -36,9 +34,9 @@ func buildIndex(d *dwarf.Data) (*index, error) {
 		case dwarf.TagStructType, dwarf.TagUnionType, dwarf.TagTypedef:
 			name, _ := e.Val(dwarf.AttrName).(string)
 			decl, _ := e.Val(dwarf.AttrDeclaration).(bool)
-			m := ix.types
+			m := n.Types
 			if e.Tag == dwarf.TagTypedef {
-				m = ix.tdefs
+				m = n.Tdefs
 			}
 			if name != "" && !decl {
 				if _, ok := m[name]; !ok {
@@ -62,14 +60,14 @@ func buildIndex(d *dwarf.Data) (*index, error) {
 						continue
 					}
 					name, _ := c.Val(dwarf.AttrName).(string)
-					if _, ok := ix.enums[name]; ok || name == "" {
+					if _, ok := n.Enums[name]; ok || name == "" {
 						continue
 					}
 					switch v := c.Val(dwarf.AttrConstValue).(type) {
 					case int64:
-						ix.enums[name] = v
+						n.Enums[name] = v
 					case uint64:
-						ix.enums[name] = int64(v)
+						n.Enums[name] = int64(v)
 					}
 				}
 				continue
@@ -79,7 +77,24 @@ func buildIndex(d *dwarf.Data) (*index, error) {
 			r.SkipChildren()
 		}
 	}
-	return ix, nil
+	return n, nil
+}
+
+// index answers layout queries from a DWARF tree's names.
+type index struct {
+	d     *dwarf.Data
+	types map[string]dwarf.Offset
+	tdefs map[string]dwarf.Offset
+	enums map[string]int64
+	cache map[dwarf.Offset]dwarf.Type
+}
+
+func buildIndex(d *dwarf.Data) (*index, error) {
+	n, err := ReadNames(d)
+	if err != nil {
+		return nil, err
+	}
+	return &index{d: d, types: n.Types, tdefs: n.Tdefs, enums: n.Enums, cache: map[dwarf.Offset]dwarf.Type{}}, nil
 }
 
 func (ix *index) typeOf(name string) (dwarf.Type, error) {
@@ -100,7 +115,9 @@ func (ix *index) typeOf(name string) (dwarf.Type, error) {
 	return t, nil
 }
 
-func strip(t dwarf.Type) dwarf.Type {
+// StripType looks through typedefs and qualifiers (const, volatile) to
+// the type they name.
+func StripType(t dwarf.Type) dwarf.Type {
 	for {
 		switch tt := t.(type) {
 		case *dwarf.TypedefType:
@@ -116,7 +133,7 @@ func strip(t dwarf.Type) dwarf.Type {
 // member finds a named member, looking through anonymous struct/union
 // members, and returns its field and byte offset from the struct start.
 func member(t dwarf.Type, name string) (*dwarf.StructField, int64, bool) {
-	st, ok := strip(t).(*dwarf.StructType)
+	st, ok := StripType(t).(*dwarf.StructType)
 	if !ok {
 		return nil, 0, false
 	}
@@ -135,22 +152,34 @@ func member(t dwarf.Type, name string) (*dwarf.StructField, int64, bool) {
 	return nil, 0, false
 }
 
-// path resolves "type.member.member" to the last field and its offset.
+// path resolves "type.member.member" to the last field and its offset. A
+// "->" goes on in the struct the member before it points at, and the
+// offset starts again from that struct.
 func (ix *index) path(p string) (*dwarf.StructField, int64, error) {
-	parts := strings.Split(p, ".")
+	hops := strings.Split(p, "->")
+	parts := strings.Split(hops[0], ".")
 	t, err := ix.typeOf(parts[0])
 	if err != nil {
 		return nil, 0, err
 	}
 	var f *dwarf.StructField
 	var total int64
-	for _, m := range parts[1:] {
-		g, off, ok := member(t, m)
-		if !ok {
-			return nil, 0, fmt.Errorf("%s: no member %s", p, m)
+	for i, hop := range hops {
+		if i > 0 {
+			pt, ok := StripType(t).(*dwarf.PtrType)
+			if !ok {
+				return nil, 0, fmt.Errorf("%s: %s is not a pointer", p, f.Name)
+			}
+			t, total, parts = pt.Type, 0, append([]string{""}, strings.Split(hop, ".")...)
 		}
-		f, t = g, g.Type
-		total += off
+		for _, m := range parts[1:] {
+			g, off, ok := member(t, m)
+			if !ok {
+				return nil, 0, fmt.Errorf("%s: no member %s", p, m)
+			}
+			f, t = g, g.Type
+			total += off
+		}
 	}
 	if f == nil {
 		return nil, 0, fmt.Errorf("%s: not a member path", p)
@@ -171,7 +200,7 @@ func (ix *index) value(kind, what string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if sz := strip(t).Size(); sz > 0 {
+		if sz := StripType(t).Size(); sz > 0 {
 			return sz, nil
 		}
 		return 0, fmt.Errorf("type %s has no size", what)
@@ -207,7 +236,7 @@ func (ix *index) value(kind, what string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		at, ok := strip(f.Type).(*dwarf.ArrayType)
+		at, ok := StripType(f.Type).(*dwarf.ArrayType)
 		if !ok {
 			return 0, fmt.Errorf("%s is not an array", what)
 		}
@@ -238,55 +267,14 @@ func macroValue(tag, family string) (int64, error) {
 	return n, nil
 }
 
-// FromDWARF reads a Layout from the debug information of a Ruby build. It
-// fails naming every required field it could not find.
+// FromDWARF reads a Layout from the debug information of a Ruby build.
 func FromDWARF(d *dwarf.Data, family, source string) (*Layout, error) {
 	ix, err := buildIndex(d)
 	if err != nil {
 		return nil, err
 	}
-	l := &Layout{Family: family, Source: source}
-	var missing []error
-	v := reflect.ValueOf(l).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		sf := t.Field(i)
-		if m, ok := sf.Tag.Lookup("macro"); ok {
-			n, err := macroValue(m, family)
-			if err != nil {
-				return nil, fmt.Errorf("layout field %s: %w", sf.Name, err)
-			}
-			v.Field(i).SetInt(n)
-			continue
-		}
-		tag, ok := sf.Tag.Lookup("dwarf")
-		if !ok {
-			continue
-		}
-		spec, optional := strings.CutSuffix(tag, ",optional")
-		kind, whats, _ := strings.Cut(spec, ":")
-		var val int64
-		var errs []error
-		found := false
-		for _, what := range strings.Split(whats, "|") {
-			x, err := ix.value(kind, what)
-			if err == nil {
-				val, found = x, true
-				break
-			}
-			errs = append(errs, err)
-		}
-		switch {
-		case found:
-			v.Field(i).SetInt(val)
-		case optional:
-			v.Field(i).SetInt(-1)
-		default:
-			missing = append(missing, fmt.Errorf("%s: %w", sf.Name, errors.Join(errs...)))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("DWARF lacks what rbscope needs: %w", errors.Join(missing...))
-	}
-	return l, nil
+	return Build(ix, family, source)
 }
+
+// Value answers one layout query from the DWARF index (see Resolver).
+func (ix *index) Value(kind, what string) (int64, error) { return ix.value(kind, what) }

@@ -8,7 +8,9 @@
 //
 // Tag grammar: `dwarf:"KIND:WHAT[|WHAT...][,optional]"` where KIND is
 //
-//	off     byte offset of a member path (struct.member.member)
+//	off     byte offset of a member path (struct.member.member); after
+//	        "->" the path goes on in the struct the member points at,
+//	        and the offset is from that struct's start
 //	bitoff  bit offset of a bit-field member from the start of its struct
 //	bits    bit width of a bit-field member
 //	size    byte size of a struct, union or typedef
@@ -21,6 +23,11 @@
 // which DWARF does not keep: N for every version family, or, for a macro
 // that changed, `macro:"N,3.1=M"` (M for the families named, N for the
 // others).
+//
+// A `need:"census"` or `need:"dump"` tag says that only that feature (and
+// those built on it) needs the field; untagged fields are the stack's,
+// which every feature needs. A build lacking a census or dump field still
+// reads stacks (see Build and Layout.Supports).
 package layout
 
 // Layout holds the offsets and constants of one Ruby build configuration.
@@ -29,29 +36,40 @@ type Layout struct {
 	// says where it came from ("dwarf:/path" or "table").
 	Family string
 	Source string
+	// Checked lists the Ruby releases a built-in table was generated from
+	// or checked against ("3.4.5"); empty for a layout read from DWARF.
+	Checked string
+	// Missing lists the fields this build lacks that some feature (not
+	// the stack's) needs; Supports tells a feature whether it can run.
+	Missing []Missing
 
-	// rb_vm_t
-	VMRactorSet        int64 `dwarf:"off:rb_vm_struct.ractor.set"`
-	VMRactorMainRactor int64 `dwarf:"off:rb_vm_struct.ractor.main_ractor"`
-	VMRactorMainThread int64 `dwarf:"off:rb_vm_struct.ractor.main_thread"`
-	VMObjspace         int64 `dwarf:"off:rb_vm_struct.objspace"`
+	// rb_vm_t: the ractors (3.0+) or, before ractors, the living threads,
+	// the main thread and the GVL
+	VMRactorSet        int64 `dwarf:"off:rb_vm_struct.ractor.set,optional"`
+	VMRactorMainRactor int64 `dwarf:"off:rb_vm_struct.ractor.main_ractor,optional"`
+	VMRactorMainThread int64 `dwarf:"off:rb_vm_struct.ractor.main_thread|rb_vm_struct.main_thread"`
+	VMLivingThreads    int64 `dwarf:"off:rb_vm_struct.living_threads,optional"`
+	VMGVLOwner         int64 `dwarf:"off:rb_vm_struct.gvl.owner,optional"`
+	VMObjspace         int64 `dwarf:"off:rb_vm_struct.objspace|rb_vm_struct.gc.objspace" need:"census"`
 
-	// rb_ractor_t
-	RactorVMListNode  int64 `dwarf:"off:rb_ractor_struct.vmlr_node"`
-	RactorThreadsSet  int64 `dwarf:"off:rb_ractor_struct.threads.set"`
-	RactorThreadsCnt  int64 `dwarf:"off:rb_ractor_struct.threads.cnt"`
-	RactorRunningEC   int64 `dwarf:"off:rb_ractor_struct.threads.running_ec"`
-	RactorGVLOwner    int64 `dwarf:"off:rb_ractor_struct.threads.gvl.owner|rb_ractor_struct.threads.sched.running"`
-	RactorThreadsMain int64 `dwarf:"off:rb_ractor_struct.threads.main"`
+	// rb_ractor_t (3.0+)
+	RactorVMListNode  int64 `dwarf:"off:rb_ractor_struct.vmlr_node,optional"`
+	RactorThreadsSet  int64 `dwarf:"off:rb_ractor_struct.threads.set,optional"`
+	RactorThreadsCnt  int64 `dwarf:"off:rb_ractor_struct.threads.cnt,optional"`
+	RactorRunningEC   int64 `dwarf:"off:rb_ractor_struct.threads.running_ec,optional"`
+	RactorGVLOwner    int64 `dwarf:"off:rb_ractor_struct.threads.gvl.owner|rb_ractor_struct.threads.sched.running,optional"`
+	RactorThreadsMain int64 `dwarf:"off:rb_ractor_struct.threads.main,optional"`
 
 	// ccan list nodes (struct list_node / ccan_list_node)
 	ListNodeNext int64 `dwarf:"off:list_node.next|ccan_list_node.next"`
 
 	// rb_thread_t
-	ThreadListNode  int64 `dwarf:"off:rb_thread_struct.lt_node"`
-	ThreadSelf      int64 `dwarf:"off:rb_thread_struct.self"`
-	ThreadEC        int64 `dwarf:"off:rb_thread_struct.ec"`
-	ThreadPthread   int64 `dwarf:"off:rb_thread_struct.thread_id|rb_thread_struct.nt,optional"`
+	ThreadListNode int64 `dwarf:"off:rb_thread_struct.lt_node|rb_thread_struct.vmlt_node"`
+	ThreadSelf     int64 `dwarf:"off:rb_thread_struct.self"`
+	ThreadEC       int64 `dwarf:"off:rb_thread_struct.ec"`
+	// thread_id is the pthread_t, read for the TID when the thread keeps
+	// none of its own (2.7; see target's pthread TID offset)
+	ThreadPthread   int64 `dwarf:"off:rb_thread_struct.thread_id,optional"`
 	ThreadTID       int64 `dwarf:"off:rb_thread_struct.tid,optional"`
 	ThreadNT        int64 `dwarf:"off:rb_thread_struct.nt,optional"`
 	NativeThreadTID int64 `dwarf:"off:rb_native_thread.tid,optional"`
@@ -73,14 +91,15 @@ type Layout struct {
 	// rb_control_frame_t
 	CFPSize int64 `dwarf:"size:rb_control_frame_struct"`
 	CFPPC   int64 `dwarf:"off:rb_control_frame_struct.pc"`
-	CFPSP   int64 `dwarf:"off:rb_control_frame_struct.sp"`
+	CFPSP   int64 `dwarf:"off:rb_control_frame_struct.sp" need:"dump"`
 	CFPIseq int64 `dwarf:"off:rb_control_frame_struct.iseq"`
 	CFPSelf int64 `dwarf:"off:rb_control_frame_struct.self"`
 	CFPEP   int64 `dwarf:"off:rb_control_frame_struct.ep"`
 
 	// environment data below ep (vm_core.h macros)
-	EnvIndexMECref int64 `macro:"-2"`
-	EnvIndexFlags  int64 `macro:"0"`
+	EnvIndexMECref  int64 `macro:"-2"`
+	EnvIndexSpecval int64 `macro:"-1"`
+	EnvIndexFlags   int64 `macro:"0"`
 
 	// enum vm_frame_env_flags
 	FrameMagicMask   int64 `dwarf:"enum:VM_FRAME_MAGIC_MASK"`
@@ -96,8 +115,14 @@ type Layout struct {
 	EnvFlagLocal     int64 `dwarf:"enum:VM_ENV_FLAG_LOCAL"`
 
 	// rb_iseq_t and its constant body
-	IseqBody             int64 `dwarf:"off:rb_iseq_struct.body"`
-	BodyType             int64 `dwarf:"off:rb_iseq_constant_body.type"`
+	IseqBody       int64 `dwarf:"off:rb_iseq_struct.body"`
+	BodyType       int64 `dwarf:"off:rb_iseq_constant_body.type"`
+	BodyParentIseq int64 `dwarf:"off:rb_iseq_constant_body.parent_iseq"`
+	// builtin methods written in Ruby that backtraces show as C methods
+	// (3.4+: Primitive.attr! :c_trace, such as YJIT's Array#each)
+	BodyBuiltinAttrs     int64 `dwarf:"off:rb_iseq_constant_body.builtin_attrs,optional"`
+	BuiltinAttrCTrace    int64 `dwarf:"enum:BUILTIN_ATTR_C_TRACE,optional"`
+	BodyLocalIseq        int64 `dwarf:"off:rb_iseq_constant_body.local_iseq"`
 	BodyPathObj          int64 `dwarf:"off:rb_iseq_constant_body.location.pathobj"`
 	BodyLabel            int64 `dwarf:"off:rb_iseq_constant_body.location.label"`
 	BodyBaseLabel        int64 `dwarf:"off:rb_iseq_constant_body.location.base_label"`
@@ -111,9 +136,16 @@ type Layout struct {
 	InsnInfoSize         int64 `dwarf:"size:iseq_insn_info_entry"`
 	InsnInfoLineNo       int64 `dwarf:"off:iseq_insn_info_entry.line_no"`
 
-	// enum rb_iseq_type (only what labels need)
-	IseqTypeTop  int64 `dwarf:"enum:ISEQ_TYPE_TOP"`
-	IseqTypeMain int64 `dwarf:"enum:ISEQ_TYPE_MAIN"`
+	// enum rb_iseq_type (labels are computed from it as Ruby 3.4 does)
+	IseqTypeTop    int64 `dwarf:"enum:ISEQ_TYPE_TOP"`
+	IseqTypeMethod int64 `dwarf:"enum:ISEQ_TYPE_METHOD"`
+	IseqTypeBlock  int64 `dwarf:"enum:ISEQ_TYPE_BLOCK"`
+	IseqTypeClass  int64 `dwarf:"enum:ISEQ_TYPE_CLASS"`
+	IseqTypeRescue int64 `dwarf:"enum:ISEQ_TYPE_RESCUE"`
+	IseqTypeEnsure int64 `dwarf:"enum:ISEQ_TYPE_ENSURE"`
+	IseqTypeEval   int64 `dwarf:"enum:ISEQ_TYPE_EVAL"`
+	IseqTypeMain   int64 `dwarf:"enum:ISEQ_TYPE_MAIN"`
+	IseqTypePlain  int64 `dwarf:"enum:ISEQ_TYPE_PLAIN"`
 
 	// struct succ_index_table (iseq.c): pc position -> insn info index
 	SuccImmPart      int64 `dwarf:"off:succ_index_table.imm_part"`
@@ -139,25 +171,32 @@ type Layout struct {
 	ImemoSvar  int64 `dwarf:"enum:imemo_svar"`
 	SvarCrefME int64 `dwarf:"off:vm_svar.cref_or_me"`
 
-	// objects
-	RBasicFlags int64 `dwarf:"off:RBasic.flags"`
-	RBasicKlass int64 `dwarf:"off:RBasic.klass"`
-	RValueSize  int64 `dwarf:"size:RVALUE"`
+	// objects; a Thread object is typed data whose data is its rb_thread_t
+	RTypedDataData int64 `dwarf:"off:RTypedData.data"`
+	RBasicFlags    int64 `dwarf:"off:RBasic.flags"`
+	RBasicKlass    int64 `dwarf:"off:RBasic.klass"`
+	// BaseSlotSize is sizeof(RVALUE) (BASE_SLOT_SIZE since 3.2; 4.0 has
+	// no RVALUE): the smallest heap slot, and every slot before 3.2.
+	BaseSlotSize int64 `macro:"40"`
 
 	// the GC heap (gc.c): objspace->heap_pages.sorted lists every page, of
 	// every size pool, allocated_pages of them; a page holds total_slots
 	// slots of slot_size bytes (both shorts) from start
-	ObjspaceSortedPages    int64 `dwarf:"off:rb_objspace.heap_pages.sorted"`
-	ObjspaceAllocatedPages int64 `dwarf:"off:rb_objspace.heap_pages.allocated_pages"`
-	HeapPageSlotSize       int64 `dwarf:"off:heap_page.slot_size"`
-	HeapPageTotalSlots     int64 `dwarf:"off:heap_page.total_slots"`
-	HeapPageStart          int64 `dwarf:"off:heap_page.start"`
+	ObjspaceSortedPages    int64 `dwarf:"off:rb_objspace.heap_pages.sorted" need:"census"`
+	ObjspaceAllocatedPages int64 `dwarf:"off:rb_objspace.heap_pages.allocated_pages" need:"census"`
+	// Since 3.4 heap_pages.sorted points at a darray (a length, a capacity,
+	// then the page pointers) instead of a plain array; -1 before.
+	SortedDarrayData   int64 `dwarf:"off:rb_objspace.heap_pages.sorted->data,optional" need:"census"`
+	SortedDarrayLen    int64 `dwarf:"off:rb_objspace.heap_pages.sorted->meta.size,optional" need:"census"`
+	HeapPageSlotSize   int64 `dwarf:"off:heap_page.slot_size,optional" need:"census"`
+	HeapPageTotalSlots int64 `dwarf:"off:heap_page.total_slots" need:"census"`
+	HeapPageStart      int64 `dwarf:"off:heap_page.start" need:"census"`
 
 	RStringLen           int64 `dwarf:"off:RString.len,optional"`
 	RStringHeapLen       int64 `dwarf:"off:RString.as.heap.len,optional"`
 	RStringHeapPtr       int64 `dwarf:"off:RString.as.heap.ptr"`
-	RStringEmbedAry      int64 `dwarf:"off:RString.as.embed.ary"`
-	RStringHeapCapa      int64 `dwarf:"off:RString.as.heap.aux.capa"`
+	RStringEmbedAry      int64 `dwarf:"off:RString.as.embed.ary|RString.as.ary"`
+	RStringHeapCapa      int64 `dwarf:"off:RString.as.heap.aux.capa" need:"census"`
 	RStringEmbedLen      int64 `dwarf:"off:RString.as.embed.len,optional"`
 	RStringNoEmbed       int64 `dwarf:"enum:RSTRING_NOEMBED"`
 	RStringEmbedLenMask  int64 `dwarf:"enum:RSTRING_EMBED_LEN_MASK,optional"`
@@ -165,94 +204,94 @@ type Layout struct {
 
 	RArrayHeapLen       int64 `dwarf:"off:RArray.as.heap.len"`
 	RArrayHeapPtr       int64 `dwarf:"off:RArray.as.heap.ptr"`
-	RArrayHeapCapa      int64 `dwarf:"off:RArray.as.heap.aux.capa"`
+	RArrayHeapCapa      int64 `dwarf:"off:RArray.as.heap.aux.capa" need:"census"`
 	RArrayEmbedAry      int64 `dwarf:"off:RArray.as.ary"`
 	RArrayEmbedFlag     int64 `dwarf:"enum:RARRAY_EMBED_FLAG"`
 	RArrayEmbedLenMask  int64 `dwarf:"enum:RARRAY_EMBED_LEN_MASK"`
 	RArrayEmbedLenShift int64 `dwarf:"enum:RARRAY_EMBED_LEN_SHIFT"`
 
 	// more of the objects, for heap dump's references (gc_mark_children)
-	RStringShared    int64 `dwarf:"off:RString.as.heap.aux.shared"`
-	RStringFstr      int64 `dwarf:"enum:RSTRING_FSTR"`
-	EncodingShift    int64 `dwarf:"enum:RUBY_ENCODING_SHIFT"`
-	EncodingMask     int64 `dwarf:"enum:RUBY_ENCODING_MASK"`
-	CoderangeMask    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_MASK"`
-	Coderange7Bit    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_7BIT"`
-	RArraySharedRoot int64 `dwarf:"off:RArray.as.heap.aux.shared_root"`
-	RFloatValue      int64 `dwarf:"off:RFloat.float_value"`
+	RStringShared    int64 `dwarf:"off:RString.as.heap.aux.shared" need:"dump"`
+	RStringFstr      int64 `dwarf:"enum:RSTRING_FSTR" need:"dump"`
+	EncodingShift    int64 `dwarf:"enum:RUBY_ENCODING_SHIFT" need:"dump"`
+	EncodingMask     int64 `dwarf:"enum:RUBY_ENCODING_MASK" need:"dump"`
+	CoderangeMask    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_MASK" need:"dump"`
+	Coderange7Bit    int64 `dwarf:"enum:RUBY_ENC_CODERANGE_7BIT" need:"dump"`
+	RArraySharedRoot int64 `dwarf:"off:RArray.as.heap.aux.shared_root" need:"dump"`
+	RFloatValue      int64 `dwarf:"off:RFloat.float_value" need:"dump"`
 
-	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED"`
-	RObjectEmbedAry    int64 `dwarf:"off:RObject.as.ary"`
-	RObjectEmbedLenMax int64 `dwarf:"count:RObject.as.ary"`
-	RObjectHeapNumIV   int64 `dwarf:"off:RObject.as.heap.numiv,optional"`
-	RObjectHeapIVPtr   int64 `dwarf:"off:RObject.as.heap.ivptr"`
+	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED" need:"dump"`
+	RObjectEmbedAry    int64 `dwarf:"off:RObject.as.ary" need:"dump"`
+	RObjectEmbedLenMax int64 `dwarf:"count:RObject.as.ary" need:"dump"`
+	RObjectHeapNumIV   int64 `dwarf:"off:RObject.as.heap.numiv,optional" need:"dump"`
+	RObjectHeapIVPtr   int64 `dwarf:"off:RObject.as.heap.ivptr|RObject.as.heap.fields" need:"dump"`
 
 	// object shapes (3.2+): the shape ID is in the top bits of RBasic.flags
 	// and indexes rb_shape_tree_ptr->shape_list
-	ShapeSize        int64 `dwarf:"size:rb_shape,optional"`
-	ShapeNextIVIndex int64 `dwarf:"off:rb_shape.next_iv_index,optional"`
-	ShapeCapacity    int64 `dwarf:"off:rb_shape.capacity,optional"`
-	ShapeType        int64 `dwarf:"off:rb_shape.type,optional"`
-	ShapeTreeList    int64 `dwarf:"off:rb_shape_tree_t.shape_list,optional"`
-	ShapeTooComplex  int64 `dwarf:"enum:SHAPE_OBJ_TOO_COMPLEX,optional"`
+	ShapeSize        int64 `dwarf:"size:rb_shape,optional" need:"dump"`
+	ShapeNextIVIndex int64 `dwarf:"off:rb_shape.next_iv_index|rb_shape.next_field_index,optional" need:"dump"`
+	ShapeCapacity    int64 `dwarf:"off:rb_shape.capacity,optional" need:"dump"`
+	ShapeType        int64 `dwarf:"off:rb_shape.type,optional" need:"dump"`
+	ShapeTreeList    int64 `dwarf:"off:rb_shape_tree_t.shape_list,optional" need:"dump"`
+	ShapeTooComplex  int64 `dwarf:"enum:SHAPE_OBJ_TOO_COMPLEX,optional" need:"dump"`
 	ShapeFlagShift   int64 `macro:"32"`
 
 	// hashes: an ar_table (up to 8 pairs) behind a pointer (3.1) or in the
 	// slot right after struct RHash (3.3), or an st_table
-	RHashSize         int64 `dwarf:"size:RHash"`
-	RHashAR           int64 `dwarf:"off:RHash.as.ar,optional"`
-	RHashST           int64 `dwarf:"off:RHash.as.st,optional"`
-	RHashIfnone       int64 `dwarf:"off:RHash.ifnone"`
-	RHashSTFlag       int64 `dwarf:"enum:RHASH_ST_TABLE_FLAG"`
-	RHashProcDefault  int64 `dwarf:"enum:RHASH_PROC_DEFAULT"`
-	RHashARSizeMask   int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_MASK"`
-	RHashARSizeShift  int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_SHIFT"`
-	RHashARBoundMask  int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_MASK"`
-	RHashARBoundShift int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_SHIFT"`
-	ARTablePairs      int64 `dwarf:"off:ar_table_struct.pairs"`
-	ARTableMax        int64 `dwarf:"count:ar_table_struct.pairs"`
-	StNumEntries      int64 `dwarf:"off:st_table.num_entries"`
+	RHashSize         int64 `dwarf:"size:RHash" need:"dump"`
+	RHashAR           int64 `dwarf:"off:RHash.as.ar,optional" need:"dump"`
+	RHashST           int64 `dwarf:"off:RHash.as.st,optional" need:"dump"`
+	RHashIfnone       int64 `dwarf:"off:RHash.ifnone" need:"dump"`
+	RHashSTFlag       int64 `dwarf:"enum:RHASH_ST_TABLE_FLAG" need:"dump"`
+	RHashProcDefault  int64 `dwarf:"enum:RHASH_PROC_DEFAULT" need:"dump"`
+	RHashARSizeMask   int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_MASK" need:"dump"`
+	RHashARSizeShift  int64 `dwarf:"enum:RHASH_AR_TABLE_SIZE_SHIFT" need:"dump"`
+	RHashARBoundMask  int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_MASK" need:"dump"`
+	RHashARBoundShift int64 `dwarf:"enum:RHASH_AR_TABLE_BOUND_SHIFT" need:"dump"`
+	ARTablePairs      int64 `dwarf:"off:ar_table_struct.pairs" need:"dump"`
+	ARTableMax        int64 `dwarf:"count:ar_table_struct.pairs" need:"dump"`
+	StNumEntries      int64 `dwarf:"off:st_table.num_entries" need:"dump"`
 
-	RStructEmbedLenMask  int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_MASK"`
-	RStructEmbedLenShift int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_SHIFT"`
-	RStructHeapLen       int64 `dwarf:"off:RStruct.as.heap.len"`
-	RStructHeapPtr       int64 `dwarf:"off:RStruct.as.heap.ptr"`
-	RStructEmbedAry      int64 `dwarf:"off:RStruct.as.ary"`
+	RStructEmbedLenMask  int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_MASK" need:"dump"`
+	RStructEmbedLenShift int64 `dwarf:"enum:RSTRUCT_EMBED_LEN_SHIFT" need:"dump"`
+	RStructHeapLen       int64 `dwarf:"off:RStruct.as.heap.len" need:"dump"`
+	RStructHeapPtr       int64 `dwarf:"off:RStruct.as.heap.ptr" need:"dump"`
+	RStructEmbedAry      int64 `dwarf:"off:RStruct.as.ary" need:"dump"`
 
-	RRationalNum int64 `dwarf:"off:RRational.num"`
-	RRationalDen int64 `dwarf:"off:RRational.den"`
-	RComplexReal int64 `dwarf:"off:RComplex.real"`
-	RComplexImag int64 `dwarf:"off:RComplex.imag"`
-	RRegexpSrc   int64 `dwarf:"off:RRegexp.src"`
-	RMatchRegexp int64 `dwarf:"off:RMatch.regexp"`
-	RMatchStr    int64 `dwarf:"off:RMatch.str"`
-	RSymbolFstr  int64 `dwarf:"off:RSymbol.fstr"`
+	RRationalNum int64 `dwarf:"off:RRational.num" need:"dump"`
+	RRationalDen int64 `dwarf:"off:RRational.den" need:"dump"`
+	RComplexReal int64 `dwarf:"off:RComplex.real" need:"dump"`
+	RComplexImag int64 `dwarf:"off:RComplex.imag" need:"dump"`
+	RRegexpSrc   int64 `dwarf:"off:RRegexp.src" need:"dump"`
+	RMatchRegexp int64 `dwarf:"off:RMatch.regexp" need:"dump"`
+	RMatchStr    int64 `dwarf:"off:RMatch.str" need:"dump"`
+	RSymbolFstr  int64 `dwarf:"off:RSymbol.fstr" need:"dump"`
 
 	// class ivars (3.3: an array counted by the class's shape), constants
-	ClassExtIVPtr    int64 `dwarf:"off:rb_classext_struct.iv_ptr,optional"`
-	ClassExtConstTbl int64 `dwarf:"off:rb_classext_struct.const_tbl"`
-	IDTableCapa      int64 `dwarf:"off:rb_id_table.capa"`
-	IDTableItems     int64 `dwarf:"off:rb_id_table.items"`
-	IDItemSize       int64 `dwarf:"size:rb_id_item"`
-	IDItemKey        int64 `dwarf:"off:rb_id_item.key"`
-	IDItemVal        int64 `dwarf:"off:rb_id_item.val"`
-	ConstEntryValue  int64 `dwarf:"off:rb_const_entry_struct.value"`
-	ConstEntryFile   int64 `dwarf:"off:rb_const_entry_struct.file"`
+	ClassExtIVPtr    int64 `dwarf:"off:rb_classext_struct.iv_ptr,optional" need:"dump"`
+	ClassExtConstTbl int64 `dwarf:"off:rb_classext_struct.const_tbl" need:"dump"`
+	IDTableCapa      int64 `dwarf:"off:rb_id_table.capa" need:"dump"`
+	IDTableItems     int64 `dwarf:"off:rb_id_table.items" need:"dump"`
+	IDItemSize       int64 `dwarf:"size:rb_id_item" need:"dump"`
+	IDItemKey        int64 `dwarf:"off:rb_id_item.key" need:"dump"`
+	IDItemVal        int64 `dwarf:"off:rb_id_item.val" need:"dump"`
+	ConstEntryValue  int64 `dwarf:"off:rb_const_entry_struct.value" need:"dump"`
+	ConstEntryFile   int64 `dwarf:"off:rb_const_entry_struct.file" need:"dump"`
 
 	// global variables (variable.c): rb_global_tbl maps IDs to entries
-	GlobalEntryVar int64 `dwarf:"off:rb_global_entry.var"`
-	GlobalEntryID  int64 `dwarf:"off:rb_global_entry.id"`
-	GlobalVarData  int64 `dwarf:"off:rb_global_variable.data"`
+	GlobalEntryVar int64 `dwarf:"off:rb_global_entry.var" need:"dump"`
+	GlobalEntryID  int64 `dwarf:"off:rb_global_entry.id" need:"dump"`
+	GlobalVarData  int64 `dwarf:"off:rb_global_variable.data" need:"dump"`
 
 	// classes: the class extension is behind a pointer (3.1) or right
 	// after struct RClass (3.3)
 	RClassExtPtr      int64 `dwarf:"off:RClass.ptr,optional"`
 	RClassSize        int64 `dwarf:"size:RClass"`
-	RClassSuper       int64 `dwarf:"off:RClass.super"`
+	RClassSuper       int64 `dwarf:"off:RClass.super|RClass_and_rb_classext_t.classext.super"`
 	ClassExtIVTbl     int64 `dwarf:"off:rb_classext_struct.iv_tbl,optional"`
 	ClassExtClassPath int64 `dwarf:"off:rb_classext_struct.classpath,optional"`
 	ClassExtAttached  int64 `dwarf:"off:rb_classext_struct.as.singleton_class.attached_object,optional"`
-	ClassExtIncluder  int64 `dwarf:"off:rb_classext_struct.includer,optional"`
+	ClassExtIncluder  int64 `dwarf:"off:rb_classext_struct.includer|rb_classext_struct.as.iclass.includer,optional" need:"dump"`
 
 	// st_table (st.c)
 	StEntriesStart int64 `dwarf:"off:st_table.entries_start"`
@@ -264,7 +303,7 @@ type Layout struct {
 	StEntryRecord  int64 `dwarf:"off:st_table_entry.record"`
 
 	// the global symbol table (symbol.c)
-	SymbolsLastID int64 `dwarf:"off:rb_symbols_t.last_id"`
+	SymbolsLastID int64 `dwarf:"off:rb_symbols_t.last_id|rb_symbols_t.next_id"`
 	SymbolsIDs    int64 `dwarf:"off:rb_symbols_t.ids"`
 	IDEntryUnit   int64 `macro:"512"`
 	IDEntrySize   int64 `dwarf:"enum:ID_ENTRY_SIZE"`
@@ -303,15 +342,28 @@ type Layout struct {
 	TMoved       int64 `dwarf:"enum:RUBY_T_MOVED"`
 	FlUShift     int64 `dwarf:"enum:RUBY_FL_USHIFT"`
 	FlSingleton  int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
-	FlFreeze     int64 `dwarf:"enum:RUBY_FL_FREEZE"`
+	FlFreeze     int64 `dwarf:"enum:RUBY_FL_FREEZE" need:"dump"`
 	FlEltsShared int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
 	// RArraySharedRootUser is n of RARRAY_SHARED_ROOT_FLAG = FL_USERn
 	// (array.c): an Array other Arrays share, whose aux word counts them.
-	RArraySharedRootUser int64 `macro:"12,3.1=5"`
-	Qnil                 int64 `dwarf:"enum:RUBY_Qnil"`
-	Qfalse               int64 `dwarf:"enum:RUBY_Qfalse"`
-	Qundef               int64 `dwarf:"enum:RUBY_Qundef"`
-	FixnumFlag           int64 `dwarf:"enum:RUBY_FIXNUM_FLAG"`
-	ImmediateMask        int64 `dwarf:"enum:RUBY_IMMEDIATE_MASK"`
-	SpecialShift         int64 `dwarf:"enum:RUBY_SPECIAL_SHIFT"`
+	RArraySharedRootUser int64 `macro:"12,3.1=5,2.7=5"`
+	// Behaviours of the VM no struct shows, per family (1: yes, 0: no):
+	// dump_all writes no value for an empty String (3.2+), the VM runs an
+	// unnamed timer thread that carries the process name (3.2+).
+	DumpOmitsEmptyValue int64 `macro:"1,2.7=0,3.0=0,3.1=0"`
+	TimerThreadNamed    int64 `macro:"1,2.7=0,3.0=0,3.1=0"`
+	// JobsOnStaleEC: rb_postponed_job_register_one flags the execution
+	// context of whichever thread last held the GVL (a global before 3.0),
+	// which may be a thread that has ended: a job queued from outside may
+	// never run, or its flag land in freed memory.
+	JobsOnStaleEC int64 `macro:"0,2.7=1"`
+	// DumpFloatAltForm: dump_all prints a Float's value with "%#g" (3.0+)
+	// rather than "%g" (2.7).
+	DumpFloatAltForm int64 `macro:"1,2.7=0"`
+	Qnil             int64 `dwarf:"enum:RUBY_Qnil"`
+	Qfalse           int64 `dwarf:"enum:RUBY_Qfalse"`
+	Qundef           int64 `dwarf:"enum:RUBY_Qundef"`
+	FixnumFlag       int64 `dwarf:"enum:RUBY_FIXNUM_FLAG"`
+	ImmediateMask    int64 `dwarf:"enum:RUBY_IMMEDIATE_MASK"`
+	SpecialShift     int64 `dwarf:"enum:RUBY_SPECIAL_SHIFT"`
 }

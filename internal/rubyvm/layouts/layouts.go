@@ -31,3 +31,33 @@ func Families() []string {
 	sort.Strings(fs)
 	return fs
 }
+
+// drifts are the known moves of fields between a family's patch releases,
+// for tables made from one release and run on another.
+var drifts = map[string][]layout.Drift{
+	"3.1": {{
+		Moves: map[string]int64{"VMObjspace": 8},
+		Why:   "rb_vm_t grew by 8 bytes between 3.1.2 and 3.1.7",
+	}},
+	"3.2": {{
+		Moves: map[string]int64{"VMObjspace": -16},
+		Why:   "vm->objspace is at 1128 in 3.2.0 and 1144 in 3.2.4",
+	}},
+	// The 4.0 table comes from the wasm build, whose M:N scheduler structs
+	// are assumed from 3.4's: on 4.0.0's x86_64 builds (the peer core) the
+	// thread's status and name lie 8 bytes later, and vm->objspace 16.
+	"4.0": {{
+		Moves: map[string]int64{"ThreadStatusBit": 8, "ThreadName": 8},
+		Why:   "4.0.0 on x86_64 keeps the thread's status and name 8 bytes after the wasm-made table's",
+	}, {
+		Moves: map[string]int64{"RactorVMListNode": 8, "RactorRunningEC": 8, "RactorThreadsMain": 8, "ThreadStatusBit": 16, "ThreadName": 16},
+		Why:   "4.0.0 to 4.0.6 moved the ractor's vmlr_node, running_ec and threads.main and the thread's status and name by 8 more bytes",
+	}, {
+		Moves: map[string]int64{"VMObjspace": 16},
+		Why:   "4.0.0 on x86_64 keeps vm->objspace 16 bytes after the wasm-made table's",
+	}},
+}
+
+// Drifts lists the known drifts of a family's table, to try when the table
+// fails its checks on a process.
+func Drifts(family string) []layout.Drift { return drifts[family] }

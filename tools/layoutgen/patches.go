@@ -1,0 +1,142 @@
+package main
+
+// familyPatches lists, per version family, how an x86_64 Linux build
+// differs from the wasm32-wasi build of the same Ruby where the difference
+// is the preprocessor's and so cannot be seen in the wasm DWARF: the thread
+// implementation (thread_none on wasm, thread_pthread on Linux), what
+// SIZEOF_VALUE decides, and USE_FLONUM (off on wasm32). Each entry says
+// why; the x86_64 definitions are those of the family's thread_pthread.h,
+// vm_core.h and include/ruby headers.
+var familyPatches = map[string][]patch{
+	"3.2": patches32,
+	"3.3": patches34, // the same #if differences; checked against 3.3.8's table
+	"3.4": patches34,
+	"4.0": patches40,
+}
+
+// pthreadTypes: on wasm the native thread types are pointers to opaque
+// structs (include/ruby/thread_native.h, __wasi__); on Linux they are
+// glibc's x86_64 pthread types.
+var pthreadTypes = []patch{
+	typedef("rb_nativethread_lock_t", "blob(40,8)", "pthread_mutex_t on glibc x86_64 (40 bytes)"),
+	typedef("rb_nativethread_cond_t", "blob(48,8)", "pthread_cond_t on glibc x86_64 (48 bytes)"),
+	typedef("rb_nativethread_id_t", "u64", "pthread_t is an unsigned long on glibc"),
+}
+
+// flonum: USE_FLONUM is on when SIZEOF_VALUE >= SIZEOF_DOUBLE, so the
+// wasm32 build has none and its special constants are the other set of
+// include/ruby/internal/special_consts.h.
+func flonum(qnil, qtrue, qundef int64) []patch {
+	const why = "USE_FLONUM (x86_64) special constant; the wasm32 build has no flonums"
+	return []patch{
+		answer("enum", "RUBY_Qfalse", 0x00, why),
+		answer("enum", "RUBY_Qnil", qnil, why),
+		answer("enum", "RUBY_Qtrue", qtrue, why),
+		answer("enum", "RUBY_Qundef", qundef, why),
+		answer("enum", "RUBY_IMMEDIATE_MASK", 0x07, why),
+		answer("enum", "RUBY_FIXNUM_FLAG", 0x01, why),
+		answer("enum", "RUBY_FLONUM_MASK", 0x03, why),
+		answer("enum", "RUBY_FLONUM_FLAG", 0x02, why),
+		answer("enum", "RUBY_SYMBOL_FLAG", 0x0c, why),
+		answer("enum", "RUBY_SPECIAL_SHIFT", 8, why),
+	}
+}
+
+func join(lists ...[]patch) []patch {
+	var out []patch
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// shapes32: shape.h makes shape IDs and attribute indexes 32-bit and keeps
+// the shape ID in RBasic's flags when SIZEOF_UINT64_T <= SIZEOF_VALUE; on
+// wasm32 they are 16-bit and generic ivar tables carry the ID (3.2 to 3.4).
+var shapes32 = []patch{
+	typedef("attr_index_t", "u32", "shape.h: uint32_t when SIZEOF_UINT64_T <= SIZEOF_VALUE"),
+	typedef("shape_id_t", "u32", "shape.h: uint32_t when SIZEOF_UINT64_T <= SIZEOF_VALUE"),
+	drop("gen_ivtbl", "shape_id", "only when !SHAPE_IN_BASIC_FLAGS (32-bit VALUE)"),
+}
+
+// value64 are what else SIZEOF_VALUE == 8 and x86_64's unaligned word
+// access decide (none of them moves a table field; they keep the whole
+// re-layout true, see TestCrossCheck33).
+var value64 = []patch{
+	typedef("rb_float_value_type", "double", "internal/numeric.h: a double when SIZEOF_DOUBLE <= SIZEOF_VALUE"),
+	insert("rb_id_item", "key", "id_table.c: a separate collision flag when SIZEOF_VALUE == 8",
+		members("collision int")...),
+	body("vm_ifunc_argc", "internal/imemo.h: 16-bit bit-fields only when SIZEOF_INT * 2 > SIZEOF_VALUE",
+		members("min int; max int")...),
+	pack("rb_io_internal_buffer", "PACKED_STRUCT_UNALIGNED: packed where unaligned word access is allowed (x86_64, not wasm32)"),
+	pack("iseq_catch_table", "PACKED_STRUCT_UNALIGNED"),
+}
+
+// sched34 are thread_pthread.h's M:N scheduler structs of 3.3 and 3.4
+// (thread_none.h's are empty; VM_CHECK_MODE is 0). 4.0.0 is assumed to
+// have the same: its source was not at hand, and its wasm build has none.
+var sched34 = []patch{
+	body("rb_thread_sched", "thread_pthread.h's per-ractor scheduler",
+		members(`lock_ rb_nativethread_lock_t; running ptr; is_running bool;
+			is_running_timeslice bool; enable_mn_threads bool; readyq ccan_list_head;
+			readyq_cnt int; grq_node ccan_list_node`)...),
+	body("rb_thread_sched_item", "thread_pthread.h's per-thread scheduler state",
+		members(`node {ubf ccan_list_node; readyq ccan_list_node; timeslice_threads ccan_list_node;
+			running_threads ccan_list_node; zombie_threads ccan_list_node};
+			waiting_reason {flags int; data {timeout u64; fd int; result int}; node ccan_list_node};
+			finished bool; malloc_stack bool; context_stack ptr; context ptr`)...),
+	body("rb_native_thread", "thread_pthread.h's (thread_none.h's holds only thread_id); Linux has RB_THREAD_T_HAS_NATIVE_ID (tid), a union of the condvars (glibc) and USE_SIGALTSTACK",
+		members(`serial u32; vm ptr; thread_id rb_nativethread_id_t; tid int; running_thread ptr;
+			cond union{intr rb_nativethread_cond_t; readyq rb_nativethread_cond_t};
+			altstack ptr; nt_context ptr; dedicated int; machine_stack_maxsize size_t`)...),
+}
+
+var mainAltstack = insert("rb_vm_struct", "ractor", "#ifdef USE_SIGALTSTACK (Linux has it, wasi not)",
+	members("main_altstack ptr")...)
+
+var arTable8 = retype("ar_table_struct", "pairs", "ar_table_pair[8]", "RHASH_AR_TABLE_MAX_SIZE is SIZEOF_VALUE")
+
+var patches32 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), shapes32, value64, []patch{
+	body("rb_thread_sched", "3.2's thread_pthread.h (the GVL as a per-ractor scheduler, before M:N)",
+		members(`running ptr; lock rb_nativethread_lock_t; readyq ccan_list_head; timer ptr;
+			timer_err int; switch_cond rb_nativethread_cond_t; switch_wait_cond rb_nativethread_cond_t;
+			need_yield int; wait_yield int`)...),
+	body("rb_thread_sched_item", "3.2's thread_pthread.h",
+		members(`node union{ubf ccan_list_node; readyq ccan_list_node}`)...),
+	body("rb_native_thread", "3.2's thread_pthread.h; Linux has RB_THREAD_T_HAS_NATIVE_ID (tid), a union of the condvars (glibc) and USE_SIGALTSTACK",
+		members(`id int; thread_id rb_nativethread_id_t; tid int; running_thread ptr;
+			cond union{intr rb_nativethread_cond_t; readyq rb_nativethread_cond_t}; altstack ptr`)...),
+	mainAltstack,
+	drop("RClass", "ptr", "only when SIZE_POOL_COUNT == 1 (wasm32); 64-bit has 5 size pools and embeds the class extension after RClass"),
+	retype("rb_objspace", "size_pools", "rb_size_pool_t[5]", "SIZE_POOL_COUNT is 5 on 64-bit, 1 on wasm32"),
+	retype("ractor_newobj_cache", "size_pool_caches", "rb_ractor_newobj_size_pool_cache_t[5]", "SIZE_POOL_COUNT"),
+	drop("rb_classext_struct", "shape_id", "only when !SHAPE_IN_BASIC_FLAGS (32-bit VALUE)"),
+	arTable8,
+})
+
+var patches40 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), value64, sched34, []patch{
+	drop("RBasic", "shape_id", "only when SIZEOF_VALUE < 8 (RBASIC_SHAPE_ID_FIELD); on 64-bit the shape ID is the top 32 bits of flags"),
+	drop("rb_vm_struct.ractor.sync", "barrier_waiting", "only without pthreads (the VM barrier is the scheduler's with them)"),
+	drop("rb_vm_struct.ractor.sync", "barrier_cnt", "only without pthreads"),
+	drop("rb_vm_struct.ractor.sync", "barrier_complete_cond", "only without pthreads"),
+	drop("rb_vm_struct.ractor.sync", "barrier_release_cond", "only without pthreads"),
+	insert("rb_vm_struct.ractor", "sync", "the ractor scheduler exists with pthreads only; 3.4's members assumed",
+		members(`sched {lock rb_nativethread_lock_t; lock_owner ptr; locked bool; cond rb_nativethread_cond_t;
+			snt_cnt u32; dnt_cnt u32; running_cnt u32; max_cpu u32; grq ccan_list_head; grq_cnt u32;
+			running_threads ccan_list_head; timeslice_threads ccan_list_head; zombie_threads ccan_list_head;
+			timeslice_wait_inf bool; barrier_complete_cond rb_nativethread_cond_t;
+			barrier_release_cond rb_nativethread_cond_t; barrier_waiting bool; barrier_waiting_cnt u32;
+			barrier_serial u32}`)...),
+	mainAltstack,
+	drop("rb_ractor_sync", "wakeup_cond", "only without pthreads (with them a ractor waits on its threads' condvars)"),
+	arTable8,
+})
+
+var patches34 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), shapes32, value64, sched34, []patch{
+	drop("rb_vm_struct.ractor.sync", "barrier_waiting", "only without pthreads (vm_core.h: #ifndef RUBY_THREAD_PTHREAD_H)"),
+	drop("rb_vm_struct.ractor.sync", "barrier_cnt", "only without pthreads"),
+	drop("rb_vm_struct.ractor.sync", "barrier_cond", "only without pthreads"),
+	drop("rb_ractor_sync", "cond", "only without pthreads (ractor_core.h: #ifndef RUBY_THREAD_PTHREAD_H)"),
+	mainAltstack,
+	arTable8,
+})
