@@ -4,7 +4,7 @@ BIN := bin/rbscope
 # RUBY_BUILDS lists the Rubies of the test matrix as build-ruby.sh
 # arguments, with a comma for a space: a shared debug build of each family,
 # a static one, and a stripped copy read through the built-in table.
-RUBY_BUILDS ?= 3.1 3.3 3.3,--static 3.3,--stripped
+RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static 3.3,--stripped 3.4 3.4,--stripped
 
 .PHONY: all build deps rubies demo test vet bench clean
 

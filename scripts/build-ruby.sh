@@ -6,7 +6,8 @@
 # work when that build is already there. Prints the prefix on success.
 #
 #   VERSION     a Ruby minor version whose Debian source package is known:
-#               3.1 (bookworm's ruby3.1) or 3.3 (trixie's ruby3.3).
+#               2.7 (bullseye's ruby2.7), 3.1 (bookworm's ruby3.1),
+#               3.3 (trixie's ruby3.3) or 3.4 (experimental's ruby3.4).
 #               Only the upstream .orig tarball is used, built with Ruby's
 #               own ./configure.
 #   (none)      ruby-VERSION-shared: --enable-shared, DWARF in libruby.
@@ -81,9 +82,11 @@ if [ "$kind" = stripped ]; then
 fi
 
 case "$version" in
+  2.7) pkg=ruby2.7 suite=bullseye ;;
   3.1) pkg=ruby3.1 suite=bookworm ;;
   3.3) pkg=ruby3.3 suite=trixie ;;
-  *) echo "build-ruby.sh: no Debian source package known for Ruby $version (known: 3.1, 3.3)" >&2; exit 1 ;;
+  3.4) pkg=ruby3.4 suite=experimental ;;
+  *) echo "build-ruby.sh: no Debian source package known for Ruby $version (known: 2.7, 3.1, 3.3, 3.4)" >&2; exit 1 ;;
 esac
 
 # ensure_deb_src adds a deb-src entry for $suite, in a file of its own, when
@@ -117,9 +120,13 @@ if [ -z "$orig" ]; then
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
 fi
 
-# Build dependencies of a plain Ruby build. Ruby 3.3 builds YJIT when it
-# finds rustc >= 1.58 on PATH; without it, it builds without YJIT.
+# Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
+# finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
 need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
+case "$version" in
+  2.* | 3.[0-2]) ;;
+  *) command -v rustc >/dev/null || need rustc ;;
+esac
 
 work=$(mktemp -d "$srcdir/build-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -130,11 +137,23 @@ if [ -f gems/bundled_gems ]; then
   grep '^#' gems/bundled_gems >gems/bundled_gems.tmp || true
   mv gems/bundled_gems.tmp gems/bundled_gems
 fi
+# Ruby 2.7's installer writes the default gems' specs with rubygems'
+# to_ruby, which requires openssl (not built here: see below) only to
+# print signing certificates, which these specs have none of.
+if [ "$version" = 2.7 ]; then
+  sed -i -e "s/^    require 'openssl'\$/    begin; require 'openssl'; rescue LoadError; end/" \
+    -e "s/unless current_value.is_a?(OpenSSL::PKey::RSA)/unless defined?(OpenSSL::PKey::RSA) \&\& current_value.is_a?(OpenSSL::PKey::RSA)/" \
+    lib/rubygems/specification.rb
+fi
 [ -x configure ] || ./autogen.sh >"$work/autogen.log" 2>&1 || { tail -20 "$work/autogen.log" >&2; exit 1; }
 shared_flag=--enable-shared
 [ "$kind" = static ] && shared_flag=--disable-shared
+extra=()
+# Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
+# rbscope reads does not need it.
+[ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)
 rm -rf "$prefix"
-./configure --prefix="$prefix" "$shared_flag" --disable-install-doc \
+./configure --prefix="$prefix" "$shared_flag" --disable-install-doc "${extra[@]}" \
   optflags="-O2" debugflags="-ggdb3" >"$work/configure.log" 2>&1 ||
   { tail -20 "$work/configure.log" >&2; exit 1; }
 grep -iE '^ *\* (YJIT|RJIT) support' "$work/configure.log" >&2 || true

@@ -4,6 +4,7 @@
 # JSON ({pid, threads: [{name, tid, status}]}), then (with BLIP_MS) appends
 # one JSON line per blip thread: {"name", "tid"} after it exits.
 require "json"
+require_relative "lib/native_tid"
 
 out = ARGV.fetch(0)
 lock = Mutex.new
@@ -29,7 +30,7 @@ if (ms = ENV["BLIP_MS"])
     i += 1
     t = Thread.new { Thread.current.name = "blip-#{i}"; sleep 0.02 }
     tid = nil
-    tid = t.native_thread_id until tid
+    Thread.pass until (tid = t.native_thread_id) # let it run (2.7 learns its TID as it starts)
     t.join
     log.puts JSON.generate({ "name" => "blip-#{i}", "tid" => tid })
     sleep Float(ms) / 1000

@@ -73,6 +73,9 @@ type DumpStats struct {
 // value stack and the control frames, as Ruby scans machine stacks). The
 // machine stacks and registers of native threads are not scanned.
 func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
+	if err := v.Supports(layout.FeatureDump); err != nil {
+		return nil, err
+	}
 	pages, badHeaders, err := v.pageHeaders()
 	if err != nil {
 		return nil, err
@@ -143,9 +146,7 @@ func (d *dumper) init() {
 	L := d.L
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
-	// dump_all's output, not a struct: from 3.2 on it writes no value
-	// for an empty String.
-	d.newValue = d.v.Layout.Family != "3.1"
+	d.newValue = L.DumpOmitsEmptyValue == 1
 	d.chunks.t = d.v.m.t
 }
 
@@ -153,29 +154,31 @@ func (d *dumper) init() {
 // A stripped libruby does not export rb_shape_tree_ptr; the exported
 // rb_shape_get_shape_by_id loads it first thing.
 func (v *VM) findShapeList() uint64 {
-	L := v.Layout
-	list := func(c uint64) (uint64, bool) {
-		tree, err := v.m.u64(c)
-		if err != nil || tree == 0 || tree&7 != 0 {
-			return 0, false
-		}
-		l, err := v.m.u64(at(tree, L.ShapeTreeList))
-		if err != nil || l == 0 || l&7 != 0 {
-			return 0, false
-		}
-		root, err := v.m.read(l, int(L.ShapeSize))
-		if err != nil || le32(root, L.ShapeNextIVIndex) != 0 {
-			return 0, false // the root shape has no instance variables
-		}
-		return l, true
+	tree := v.locate("rb_shape_tree_ptr")
+	if tree == 0 {
+		return 0
 	}
-	if addr, _, err := v.Image.Symbol("rb_shape_tree_ptr"); err == nil {
-		if l, ok := list(addr); ok {
-			return l
-		}
-	}
-	l, _ := v.findRIPRef("rb_shape_get_shape_by_id", 1, list)
+	l, _ := v.shapeListAt(tree)
 	return l
+}
+
+// shapeListAt reads the shape list through the rb_shape_tree_ptr at c,
+// checking that its root shape has no instance variables.
+func (v *VM) shapeListAt(c uint64) (uint64, bool) {
+	L := v.Layout
+	tree, err := v.m.u64(c)
+	if err != nil || tree == 0 || tree&7 != 0 {
+		return 0, false
+	}
+	l, err := v.m.u64(at(tree, L.ShapeTreeList))
+	if err != nil || l == 0 || l&7 != 0 {
+		return 0, false
+	}
+	root, err := v.m.read(l, int(L.ShapeSize))
+	if err != nil || le32(root, L.ShapeNextIVIndex) != 0 {
+		return 0, false // the root shape has no instance variables
+	}
+	return l, true
 }
 
 // flush writes the collected JSON once there is enough of it (or all of
@@ -488,7 +491,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	case L.TFloat:
 		d.key("value")
 		d.buf = append(d.buf, '"')
-		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)))
+		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)), L.DumpFloatAltForm == 1)
 		d.buf = append(d.buf, '"')
 	case L.TRational:
 		d.ref(le64(slot, L.RRationalNum))
@@ -530,21 +533,11 @@ var builtinEncodings = [...]struct {
 // dump prints).
 func (d *dumper) strContent(slot []byte, flags uint64) (length uint64, ptr uint64, err error) {
 	L := d.L
-	if flags&uint64(L.RStringNoEmbed) != 0 {
-		lenOff := L.RStringHeapLen
-		if L.RStringLen >= 0 {
-			lenOff = L.RStringLen
-		}
-		return le64(slot, lenOff), le64(slot, L.RStringHeapPtr), nil
+	h := strHeader(L, slot, flags)
+	if !h.embedded {
+		return h.length, h.ptr, nil
 	}
-	switch {
-	case L.RStringLen >= 0:
-		length = le64(slot, L.RStringLen)
-	case L.RStringEmbedLen >= 0:
-		length = le64(slot, L.RStringEmbedLen)
-	default:
-		length = (flags & uint64(L.RStringEmbedLenMask)) >> uint64(L.RStringEmbedLenShift)
-	}
+	length = h.length
 	if L.RStringEmbedAry+int64(length) > int64(len(slot)) {
 		return 0, 0, errTorn
 	}
@@ -658,13 +651,13 @@ func (d *dumper) symbol(slot []byte) error {
 // root) as references.
 func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
-	if flags&uint64(L.RArrayEmbedFlag) != 0 {
-		n := (flags & uint64(L.RArrayEmbedLenMask)) >> uint64(L.RArrayEmbedLenShift)
+	h := aryHeader(L, slot, flags)
+	n := h.length
+	if h.embedded {
 		d.field("length", n)
 		d.flag("embedded")
-		return memsize, d.refSlotWords(slot, L.RArrayEmbedAry, n)
+		return memsize, d.refSlotWords(slot, h.off, n)
 	}
-	n := le64(slot, L.RArrayHeapLen)
 	if n > maxDumpElems {
 		return 0, errTorn
 	}
@@ -680,7 +673,7 @@ func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 	if n == 0 {
 		return memsize, nil
 	}
-	return memsize, d.refWords(le64(slot, L.RArrayHeapPtr), n)
+	return memsize, d.refWords(h.ptr, n)
 }
 
 // hash appends size, default (a default proc) and the keys and values,
@@ -982,9 +975,10 @@ func (d *dumper) constants(tbl uint64) error {
 	return nil
 }
 
-// appendCG appends f as C's printf("%#g") does (dump_all prints Floats so):
-// six significant digits, trailing zeros and the decimal point kept.
-func appendCG(b []byte, f float64) []byte {
+// appendCG appends f as C's printf("%#g") does (dump_all prints Floats so
+// since 3.0): six significant digits, trailing zeros and the decimal point
+// kept; with alt false as "%g" does (2.7), without them.
+func appendCG(b []byte, f float64, alt bool) []byte {
 	switch {
 	case math.IsNaN(f):
 		return append(b, "nan"...)
@@ -997,8 +991,22 @@ func appendCG(b []byte, f float64) []byte {
 	e := strconv.AppendFloat(nil, f, 'e', prec-1, 64)
 	i := bytes.LastIndexByte(e, 'e')
 	x, _ := strconv.Atoi(string(e[i+1:]))
+	var out []byte
 	if x < -4 || x >= prec {
-		return append(b, e...)
+		out = e
+	} else {
+		out = strconv.AppendFloat(nil, f, 'f', prec-1-x, 64)
 	}
-	return strconv.AppendFloat(b, f, 'f', prec-1-x, 64)
+	if !alt {
+		mant, exp := out, []byte(nil)
+		if j := bytes.LastIndexByte(out, 'e'); j >= 0 {
+			mant, exp = out[:j], out[j:]
+		}
+		if bytes.IndexByte(mant, '.') >= 0 {
+			mant = bytes.TrimRight(mant, "0")
+			mant = bytes.TrimSuffix(mant, []byte("."))
+		}
+		out = append(append([]byte(nil), mant...), exp...)
+	}
+	return append(b, out...)
 }

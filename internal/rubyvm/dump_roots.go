@@ -127,23 +127,7 @@ func (v *VM) idTable(tbl uint64) ([]byte, int, bool) {
 // or else from the machine code of exported functions that look global
 // variables up, keeping the candidate whose entries' IDs match their keys.
 // The answer is kept: the table's address does not change.
-func (v *VM) findGlobalTbl() uint64 {
-	if v.globalTblLooked {
-		return v.globalTbl
-	}
-	v.globalTblLooked = true
-	if addr, _, err := v.Image.Symbol("rb_global_tbl"); err == nil {
-		v.globalTbl = addr
-		return addr
-	}
-	for _, fn := range []string{"rb_gv_get", "rb_gv_set", "rb_define_hooked_variable"} {
-		if addr, ok := v.findRIPRef(fn, 3, func(c uint64) (uint64, bool) { return c, v.plausibleGlobalTbl(c) }); ok {
-			v.globalTbl = addr
-			return addr
-		}
-	}
-	return 0
-}
+func (v *VM) findGlobalTbl() uint64 { return v.locate("rb_global_tbl") }
 
 // PrepareHeapDump finds, before the process is paused, what HeapDump
 // would otherwise look for (by reading machine code) while it is: the

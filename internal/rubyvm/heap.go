@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -147,13 +148,27 @@ func (v *VM) heapPages() ([]uint64, error) {
 	return pages, nil
 }
 
-// pageList reads objspace->heap_pages.sorted and allocated_pages.
+// maxObjspaceDrift bounds how far from the table's offset of vm->objspace
+// a plausible one is looked for.
+const maxObjspaceDrift = 128
+
+// pageList reads objspace->heap_pages.sorted and allocated_pages, and
+// returns the address of the first page pointer and their count. Since 3.4
+// sorted points at a darray whose own length counts the pages.
 func (v *VM) pageList(objspace uint64) (sorted, n uint64, err error) {
 	L := v.Layout
 	if sorted, err = v.m.u64(at(objspace, L.ObjspaceSortedPages)); err != nil {
 		return 0, 0, fmt.Errorf("reading the heap page list: %w", err)
 	}
-	if n, err = v.m.u64(at(objspace, L.ObjspaceAllocatedPages)); err != nil {
+	if L.SortedDarrayData >= 0 {
+		if sorted == 0 || sorted&7 != 0 {
+			return 0, 0, fmt.Errorf("the heap page list is at %#x: %w", sorted, ErrGarbage)
+		}
+		if n, err = v.m.u64(at(sorted, L.SortedDarrayLen)); err != nil {
+			return 0, 0, fmt.Errorf("reading the heap page count: %w", err)
+		}
+		sorted = at(sorted, L.SortedDarrayData)
+	} else if n, err = v.m.u64(at(objspace, L.ObjspaceAllocatedPages)); err != nil {
 		return 0, 0, fmt.Errorf("reading the heap page count: %w", err)
 	}
 	if n > maxHeapPages || (n > 0 && (sorted == 0 || sorted&7 != 0)) {
@@ -175,11 +190,25 @@ func (v *VM) objspace() (uint64, error) {
 	if v.objspaceOff == 0 {
 		v.objspaceOff = v.Layout.VMObjspace
 		if !v.plausibleObjspace(vm, v.objspaceOff) {
+			found := false
 			for _, fn := range []string{"rb_gc_count", "rb_gc_enable", "rb_gc_disable"} {
 				if off, ok := v.findDispFor(fn, func(off int64) bool { return v.plausibleObjspace(vm, off) }); ok {
-					v.objspaceOff = off
+					v.objspaceOff, found = off, true
 					break
 				}
+			}
+			// Without the code (a core from elsewhere), patch releases
+			// move it by a few words: try the words around the table's.
+			for d := int64(8); !found && d <= maxObjspaceDrift; d += 8 {
+				for _, off := range []int64{v.Layout.VMObjspace + d, v.Layout.VMObjspace - d} {
+					if off > 0 && v.plausibleObjspace(vm, off) {
+						v.objspaceOff, found = off, true
+						break
+					}
+				}
+			}
+			if found {
+				v.adjust("VMObjspace", v.Layout.VMObjspace, v.objspaceOff)
 			}
 		}
 	}
@@ -214,7 +243,7 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
 		return false
 	}
 	p, ok := v.pageHeader(hdr)
-	return ok && p.slotSize%L.RValueSize == 0
+	return ok && p.slotSize%L.BaseSlotSize == 0
 }
 
 // heapPage is one heap page: slots of slotSize bytes from start.
@@ -238,11 +267,14 @@ func (v *VM) pageHeaderLen() int {
 func (v *VM) pageHeader(hdr []byte) (p heapPage, ok bool) {
 	L := v.Layout
 	p = heapPage{
-		slotSize: int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:]))),
+		slotSize: L.BaseSlotSize, // before 3.2 every slot is one RVALUE
 		total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
 		start:    le64(hdr, L.HeapPageStart),
 	}
-	ok = p.slotSize >= L.RValueSize && p.total > 0 && p.slotSize*p.total <= maxPageBytes &&
+	if L.HeapPageSlotSize >= 0 {
+		p.slotSize = int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
+	}
+	ok = p.slotSize >= L.BaseSlotSize && p.total > 0 && p.slotSize*p.total <= maxPageBytes &&
 		p.start != 0 && p.start <= ^uint64(0)-maxPageBytes
 	return p, ok
 }
@@ -308,14 +340,14 @@ func (v *VM) outOfSlot(typ, flags uint64, slot []byte) uint64 {
 		return 0
 	}
 	switch {
-	case typ == uint64(L.TString) && flags&uint64(L.RStringNoEmbed) != 0:
+	case typ == uint64(L.TString) && !strHeader(L, slot, flags).embedded:
 		if capa := le64(slot, L.RStringHeapCapa); capa < maxOutOfSlot {
 			return capa
 		}
-	case typ == uint64(L.TArray) && flags&uint64(L.RArrayEmbedFlag) == 0:
+	case typ == uint64(L.TArray) && !aryHeader(L, slot, flags).embedded:
 		capa := le64(slot, L.RArrayHeapCapa)
 		if flags&v.arySharedRootFlag() != 0 {
-			capa = le64(slot, L.RArrayHeapLen) // aux counts the sharers
+			capa = aryHeader(L, slot, flags).length // aux counts the sharers
 		}
 		if capa < maxOutOfSlot/8 {
 			return capa * 8
@@ -330,6 +362,9 @@ func (v *VM) outOfSlot(typ, flags uint64, slot []byte) uint64 {
 // process may free pages under the walk (they are then skipped and counted
 // in SkippedPages) and move objects between them.
 func (v *VM) HeapCensus() (*Census, error) {
+	if err := v.Supports(layout.FeatureCensus); err != nil {
+		return nil, err
+	}
 	L := v.Layout
 	pages, badHeaders, err := v.pageHeaders()
 	if err != nil {

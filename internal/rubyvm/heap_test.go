@@ -73,7 +73,7 @@ func TestHeapCensusMatchesCountObjects(t *testing.T) {
 				if want := rep.CountObjects["T_"+typ]; r.Count != want {
 					t.Logf("T_%s: rbscope %d, count_objects %d", typ, r.Count, want)
 				}
-				if r.Bytes < r.Count*uint64(vm.Layout.RValueSize) {
+				if r.Bytes < r.Count*uint64(vm.Layout.BaseSlotSize) {
 					t.Errorf("T_%s: %d bytes for %d objects, less than a slot each", typ, r.Bytes, r.Count)
 				}
 			}
@@ -91,10 +91,10 @@ func TestHeapCensusMatchesCountObjects(t *testing.T) {
 			}
 			// 1000 Strings of 100..1099 bytes and 2000 Arrays of 10
 			// elements live in malloc'd buffers the bytes must include.
-			if s := byType["STRING"]; s.Bytes < s.Count*uint64(vm.Layout.RValueSize)+(100+1099)*1000/2 {
+			if s := byType["STRING"]; s.Bytes < s.Count*uint64(vm.Layout.BaseSlotSize)+(100+1099)*1000/2 {
 				t.Errorf("STRING bytes %d leave out the long strings' buffers", s.Bytes)
 			}
-			if a := byType["ARRAY"]; a.Bytes < a.Count*uint64(vm.Layout.RValueSize)+2000*10*8 {
+			if a := byType["ARRAY"]; a.Bytes < a.Count*uint64(vm.Layout.BaseSlotSize)+2000*10*8 {
 				t.Errorf("ARRAY bytes %d leave out the arrays' buffers", a.Bytes)
 			}
 			var sumCount, sumBytes uint64

@@ -1,14 +1,27 @@
 package rubyvm
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
+
+	"github.com/rbscope/rbscope/internal/target"
 )
+
+// PathNotInCore is the path of a frame whose path is a string the core
+// does not hold (a literal in the read-only data of a Ruby image that is
+// not on this machine).
+const PathNotInCore = "(not in the core)"
 
 // iseqInfo is what rbscope keeps of one instruction sequence: where it is
 // from and how to turn a pc into a line.
 type iseqInfo struct {
-	label     string
+	label     string // location.label, as the compiler wrote it
+	baseLabel string // location.base_label: the method name of a block
+	typ       int64  // enum rb_iseq_type
+	parent    uint64 // parent_iseq
+	local     uint64 // local_iseq
+	cTrace    bool   // a builtin that backtraces show as a C method
 	path      string
 	firstLine int
 	encoded   uint64 // iseq_encoded
@@ -37,7 +50,7 @@ func (v *VM) iseq(addr uint64) (*iseqInfo, error) {
 		return nil, err
 	}
 	end := L.BodyInsnsInfoSuccTbl + 8
-	for _, o := range []int64{L.BodyPathObj, L.BodyLabel, L.BodyFirstLineno, L.BodyIseqEncoded, L.BodyInsnsInfoBody} {
+	for _, o := range []int64{L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyFirstLineno, L.BodyIseqEncoded, L.BodyInsnsInfoBody, L.BodyType, L.BodyParentIseq, L.BodyLocalIseq, L.BodyBuiltinAttrs} {
 		if o+8 > end {
 			end = o + 8
 		}
@@ -53,9 +66,33 @@ func (v *VM) iseq(addr uint64) (*iseqInfo, error) {
 		infoPos:   le64(b, L.BodyInsnsInfoPos),
 		infoSize:  uint64(le32(b, L.BodyInsnsInfoSize)),
 		succTable: le64(b, L.BodyInsnsInfoSuccTbl),
+		typ:       int64(int32(le32(b, L.BodyType))),
+		parent:    le64(b, L.BodyParentIseq),
+		local:     le64(b, L.BodyLocalIseq),
+	}
+	if L.BodyBuiltinAttrs >= 0 && L.BuiltinAttrCTrace > 0 {
+		info.cTrace = int64(le32(b, L.BodyBuiltinAttrs))&L.BuiltinAttrCTrace != 0
 	}
 	if info.label, err = v.rstring(le64(b, L.BodyLabel)); err != nil {
-		return nil, fmt.Errorf("iseq label: %w", err)
+		// The label of the main script's and a required file's top-level
+		// iseq is a literal in libruby's read-only data, which a core may
+		// leave out; the iseq's type says what it is.
+		switch int64(le32(b, L.BodyType)) {
+		case L.IseqTypeMain:
+			info.label = "<main>"
+		case L.IseqTypeTop:
+			info.label = "<top (required)>"
+		case L.IseqTypeEval, L.IseqTypeRescue, L.IseqTypeEnsure:
+			// Named after the code they run in (iseqLabel).
+			if info.parent == 0 {
+				return nil, fmt.Errorf("iseq label: %w", err)
+			}
+		default:
+			return nil, fmt.Errorf("iseq label: %w", err)
+		}
+	}
+	if info.baseLabel, err = v.rstring(le64(b, L.BodyBaseLabel)); err != nil {
+		info.baseLabel = info.label
 	}
 	pathobj := le64(b, L.BodyPathObj)
 	if typ, _, err := v.objType(pathobj); err == nil && typ == L.TArray {
@@ -65,7 +102,13 @@ func (v *VM) iseq(addr uint64) (*iseqInfo, error) {
 		}
 	}
 	if info.path, err = v.rstring(pathobj); err != nil {
-		return nil, fmt.Errorf("iseq path: %w", err)
+		// A String whose bytes are a literal in libruby's read-only data
+		// (3.1's "(eval)") is unreadable in a core that lacks that data;
+		// the frame is still worth showing.
+		if typ, _, terr := v.objType(pathobj); terr != nil || typ != L.TString || !errors.Is(err, target.ErrNotInCore) {
+			return nil, fmt.Errorf("iseq path: %w", err)
+		}
+		info.path = PathNotInCore
 	}
 	if n, ok := v.fixnum(le64(b, L.BodyFirstLineno)); ok {
 		info.firstLine = int(n)
@@ -182,4 +225,62 @@ func (v *VM) succIndexLookup(table, pos uint64) (uint64, error) {
 	word := le64(blk, L.SuccBlockBits+int64(small*8))
 	popcnt := uint64(bits.OnesCount64(word << (63 - bit%64)))
 	return uint64(le32(blk, L.SuccBlockRank)) + smallRank + popcnt, nil
+}
+
+// maxIseqNesting bounds the walk up an iseq's parents (blocks in blocks).
+const maxIseqNesting = 1000
+
+// iseqLabel names a frame running iseq as Ruby 3.4's backtraces do
+// (calculate_iseq_label in vm_backtrace.c), on every Ruby version: a
+// method is qualified by its owner (Foo#bar, Foo.bar), a block says how
+// deep it is in what (block (2 levels) in Foo#bar), and rescue, ensure and
+// eval code is named after the code it runs in. owner is the frame's
+// method entry's owner, 0 when it has none.
+func (v *VM) iseqLabel(iseq uint64, owner uint64) (string, error) {
+	L := v.Layout
+	for depth := 0; depth < maxIseqNesting; depth++ {
+		info, err := v.iseq(iseq)
+		if err != nil {
+			return "", err
+		}
+		switch info.typ {
+		case L.IseqTypeMethod:
+			return v.methodLabel(owner, info.label), nil
+		case L.IseqTypeBlock, L.IseqTypePlain:
+			level, local := 0, iseq
+			if info.parent == 0 || info.local == iseq {
+				return info.label, nil
+			}
+			{
+				for info.local != local {
+					li, err := v.iseq(local)
+					if err != nil {
+						return "", err
+					}
+					if li.typ == L.IseqTypeBlock {
+						level++
+					}
+					if local = li.parent; local == 0 || level > maxIseqNesting {
+						return "", fmt.Errorf("iseq %#x: parent chain does not reach its local iseq: %w", iseq, ErrGarbage)
+					}
+				}
+			}
+			in, err := v.iseqLabel(local, owner)
+			if err != nil {
+				return "", err
+			}
+			if level <= 1 {
+				return "block in " + in, nil
+			}
+			return fmt.Sprintf("block (%d levels) in %s", level, in), nil
+		case L.IseqTypeRescue, L.IseqTypeEnsure, L.IseqTypeEval:
+			if info.parent == 0 {
+				return info.label, nil
+			}
+			iseq = info.parent
+		default: // top, main, class bodies
+			return info.label, nil
+		}
+	}
+	return "", fmt.Errorf("iseq %#x nested too deep: %w", iseq, ErrGarbage)
 }

@@ -46,32 +46,14 @@ func (v *VM) rstring(obj uint64) (string, error) {
 	if typ != L.TString {
 		return "", fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
 	}
-	var length uint64
-	var ptr uint64
-	if flags&uint64(L.RStringNoEmbed) != 0 {
-		lenOff := L.RStringHeapLen
-		if L.RStringLen >= 0 {
-			lenOff = L.RStringLen
-		}
-		if length, err = v.m.u64(at(obj, lenOff)); err != nil {
-			return "", err
-		}
-		if ptr, err = v.m.u64(at(obj, L.RStringHeapPtr)); err != nil {
-			return "", err
-		}
-	} else {
-		switch {
-		case L.RStringLen >= 0:
-			length, err = v.m.u64(at(obj, L.RStringLen))
-		case L.RStringEmbedLen >= 0:
-			length, err = v.m.u64(at(obj, L.RStringEmbedLen))
-		default:
-			length = (flags & uint64(L.RStringEmbedLenMask)) >> uint64(L.RStringEmbedLenShift)
-		}
-		if err != nil {
-			return "", err
-		}
-		ptr = at(obj, L.RStringEmbedAry)
+	slot, err := v.m.read(obj, strHeaderLen(L))
+	if err != nil {
+		return "", err
+	}
+	h := strHeader(L, slot, flags)
+	length, ptr := h.length, h.ptr
+	if h.embedded {
+		ptr = at(obj, h.off)
 	}
 	if length == 0 {
 		return "", nil
@@ -96,17 +78,14 @@ func (v *VM) rarrayEntry(obj uint64, i int64) (uint64, error) {
 	if typ != L.TArray {
 		return 0, fmt.Errorf("object %#x is type %d, not an Array: %w", obj, typ, ErrGarbage)
 	}
-	var length, ptr uint64
-	if flags&uint64(L.RArrayEmbedFlag) != 0 {
-		length = (flags & uint64(L.RArrayEmbedLenMask)) >> uint64(L.RArrayEmbedLenShift)
-		ptr = at(obj, L.RArrayEmbedAry)
-	} else {
-		if length, err = v.m.u64(at(obj, L.RArrayHeapLen)); err != nil {
-			return 0, err
-		}
-		if ptr, err = v.m.u64(at(obj, L.RArrayHeapPtr)); err != nil {
-			return 0, err
-		}
+	slot, err := v.m.read(obj, aryHeaderLen(L))
+	if err != nil {
+		return 0, err
+	}
+	h := aryHeader(L, slot, flags)
+	length, ptr := h.length, h.ptr
+	if h.embedded {
+		ptr = at(obj, h.off)
 	}
 	if i < 0 || uint64(i) >= length {
 		return 0, fmt.Errorf("index %d outside Array %#x of length %d: %w", i, obj, length, ErrGarbage)

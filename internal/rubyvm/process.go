@@ -28,7 +28,7 @@ var (
 )
 
 // MinFamily is the oldest Ruby version family rbscope reads.
-const MinFamily = "3.1"
+const MinFamily = "2.7"
 
 // VM is a Ruby VM found in a target.
 type VM struct {
@@ -39,18 +39,33 @@ type VM struct {
 	Version     string
 	Description string
 
-	vmPtrAddr       uint64 // &ruby_current_vm_ptr
-	symbolsAddr     uint64 // &ruby_global_symbols (0 when not found)
-	symbolsLooked   bool   // findGlobalSymbols has run
-	globalTbl       uint64 // &rb_global_tbl (0 when not found)
-	globalTblLooked bool   // findGlobalTbl has run
-	m               mem
-	ids             map[uint64]string
-	classNames      map[uint64]string
-	iseqs           map[uint64]*iseqInfo
-	lines           map[[2]uint64]int // (iseq, pc) -> line
-	cfuncs          map[uint64]string // ep[me_cref] of a C frame -> label
-	objspaceOff     int64             // offset of rb_vm_t.objspace, once checked (0: not yet)
+	// VersionFrom says where Version came from when it was not the
+	// process's ruby_version ("--force-version", a mapped path, the
+	// ruby_description string), or is "".
+	VersionFrom string
+	// Adjusted lists the layout offsets rbscope moved because the
+	// layout's own failed its checks on this process (a patch release the
+	// table was not made from): "VMObjspace 1232 -> 1248".
+	Adjusted   []string
+	unexpected []string
+
+	vmPtrAddr    uint64            // &ruby_current_vm_ptr
+	located      map[string]uint64 // what locate found, by symbol (0: not found)
+	locatedHow   map[string]FoundBy
+	maps         []target.Mapping // the mappings when the VM was opened
+	m            mem
+	ids          map[uint64]string
+	classNames   map[uint64]string
+	iseqs        map[uint64]*iseqInfo
+	lines        map[[2]uint64]int    // (iseq, pc) -> line
+	labels       map[[2]uint64]string // (iseq, method owner) -> label
+	owners       map[uint64]uint64    // ep[me_cref] of a local environment -> its method's owner
+	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
+	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
+	tidOff       uint64               // offset of the TID in glibc's struct pthread (0: none)
+	tidOffLooked bool                 // pthreadTIDOffset has run
+	fsBases      map[uint64]int       // a core's threads by fs_base (tidByFSBase)
+	env          valueStack           // the value stack of the stack being walked
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
@@ -73,8 +88,19 @@ func FindImage(t target.Target, maps []target.Mapping) (string, error) {
 	return exe, nil
 }
 
+// Options change how Open finds the VM.
+type Options struct {
+	// ForceVersion, when set, is the Ruby version ("3.3.0") to assume
+	// instead of the one read from the process: the escape hatch for a
+	// process or core whose version cannot be read.
+	ForceVersion string
+}
+
 // Open finds the Ruby VM in t and chooses its layout.
-func Open(t target.Target) (*VM, error) {
+func Open(t target.Target) (*VM, error) { return OpenWith(t, Options{}) }
+
+// OpenWith is Open with options.
+func OpenWith(t target.Target, opts Options) (*VM, error) {
 	maps, err := t.Mappings()
 	if err != nil {
 		return nil, err
@@ -87,30 +113,81 @@ func Open(t target.Target) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !im.HasSymbol("ruby_version") || !(im.HasSymbol("ruby_current_vm_ptr") || im.HasSymbol("ruby_vm_at_exit")) {
+	// An image read from a core's memory may have no symbols at all; it
+	// is taken for Ruby's by its name, or on the user's word.
+	blind := im.InMemory && im.MemoryErr != nil && !im.HasSymbol("ruby_version")
+	if blind && !(rubyLib.MatchString(path) || strings.HasPrefix(filepath.Base(path), "ruby") || opts.ForceVersion != "") {
+		im.Close()
+		return nil, fmt.Errorf("pid %d: %w (it runs %s, and the core holds none of its symbols: %v)", t.PID(), ErrNotRuby, filepath.Base(path), im.MemoryErr)
+	}
+	if !blind && (!im.HasSymbol("ruby_version") || !(im.HasSymbol("ruby_current_vm_ptr") || im.HasSymbol("ruby_vm_at_exit"))) {
 		im.Close()
 		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
-	v := &VM{T: t, Image: im, m: mem{t: t}}
+	v := &VM{T: t, Image: im, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
 	v.ForgetCaches()
-	if v.Version, err = v.symbolString("ruby_version", 32); err != nil {
+	if err := v.findVersion(maps, opts); err != nil {
+		im.Close()
 		return nil, err
 	}
-	v.Description, _ = v.symbolString("ruby_description", 256)
 	fam, err := Family(v.Version)
 	if err != nil {
-		return nil, err
+		im.Close()
+		return nil, v.withVersionSource(err)
 	}
 	if v.Layout, err = chooseLayout(im, fam, v.Version); err != nil {
-		return nil, err
+		im.Close()
+		return nil, v.withVersionSource(err)
 	}
-	if v.vmPtrAddr, err = v.findVMPtr(maps); err != nil {
-		return nil, err
+	if v.vmPtrAddr, err = v.findVMPtr(); err != nil {
+		im.Close()
+		return nil, v.withVersionSource(err)
 	}
-	if err := v.sanityCheck(maps); err != nil {
-		return nil, err
+	if err := v.checkOrDrift(maps); err != nil {
+		im.Close()
+		return nil, v.withVersionSource(err)
 	}
 	return v, nil
+}
+
+// Fallbacks says, in one line, how the VM was found when it was not the
+// ordinary way (the image's file, its symbols, the ruby_version symbol), or
+// returns "". rbscope core prints it on stderr.
+func (v *VM) Fallbacks() string {
+	var parts []string
+	if v.Image.InMemory {
+		what := "its ELF image as the core holds it"
+		switch err := v.Image.MemoryErr; {
+		case errors.Is(err, binary.ErrNoELFHeader):
+			what = "what the core holds of it (not even its ELF header)"
+		case errors.Is(err, binary.ErrNoDynamicSymbols):
+			what = "what the core holds of it (its ELF headers, not its symbols)"
+		case err != nil:
+			what = "what the core holds of it (" + firstLine(err) + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s is not on this machine (or differs): read %s", v.Image.Path, what))
+	}
+	if v.locatedHow["ruby_current_vm_ptr"] == FoundByScan {
+		parts = append(parts, "ruby_current_vm_ptr found by scanning its data for a VM that passes the layout's checks")
+	}
+	if v.VersionFrom != "" {
+		parts = append(parts, fmt.Sprintf("Ruby %s taken from %s", v.Version, v.VersionFrom))
+	}
+
+	return strings.Join(parts, "; ")
+}
+
+// VMPtrAddr returns the address of ruby_current_vm_ptr, however it was
+// found.
+func (v *VM) VMPtrAddr() uint64 { return v.vmPtrAddr }
+
+// withVersionSource adds where the version came from to an error, when it
+// was not the process's own ruby_version.
+func (v *VM) withVersionSource(err error) error {
+	if v.VersionFrom == "" {
+		return err
+	}
+	return fmt.Errorf("%w (version taken from %s)", err, v.VersionFrom)
 }
 
 // ForgetCaches drops what was learned about instruction sequences, lines,
@@ -121,6 +198,8 @@ func (v *VM) ForgetCaches() {
 	v.classNames = map[uint64]string{}
 	v.iseqs = map[uint64]*iseqInfo{}
 	v.lines = map[[2]uint64]int{}
+	v.labels = map[[2]uint64]string{}
+	v.owners = map[uint64]uint64{}
 	v.cfuncs = map[uint64]string{}
 }
 
@@ -157,13 +236,14 @@ func Family(version string) (string, error) {
 	if err1 != nil || err2 != nil {
 		return "", fmt.Errorf("unrecognised Ruby version %q: %w", version, ErrUnsupported)
 	}
-	if major < 3 || (major == 3 && minor < 1) {
+	if major < 2 || (major == 2 && minor < 7) {
 		return "", fmt.Errorf("Ruby %s: %w (rbscope reads Ruby %s and newer)", version, ErrUnsupported, MinFamily)
 	}
 	return fmt.Sprintf("%d.%d", major, minor), nil
 }
 
-// chooseLayout prefers the image's own DWARF, then the built-in table.
+// chooseLayout prefers the image's own DWARF, then the built-in table. Its
+// error says which of the two was missing or unusable, and why.
 func chooseLayout(im *binary.Image, family, version string) (*layout.Layout, error) {
 	var dwarfErr error
 	if d := im.DWARF(); d != nil {
@@ -176,13 +256,51 @@ func chooseLayout(im *binary.Image, family, version string) (*layout.Layout, err
 	if l := layouts.For(family); l != nil {
 		return l, nil
 	}
-	note := ""
+	builtin := "built-in tables: " + strings.Join(layouts.Families(), ", ")
 	if dwarfErr != nil {
-		note = "; its DWARF was unusable: " + strings.SplitN(dwarfErr.Error(), "\n", 2)[0]
+		return nil, fmt.Errorf("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
+			version, ErrUnsupported, im.Path, firstLine(dwarfErr), family, builtin)
 	}
-	return nil, fmt.Errorf("Ruby %s: %w: %s has no debug info and rbscope has no built-in layout for %s (built-in: %s; any Ruby >= %s built with -g works)%s",
-		version, ErrUnsupported, im.Path, family, strings.Join(layouts.Families(), ", "), MinFamily, note)
+	return nil, fmt.Errorf("Ruby %s: %w: %s carries no debug info and rbscope has no built-in table for Ruby %s (%s); install its debug symbols (a -dbg or -dbgsym package, found by build-id under /usr/lib/debug) or use a Ruby built with -g",
+		version, ErrUnsupported, im.Path, family, builtin)
 }
+
+func firstLine(err error) string { s, _, _ := strings.Cut(err.Error(), "\n"); return s }
+
+// Supports says whether this Ruby's layout has what feature f needs. The
+// error names the feature, the Ruby version, the missing field and what was
+// looked for, and wraps ErrUnsupported.
+func (v *VM) Supports(f layout.Feature) error {
+	if err := v.Layout.Supports(f); err != nil {
+		return fmt.Errorf("%s is not available for Ruby %s: %w (%w)", featureWhat[f], v.Version, err, ErrUnsupported)
+	}
+	return nil
+}
+
+// featureWhat names a feature the way a user meets it.
+var featureWhat = map[layout.Feature]string{
+	layout.FeatureStack:  "reading stacks",
+	layout.FeatureCensus: "the heap census",
+	layout.FeatureDump:   "the heap dump",
+}
+
+// adjust records that field's offset was moved from to to; a move that is
+// one of the family's known drifts of that field alone (vm->objspace
+// within 3.1) says so, and is not news (Unexpected).
+func (v *VM) adjust(field string, from, to int64) {
+	for _, d := range driftsFor(v.Layout.Family) {
+		if delta, ok := d.Moves[field]; ok && delta == to-from && len(d.Moves) == 1 {
+			v.Adjusted = append(v.Adjusted, fmt.Sprintf("%s %d -> %d (known: %s)", field, from, to, d.Why))
+			return
+		}
+	}
+	v.Adjusted = append(v.Adjusted, fmt.Sprintf("%s %d -> %d", field, from, to))
+	v.unexpected = append(v.unexpected, v.Adjusted[len(v.Adjusted)-1])
+}
+
+// Unexpected lists the adjustments (of Adjusted) that are no known drift
+// of the family: worth telling the user, as the table may be stale.
+func (v *VM) Unexpected() []string { return v.unexpected }
 
 // vmPtr reads ruby_current_vm_ptr.
 func (v *VM) vmPtr() (uint64, error) {
@@ -220,5 +338,83 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 	if _, ok := target.FindMapping(maps, st.vmStack); !ok {
 		return fmt.Errorf("layout check (Ruby %s, %s) failed: main thread's VM stack %#x is outside every mapping", v.Version, L.Source, st.vmStack)
 	}
+	// Thread and ractor offsets that moved (a table from another patch
+	// release) show here: the main thread's self must be its Thread
+	// object, and the thread must be on a thread list, which closes.
+	if !v.threadObjectOf(th) {
+		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's self is not a Thread object pointing back at it: %w", v.Version, L.Source, ErrGarbage)
+	}
+	if err := v.threadListed(vm, th); err != nil {
+		return fmt.Errorf("layout check (Ruby %s, %s) failed: %w", v.Version, L.Source, err)
+	}
+	// The thread's name is nil or a String, and its status one of the
+	// enum's.
+	t, _ := v.thread(th)
+	if t.Error != "" || t.Status == "unknown" {
+		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's status is unknown: %w", v.Version, L.Source, ErrGarbage)
+	}
+	if name, err := v.m.u64(at(th, L.ThreadName)); err != nil || (name != uint64(L.Qnil) && !v.isString(name)) {
+		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's name %#x is neither nil nor a String: %w", v.Version, L.Source, name, ErrGarbage)
+	}
 	return nil
+}
+
+// isString reports whether val is a String object.
+func (v *VM) isString(val uint64) bool {
+	if !v.isHeapObject(val) {
+		return false
+	}
+	typ, _, err := v.objType(val)
+	return err == nil && typ == v.Layout.TString
+}
+
+// driftsFor lists a family's known drifts (a variable for tests).
+var driftsFor = layouts.Drifts
+
+// checkOrDrift runs the layout check and, when a built-in table fails it,
+// tries the known drifts of the table's family (offsets that patch
+// releases moved), keeping the first that passes and recording what it
+// moved in Adjusted. Frames are never read through a layout that failed.
+func (v *VM) checkOrDrift(maps []target.Mapping) error {
+	err := v.sanityCheck(maps)
+	if err == nil || v.Layout.Source != "table" {
+		return err
+	}
+	orig := v.Layout
+	for _, d := range driftsFor(orig.Family) {
+		l, moved := d.Apply(orig)
+		v.Layout = l
+		v.ForgetCaches()
+		if v.sanityCheck(maps) == nil {
+			what := strings.Join(moved, ", ") + " (" + d.Why + ")"
+			v.Adjusted = append(v.Adjusted, what)
+			v.unexpected = append(v.unexpected, what)
+			return nil
+		}
+	}
+	v.Layout = orig
+	v.ForgetCaches()
+	return err
+}
+
+// threadListed checks that thread th is on one of the VM's thread lists
+// (a ractor's, or the VM's before ractors), and that the lists close.
+func (v *VM) threadListed(vm, th uint64) error {
+	L := v.Layout
+	groups, err := v.threadGroups(vm)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		ths, err := v.list(g.threads, L.ThreadListNode, maxThreads)
+		if err != nil {
+			return fmt.Errorf("a thread list: %w", err)
+		}
+		for _, t := range ths {
+			if t == th {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the main thread %#x is on no thread list: %w", th, ErrGarbage)
 }

@@ -15,8 +15,11 @@ const (
 type Frame struct {
 	Kind  string `json:"kind"`
 	Label string `json:"label"`
-	Path  string `json:"path,omitempty"`
-	Line  int    `json:"line,omitempty"`
+	// BaseLabel is the bare method name (location.base_label), for Ruby
+	// frames.
+	BaseLabel string `json:"base_label,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Line      int    `json:"line,omitempty"`
 }
 
 // Thread is one Ruby thread and its stack.
@@ -62,14 +65,14 @@ func (v *VM) ReadThreads(withStack func(Thread) bool) ([]Thread, error) {
 		return nil, err
 	}
 	mainThread, _ := v.m.u64(at(vm, L.VMRactorMainThread))
-	ractors, err := v.ractors(vm)
+	groups, err := v.threadGroups(vm)
 	if err != nil {
 		return nil, err
 	}
 	var out []Thread
-	for _, r := range ractors {
-		gvlOwner, _ := v.m.u64(at(r, L.RactorGVLOwner))
-		ths, err := v.list(at(r, L.RactorThreadsSet), L.ThreadListNode, maxThreads)
+	for _, g := range groups {
+		gvlOwner, _ := v.m.u64(g.gvlOwner)
+		ths, err := v.list(g.threads, L.ThreadListNode, maxThreads)
 		if err != nil {
 			return out, fmt.Errorf("listing threads: %w", err)
 		}
@@ -114,6 +117,34 @@ func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool) {
 	}
 }
 
+// threadGroup is one list of threads and where the GVL owner of those
+// threads is kept: a ractor's (3.0+) or, before ractors, the VM's.
+type threadGroup struct {
+	threads  uint64 // the list head of the threads
+	gvlOwner uint64 // the address of the GVL owner's rb_thread_t pointer
+}
+
+// threadGroups lists the VM's thread lists: one per ractor, or the VM's
+// living threads on a Ruby without ractors (2.7).
+func (v *VM) threadGroups(vm uint64) ([]threadGroup, error) {
+	L := v.Layout
+	if L.VMRactorSet < 0 {
+		if L.VMLivingThreads < 0 {
+			return nil, fmt.Errorf("the layout has neither ractors nor the VM's living threads: %w", ErrGarbage)
+		}
+		return []threadGroup{{threads: at(vm, L.VMLivingThreads), gvlOwner: at(vm, L.VMGVLOwner)}}, nil
+	}
+	rs, err := v.ractors(vm)
+	if err != nil {
+		return nil, err
+	}
+	gs := make([]threadGroup, len(rs))
+	for i, r := range rs {
+		gs[i] = threadGroup{threads: at(r, L.RactorThreadsSet), gvlOwner: at(r, L.RactorGVLOwner)}
+	}
+	return gs, nil
+}
+
 // ractors lists the ractors of the VM (the main one for ordinary programs).
 func (v *VM) ractors(vm uint64) ([]uint64, error) {
 	L := v.Layout
@@ -155,7 +186,7 @@ func (v *VM) thread(th uint64) (Thread, uint64) {
 	L := v.Layout
 	t := Thread{Addr: th}
 	size := L.ThreadName + 8
-	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, (L.ThreadStatusBit + L.ThreadStatusLen) / 8} {
+	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, L.ThreadPthread, (L.ThreadStatusBit + L.ThreadStatusLen) / 8} {
 		if o+8 > size {
 			size = o + 8
 		}
@@ -167,6 +198,9 @@ func (v *VM) thread(th uint64) (Thread, uint64) {
 	}
 	t.Self = le64(b, L.ThreadSelf)
 	switch {
+	case L.ThreadTID < 0 && L.ThreadNT < 0 && L.ThreadPthread >= 0:
+		// No TID of its own (2.7): glibc's struct pthread has it.
+		t.TID = v.tidOfPthread(le64(b, L.ThreadPthread))
 	case L.ThreadTID >= 0:
 		t.TID = int(int32(le32(b, L.ThreadTID)))
 	case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
@@ -241,6 +275,15 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The frames' environments mostly lie in the value stack below them,
+	// up to the innermost frame's sp: read that once, not a word at a time.
+	v.env = valueStack{}
+	if sp := le64(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
+		if b, err := v.m.read(st.vmStack, int(sp-st.vmStack)); err == nil {
+			v.env = valueStack{base: st.vmStack, b: b}
+		}
+	}
+	defer func() { v.env = valueStack{} }()
 	frames := make([]Frame, 0, n)
 	var errs int
 	var firstErr error
@@ -290,14 +333,29 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			}
 			v.lines[key] = line
 		}
-		return Frame{Kind: KindRuby, Label: info.label, Path: info.path, Line: line}, true, nil
+		owner, err := v.frameOwner(ep)
+		if err != nil {
+			return Frame{}, false, err
+		}
+		if info.cTrace {
+			return Frame{Kind: KindCFunc, Label: v.methodLabel(owner, info.label)}, true, nil
+		}
+		lkey := [2]uint64{iseq, owner}
+		label, ok := v.labels[lkey]
+		if !ok {
+			if label, err = v.iseqLabel(iseq, owner); err != nil {
+				return Frame{}, false, err
+			}
+			v.labels[lkey] = label
+		}
+		return Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line}, true, nil
 	}
 	if ep == 0 {
 		return Frame{}, false, nil
 	}
 	// One read covers the environment data from ep[me_cref] to ep[flags].
 	lo := min(L.EnvIndexMECref, L.EnvIndexFlags)
-	env, err := v.m.read(uint64(int64(ep)+lo*8), int(max(L.EnvIndexMECref, L.EnvIndexFlags)-lo+1)*8)
+	env, err := v.envRead(uint64(int64(ep)+lo*8), int(max(L.EnvIndexMECref, L.EnvIndexFlags)-lo+1)*8)
 	if err != nil {
 		return Frame{}, false, err
 	}
@@ -334,6 +392,76 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	return Frame{Kind: KindCFunc, Label: label}, true, nil
 }
 
+// frameOwner returns the owner of the method a Ruby frame runs in, found
+// as rb_vm_frame_method_entry finds it: the first method entry on the way
+// from the frame's environment to its local one; 0 for code outside any
+// method (top level, class bodies).
+func (v *VM) frameOwner(ep uint64) (uint64, error) {
+	L := v.Layout
+	if ep == 0 {
+		return 0, nil
+	}
+	lo := min(L.EnvIndexMECref, L.EnvIndexSpecval, L.EnvIndexFlags)
+	n := int(max(L.EnvIndexMECref, L.EnvIndexSpecval, L.EnvIndexFlags)-lo+1) * 8
+	for depth := 0; depth < maxIseqNesting; depth++ {
+		env, err := v.envRead(uint64(int64(ep)+lo*8), n)
+		if err != nil {
+			return 0, err
+		}
+		word := func(i int64) uint64 { return le64(env, (i-lo)*8) }
+		local := int64(word(L.EnvIndexFlags))&L.EnvFlagLocal != 0
+		meCref := word(L.EnvIndexMECref)
+		if owner, ok := v.owners[meCref]; ok && local {
+			return owner, nil
+		}
+		if me, ok := v.methodEntryOf(meCref, local); ok {
+			owner, err := v.m.u64(at(me, L.MEOwner))
+			if err != nil {
+				return 0, err
+			}
+			if local {
+				v.owners[meCref] = owner
+			}
+			return owner, nil
+		}
+		if local {
+			v.owners[meCref] = 0 // a cref: code outside any method
+			return 0, nil
+		}
+		if ep = word(L.EnvIndexSpecval) &^ 3; ep == 0 {
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("environment chain too long: %w", ErrGarbage)
+}
+
+// methodEntryOf is check_method_entry: obj (an ep[me_cref] value) as a
+// method entry, looking through a svar when canBeSvar.
+func (v *VM) methodEntryOf(obj uint64, canBeSvar bool) (uint64, bool) {
+	L := v.Layout
+	if !v.isHeapObject(obj) {
+		return 0, false
+	}
+	typ, flags, err := v.objType(obj)
+	if err != nil || typ != L.TImemo {
+		return 0, false
+	}
+	switch int64(flags>>uint64(L.FlUShift)) & L.ImemoMask {
+	case L.ImemoMent:
+		return obj, true
+	case L.ImemoSvar:
+		if !canBeSvar {
+			return 0, false
+		}
+		inner, err := v.m.u64(at(obj, L.SvarCrefME))
+		if err != nil {
+			return 0, false
+		}
+		return v.methodEntryOf(inner, false)
+	}
+	return 0, false
+}
+
 // methodEntry finds the callable method entry of a C frame from its local
 // environment's ep[VM_ENV_DATA_INDEX_ME_CREF] value, looking through a svar.
 func (v *VM) methodEntry(obj uint64) (uint64, error) {
@@ -358,4 +486,24 @@ func (v *VM) methodEntry(obj uint64) (uint64, error) {
 		break
 	}
 	return 0, fmt.Errorf("C frame without a method entry: %w", ErrGarbage)
+}
+
+// maxValueStackRead bounds the value stack read at once for a stack walk
+// (Ruby's default VM stack is 1 MiB).
+const maxValueStackRead = 1 << 20
+
+// valueStack is a copy of a thread's value stack, read for one stack walk.
+type valueStack struct {
+	base uint64
+	b    []byte
+}
+
+// envRead reads n bytes of an environment at addr: from the copy of the
+// value stack when it holds them, else from the target (an environment
+// that escaped to the heap, for a block or a Proc).
+func (v *VM) envRead(addr uint64, n int) ([]byte, error) {
+	if e := v.env; addr >= e.base && addr-e.base+uint64(n) <= uint64(len(e.b)) {
+		return e.b[addr-e.base : addr-e.base+uint64(n)], nil
+	}
+	return v.m.read(addr, n)
 }

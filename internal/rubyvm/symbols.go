@@ -3,73 +3,48 @@ package rubyvm
 import (
 	"debug/elf"
 	"fmt"
+	"strings"
 
 	"golang.org/x/arch/x86/x86asm"
 
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// findGlobalSymbols locates ruby_global_symbols, the table that maps IDs to
-// names. A stripped libruby does not export it, so when .symtab is missing
-// rbscope reads the machine code of the exported rb_id2str (and what it
-// calls) for RIP-relative references, and keeps the first candidate that
-// holds a plausible symbol table. It returns 0 when nothing fits; C method
-// names then show as "?".
-func (v *VM) findGlobalSymbols() uint64 {
-	if addr, _, err := v.Image.Symbol("ruby_global_symbols"); err == nil {
-		return addr
-	}
-	found, _ := v.findRIPRef("rb_id2str", 2, func(c uint64) (uint64, bool) {
-		// A candidate may point at a member of the table rather than its
-		// start; try it as the start and as the address of the ids member.
-		for _, base := range []uint64{c, c - uint64(v.Layout.SymbolsIDs)} {
-			if v.plausibleSymbols(base) {
-				return base, true
-			}
-		}
-		return 0, false
-	})
-	return found
-}
+// globalSymbols returns the address of ruby_global_symbols, 0 when it was
+// not found (C method names then show as "?").
+func (v *VM) globalSymbols() uint64 { return v.locate("ruby_global_symbols") }
 
-// globalSymbols returns the address of ruby_global_symbols, looking for it
-// on first use: a stack without C methods never needs it.
-func (v *VM) globalSymbols() uint64 {
-	if !v.symbolsLooked {
-		v.symbolsLooked = true
-		v.symbolsAddr = v.findGlobalSymbols()
-	}
-	return v.symbolsAddr
-}
+// FoundBy says how locate found a VM global.
+type FoundBy int
 
-// findVMPtr locates ruby_current_vm_ptr. Ruby 3.1 exports it; from Ruby 3.2
-// on it is a hidden symbol that only .symtab names, so for a stripped
-// libruby rbscope reads the machine code of the exported ruby_vm_at_exit,
-// whose first act is to load it (GET_VM()), and keeps the candidate that
-// points at a VM whose main thread has a VM stack in mapped memory.
-func (v *VM) findVMPtr(maps []target.Mapping) (uint64, error) {
-	addr, _, err := v.Image.Symbol("ruby_current_vm_ptr")
-	if err == nil {
+// How locate found a VM global.
+const (
+	FoundBySymbol FoundBy = iota // the image's symbols name it
+	FoundByCode                  // a RIP-relative operand of an exported function's code
+	FoundByScan                  // a scan of the image's data (a core without the image's code)
+)
+
+// findVMPtr locates ruby_current_vm_ptr (see locators), keeping the
+// candidate that points at a VM whose main thread checks out.
+func (v *VM) findVMPtr() (uint64, error) {
+	if addr := v.locate("ruby_current_vm_ptr"); addr != 0 {
 		return addr, nil
 	}
-	if addr, ok := v.findRIPRef("ruby_vm_at_exit", 0, func(c uint64) (uint64, bool) {
-		return c, v.plausibleVMPtr(c, maps)
-	}); ok {
-		return addr, nil
-	}
-	return 0, fmt.Errorf("Ruby %s in %s: ruby_current_vm_ptr is neither in its symbols nor found through ruby_vm_at_exit's code (or the VM is not running yet): %w", v.Version, v.Image.Path, ErrGarbage)
+	return 0, fmt.Errorf("Ruby %s in %s: ruby_current_vm_ptr is neither in its symbols nor found through ruby_vm_at_exit's code nor by scanning its data (or the VM is not running yet): %w", v.Version, v.Image.Path, ErrGarbage)
 }
 
 // plausibleVMPtr checks that addr holds a pointer to an rb_vm_t whose main
-// thread's execution context has a VM stack in mapped memory.
-func (v *VM) plausibleVMPtr(addr uint64, maps []target.Mapping) bool {
+// thread's execution context has a VM stack in mapped memory, with its
+// control frame pointer inside, and whose self is a T_DATA object that
+// points back at the thread (RTypedData's data).
+func (v *VM) plausibleVMPtr(addr uint64) bool {
 	L := v.Layout
 	vm, err := v.m.u64(addr)
 	if err != nil || vm == 0 || vm&7 != 0 {
 		return false
 	}
 	th, err := v.m.u64(at(vm, L.VMRactorMainThread))
-	if err != nil || th == 0 {
+	if err != nil || th == 0 || th&7 != 0 {
 		return false
 	}
 	ec, err := v.m.u64(at(th, L.ThreadEC))
@@ -80,8 +55,60 @@ func (v *VM) plausibleVMPtr(addr uint64, maps []target.Mapping) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := target.FindMapping(maps, st.vmStack)
-	return ok
+	if _, ok := target.FindMapping(v.maps, st.vmStack); !ok {
+		return false
+	}
+	return v.threadObjectOf(th)
+}
+
+// threadObjectOf reports whether thread th's self is a T_DATA object
+// whose data pointer is th.
+func (v *VM) threadObjectOf(th uint64) bool {
+	L := v.Layout
+	self, err := v.m.u64(at(th, L.ThreadSelf))
+	if err != nil {
+		return false
+	}
+	typ, _, err := v.objType(self)
+	if err != nil || typ != L.TData {
+		return false
+	}
+	data, err := v.m.u64(at(self, L.RTypedDataData))
+	return err == nil && data == th
+}
+
+// maxDataScan bounds the bytes of the Ruby image's data that a scan reads.
+const maxDataScan = 64 << 20
+
+// scanData offers each 8-aligned word of the Ruby image's writable data
+// (its writable mappings and the anonymous mapping right after the last,
+// the rest of .bss) to accept, with its address, and returns the first
+// address accepted.
+func (v *VM) scanData(accept func(addr, word uint64) bool) (uint64, bool) {
+	maps := v.maps
+	var regions []target.Mapping
+	for i, m := range maps {
+		if strings.TrimSuffix(m.Path, " (deleted)") != v.Image.Path || !strings.Contains(m.Perms, "w") {
+			continue
+		}
+		regions = append(regions, m)
+		if i+1 < len(maps) && maps[i+1].Path == "" && maps[i+1].Start == m.End {
+			regions = append(regions, maps[i+1])
+		}
+	}
+	total := uint64(0)
+	for _, m := range regions {
+		size := min(m.End-m.Start, maxDataScan-total)
+		total += size
+		b := make([]byte, size)
+		n, _ := v.T.ReadAt(b, m.Start)
+		for off := 0; off+8 <= n; off += 8 {
+			if a := m.Start + uint64(off); accept(a, le64(b, int64(off))) {
+				return a, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // findRIPRef reads the machine code of the exported function name, then of
@@ -203,12 +230,16 @@ func (v *VM) plausibleSymbols(addr uint64) bool {
 	if err != nil || typ != L.TArray {
 		return false
 	}
-	saved, savedLooked := v.symbolsAddr, v.symbolsLooked
-	v.symbolsAddr, v.symbolsLooked = addr, true
+	saved, had := v.located["ruby_global_symbols"]
+	v.located["ruby_global_symbols"] = addr
 	// The first Ruby method ID registered is well known; any readable
 	// name for a small ID will do as a last check.
 	_, err = v.idName(uint64(L.LastOpID+1) << uint64(L.IDScopeShift))
-	v.symbolsAddr, v.symbolsLooked = saved, savedLooked
+	if had {
+		v.located["ruby_global_symbols"] = saved
+	} else {
+		delete(v.located, "ruby_global_symbols")
+	}
 	v.ids = map[uint64]string{}
 	return err == nil
 }

@@ -14,8 +14,10 @@ func TestFamily(t *testing.T) {
 		{"3.3.8", "3.3", false},
 		{"3.4.0", "3.4", false},
 		{"4.0.0", "4.0", false},
-		{"3.0.6", "", true},
-		{"2.7.8", "", true},
+		{"3.0.6", "3.0", false}, // a family: refused later, for want of a layout
+		{"2.7.8", "2.7", false},
+		{"2.6.10", "", true},
+		{"1.9.3", "", true},
 		{"garbage", "", true},
 		{"", "", true},
 	} {

@@ -205,3 +205,78 @@ func CopyPrefix(t testing.TB, from, to string, size func(int64) int64) string {
 
 // Half is a size for CopyPrefix.
 func Half(n int64) int64 { return n / 2 }
+
+// LabelMatches reports whether got, a frame label rbscope printed, is the
+// label want that a program running Ruby version printed for the same
+// frame. rbscope labels frames as Ruby 3.4 does on every version; Rubies
+// before 3.4 print methods unqualified, so there got may add the owner
+// (Foo#bar, Foo.bar, block in Foo#bar) to want's method name.
+func LabelMatches(version, got, want string) bool {
+	if got == want {
+		return true
+	}
+	if major, minor, ok := versionMinor(version); !ok || major > 3 || (major == 3 && minor >= 4) {
+		return false
+	}
+	prefix, name := "", want
+	if i := strings.LastIndex(want, " in "); i >= 0 && strings.HasPrefix(want, "block") {
+		prefix, name = want[:i+4], want[i+4:]
+	}
+	rest, ok := strings.CutPrefix(got, prefix)
+	if !ok || !strings.HasSuffix(rest, name) {
+		return false
+	}
+	owner := strings.TrimSuffix(rest, name)
+	return len(owner) > 1 && (strings.HasSuffix(owner, "#") || strings.HasSuffix(owner, ".")) && !strings.ContainsAny(owner[:len(owner)-1], " #")
+}
+
+func versionMinor(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	a, err1 := strconv.Atoi(parts[0])
+	b, err2 := strconv.Atoi(parts[1])
+	return a, b, err1 == nil && err2 == nil
+}
+
+// Variant is a way of running a Ruby the tests must also pass under: YJIT
+// on, or M:N threads.
+type Variant struct {
+	Name string   // "" for the plain run, "yjit", "mn"
+	Env  []string // the environment that turns it on
+}
+
+// Variants lists the plain run of rb and, where rb has them, YJIT (a
+// Ruby built with it, 3.3+ in the matrix) and M:N threads (3.3+). Each is
+// checked by asking the Ruby, never assumed from its name.
+func Variants(t testing.TB, rb Ruby) []Variant {
+	t.Helper()
+	out := []Variant{{}}
+	probe := func(env []string, code string) bool {
+		cmd := exec.Command(rb.Bin, "-e", code)
+		cmd.Env = append(os.Environ(), env...)
+		b, err := cmd.Output()
+		return err == nil && strings.TrimSpace(string(b)) == "true"
+	}
+	yjit := []string{"RUBY_YJIT_ENABLE=1"}
+	if probe(yjit, `print(defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled? ? true : false)`) {
+		out = append(out, Variant{Name: "yjit", Env: yjit})
+	}
+	if major, minor, ok := versionMinor(Version(rb)); ok && (major > 3 || (major == 3 && minor >= 3)) {
+		out = append(out, Variant{Name: "mn", Env: []string{"RUBY_MN_THREADS=1"}})
+	}
+	return out
+}
+
+// Version asks rb for its RUBY_VERSION ("" when it cannot run).
+func Version(rb Ruby) string {
+	b, _ := exec.Command(rb.Bin, "-e", "print RUBY_VERSION").Output()
+	return strings.TrimSpace(string(b))
+}
+
+// Older reports whether rb is older than major.minor.
+func Older(rb Ruby, major, minor int) bool {
+	a, b, ok := versionMinor(Version(rb))
+	return ok && (a < major || (a == major && b < minor))
+}

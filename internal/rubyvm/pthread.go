@@ -1,0 +1,98 @@
+package rubyvm
+
+import (
+	"encoding/binary"
+	"regexp"
+
+	rbbinary "github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
+// read from glibc's struct pthread, or, where the C library's image cannot
+// be read (a core from another machine), the thread whose thread pointer
+// (fs_base, which on x86-64 Linux is the pthread_t) is pt. 0 when neither
+// knows.
+func (v *VM) tidOfPthread(pt uint64) int {
+	if pt == 0 {
+		return 0
+	}
+	if off, ok := v.pthreadTIDOffset(); ok {
+		if tid, err := v.m.u32(pt + off); err == nil && int32(tid) > 0 {
+			return int(int32(tid))
+		}
+	}
+	return v.tidByFSBase()[pt]
+}
+
+// tidByFSBase maps each thread's fs_base to its TID, on targets that hold
+// every thread's registers (cores).
+func (v *VM) tidByFSBase() map[uint64]int {
+	if v.fsBases != nil {
+		return v.fsBases
+	}
+	v.fsBases = map[uint64]int{}
+	rr, ok := v.T.(interface {
+		Registers(tid int) (target.Regs, bool)
+	})
+	if !ok {
+		return v.fsBases
+	}
+	tids, err := v.T.Threads()
+	if err != nil {
+		return v.fsBases
+	}
+	for _, tid := range tids {
+		if regs, ok := rr.Registers(tid); ok && regs.FSBase != 0 {
+			v.fsBases[regs.FSBase] = tid
+		}
+	}
+	return v.fsBases
+}
+
+// threadLib matches the C library that defines struct pthread: libc since
+// glibc 2.34, libpthread before.
+var threadLib = regexp.MustCompile(`(^|/)lib(c|pthread)[-.0-9]*\.so`)
+
+// pthreadTIDOffset returns where glibc's struct pthread keeps the kernel
+// TID, as libthread_db learns it: from the descriptor glibc exports for
+// debuggers, _thread_db_pthread_tid (bit size, count, byte offset, each a
+// uint32). Rubies whose rb_thread_t keeps no TID (2.7) keep the pthread_t,
+// which on Linux is the address of that struct. ok is false when no C
+// library in the process exports the descriptor.
+func (v *VM) pthreadTIDOffset() (uint64, bool) {
+	if v.tidOffLooked {
+		return v.tidOff, v.tidOff != 0
+	}
+	v.tidOffLooked = true
+	maps, err := v.T.Mappings()
+	if err != nil {
+		return 0, false
+	}
+	seen := map[string]bool{}
+	for _, m := range maps {
+		if !threadLib.MatchString(m.Path) || seen[m.Path] {
+			continue
+		}
+		seen[m.Path] = true
+		im, err := rbbinary.Open(v.T, maps, m.Path)
+		if err != nil {
+			continue
+		}
+		addr, _, err := im.Symbol("_thread_db_pthread_tid")
+		im.Close()
+		if err != nil {
+			continue
+		}
+		desc, err := v.m.read(addr, 12)
+		if err != nil {
+			continue
+		}
+		bits, off := binary.LittleEndian.Uint32(desc), binary.LittleEndian.Uint32(desc[8:])
+		if bits == 32 && off > 0 && off < 1<<16 {
+			v.tidOff = uint64(off)
+			return v.tidOff, true
+		}
+	}
+	return 0, false
+}
