@@ -61,7 +61,10 @@ type Session struct {
 
 // Start turns allocation tracing on in the process. The process also gets
 // a sleeping watchdog thread that turns it off again if the window has not
-// been closed by its planned end plus WatchdogGrace.
+// been closed by its planned end plus WatchdogGrace. On Ruby 3.1 and later
+// a child the process forks during the window turns tracing off at once
+// (a Process._fork hook that stays installed, inert, after the window);
+// on Ruby 2.7 such a child keeps tracing.
 //
 // The window is closed by an object made here, whose inspect method
 // rbscope later runs directly as a postponed job (rubyexec.Invoke): no code
@@ -75,13 +78,13 @@ func Start(t *target.Live, vm *rubyvm.VM, window, timeout time.Duration, gc bool
 		return nil, fmt.Errorf("random token: %w", err)
 	}
 	s := &Session{t: t, vm: vm, token: hex.EncodeToString(b[:]), timeout: timeout}
-	answer, err := rubyexec.NewExchange(t.PID())
+	answer, err := rubyexec.NewExchange(t)
 	if err != nil {
 		return nil, err
 	}
 	s.answer = answer
 	guard := window + WatchdogGrace
-	stop := rubyexec.AnswerProgram(answer.AnswerPath(), fmt.Sprintf(`begin
+	stop := rubyexec.AnswerProgram(answer, fmt.Sprintf(`begin
     GC.start if %t
     ObjectSpace.trace_object_allocations_stop
     $__rbscope_alloc = $__rbscope_alloc_stopper = nil
@@ -114,6 +117,7 @@ wd = Thread.new do
     $__rbscope_alloc = $__rbscope_alloc_stopper = nil
     ObjectSpace.trace_object_allocations_stop
     ObjectSpace.trace_object_allocations_clear unless pre
+    (IO.for_fd(%d, autoclose: true).close rescue nil) # the stopper's answer pipe
   end
 end
 stopper = Object.new
@@ -122,12 +126,30 @@ stopper.define_singleton_method(:inspect) do
   %s
   ""
 end
+# A child forked during the window has no watchdog (threads do not survive
+# fork): a Process._fork hook (Ruby 3.1 and later), installed once and
+# inert outside a window, turns tracing off in the child.
+if Process.respond_to?(:_fork) && !$__rbscope_fork_hook
+  $__rbscope_fork_hook = Module.new do
+    def _fork
+      pid = super
+      if pid == 0 && (s = $__rbscope_alloc)
+        $__rbscope_alloc = $__rbscope_alloc_stopper = nil
+        ObjectSpace.trace_object_allocations_stop
+        ObjectSpace.trace_object_allocations_clear unless s[:pre]
+        (IO.for_fd(s[:fd], autoclose: true).close rescue nil)
+      end
+      pid
+    end
+  end
+  Process.singleton_class.prepend($__rbscope_fork_hook)
+end
 wd.name = "rbscope-alloc-watchdog"
 addr = Kernel.instance_method(:to_s).bind_call(stopper)[/0x\h+/]
-$__rbscope_alloc = { token: token, pre: pre, watchdog: wd }
+$__rbscope_alloc = { token: token, pre: pre, watchdog: wd, fd: %d }
 $__rbscope_alloc_stopper = stopper # a global variable's value is pinned: compaction will not move it
 ObjectSpace.trace_object_allocations_start
-addr`, int(guard.Seconds()), s.token, guard.Seconds(), stop)
+addr`, int(guard.Seconds()), s.token, guard.Seconds(), answer.FD(), stop, answer.FD())
 	res, err := rubyexec.Run(t, vm, code, rubyexec.Options{Timeout: timeout, Name: "(rbscope alloc)", Raw: true})
 	if err == nil && res.Raised != nil {
 		err = res.Raised
@@ -136,7 +158,14 @@ addr`, int(guard.Seconds()), s.token, guard.Seconds(), stop)
 		s.stopper, err = strconv.ParseUint(strings.TrimPrefix(res.Value, "0x"), 16, 64)
 	}
 	if err != nil {
-		answer.Close()
+		// The stopper may exist (an answer that did not parse), and would
+		// write to the pipe: it is closed in the process only when Ruby
+		// refused before making it.
+		if res != nil && res.Raised != nil {
+			answer.Discard()
+		} else {
+			answer.Close()
+		}
 		return nil, fmt.Errorf("turn allocation tracing on: %w", err)
 	}
 	s.started = time.Now()
@@ -178,6 +207,7 @@ if s && s[:token] == %q
   ObjectSpace.trace_object_allocations_clear unless s[:pre]
   s[:watchdog].kill
   $__rbscope_alloc = $__rbscope_alloc_stopper = nil
+  (IO.for_fd(s[:fd], autoclose: true).close rescue nil) # the stopper's answer pipe
 end
 nil`, s.token)
 	res, err := rubyexec.Run(s.t, s.vm, code, rubyexec.Options{Timeout: s.timeout, Name: "(rbscope alloc)"})

@@ -1,6 +1,10 @@
 package alloctrace_test
 
 import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,6 +39,10 @@ func start(t *testing.T, rb testruby.Ruby) (workload, *target.Live, *rubyvm.VM) 
 	return w, tg, vm
 }
 
+// watchdogGone is Ruby code that gives a watchdog thread that was killed
+// (Thread#kill only asks it to end) up to 2 s to be gone.
+const watchdogGone = `Thread.list.select { |t| t.name.to_s.include?("alloc") }.each { |t| t.join(2) }`
+
 // TestAlloc: every round the program keeps 1,000 Strings from one line and
 // 100 from another and drops 10,000 from a third. The window's survivors
 // must come from the first two lines in a 10:1 ratio, none from the third,
@@ -45,6 +53,12 @@ func TestAlloc(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			w, tg, vm := start(t, rb)
 			sess, err := alloctrace.Start(tg, vm, 1500*time.Millisecond, 20*time.Second, true)
+			if vm.Layout.JobsOnStaleEC == 1 {
+				if !errors.Is(err, rubyexec.ErrJobsUnsafe) {
+					t.Fatalf("Ruby %s: got %v, want the refusal %v", vm.Version, err, rubyexec.ErrJobsUnsafe)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +84,7 @@ func TestAlloc(t *testing.T) {
 			if counts[w.Garbage] > 100 {
 				t.Errorf("%d garbage Strings from line %d reported alive after a full GC", counts[w.Garbage], w.Garbage)
 			}
-			res, err := rubyexec.Run(tg, vm, `[ObjectSpace.allocation_sourcefile(Object.new), $__rbscope_alloc, $__rbscope_alloc_stopper, Thread.list.map(&:name).grep(/alloc/)]`, rubyexec.Options{Timeout: 20 * time.Second})
+			res, err := rubyexec.Run(tg, vm, watchdogGone+`; [ObjectSpace.allocation_sourcefile(Object.new), $__rbscope_alloc, $__rbscope_alloc_stopper, Thread.list.map(&:name).grep(/alloc/)]`, rubyexec.Options{Timeout: 20 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +109,7 @@ func TestAllocAbort(t *testing.T) {
 	if err := sess.Abort(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := rubyexec.Run(tg, vm, `[ObjectSpace.allocation_sourcefile(Object.new), $__rbscope_alloc, Thread.list.map(&:name).grep(/alloc/)]`, rubyexec.Options{Timeout: 20 * time.Second})
+	res, err := rubyexec.Run(tg, vm, watchdogGone+`; [ObjectSpace.allocation_sourcefile(Object.new), $__rbscope_alloc, Thread.list.map(&:name).grep(/alloc/)]`, rubyexec.Options{Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,3 +153,62 @@ func TestGroup(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestAllocFork: a child the program forks during the window used to keep
+// tracing allocations for good (the watchdog thread does not survive
+// fork). The child now turns it off as it starts, while the parent's
+// window goes on and ends with its report.
+func TestAllocFork(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			if out, _ := exec.Command(rb.Bin, "-e", "print Process.respond_to?(:_fork)").Output(); string(out) != "true" {
+				t.Skip("no Process._fork before Ruby 3.1: a child forked in the window keeps tracing")
+			}
+			dir := t.TempDir()
+			trigger, childReport := filepath.Join(dir, "fork"), filepath.Join(dir, "child.json")
+			p := testruby.Start(t, rb, "alloc_fork.rb", nil, trigger, childReport)
+			var rep struct{ PID int }
+			p.WaitReport(t, &rep, 30*time.Second)
+			tg, vm := testvm.Attach(t, p.PID())
+			sess, err := alloctrace.Start(tg, vm, 5*time.Second, 20*time.Second, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(trigger, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var child struct {
+				PID     int
+				Tracing bool
+				Rbscope bool
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				b, err := os.ReadFile(childReport)
+				if err == nil {
+					if err := json.Unmarshal(b, &child); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("setup: the child did not report; output:\n%s", p.Output())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if child.PID == 0 || child.PID == p.PID() {
+				t.Fatalf("setup: the report is not a child's: %+v", child)
+			}
+			if child.Tracing || child.Rbscope {
+				t.Errorf("the child forked in the window traces allocations (%v) or has rbscope's window (%v)", child.Tracing, child.Rbscope)
+			}
+			if _, err := sess.Stop(); err != nil {
+				t.Fatalf("the parent's window: %v", err)
+			}
+			res, err := rubyexec.Run(tg, vm, `ObjectSpace.allocation_sourcefile(Object.new)`, rubyexec.Options{Timeout: 20 * time.Second})
+			if err != nil || res.Value != "nil" {
+				t.Errorf("after Stop the parent traces: %v %+v", err, res)
+			}
+		})
+	}
+}

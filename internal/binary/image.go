@@ -6,12 +6,17 @@ import (
 	"bytes"
 	"debug/dwarf"
 	"debug/elf"
+	encbin "encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -25,8 +30,17 @@ type Image struct {
 	Bias uint64
 	// File is the parsed ELF file.
 	File *elf.File
+	// InMemory says the image was read from the target's memory (a core's
+	// copy of the file's pages) because the file is not on this machine;
+	// MemoryErr then says what of it the memory lacked (no ELF header, no
+	// dynamic symbols), or is nil.
+	InMemory  bool
+	MemoryErr error
 
-	file    *os.File
+	// Skipped says what was not read because it is over a budget.
+	Skipped []string
+
+	file    io.Closer // the file, an io.ReaderAt too
 	symbols map[string]elf.Symbol
 	opener  func(string) (*os.File, error)
 	dwarf   *dwarf.Data
@@ -37,43 +51,189 @@ type Image struct {
 // ErrNoSymbol is returned when a symbol is not in the image.
 var ErrNoSymbol = errors.New("symbol not found")
 
-// Open parses the ELF file at path (as seen by t) and computes its load bias
+// Budgets on what an image may make rbscope read. The file comes from the
+// target, which may be hostile, and may declare sections far larger than it
+// holds: a sparse file reads as zeros for as long as it claims to be.
+const (
+	// MaxSymbolTableBytes caps a symbol table and its string table (Ruby's
+	// own .symtab is about 400 KB); a larger one is not read.
+	MaxSymbolTableBytes = 8 << 20
+	// maxNoteBytes caps a note section or segment read for the build ID.
+	maxNoteBytes = 64 << 10
+	// maxShstrtabBytes caps the section name table, which the ELF parser
+	// reads whole.
+	maxShstrtabBytes = 1 << 20
+	// maxSections caps the number of section headers.
+	maxSections = 1 << 16
+	// MaxDebugBytes caps the debug sections of one file, as declared
+	// (uncompressed): a debug build of libruby has about 60 MB.
+	MaxDebugBytes = 1 << 30
+)
+
+// Open parses the ELF file mapped at path in t and computes its load bias
 // from t's mappings of that file.
+//
+// For a live process it opens the mapped inode itself, through
+// /proc/PID/map_files, never the path the target names (which the target's
+// user may have replaced by a FIFO or a symlink to a file it cannot read).
+// Where map_files cannot be opened it opens the path inside the process's
+// root without following a final symlink and requires a regular file with
+// the mapping's device and inode. In both cases the file's ELF headers and
+// build ID must read the same as the image in the process's memory.
+//
+// For a core whose copy of the file is missing or differs (and no
+// --sysroot or --exe says where it is), the image is read from the core's
+// memory (OpenInMemory), and what the core lacked of it is in MemoryErr.
 func Open(t target.Target, maps []target.Mapping, path string) (*Image, error) {
-	f, err := t.Open(path)
-	if _, live := t.(*target.Live); err != nil && !live {
-		return nil, fmt.Errorf("open %s: %w", path, err) // a core's PID names no process here
+	f, err := openImage(t, maps, path)
+	if c, ok := t.(*target.Core); ok && err != nil && c.UseOwnImage(path, err) {
+		im, merr := OpenInMemory(t, maps, path)
+		if im == nil {
+			return nil, fmt.Errorf("open %s: %w; and from the core's memory: %w", path, err, merr)
+		}
+		im.MemoryErr = merr
+		return im, nil
 	}
 	if err != nil {
-		// The file may be gone from disk (upgraded package) or hidden in
-		// another mount namespace: /proc/PID/map_files still has it.
-		f, err = openMapFile(t, maps, path)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", path, err)
-		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	ef, err := elf.NewFile(f)
+	im, err := newImage(f, f, path, maps)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: not an ELF file: %w", path, err)
-	}
-	im := &Image{Path: path, File: ef, file: f, opener: t.Open}
-	bias, err := loadBias(ef, maps, path)
-	if err != nil {
-		im.Close()
 		return nil, err
 	}
-	im.Bias = bias
+	im.opener = t.Open
+	if _, live := t.(*target.Live); live {
+		if err := im.matchesMemory(t); err != nil {
+			im.Close()
+			return nil, err
+		}
+	}
 	return im, nil
 }
 
-func openMapFile(t target.Target, maps []target.Mapping, path string) (*os.File, error) {
-	for _, m := range maps {
-		if m.Path == path || m.Path == path+" (deleted)" {
-			return os.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", t.PID(), m.Start, m.End))
+// newImage parses the ELF file in r (closed by c) mapped at path.
+func newImage(r io.ReaderAt, c io.Closer, path string, maps []target.Mapping) (*Image, error) {
+	if err := checkHeaders(r); err != nil {
+		return nil, fmt.Errorf("%s: not an ELF file rbscope reads: %w", path, err)
+	}
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not an ELF file: %w", path, err)
+	}
+	bias, err := loadBias(ef, maps, path)
+	if err != nil {
+		return nil, err
+	}
+	return &Image{Path: path, File: ef, Bias: bias, file: c}, nil
+}
+
+// ErrNotMapped is returned when the file to open is not mapped in the process.
+var ErrNotMapped = errors.New("not mapped in the process")
+
+// openImage opens the file mapped at path: see Open.
+func openImage(t target.Target, maps []target.Mapping, path string) (*os.File, error) {
+	if _, live := t.(*target.Live); !live {
+		// A core's PID names no process here; its Open opens regular
+		// files only, without following links (target.OpenInRoot).
+		return t.Open(path)
+	}
+	var m target.Mapping
+	found := false
+	for _, mm := range maps {
+		if mm.Path == path || mm.Path == path+" (deleted)" {
+			m, found = mm, true
+			break
 		}
 	}
-	return nil, os.ErrNotExist
+	if !found {
+		return nil, ErrNotMapped
+	}
+	mapped := fmt.Sprintf("/proc/%d/map_files/%x-%x", t.PID(), m.Start, m.End)
+	f, err := target.OpenRegular(mapped)
+	if err == nil {
+		return f, nil
+	}
+	if strings.HasSuffix(m.Path, " (deleted)") {
+		return nil, fmt.Errorf("%s: %w (and the file is deleted)", mapped, err)
+	}
+	// Without CAP_SYS_ADMIN map_files cannot be opened: open the path, but
+	// only the very file that is mapped.
+	f, err2 := target.OpenInRoot(fmt.Sprintf("/proc/%d/root", t.PID()), path, false)
+	if err2 != nil {
+		return nil, fmt.Errorf("%w; %w", err, err2)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Ino != m.Inode || st.Dev != m.Dev {
+		f.Close()
+		return nil, fmt.Errorf("%w (%s); the file now at the path is not the mapped one (inode %d on device %#x, mapped %d on %#x)",
+			err, mapped, st.Ino, st.Dev, m.Inode, m.Dev)
+	}
+	return f, nil
+}
+
+// checkHeaders refuses, before the ELF parser reads them, headers that would
+// make it read more than the budgets allow: the section name table and the
+// section headers are read whole.
+func checkHeaders(r io.ReaderAt) error {
+	var eh [64]byte
+	if _, err := r.ReadAt(eh[:], 0); err != nil {
+		return fmt.Errorf("reading the ELF header: %w", err)
+	}
+	if string(eh[:4]) != elf.ELFMAG {
+		return errors.New("no ELF magic number")
+	}
+	if elf.Class(eh[elf.EI_CLASS]) != elf.ELFCLASS64 || elf.Data(eh[elf.EI_DATA]) != elf.ELFDATA2LSB {
+		return fmt.Errorf("%v %v, not a 64-bit little-endian ELF file", elf.Class(eh[elf.EI_CLASS]), elf.Data(eh[elf.EI_DATA]))
+	}
+	le := encbin.LittleEndian
+	shoff, shentsize := le.Uint64(eh[0x28:]), uint64(le.Uint16(eh[0x3a:]))
+	shnum, shstrndx := uint64(le.Uint16(eh[0x3c:])), uint64(le.Uint16(eh[0x3e:]))
+	if shoff == 0 {
+		return nil // no sections
+	}
+	if shentsize < 64 {
+		return fmt.Errorf("section header size %d", shentsize)
+	}
+	sh := func(i uint64) ([64]byte, error) {
+		var b [64]byte
+		off := shoff + i*shentsize
+		if i > maxSections || off < shoff || off > math.MaxInt64-64 {
+			return b, fmt.Errorf("section header %d out of range", i)
+		}
+		_, err := r.ReadAt(b[:], int64(off))
+		return b, err
+	}
+	if shnum == 0 || shstrndx == uint64(elf.SHN_XINDEX) {
+		s0, err := sh(0) // the real counts live in section 0
+		if err != nil {
+			return fmt.Errorf("reading section header 0: %w", err)
+		}
+		if shnum == 0 {
+			shnum = le.Uint64(s0[0x20:])
+		}
+		if shstrndx == uint64(elf.SHN_XINDEX) {
+			shstrndx = uint64(le.Uint32(s0[0x28:]))
+		}
+	}
+	if shnum > maxSections {
+		return fmt.Errorf("%d sections (at most %d read)", shnum, maxSections)
+	}
+	if shstrndx == 0 || shstrndx >= shnum {
+		return nil // no name table: the parser reads none
+	}
+	s, err := sh(shstrndx)
+	if err != nil {
+		return fmt.Errorf("reading the section name table's header: %w", err)
+	}
+	if size := le.Uint64(s[0x20:]); size > maxShstrtabBytes {
+		return fmt.Errorf("section name table of %d bytes (at most %d read)", size, maxShstrtabBytes)
+	}
+	return nil
 }
 
 // loadBias finds the mapping of the file's first loadable segment.
@@ -153,12 +313,35 @@ func (im *Image) loadSymbols() {
 			}
 		}
 	}
-	if syms, err := im.File.Symbols(); err == nil {
-		add(syms)
+	if im.symbolTableFits(elf.SHT_SYMTAB) {
+		if syms, err := im.File.Symbols(); err == nil {
+			add(syms)
+		}
 	}
-	if syms, err := im.File.DynamicSymbols(); err == nil {
-		add(syms)
+	if im.symbolTableFits(elf.SHT_DYNSYM) {
+		if syms, err := im.File.DynamicSymbols(); err == nil {
+			add(syms)
+		}
 	}
+}
+
+// symbolTableFits reports whether the symbol table of type typ (the one the
+// ELF parser would read) and its string table are within
+// MaxSymbolTableBytes. A larger one is left out and said so in Skipped.
+func (im *Image) symbolTableFits(typ elf.SectionType) bool {
+	sec := im.File.SectionByType(typ)
+	if sec == nil {
+		return true // the parser reads nothing
+	}
+	size := sec.Size
+	if int(sec.Link) < len(im.File.Sections) {
+		size = max(size, im.File.Sections[sec.Link].Size)
+	}
+	if size > MaxSymbolTableBytes {
+		im.Skipped = append(im.Skipped, fmt.Sprintf("%s: %d bytes declared (at most %d read)", sec.Name, size, MaxSymbolTableBytes))
+		return false
+	}
+	return true
 }
 
 // Symbol returns the run-time address and size of a defined symbol.
@@ -201,53 +384,153 @@ func (im *Image) Code(addr, size uint64) ([]byte, error) {
 // BuildID returns the GNU build ID as hex, or "".
 func (im *Image) BuildID() string {
 	for _, sec := range im.File.Sections {
-		if sec.Type != elf.SHT_NOTE {
+		if sec.Type != elf.SHT_NOTE || sec.Size > maxNoteBytes {
 			continue
 		}
 		data, err := sec.Data()
 		if err != nil {
 			continue
 		}
-		for len(data) >= 12 {
-			order := im.File.ByteOrder
-			nsz, dsz, typ := order.Uint32(data), order.Uint32(data[4:]), order.Uint32(data[8:])
-			name := data[12:]
-			nameEnd := 12 + align4(nsz)
-			if uint64(len(data)) < uint64(nameEnd)+uint64(align4(dsz)) {
-				break
-			}
-			desc := data[nameEnd : nameEnd+dsz]
-			if typ == 3 && bytes.HasPrefix(name, []byte("GNU\x00")) {
-				return fmt.Sprintf("%x", desc)
-			}
-			data = data[nameEnd+align4(dsz):]
+		if id := buildID(data, im.File.ByteOrder); id != "" {
+			return id
 		}
 	}
 	return ""
 }
 
-func align4(n uint32) uint32 { return (n + 3) &^ 3 }
+// buildID finds the GNU build ID note among the notes in data and returns
+// its descriptor as hex, or "". The sizes come from the file: they are
+// added in 64 bits and checked against what data holds.
+func buildID(data []byte, order encbin.ByteOrder) string {
+	for uint64(len(data)) >= 12 {
+		nsz, dsz, typ := uint64(order.Uint32(data)), uint64(order.Uint32(data[4:])), order.Uint32(data[8:])
+		nameEnd := 12 + align4(nsz)
+		next := nameEnd + align4(dsz)
+		if next > uint64(len(data)) {
+			return ""
+		}
+		if typ == ntGNUBuildID && nsz == 4 && string(data[12:16]) == "GNU\x00" {
+			return fmt.Sprintf("%x", data[nameEnd:nameEnd+dsz])
+		}
+		data = data[next:]
+	}
+	return ""
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+
+// ntGNUBuildID is the type of the GNU build ID note.
+const ntGNUBuildID = 3
+
+// matchesMemory checks that the file read is the image mapped in t: its ELF
+// and program headers and its note segments (the build ID) must read the
+// same in the target's memory at the load bias. A file replaced or
+// rewritten in place since it was mapped fails, before any symbol of it is
+// used to read or call into the target.
+func (im *Image) matchesMemory(t target.Target) error {
+	var loads []*elf.Prog
+	for _, p := range im.File.Progs {
+		if p.Type == elf.PT_LOAD {
+			loads = append(loads, p)
+		}
+	}
+	// inLoad reports whether the file range [off, off+n) is loaded, and
+	// where in memory.
+	inLoad := func(off, n uint64) (uint64, bool) {
+		for _, p := range loads {
+			if off >= p.Off && off+n >= off && off+n <= p.Off+p.Filesz {
+				return im.Bias + p.Vaddr + (off - p.Off), true
+			}
+		}
+		return 0, false
+	}
+	same := func(what string, off, n uint64) error {
+		addr, ok := inLoad(off, n)
+		if !ok {
+			return nil
+		}
+		file, mem := make([]byte, n), make([]byte, n)
+		if _, err := im.readFile(file, int64(off)); err != nil {
+			return fmt.Errorf("%s: reading its %s: %w", im.Path, what, err)
+		}
+		if err := target.ReadFull(t, mem, addr); err != nil {
+			return fmt.Errorf("%s: reading its mapped %s: %w", im.Path, what, err)
+		}
+		if !bytes.Equal(file, mem) {
+			return fmt.Errorf("%s: the file's %s differ from the mapped image's: it is not the file the process runs", im.Path, what)
+		}
+		return nil
+	}
+	var eh [64]byte
+	if _, err := im.readFile(eh[:], 0); err != nil {
+		return fmt.Errorf("%s: %w", im.Path, err)
+	}
+	phoff := encbin.LittleEndian.Uint64(eh[0x20:])
+	phsize := uint64(encbin.LittleEndian.Uint16(eh[0x36:])) * uint64(encbin.LittleEndian.Uint16(eh[0x38:]))
+	if _, ok := inLoad(0, phoff+phsize); !ok || phoff+phsize > maxNoteBytes {
+		return fmt.Errorf("%s: its ELF and program headers are not mapped: cannot check it is the file the process runs", im.Path)
+	}
+	if err := same("ELF and program headers", 0, phoff+phsize); err != nil {
+		return err
+	}
+	for _, p := range im.File.Progs {
+		if p.Type == elf.PT_NOTE && p.Filesz <= maxNoteBytes {
+			if err := same("notes (build ID)", p.Off, p.Filesz); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readFile reads the image's file at off.
+func (im *Image) readFile(p []byte, off int64) (int, error) {
+	r, ok := im.file.(io.ReaderAt)
+	if !ok {
+		return 0, errors.New("the file cannot be read at an offset")
+	}
+	return r.ReadAt(p, off)
+}
 
 // DWARF returns the image's debug information: from the file itself, or
 // from a separate debug file found by build ID or .gnu_debuglink under
-// /usr/lib/debug. It returns nil when there is none.
+// /usr/lib/debug. It returns nil when there is none. A separate debug file
+// is used only when its build ID is the image's.
 func (im *Image) DWARF() *dwarf.Data {
 	if im.dwarfOK {
 		return im.dwarf
 	}
 	im.dwarfOK = true
+	if n := debugBytes(im.File); n > MaxDebugBytes {
+		im.Skipped = append(im.Skipped, fmt.Sprintf("debug information: %d bytes declared (at most %d read)", n, MaxDebugBytes))
+	}
 	if d := dwarfOf(im.File); d != nil {
 		im.dwarf = d
 		return d
+	}
+	id := im.BuildID()
+	if id == "" {
+		// Without a build ID nothing proves a debug file is this image's:
+		// a name from .gnu_debuglink alone could be any file the target's
+		// user placed there.
+		return nil
 	}
 	for _, p := range im.debugFileCandidates() {
 		f, err := im.opener(p)
 		if err != nil {
 			continue
 		}
+		if err := checkHeaders(f); err != nil {
+			f.Close()
+			continue
+		}
 		ef, err := elf.NewFile(f)
 		if err != nil {
 			f.Close()
+			continue
+		}
+		if (&Image{File: ef}).BuildID() != id {
+			f.Close() // not the debug file of this image
 			continue
 		}
 		if d := dwarfOf(ef); d != nil {
@@ -260,7 +543,7 @@ func (im *Image) DWARF() *dwarf.Data {
 }
 
 func dwarfOf(ef *elf.File) *dwarf.Data {
-	if ef.Section(".debug_info") == nil {
+	if ef.Section(".debug_info") == nil || debugBytes(ef) > MaxDebugBytes {
 		return nil
 	}
 	d, err := ef.DWARF()
@@ -268,6 +551,17 @@ func dwarfOf(ef *elf.File) *dwarf.Data {
 		return nil
 	}
 	return d
+}
+
+// debugBytes is the declared size of the sections ef.DWARF reads.
+func debugBytes(ef *elf.File) uint64 {
+	var n uint64
+	for _, s := range ef.Sections {
+		if strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
+			n += min(s.Size, math.MaxUint64-n)
+		}
+	}
+	return n
 }
 
 func (im *Image) debugFileCandidates() []string {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,8 +107,6 @@ type Notification struct {
 	Error string `json:"error,omitempty"`
 }
 
-var secretKey = regexp.MustCompile(`(?i)(TOKEN|SECRET|PASSW|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)`)
-
 // notesPrefix is how much of the core's start is kept for its notes
 // (registers of every thread, the file table).
 const notesPrefix = 16 << 20
@@ -145,12 +142,33 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		streamDone <- streamed{info, err}
 	}()
 
-	r.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
-		r.Cmdline = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	// Every read of the dying process runs under a deadline that leaves
+	// time for the report and the notifications: a process can make its
+	// /proc files and memory slow or blocking to read.
+	readCtx, cancelReads := context.WithTimeout(ctx, readBudget(time.Duration(cfg.Timeout)))
+	defer cancelReads()
+	var exe string
+	var cmdline []string
+	if within(readCtx, "exe and cmdline", &r.Problems, func() {
+		exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
+			cmdline = redactArgs(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+		}
+	}) {
+		r.Exe, r.Cmdline = exe, cmdline
 	}
-	r.Proc = snapshot(a.PID, &r.Problems)
-	r.readRuby(a.PID)
+	var snap ProcSnapshot
+	var snapProblems []string
+	if within(readCtx, "/proc", &r.Problems, func() { snap = snapshot(a.PID, &snapProblems) }) {
+		r.Proc = snap
+		r.Problems = append(r.Problems, snapProblems...)
+	}
+	var ruby *RubyState
+	var rubyProblems []string
+	if within(readCtx, "ruby", &r.Problems, func() { ruby, rubyProblems = readRubyState(a.PID) }) {
+		r.Ruby = ruby
+		r.Problems = append(r.Problems, rubyProblems...)
+	}
 
 	select {
 	case s := <-streamDone:
@@ -158,20 +176,54 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		if s.err != nil {
 			r.Problems = append(r.Problems, "core: "+s.err.Error())
 		}
-	case <-ctx.Done():
+	case <-readCtx.Done():
 		// The stream goes on until we exit: what it has stored is cut short.
 		r.Core.NotStored = "the handler's time ran out while reading the core (a core.zst left is cut short)"
 		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
 	}
-	r.readNative(a.PID, &notes)
-	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
-	if err := r.write(dir); err != nil {
-		return r, err
+	var native nativeState
+	if within(readCtx, "native stacks", &r.Problems, func() { native = readNative(a.PID, r.TID, &notes) }) {
+		r.Registers, r.Native = native.registers, native.threads
+		r.Problems = append(r.Problems, native.problems...)
 	}
-	if n := r.notify(ctx, cfg); n > 0 {
-		r.write(dir) // again, with the outcome of the notifications
+	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
+	// A report that cannot be written (a full disk) is still sent.
+	werr := r.write(dir)
+	if n := r.notify(ctx, cfg); n > 0 && werr == nil {
+		werr = r.write(dir) // again, with the outcome of the notifications
+	}
+	if werr != nil {
+		return r, fmt.Errorf("writing the report: %w", werr)
 	}
 	return r, nil
+}
+
+// readBudget is how much of the handler's timeout its reads of the dying
+// process may take: the rest is kept for writing and sending the report.
+func readBudget(timeout time.Duration) time.Duration {
+	return timeout - min(timeout/3, 15*time.Second)
+}
+
+// within runs f and waits for it until ctx ends. It reports whether f
+// finished; if not, it says in problems that what's time ran out, and f
+// goes on alone: it must write only variables nobody reads after this.
+func within(ctx context.Context, what string, problems *[]string, f func()) bool {
+	if ctx.Err() != nil {
+		*problems = append(*problems, what+": not read, the handler's time ran out")
+		return false
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		*problems = append(*problems, what+": the handler's time ran out while reading it")
+		return false
+	}
 }
 
 func newCrashDir(store string, a Args) (string, string, error) {
@@ -269,6 +321,7 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 	var zw *zstd.Encoder
 	var zf *os.File
 	var stored *limitedWriter
+	var local *tolerantWriter // a failing disk must not cut the chained handler's core short
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize) < cfg.KeepFreeBytes {
 		info.NotStored = fmt.Sprintf("less than %d bytes free on the store's disk", cfg.KeepFreeBytes)
@@ -280,7 +333,8 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 			zf = f
 			zw, _ = zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
 			stored = &limitedWriter{w: zw, left: cfg.MaxCoreBytes}
-			writers = append(writers, stored)
+			local = &tolerantWriter{w: stored}
+			writers = append(writers, local)
 		}
 	}
 	var chain *exec.Cmd
@@ -309,8 +363,13 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 	}
 	if zw != nil {
 		info.Truncated = stored.dropped > 0
-		if cerr := zw.Close(); cerr != nil && err == nil {
-			err = cerr
+		cerr := zw.Close()
+		if local.err != nil {
+			cerr = local.err
+		}
+		if cerr != nil {
+			info.Truncated = true
+			info.NotStored = fmt.Sprintf("writing core.zst failed (what it holds is cut short): %v", cerr)
 		}
 		if st, serr := zf.Stat(); serr == nil {
 			info.Stored = st.Size()
@@ -340,8 +399,9 @@ func (l *limitedWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// tolerantWriter stops writing after its first error (a previous handler
-// that quits early must not cost us our own copy).
+// tolerantWriter stops writing after its first error and keeps accepting
+// bytes: a previous handler that quits early must not cost us our own copy,
+// and a local write error must not cut the previous handler's core short.
 type tolerantWriter struct {
 	w   io.Writer
 	err error
@@ -409,46 +469,57 @@ func snapshot(pid int, problems *[]string) ProcSnapshot {
 			if !ok {
 				continue
 			}
-			if secretKey.MatchString(k) {
-				v = "[redacted]"
-			}
-			s.Environ[k] = v
+			s.Environ[k] = redactEnv(k, v)
 		}
 	}
 	return s
 }
 
+// readRubyState is readRuby; tests replace it with a read that blocks.
+var readRubyState = readRuby
+
 // readRuby reads the Ruby stacks of the crashed process from its memory,
-// which the kernel keeps until the handler exits.
-func (r *Report) readRuby(pid int) {
+// which the kernel keeps until the handler exits, and says what it could not.
+func readRuby(pid int) (*RubyState, []string) {
 	t, err := target.Attach(pid)
 	if err != nil {
-		r.Problems = append(r.Problems, "memory: "+err.Error())
-		return
+		return nil, []string{"memory: " + err.Error()}
 	}
 	defer t.Close()
 	vm, err := rubyvm.Open(t)
 	if err != nil {
 		if !errors.Is(err, rubyvm.ErrNotRuby) {
-			r.Problems = append(r.Problems, "ruby: "+err.Error())
+			return nil, []string{"ruby: " + err.Error()}
 		}
-		return
+		return nil, nil
 	}
 	defer vm.Close()
+	var problems []string
+	for _, s := range vm.Image.Skipped {
+		problems = append(problems, "ruby image: not read: "+s)
+	}
 	threads, err := vm.Threads()
 	if err != nil {
-		r.Problems = append(r.Problems, "ruby threads: "+err.Error())
+		problems = append(problems, "ruby threads: "+err.Error())
 	}
-	r.Ruby = &RubyState{Version: vm.Version, Threads: threads}
+	return &RubyState{Version: vm.Version, Threads: threads}, problems
+}
+
+// nativeState is what readNative found.
+type nativeState struct {
+	registers map[string]string // the crashing thread's
+	threads   []NativeThread
+	problems  []string
 }
 
 // readNative takes every thread's registers from the core's NT_PRSTATUS
 // notes and scans its stack for return addresses.
-func (r *Report) readNative(pid int, notes *noteCatcher) {
+func readNative(pid, crashed int, notes *noteCatcher) nativeState {
+	var ns nativeState
 	threads, err := notes.threads()
 	if err != nil {
-		r.Problems = append(r.Problems, "registers: "+err.Error())
-		return
+		ns.problems = append(ns.problems, "registers: "+err.Error())
+		return ns
 	}
 	t, err := target.Attach(pid)
 	var maps []target.Mapping
@@ -466,18 +537,19 @@ func (r *Report) readNative(pid int, notes *noteCatcher) {
 	}()
 	sort.Slice(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
 	for _, th := range threads {
-		if th.TID == r.TID || len(threads) == 1 {
-			r.Registers = map[string]string{}
+		if th.TID == crashed || len(threads) == 1 {
+			ns.registers = map[string]string{}
 			for i, v := range th.Regs.Values() {
-				r.Registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
+				ns.registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
 			}
 		}
 		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
 		if t != nil && maps != nil {
 			nt.Frames = scanStack(t, maps, images, th.Regs.RIP, th.Regs.RSP)
 		}
-		r.Native = append(r.Native, nt)
+		ns.threads = append(ns.threads, nt)
 	}
+	return ns
 }
 
 // threads decodes the caught notes with the core reader's note parser.

@@ -10,6 +10,8 @@ import (
 	"net/smtp"
 	"strings"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // notify sends the report where the config says, within ctx's time, and
@@ -91,7 +93,7 @@ func (r *Report) sendEmail(ctx context.Context, server, to string) error {
 	var txt bytes.Buffer
 	r.WriteText(&txt)
 	subject := fmt.Sprintf("rbscope: %s crashed with %s (pid %d)", r.Exe, r.SignalName, r.PID)
-	msg := "From: " + from + "\r\nTo: " + to + "\r\nSubject: " + subject + "\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" +
+	msg := "From: " + from + "\r\nTo: " + textsafe.Header(to) + "\r\nSubject: " + textsafe.Header(subject) + "\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" +
 		strings.ReplaceAll(txt.String(), "\n", "\r\n")
 	if _, err := w.Write([]byte(msg)); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // List returns the crash IDs in the store, oldest first. Entries that are
@@ -85,11 +86,22 @@ func (r *Report) TopRubyFrame() string {
 	return f.Label
 }
 
-// WriteText writes the report for people.
+// cleanArgs joins a command line with its arguments' unprintable bytes
+// escaped.
+func cleanArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = textsafe.Clean(a)
+	}
+	return strings.Join(out, " ")
+}
+
+// WriteText writes the report for people; everything in it that came from
+// the crashed process has its unprintable bytes escaped (textsafe.Clean).
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "crash %s\n", r.ID)
 	fmt.Fprintf(w, "time:    %s\npid:     %d (thread %d)\nsignal:  %s (%d)\nexe:     %s\ncmdline: %s\n",
-		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, r.Exe, strings.Join(r.Cmdline, " "))
+		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, textsafe.Clean(r.Exe), cleanArgs(r.Cmdline))
 	core := "not stored"
 	if r.Core.File != "" {
 		core = fmt.Sprintf("%s (%d bytes read, %d stored)", r.Core.File, r.Core.Bytes, r.Core.Stored)
@@ -97,11 +109,11 @@ func (r *Report) WriteText(w io.Writer) {
 			core += ", TRUNCATED at the size cap"
 		}
 	} else if r.Core.NotStored != "" {
-		core += ": " + r.Core.NotStored
+		core += ": " + textsafe.Clean(r.Core.NotStored)
 	}
 	fmt.Fprintf(w, "core:    %s\n", core)
 	if r.Core.ChainedTo != "" {
-		fmt.Fprintf(w, "also sent to: %s %s\n", r.Core.ChainedTo, r.Core.ChainError)
+		fmt.Fprintf(w, "also sent to: %s %s\n", textsafe.Clean(r.Core.ChainedTo), textsafe.Clean(r.Core.ChainError))
 	}
 	if r.Registers != nil {
 		fmt.Fprintf(w, "\nregisters of thread %d:\n", r.TID)
@@ -128,9 +140,9 @@ func (r *Report) WriteText(w io.Writer) {
 			for _, f := range th.Frames {
 				loc := "<cfunc>"
 				if f.Kind == rubyvm.KindRuby {
-					loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+					loc = fmt.Sprintf("%s:%d", textsafe.Clean(f.Path), f.Line)
 				}
-				fmt.Fprintf(w, "  %s  %s\n", f.Label, loc)
+				fmt.Fprintf(w, "  %s  %s\n", textsafe.Clean(f.Label), loc)
 			}
 		}
 	}
@@ -139,21 +151,21 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, nt := range r.Native {
 			fmt.Fprintf(w, "thread %d pc=%s sp=%s\n", nt.TID, nt.PC, nt.SP)
 			for _, f := range nt.Frames {
-				fmt.Fprintf(w, "  %s %s (%s)\n", f.Addr, f.Symbol, filepath.Base(f.File))
+				fmt.Fprintf(w, "  %s %s (%s)\n", f.Addr, textsafe.Clean(f.Symbol), textsafe.Clean(filepath.Base(f.File)))
 			}
 		}
 	}
 	for _, n := range r.Notified {
 		status := "ok"
 		if !n.OK {
-			status = "FAILED: " + n.Error
+			status = "FAILED: " + textsafe.Clean(n.Error)
 		}
 		fmt.Fprintf(w, "\nnotified %s %s: %s", n.Kind, n.To, status)
 	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(w, "\n\nnot gathered:")
 		for _, p := range r.Problems {
-			fmt.Fprintln(w, "  "+p)
+			fmt.Fprintln(w, "  "+textsafe.Clean(p))
 		}
 	}
 	fmt.Fprintf(w, "\nhandled in %s\n", r.HandledIn)

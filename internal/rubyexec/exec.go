@@ -10,23 +10,22 @@
 // the job at its next interrupt check, on a Ruby thread holding the GVL,
 // outside GC and signal handlers. The program it runs rescues every
 // exception, so nothing escapes into the application, and writes its answer
-// to a private directory that rbscope reads.
+// to a pipe rbscope made inside the process and reads the other end of.
 //
 // A process whose Ruby threads all sleep checks interrupts only when woken:
 // rbscope then sends it SIGCHLD, which Ruby handles itself (a no-op for a
-// program that does not trap CHLD) by waking the main thread.
+// program that does not trap CHLD) by waking the main thread. Ruby treats
+// that wake as spurious: the job only starts a thread and returns, so the
+// sleep, Mutex#sleep, Queue#pop or IO.select the main thread was in goes on.
 package rubyexec
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +38,9 @@ import (
 
 // Errors callers tell apart.
 var (
+	// ErrJobsUnsafe means the Ruby queues a postponed job where it may
+	// never run, or on freed memory (2.7; see layout.JobsOnStaleEC).
+	ErrJobsUnsafe = errors.New("this Ruby (before 3.0) queues a postponed job on the execution context of whichever thread last held the GVL, which may have ended: the job would never run, or touch freed memory; exec and alloc need Ruby 3.0 or newer")
 	// ErrNoSafePoint means the code had not started when the timeout ran out.
 	ErrNoSafePoint = errors.New("the process did not reach a safe point")
 	// ErrStillRunning means the code started but had not finished in time.
@@ -108,17 +110,18 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	ex, err := NewExchange(t.PID())
+	ex, err := NewExchange(t)
 	if err != nil {
 		return nil, err
 	}
 	defer ex.Close()
-	prog := wrapper(ex.AnswerPath(), code, opt.Name, opt.Raw)
+	prog := wrapper(ex.FD(), code, opt.Name, opt.Raw)
 	page, err := postRetrying(t, register, evalString, prog, 0, start, opt.Timeout)
 	if err != nil {
+		ex.Discard()
 		return nil, err
 	}
-	res, err := ex.Await(t.PID(), start, opt.Timeout, opt.Cancel)
+	res, err := ex.Await(start, opt.Timeout, opt.Cancel)
 	if err != nil {
 		if errors.Is(err, ErrCanceled) {
 			err = fmt.Errorf("pid %d: %w before the code finished; the request was emptied if it had not started", t.PID(), ErrCanceled)
@@ -129,7 +132,9 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		// The job may still run later. The page it reads stays mapped, and
 		// now holds a program that does nothing: Ruby stops reading source
 		// at a NUL byte, so even a copy torn by this write runs either the
-		// old program (whose answer goes nowhere) or nil.
+		// old program (whose answer goes nowhere: rbscope's end of the pipe
+		// is closed) or nil. The write end stays open in the process: the
+		// program may have started and hold it.
 		if !errors.Is(err, target.ErrExited) {
 			_, _ = t.WriteAt([]byte("nil\x00"), page.addr)
 		}
@@ -167,7 +172,7 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 	if _, err := postRetrying(t, register, inspect, "", obj, start, timeout); err != nil {
 		return nil, err
 	}
-	res, err := ex.Await(t.PID(), start, timeout, nil)
+	res, err := ex.Await(start, timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +183,9 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 // jobFunctions returns the addresses of rb_postponed_job_register_one and
 // of job, the function it is to queue.
 func jobFunctions(t *target.Live, vm *rubyvm.VM, job string) (register, fn uint64, err error) {
+	if vm.Layout.JobsOnStaleEC == 1 {
+		return 0, 0, fmt.Errorf("pid %d: cannot run code in Ruby %s: %w", t.PID(), vm.Version, ErrJobsUnsafe)
+	}
 	for _, s := range []struct {
 		name string
 		addr *uint64
@@ -198,7 +206,7 @@ func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64,
 		// (wake the process, then queue ours once that one has run and done
 		// nothing), or the main thread runs a signal handler right now.
 		if errors.Is(err, errQueued) {
-			_ = unix.Tgkill(t.PID(), t.PID(), unix.SIGCHLD)
+			_ = t.Wake(unix.SIGCHLD)
 		}
 		time.Sleep(50 * time.Millisecond)
 		m, err = post(t, register, fn, prog, data)
@@ -299,64 +307,119 @@ func unmap(t *target.Live, m mapping) error {
 	return err
 }
 
-// Exchange is the private directory a job answers in, seen from rbscope
-// and from the process (which may have another root). It belongs to the
-// process's user, mode 0700.
-type Exchange struct{ host, inProcess string }
-
-// NewExchange creates an exchange directory under the /tmp of process pid.
-func NewExchange(pid int) (*Exchange, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("random name: %w", err)
-	}
-	name := "rbscope-exec-" + hex.EncodeToString(b[:])
-	d := &Exchange{
-		host:      filepath.Join(fmt.Sprintf("/proc/%d/root/tmp", pid), name),
-		inProcess: "/tmp/" + name,
-	}
-	uid, gid, err := owner(pid)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(d.host, 0o700); err != nil {
-		return nil, fmt.Errorf("pid %d: create the answer directory %s: %w (the process needs a writable /tmp)", pid, d.inProcess, err)
-	}
-	if err := os.Chown(d.host, uid, gid); err != nil {
-		os.RemoveAll(d.host)
-		return nil, fmt.Errorf("pid %d: give the answer directory %s to uid %d: %w", pid, d.inProcess, uid, err)
-	}
-	return d, nil
+// Exchange is the pipe a job answers through. rbscope makes it inside the
+// process with an injected pipe2 system call, takes the read end with
+// pidfd_getfd and closes it in the process, where only the write end
+// remains, close-on-exec. No file is involved: nothing the process's user
+// can rename, replace by a symbolic link or a FIFO. The program that
+// answers closes the write end.
+type Exchange struct {
+	t *target.Live
+	// r is rbscope's read end (non-blocking), w the write end's number in
+	// the process.
+	r, w int
+	buf  []byte
 }
 
-// AnswerPath is the answer file's path as the process sees it.
-func (d *Exchange) AnswerPath() string { return d.inProcess + "/answer" }
+// MaxAnswer bounds the answer rbscope reads from a process.
+const MaxAnswer = 256 << 20
 
-// Close removes the directory; a job that answers later finds it gone.
-func (d *Exchange) Close() error { return os.RemoveAll(d.host) }
-
-// owner returns the effective uid and gid of pid.
-func owner(pid int) (uid, gid int, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// NewExchange makes an answer pipe in the process of t, borrowing its main
+// thread for a few system calls.
+func NewExchange(t *target.Live) (*Exchange, error) {
+	pid := t.PID()
+	if err := t.PauseThreads([]int{pid}); err != nil {
+		t.Resume()
+		return nil, err
+	}
+	defer t.Resume()
+	// The kernel writes the two descriptors to memory: a scratch page.
+	page, err := t.Syscall(pid, unix.SYS_MMAP, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+	if err == nil && page < 0 && page > -4096 {
+		err = unix.Errno(-page)
+	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("pid %d: %w", pid, target.ErrExited)
+		return nil, fmt.Errorf("pid %d: map a scratch page: %w", pid, err)
 	}
-	field := func(name string) (int, error) {
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, name+":"); ok {
-				f := strings.Fields(rest)
-				if len(f) >= 2 {
-					return strconv.Atoi(f[1]) // real, effective, saved, fs
-				}
-			}
+	defer t.Syscall(pid, unix.SYS_MUNMAP, uint64(page), 4096)
+	ret, err := t.Syscall(pid, unix.SYS_PIPE2, uint64(page), unix.O_CLOEXEC)
+	if err == nil && ret != 0 {
+		err = unix.Errno(-ret)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: make an answer pipe: %w", pid, err)
+	}
+	var fds [8]byte
+	if err := target.ReadFull(t, fds[:], uint64(page)); err != nil {
+		return nil, fmt.Errorf("pid %d: read the answer pipe's descriptors: %w", pid, err)
+	}
+	pr, pw := int(int32(binary.LittleEndian.Uint32(fds[:4]))), int(int32(binary.LittleEndian.Uint32(fds[4:])))
+	closeInProcess := func(fds ...int) {
+		for _, fd := range fds {
+			t.Syscall(pid, unix.SYS_CLOSE, uint64(fd))
 		}
-		return 0, fmt.Errorf("pid %d: no %s in /proc status", pid, name)
 	}
-	if uid, err = field("Uid"); err != nil {
-		return 0, 0, err
+	r, err := takePipe(t, pr, pw)
+	if err != nil {
+		closeInProcess(pr, pw)
+		return nil, err
 	}
-	gid, err = field("Gid")
-	return uid, gid, err
+	closeInProcess(pr)
+	return &Exchange{t: t, r: r, w: pw}, nil
+}
+
+// takePipe takes the read end pr of the pipe the process just made, and
+// checks that pr and pw are the two ends of one pipe (another thread of
+// the process could have put other files under those numbers meanwhile).
+func takePipe(t *target.Live, pr, pw int) (int, error) {
+	r, err := t.GetFD(pr)
+	if err != nil {
+		return -1, err
+	}
+	w, err := t.GetFD(pw)
+	if err != nil {
+		unix.Close(r)
+		return -1, err
+	}
+	defer unix.Close(w)
+	var sr, sw unix.Stat_t
+	err = errors.Join(unix.Fstat(r, &sr), unix.Fstat(w, &sw))
+	if err == nil && (sr.Mode&unix.S_IFMT != unix.S_IFIFO || sw.Mode&unix.S_IFMT != unix.S_IFIFO || sr.Ino != sw.Ino || sr.Dev != sw.Dev) {
+		err = errors.New("its descriptors are not the pipe it made")
+	}
+	if err == nil {
+		err = unix.SetNonblock(r, true)
+	}
+	if err != nil {
+		unix.Close(r)
+		return -1, fmt.Errorf("pid %d: answer pipe: %w", t.PID(), err)
+	}
+	return r, nil
+}
+
+// FD is the number of the pipe's write end in the process.
+func (d *Exchange) FD() int { return d.w }
+
+// Close closes rbscope's end: a job that answers later gets EPIPE, which
+// its program swallows.
+func (d *Exchange) Close() error {
+	if d.r < 0 {
+		return nil
+	}
+	err := unix.Close(d.r)
+	d.r = -1
+	return err
+}
+
+// Discard closes the write end in the process too, for a job that was
+// never queued (so no program will use it), and then rbscope's end.
+func (d *Exchange) Discard() {
+	pid := d.t.PID()
+	if d.t.PauseThreads([]int{pid}) == nil {
+		d.t.Syscall(pid, unix.SYS_CLOSE, uint64(d.w))
+	}
+	d.t.Resume()
+	d.Close()
 }
 
 // wakeAfter is how long rbscope waits for the job to start before waking
@@ -366,85 +429,136 @@ const (
 	wakeEvery = time.Second
 )
 
-// Await polls for the job's answer until timeout has passed since start
-// or cancel is closed, waking the main thread while the answer is missing,
-// and removes it.
-func (d *Exchange) Await(pid int, start time.Time, timeout time.Duration, cancel <-chan struct{}) (*Result, error) {
-	answer := filepath.Join(d.host, "answer")
-	defer os.Remove(answer)
+// Await waits for the job's answer until timeout has passed since start
+// or cancel is closed, waking the main thread while the answer is missing.
+// It reads at most MaxAnswer bytes, and never blocks for longer than a few
+// milliseconds at a time.
+func (d *Exchange) Await(start time.Time, timeout time.Duration, cancel <-chan struct{}) (*Result, error) {
+	pid := d.t.PID()
 	nextWake := start.Add(wakeAfter)
-	delay := 200 * time.Microsecond
+	chunk := make([]byte, 64<<10)
 	for {
-		if b, err := os.ReadFile(answer); err == nil {
-			if body, ok := complete(b); ok {
+		fds := []unix.PollFd{{Fd: int32(d.r), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, 5); err != nil && !errors.Is(err, unix.EINTR) {
+			return nil, fmt.Errorf("pid %d: wait for the answer: %w", pid, err)
+		}
+		eof := false
+		for fds[0].Revents != 0 {
+			n, err := unix.Read(d.r, chunk)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("pid %d: read the answer: %w", pid, err)
+			}
+			if n == 0 {
+				eof = true
+				break
+			}
+			d.buf = append(d.buf, chunk[:n]...)
+			body, done, err := complete(d.buf)
+			if err != nil {
+				return nil, fmt.Errorf("pid %d: %w", pid, err)
+			}
+			if done {
 				return parseAnswer(body)
 			}
 		}
 		if target.Exited(pid) {
 			return nil, fmt.Errorf("pid %d exited before the code finished: %w", pid, target.ErrExited)
 		}
+		if eof {
+			return nil, fmt.Errorf("pid %d: the process closed the answer pipe without a whole answer (%d bytes)", pid, len(d.buf))
+		}
 		now := time.Now()
 		if now.Sub(start) > timeout {
 			return nil, fmt.Errorf("pid %d: %w within %v (a thread may be stuck in C code holding the GVL, or in a long GC); nothing was run, and the queued request was emptied", pid, ErrNoSafePoint, timeout)
 		}
 		if now.After(nextWake) {
-			_ = unix.Tgkill(pid, pid, unix.SIGCHLD)
+			if err := d.t.Wake(unix.SIGCHLD); err != nil {
+				return nil, err
+			}
 			nextWake = now.Add(wakeEvery)
 		}
 		select {
 		case <-cancel:
 			return nil, ErrCanceled
-		case <-time.After(delay):
-		}
-		if delay < 5*time.Millisecond {
-			delay *= 2
+		default:
 		}
 	}
 }
 
 // complete returns the answer behind its length header once all of it has
-// been written.
-func complete(b []byte) ([]byte, bool) {
+// been read, and an error for a header that is malformed or announces
+// more than MaxAnswer bytes.
+func complete(b []byte) (body []byte, done bool, err error) {
 	n, body, ok := bytes.Cut(b, []byte("\n"))
 	if !ok {
-		return nil, false
+		if len(b) > 20 {
+			return nil, false, errors.New("malformed answer from the process")
+		}
+		return nil, false, nil
 	}
-	size, err := strconv.Atoi(string(n))
-	if err != nil || len(body) < size {
-		return nil, false
+	size, perr := strconv.ParseUint(string(n), 10, 64)
+	if perr != nil {
+		return nil, false, fmt.Errorf("malformed answer from the process: %w", perr)
 	}
-	return body[:size], true
+	if size > MaxAnswer {
+		return nil, false, fmt.Errorf("the process announced an answer of %d bytes, more than the %d rbscope reads", size, MaxAnswer)
+	}
+	if uint64(len(body)) > size {
+		return nil, false, errors.New("malformed answer from the process: more bytes than announced")
+	}
+	if uint64(len(body)) < size {
+		return nil, false, nil
+	}
+	return body, true, nil
 }
 
 // wrapper is the Ruby program the job evaluates. The job runs in "trap
 // context", as a Signal.trap handler does, where Mutex#lock (and so
 // require, Logger, Monitor) raises ThreadError; so the wrapper starts a
-// thread, "rbscope-exec", and waits for it. That thread runs the user's
-// code in a fresh binding under the top level. The code travels
+// thread, "rbscope-exec", which runs the user's code in a fresh binding
+// under the top level and writes the answer. The job does not wait for
+// that thread: joining it from the interrupted thread leaves that thread's
+// status "runnable", and a Kernel#sleep or Mutex#sleep it was interrupted
+// in then returns as if woken (the program printed "woke" after `sleep`).
+// Returning at once leaves the interrupted wait as it was. The code travels
 // base64-encoded, so no quoting issue can break the wrapper, and the
 // wrapper's own names start with __rbscope so the code cannot clash with
 // them.
-func wrapper(answer, code, name string, raw bool) string {
+func wrapper(answer int, code, name string, raw bool) string {
 	enc := base64.StdEncoding.EncodeToString([]byte(code))
 	show := "inspect"
 	if raw {
 		show = "to_s"
 	}
-	body := fmt.Sprintf(`Thread.new do
-  Thread.current.name = "rbscope-exec"
-  Thread.current.report_on_exception = false
-  %s
-end.value`, answerExpr(fmt.Sprintf(`__rbscope_v = TOPLEVEL_BINDING.eval("->{ binding }").call.eval(%q.unpack1("m0").force_encoding(Encoding::UTF_8), %q, 1)
+	run := writeAnswer(answer, answerExpr(fmt.Sprintf(`__rbscope_v = TOPLEVEL_BINDING.eval("->{ binding }").call.eval(%q.unpack1("m0").force_encoding(Encoding::UTF_8), %q, 1)
     begin; __rbscope_v.%s.to_s; rescue Exception => __rbscope_ie; "#<%s raised #{__rbscope_ie.class}>"; end`, enc, name, show, show)))
-	return fmt.Sprintf("->{ %s }.call\nnil\n", writeAnswer(answer, body))
+	return fmt.Sprintf(`->{
+  begin
+    Thread.new do
+      Thread.current.name = "rbscope-exec"
+      Thread.current.report_on_exception = false
+      %s
+    end
+  rescue Exception => __rbscope_te
+    %s
+  end
+}.call
+nil
+`, run, writeAnswer(answer, answerExpr("raise __rbscope_te")))
 }
 
 // AnswerProgram returns Ruby code that evaluates body, an expression whose
 // value's to_s is the answer, and writes that answer (or the exception body
-// raised) to path, the way Await reads it. It never raises: a failure to
-// write (rbscope gone, and its directory with it) is swallowed too.
-func AnswerProgram(path, body string) string {
-	return writeAnswer(path, answerExpr(body))
+// raised) to ex's pipe, the way Await reads it, and closes the pipe. It
+// never raises: a failure to write (rbscope gone) is swallowed too.
+func AnswerProgram(ex *Exchange, body string) string {
+	return writeAnswer(ex.FD(), answerExpr(body))
 }
 
 // answerExpr is a Ruby expression: "ok\n" and body's value, or "error\n",
@@ -460,18 +574,31 @@ func answerExpr(body string) string {
   end`, body)
 }
 
-// writeAnswer writes answer (a Ruby expression) behind a length header,
-// with one write: every file operation releases the GVL, which costs a
-// time slice when another thread is busy.
-func writeAnswer(path, answer string) string {
+// writeAnswer writes answer (a Ruby expression) behind a length header to
+// the pipe's write end fd, and closes it. The write end is blocking, but
+// Ruby may have made it non-blocking: then it waits for room. A write
+// fails with EPIPE once rbscope has closed its end (gone, or timed out).
+func writeAnswer(fd int, answer string) string {
 	return fmt.Sprintf(`begin
   __rbscope_a = %s
-  File.binwrite(%q, "#{__rbscope_a.bytesize}\n".b + __rbscope_a)
+  __rbscope_d = "#{__rbscope_a.bytesize}\n".b + __rbscope_a
+  __rbscope_w = IO.for_fd(%d, autoclose: true)
+  begin
+    until __rbscope_d.empty?
+      begin
+        __rbscope_d = __rbscope_d.byteslice(__rbscope_w.syswrite(__rbscope_d), __rbscope_d.bytesize)
+      rescue Errno::EAGAIN, Errno::EWOULDBLOCK, Errno::EINTR
+        IO.select(nil, [__rbscope_w], nil, 1)
+      end
+    end
+  ensure
+    __rbscope_w.close
+  end
 rescue Exception
-end`, answer, path)
+end`, answer, fd)
 }
 
-// parseAnswer reads the wrapper's answer file.
+// parseAnswer reads the wrapper's answer.
 func parseAnswer(b []byte) (*Result, error) {
 	kind, rest, _ := bytes.Cut(b, []byte("\n"))
 	switch string(kind) {

@@ -43,6 +43,9 @@ type CoreOptions struct {
 	// Exe, when set, is the executable to use instead of the path the core
 	// records.
 	Exe string
+	// CoreOnly reads nothing of this machine's files: every mapped file's
+	// image comes from the core (what a core from another machine gets).
+	CoreOnly bool
 }
 
 // CoreThread is one thread of a core: its NT_PRSTATUS note.
@@ -90,11 +93,14 @@ func ParseCoreThreads(notes []byte) ([]CoreThread, error) {
 // rbscope needs, cannot be found on this machine.
 type MissingFileError struct {
 	Path  string // the path the process saw
-	Tried string // the path looked for here (under the sysroot, or --exe)
+	Tried string // the path looked for here (under the sysroot, or --exe); "" under --core-only
 	Err   error
 }
 
 func (e *MissingFileError) Error() string {
+	if e.Tried == "" {
+		return fmt.Sprintf("%s is not read from this machine (--core-only)", e.Path)
+	}
 	return fmt.Sprintf("%s is not on this machine (looked for %s)", e.Path, e.Tried)
 }
 
@@ -105,6 +111,9 @@ var (
 	// ErrTruncated means a core file ends before the data its headers
 	// describe.
 	ErrTruncated = errors.New("core file is truncated")
+	// ErrNotInCore means memory the process had mapped that the core does
+	// not hold (and no file on this machine supplies).
+	ErrNotInCore = errors.New("the core does not hold this memory")
 	// ErrFileMismatch means a file on this machine differs from the one the
 	// core's process had mapped.
 	ErrFileMismatch = errors.New("not the file the process had mapped")
@@ -376,9 +385,23 @@ func (c *Core) hostPath(path string) string {
 // sysroot when one is set. A file the process had mapped is checked against
 // the core's copy of its first page (its ELF headers), so that a different
 // build of it is refused rather than misread.
+//
+// The paths come from the core, which may be hostile: the file is opened
+// without following a symbolic link at its last component and without
+// blocking, and must be a regular file (a FIFO or device is refused, never
+// waited on).
 func (c *Core) Open(path string) (*os.File, error) {
 	host := c.hostPath(path)
-	f, err := os.Open(host)
+	if c.opts.CoreOnly {
+		return nil, &MissingFileError{Path: path, Err: os.ErrNotExist}
+	}
+	// Under --sysroot the core's path resolves inside it (no "..", no
+	// absolute symlink leaves it); --exe is the user's own path.
+	root, rel := "/", host
+	if c.opts.Sysroot != "" && host != c.opts.Exe {
+		root, rel = c.opts.Sysroot, strings.TrimSuffix(path, " (deleted)")
+	}
+	f, err := OpenInRoot(root, rel, false) // no symlink followed at the end, no FIFO opened
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, &MissingFileError{Path: path, Tried: host, Err: err}
@@ -390,6 +413,19 @@ func (c *Core) Open(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// UseOwnImage reports whether the ELF image of path should be read from
+// the core's own memory after Open(path) failed with err: the file is not
+// on this machine, is not a regular file, or is not the one the process
+// had mapped, and neither --sysroot nor --exe says where it is (they win
+// when given).
+func (c *Core) UseOwnImage(path string, err error) bool {
+	if c.opts.Sysroot != "" || c.opts.Exe != "" && strings.TrimSuffix(path, " (deleted)") == strings.TrimSuffix(c.exePath, " (deleted)") {
+		return false
+	}
+	var missing *MissingFileError
+	return errors.As(err, &missing) || errors.Is(err, ErrFileMismatch) || errors.Is(err, ErrNotRegular)
 }
 
 // checkFile compares the start of f with the core's copy of the mapping of
@@ -461,14 +497,14 @@ func (c *Core) readSome(p []byte, addr uint64) (int, error) {
 	m, mok := FindMapping(c.notes.files, addr)
 	if !mok {
 		if ok {
-			return 0, fmt.Errorf("read at %#x: the core does not hold this memory (left out of the dump)", addr)
+			return 0, fmt.Errorf("read at %#x: %w (left out of the dump)", addr, ErrNotInCore)
 		}
 		return 0, fmt.Errorf("read at %#x: address not in the core", addr)
 	}
 	p = p[:min(uint64(len(p)), m.End-addr)]
 	f, err := c.mappedFile(m.Path)
 	if err != nil {
-		return 0, fmt.Errorf("read at %#x: the core does not hold this memory and the file mapped there cannot be read: %w", addr, err)
+		return 0, fmt.Errorf("read at %#x: %w and the file mapped there cannot be read: %w", addr, ErrNotInCore, err)
 	}
 	n, err := f.ReadAt(p, int64(m.Offset+addr-m.Start))
 	if n < len(p) {

@@ -315,3 +315,50 @@ func FuzzCoreNotes(f *testing.F) {
 		}
 	})
 }
+
+// TestCoreOpenHostile: the paths a core names are opened without following
+// a symbolic link and without blocking, and only regular files are kept: a
+// FIFO must not hang rbscope, and it leads to the core's own image.
+func TestCoreOpenHostile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	regular := filepath.Join(dir, "regular")
+	os.WriteFile(regular, []byte("hello"), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(regular, link)
+
+	c := &Core{opts: CoreOptions{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, p := range []string{fifo, link, dir} {
+			f, err := c.Open(p)
+			if err == nil {
+				f.Close()
+				t.Errorf("%s: opened", p)
+				continue
+			}
+			if !errors.Is(err, ErrNotRegular) || !c.UseOwnImage(p, err) {
+				t.Errorf("%s: %v (not ErrNotRegular, or not a reason to use the core's image)", p, err)
+			}
+		}
+		f, err := c.Open(regular)
+		if err != nil {
+			t.Errorf("regular file: %v", err)
+			return
+		}
+		f.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("opening a FIFO a core names blocked")
+	}
+	withSysroot := &Core{opts: CoreOptions{Sysroot: dir}}
+	if withSysroot.UseOwnImage("/x", &MissingFileError{Path: "/x"}) {
+		t.Error("--sysroot given, yet a missing file falls back to the core's image")
+	}
+}

@@ -42,33 +42,26 @@ type savedThread struct {
 	fpregs []byte
 }
 
-// WriteAt writes p to the process's memory at addr. Mappings need not be
-// writable for /proc/PID/mem, but process_vm_writev (tried first) needs it.
+// WriteAt writes p to the process's memory at addr, through the
+// /proc/PID/mem opened at Attach, after checking that the PID still names
+// that process (CheckSame): an exec'd process or a reused PID is never
+// written to. Mappings need not be writable.
 func (l *Live) WriteAt(p []byte, addr uint64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	local := []unix.Iovec{{Base: &p[0]}}
-	local[0].SetLen(len(p))
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
-	n, err := unix.ProcessVMWritev(l.pid, local, remote, 0)
-	if err == nil && n == len(p) {
-		return n, nil
+	if err := l.CheckSame(); err != nil {
+		return 0, err
 	}
-	if errors.Is(err, unix.ESRCH) {
-		return 0, ErrExited
+	if l.id.mem == nil {
+		return 0, fmt.Errorf("pid %d: write at %#x: its memory could not be opened at attach: %w", l.pid, addr, ErrPermission)
 	}
-	f, ferr := openMemForWrite(l.pid)
-	if ferr != nil {
-		if err == nil {
-			err = ferr
-		}
-		return 0, fmt.Errorf("write at %#x: %w", addr, err)
-	}
-	defer f.Close()
-	n, err = f.WriteAt(p, int64(addr))
+	n, err := l.id.mem.WriteAt(p, int64(addr))
 	if err != nil {
-		return n, fmt.Errorf("write at %#x: %w", addr, err)
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EBADF) {
+			err = fmt.Errorf("%w (its memory was opened read-only)", ErrPermission)
+		}
+		return n, fmt.Errorf("pid %d: write at %#x: %w", l.pid, addr, err)
 	}
 	return n, nil
 }
@@ -190,15 +183,22 @@ func segvMasked(pid, tid int) (blocked, ignored bool, err error) {
 }
 
 // borrow saves tid's registers, runs f on the tracer thread and restores
-// them whatever f did.
+// them whatever f did. Meanwhile rbscope's own oom_score_adj is -1000 (see
+// holdOffOOM).
 func (l *Live) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer holdOffOOM()()
 	if l.tracer == nil {
 		return fmt.Errorf("tid %d is not paused", tid)
 	}
 	if _, ok := l.paused[tid]; !ok {
 		return fmt.Errorf("tid %d is not paused", tid)
+	}
+	// The thread is stopped: while it is, its PID cannot be reused. Check
+	// that it is still the process attached to before touching it.
+	if err := l.CheckSame(); err != nil {
+		return err
 	}
 	return l.tracer.do(func() error {
 		var s savedThread
@@ -364,13 +364,26 @@ func (l *Live) syscallInsn(regs *unix.PtraceRegs) (uint64, error) {
 	return 0, fmt.Errorf("pid %d: no syscall instruction found in its code", l.pid)
 }
 
-func openMemForWrite(pid int) (*os.File, error) {
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_WRONLY, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrPermission) {
-			return nil, ErrPermission
-		}
-		return nil, ErrExited
+// oomScoreAdjPath is rbscope's own oom_score_adj (a test may point it at
+// a plain file where it cannot lower the value).
+var oomScoreAdjPath = "/proc/self/oom_score_adj"
+
+// holdOffOOM sets rbscope's own oom_score_adj to -1000, so that the OOM
+// killer does not pick rbscope while it holds a thread of the target in
+// the middle of an injected call, and returns what puts the old value
+// back. A tracer that dies there (killed, by the OOM killer or anyone
+// with SIGKILL) lets the thread go on with the borrowed registers, and
+// the target then crashes: the kernel detaches it, and nothing restores
+// its registers. Without CAP_SYS_RESOURCE the value cannot be lowered and
+// nothing changes.
+func holdOffOOM() (restore func()) {
+	path := oomScoreAdjPath
+	old, err := os.ReadFile(path)
+	if err != nil || strings.TrimSpace(string(old)) == "-1000" {
+		return func() {}
 	}
-	return f, nil
+	if os.WriteFile(path, []byte("-1000"), 0) != nil {
+		return func() {}
+	}
+	return func() { _ = os.WriteFile(path, old, 0) }
 }

@@ -2,11 +2,13 @@ package target_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,5 +122,90 @@ func TestCallRefusedWhenSegvIgnored(t *testing.T) {
 	defer tg.Close()
 	if _, err := tg.Call(pid, 0x1000); err == nil || !strings.Contains(err.Error(), "ignores SIGSEGV") {
 		t.Errorf("call in a process ignoring SIGSEGV: %v, want a refusal", err)
+	}
+}
+
+// TestWriteRefusedAfterExec: a process (running as nobody when the test
+// runs as root) that re-executes its own executable after rbscope attached
+// is another program at the same PID. Writes used to land in the new
+// program (process_vm_writev by PID); now nothing is written, and no
+// thread of it is borrowed.
+func TestWriteRefusedAfterExec(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", `read x; exec /bin/sh -c "read y"`)
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	time.Sleep(100 * time.Millisecond)
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	stack := func() uint64 {
+		maps, err := tg.Mappings()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range maps {
+			if m.Path == "[stack]" {
+				return m.Start
+			}
+		}
+		t.Fatal("setup: no stack mapping")
+		return 0
+	}
+	// Setup: before the exec, the write goes through.
+	var b [8]byte
+	before := stack()
+	if _, err := tg.ReadAt(b[:], before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.WriteAt(b[:], before); err != nil {
+		t.Fatalf("setup: a write before the exec: %v", err)
+	}
+	io.WriteString(stdin, "go\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// After the exec the command line is sh's own: ["/bin/sh", "-c", "read y"].
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasSuffix(string(c), "-c\x00read y\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the process did not exec")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	after := stack()
+	if _, err := tg.WriteAt([]byte("REPLACED"), after); !errors.Is(err, target.ErrReplaced) {
+		t.Errorf("write into the exec'd program: %v, want %v", err, target.ErrReplaced)
+	}
+	if err := tg.CheckSame(); !errors.Is(err, target.ErrReplaced) {
+		t.Errorf("CheckSame after the exec: %v, want %v", err, target.ErrReplaced)
+	}
+	if err := tg.PauseThreads([]int{pid}); err == nil {
+		if _, err := tg.Syscall(pid, unix.SYS_GETPID); !errors.Is(err, target.ErrReplaced) {
+			t.Errorf("a system call borrowed from the exec'd program: %v, want %v", err, target.ErrReplaced)
+		}
+		tg.Resume()
+	}
+	// Read back through a fresh view of the new program's memory.
+	fresh, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	var got [8]byte
+	if _, err := fresh.ReadAt(got[:], after); err == nil && string(got[:]) == "REPLACED" {
+		t.Errorf("the exec'd program was written to")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -28,6 +27,8 @@ type Live struct {
 	useMem bool     // process_vm_readv is unavailable
 	// syscallAt is a syscall instruction in the process's code, once found.
 	syscallAt uint64
+	// id pins the process (see CheckSame).
+	id identity
 
 	mu          sync.Mutex
 	tracer      *tracer
@@ -73,6 +74,10 @@ func Attach(pid int) (*Live, error) {
 			continue
 		}
 		break
+	}
+	if err := l.pin(); err != nil {
+		l.unpin()
+		return nil, err
 	}
 	return l, nil
 }
@@ -179,10 +184,13 @@ func ParseMaps(sc *bufio.Scanner) ([]Mapping, error) {
 		end, err2 := strconv.ParseUint(hi, 16, 64)
 		off, err3 := strconv.ParseUint(fields[2], 16, 64)
 		inode, err4 := strconv.ParseUint(fields[4], 10, 64)
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
+		major, minor, _ := strings.Cut(fields[3], ":")
+		maj, err5 := strconv.ParseUint(major, 16, 32)
+		mnr, err6 := strconv.ParseUint(minor, 16, 32)
+		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 			return nil, fmt.Errorf("bad maps line %q: %w", sc.Text(), err)
 		}
-		m := Mapping{Start: start, End: end, Perms: fields[1], Offset: off, Inode: inode}
+		m := Mapping{Start: start, End: end, Perms: fields[1], Offset: off, Inode: inode, Dev: unix.Mkdev(uint32(maj), uint32(mnr))}
 		if len(fields) > 5 {
 			m.Path = strings.Join(fields[5:], " ")
 		}
@@ -207,9 +215,11 @@ func (l *Live) Threads() ([]int, error) {
 	return tids, nil
 }
 
-// Open implements Target: paths resolve inside the process's root directory.
+// Open implements Target: paths resolve inside the process's root directory
+// (symlinks too, absolute ones included), and only a regular file is opened
+// (see OpenInRoot).
 func (l *Live) Open(path string) (*os.File, error) {
-	return os.Open(filepath.Join(fmt.Sprintf("/proc/%d/root", l.pid), path))
+	return OpenInRoot(fmt.Sprintf("/proc/%d/root", l.pid), path, true)
 }
 
 // Exe returns the path of the process's executable, as the process sees it.
@@ -227,7 +237,8 @@ func (l *Live) Comm() string {
 // Pause stops every thread of the process with PTRACE_SEIZE and
 // PTRACE_INTERRUPT. Threads born while pausing are caught by listing the
 // threads again until no new one appears. While paused, SIGINT, SIGTERM and
-// SIGHUP to rbscope resume the target before rbscope exits. If rbscope dies
+// SIGHUP to rbscope resume the target before rbscope exits, and SIGTSTP
+// (Ctrl-Z) waits until it runs again (see startStopGuard). If rbscope dies
 // anyway, the kernel detaches and the target runs on.
 func (l *Live) Pause() error { return l.pause(nil) }
 
@@ -471,6 +482,7 @@ func (l *Live) Close() error {
 		l.memFD.Close()
 		l.memFD = nil
 	}
+	l.unpin()
 	return err
 }
 
@@ -568,8 +580,29 @@ var (
 	pausedSet = map[*Live]bool{}
 )
 
-func registerPaused(l *Live)   { pausedMu.Lock(); pausedSet[l] = true; pausedMu.Unlock() }
-func unregisterPaused(l *Live) { pausedMu.Lock(); delete(pausedSet, l); pausedMu.Unlock() }
+// registerPaused records that l may hold threads stopped, for ResumeAll and
+// the stop-signal guard.
+func registerPaused(l *Live) {
+	startStopGuard()
+	pausedMu.Lock()
+	pausedSet[l] = true
+	pausedMu.Unlock()
+}
+
+// unregisterPaused records that l's threads run again; a stop signal held
+// back while targets were paused takes effect when the last one runs.
+func unregisterPaused(l *Live) {
+	pausedMu.Lock()
+	delete(pausedSet, l)
+	stop := pendingStop && len(pausedSet) == 0
+	if stop {
+		pendingStop = false
+	}
+	pausedMu.Unlock()
+	if stop {
+		stopSelf()
+	}
+}
 
 // ResumeAll resumes every live target this process has paused. Commands call
 // it from their panic and exit paths so no target is ever left stopped.

@@ -38,6 +38,7 @@ type Mapping struct {
 	Perms      string // "r-xp" and the like
 	Offset     uint64 // file offset of Start
 	Inode      uint64
+	Dev        uint64 // device of the inode, as stat's st_dev (0 when unknown)
 	Path       string // backing file, or "[heap]", "[stack]", "" for anonymous
 }
 

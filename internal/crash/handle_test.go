@@ -1,0 +1,52 @@
+package crash
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHandleReadDeadline: a read of the dying process that never returns
+// (a process can make its memory block a reader) must not hold the handler
+// past its timeout: the report is written, saying what was not read.
+func TestHandleReadDeadline(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	readRubyState = func(int) (*RubyState, []string) { <-block; return nil, nil }
+	defer func() { readRubyState = readRuby }()
+	store := filepath.Join(t.TempDir(), "s")
+	cfg := &Config{Dir: store, Timeout: Duration(2 * time.Second)}
+	cfg.Defaults()
+	cfg.KeepFreeBytes = 1
+	gone := exec.Command("true")
+	gone.Run()
+	start := time.Now()
+	done := make(chan *Report, 1)
+	go func() {
+		r, err := Handle(cfg, Args{PID: gone.Process.Pid, TID: gone.Process.Pid, Signal: 11, Time: time.Now()}, strings.NewReader("not a core"))
+		if err != nil {
+			t.Errorf("Handle: %v", err)
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("the handler took %v with a timeout of 2s", took)
+		}
+		if r == nil {
+			return
+		}
+		if !strings.Contains(strings.Join(r.Problems, "\n"), "ruby: the handler's time ran out") {
+			t.Errorf("the report does not say the Ruby read was cut short: %q", r.Problems)
+		}
+		if _, err := os.Stat(filepath.Join(store, r.ID, "report.json")); err != nil {
+			t.Errorf("no report written: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler blocked on a read past its timeout")
+	}
+}

@@ -1,0 +1,26 @@
+# A program that forks while `rbscope alloc` traces its allocations.
+# ARGV: the report path (written when ready: {"pid": ...}), a trigger path
+# (when it appears, the program deletes it and forks) and the child's
+# report path, where the child says whether it traces allocations:
+# {"pid": ..., "tracing": true|false, "rbscope": true|false} (rbscope: its
+# window's globals are still set).
+require "json"
+
+report, trigger, child_report = ARGV
+
+def write_json(path, obj)
+  File.write(path + ".tmp", JSON.generate(obj))
+  File.rename(path + ".tmp", path)
+end
+
+write_json(report, { "pid" => Process.pid })
+loop do
+  sleep 0.02
+  next unless File.exist?(trigger)
+  File.delete(trigger)
+  pid = fork do
+    tracing = defined?(ObjectSpace.allocation_sourcefile) && !ObjectSpace.allocation_sourcefile(Object.new).nil?
+    write_json(child_report, { "pid" => Process.pid, "tracing" => tracing, "rbscope" => !$__rbscope_alloc.nil? })
+  end
+  Process.wait(pid)
+end
