@@ -8,8 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/profile"
 )
 
 // Flame graph geometry, in SVG pixels.
@@ -55,7 +54,7 @@ type fgRect struct {
 // Flamegraph writes a self-contained interactive SVG flame graph: click a
 // frame to zoom into it, "Search" to highlight frames matching a regular
 // expression, hover for sample counts.
-func Flamegraph(w io.Writer, p *sampler.Profile, o Options) error {
+func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 	root := &fgNode{frame: -1}
 	for _, st := range p.Stacks {
 		root.count += st.Count
@@ -122,7 +121,7 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 		y := height - fgBottom - float64(r.depth+1)*fgFrameH
 		name := html.EscapeString(r.name)
 		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
-			r.x, r.w, r.depth, name, r.count, pct(r.count, total),
+			r.x, r.w, r.depth, name, r.count, Pct(r.count, total),
 			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, color(r.name, r.kind), fgPad+r.x*scale+3, y+fgFrameH-4.5,
 			html.EscapeString(fitText(r.name, r.w*scale)))
 	}
@@ -154,9 +153,9 @@ func color(name, kind string) string {
 	v := h.Sum32()
 	a, b, c := int(v%55), int((v>>8)%80), int((v>>16)%55)
 	switch kind {
-	case rubyvm.KindCFunc:
+	case profile.KindCFunc:
 		return fmt.Sprintf("rgb(%d,%d,%d)", 180+a, 190+c/2, 60+b/2)
-	case rubyvm.KindRuby:
+	case profile.KindRuby:
 		return fmt.Sprintf("rgb(%d,%d,%d)", 200+a, 90+b, 40+c/2)
 	default:
 		return fmt.Sprintf("rgb(%d,%d,%d)", 140+a/2, 160+a/2, 190+c)

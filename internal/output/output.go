@@ -5,17 +5,15 @@ package output
 
 import (
 	"fmt"
+	"github.com/rbscope/rbscope/internal/textsafe"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/profile"
 )
-
-// Formats lists the names Write accepts.
-var Formats = []string{"flamegraph", "speedscope", "pprof", "collapsed", "summary"}
 
 // Options tune what the writers show.
 type Options struct {
@@ -25,43 +23,69 @@ type Options struct {
 	Title string
 }
 
-// Extension returns the usual file extension of a format.
-func Extension(format string) string {
-	switch format {
-	case "flamegraph":
-		return ".svg"
-	case "speedscope":
-		return ".speedscope.json"
-	case "pprof":
-		return ".pb.gz"
-	case "collapsed":
-		return ".txt"
-	case "summary":
-		return ".summary.txt"
+// Format is one output format: its name (--format), its usual file
+// extension and its writer.
+type Format struct {
+	Name string
+	Ext  string
+	// Help says in a few words what the format is for.
+	Help string
+	// Timeline is set when the writer needs every sample's time and
+	// thread (profile.Profile.Timeline), not only the aggregate.
+	Timeline bool
+	Write    func(w io.Writer, p *profile.Profile, o Options) error
+}
+
+// formats is every output format, the default first. It is the one place
+// a format is looked up by name.
+var formats = []Format{
+	{Name: "flamegraph", Ext: ".svg", Help: "interactive SVG flame graph", Write: Flamegraph},
+	{Name: "speedscope", Ext: ".speedscope.json", Help: "speedscope JSON", Write: Speedscope},
+	{Name: "pprof", Ext: ".pb.gz", Help: "gzipped pprof protobuf for go tool pprof", Write: func(w io.Writer, p *profile.Profile, _ Options) error { return Pprof(w, p) }},
+	{Name: "collapsed", Ext: ".txt", Help: "folded stacks, root;...;leaf count", Write: Collapsed},
+	{Name: "summary", Ext: ".summary.txt", Help: "functions by self and total %", Write: func(w io.Writer, p *profile.Profile, _ Options) error { return Summary(w, p) }},
+	{Name: "summary-by-line", Ext: ".by-line.txt", Help: "file:line by self and total %", Write: func(w io.Writer, p *profile.Profile, _ Options) error { return SummaryByLine(w, p) }},
+	{Name: "callgrind", Ext: ".callgrind", Help: "callgrind format for kcachegrind and callgrind_annotate", Write: Callgrind},
+	{Name: "raw", Ext: ".raw.gz", Help: "every sample with its time and thread, for rbscope report", Timeline: true, Write: Raw},
+	{Name: "firefox", Ext: ".firefox.json", Help: "Firefox Profiler processed profile, a track per thread", Timeline: true, Write: Firefox},
+}
+
+// Formats returns every output format, the default first.
+func Formats() []Format { return append([]Format(nil), formats...) }
+
+// Names returns the formats' names, for flags' help and errors.
+func Names() []string {
+	names := make([]string, len(formats))
+	for i, f := range formats {
+		names[i] = f.Name
 	}
-	return ""
+	return names
+}
+
+// Lookup returns the format called name.
+func Lookup(name string) (Format, error) {
+	for _, f := range formats {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return Format{}, fmt.Errorf("--format %q is not one of %s", name, strings.Join(Names(), ", "))
 }
 
 // Write writes p in the named format.
-func Write(w io.Writer, format string, p *sampler.Profile, o Options) error {
-	switch format {
-	case "flamegraph":
-		return Flamegraph(w, p, o)
-	case "speedscope":
-		return Speedscope(w, p, o)
-	case "pprof":
-		return Pprof(w, p)
-	case "collapsed":
-		return Collapsed(w, p, o)
-	case "summary":
-		return Summary(w, p)
+func Write(w io.Writer, format string, p *profile.Profile, o Options) error {
+	f, err := Lookup(format)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("unknown format %q (one of %s)", format, strings.Join(Formats, ", "))
+	return f.Write(w, p, o)
 }
 
 // File is an output file that appears under its name only once complete:
 // it is created (so an unwritable path fails early) as a temporary file in
-// the same directory and renamed into place by Commit.
+// the same directory and renamed into place by Commit. It is readable by
+// its owner only (0600): profiles and heap dumps hold the target's memory
+// (every String of a heap dump), which other users may not read.
 type File struct {
 	*os.File
 	path string
@@ -93,7 +117,7 @@ func (f *File) Commit() error {
 		os.Remove(f.File.Name())
 		return fmt.Errorf("writing %s: %w", f.path, err)
 	}
-	if err := os.Chmod(f.File.Name(), 0o644); err != nil {
+	if err := os.Chmod(f.File.Name(), 0o600); err != nil {
 		os.Remove(f.File.Name())
 		return fmt.Errorf("writing %s: %w", f.path, err)
 	}
@@ -112,7 +136,7 @@ func (f *File) Abort() {
 
 // Collapsed writes "root;...;leaf count" lines (Brendan Gregg's folded
 // format), one per distinct stack, sorted.
-func Collapsed(w io.Writer, p *sampler.Profile, o Options) error {
+func Collapsed(w io.Writer, p *profile.Profile, o Options) error {
 	lines := make([]string, 0, len(p.Stacks))
 	for _, st := range p.Stacks {
 		names := make([]string, len(st.Frames))
@@ -131,18 +155,57 @@ func Collapsed(w io.Writer, p *sampler.Profile, o Options) error {
 }
 
 // Summary writes a table of functions by self and total share of samples.
-func Summary(w io.Writer, p *sampler.Profile) error {
-	stats := p.Functions()
+func Summary(w io.Writer, p *profile.Profile) error {
 	bw := &errWriter{w: w}
 	bw.printf("%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors)
-	bw.printf("%7s %7s %8s %8s  %s\n", "self%", "total%", "self", "total", "function")
-	for _, s := range stats {
-		bw.printf("%6.2f%% %6.2f%% %8d %8d  %s\n", pct(s.Self, p.Samples), pct(s.Total, p.Samples), s.Self, s.Total, s.Frame.Name(false))
+	if bw.err != nil {
+		return bw.err
 	}
-	return bw.err
+	_, err := FunctionTable(w, p, TableOptions{})
+	return err
 }
 
-func pct(n, total int) float64 {
+// TableOptions shape FunctionTable's output.
+type TableOptions struct {
+	// MaxRows caps the functions shown (0: all).
+	MaxRows int
+	// Width cuts longer lines (0: none).
+	Width int
+	// Newline ends each line ("\n" when empty; top's raw terminal needs
+	// "\r\n").
+	Newline string
+}
+
+// FunctionTable writes the per-function table that summary and top show:
+// a header, then one row per function (profile.Profile.Functions) with its
+// self and total share of the samples and counts. It returns how many
+// functions it showed.
+func FunctionTable(w io.Writer, p *profile.Profile, o TableOptions) (int, error) {
+	nl := o.Newline
+	if nl == "" {
+		nl = "\n"
+	}
+	bw := &errWriter{w: w}
+	line := func(s string) {
+		if r := []rune(s); o.Width > 0 && len(r) > o.Width {
+			s = string(r[:o.Width])
+		}
+		bw.printf("%s%s", s, nl)
+	}
+	line(fmt.Sprintf("%7s %7s %8s %8s  %s", "self%", "total%", "self", "total", "function"))
+	n := 0
+	for _, s := range p.Functions() {
+		if o.MaxRows > 0 && n >= o.MaxRows {
+			break
+		}
+		line(fmt.Sprintf("%6.2f%% %6.2f%% %8d %8d  %s", Pct(s.Self, p.Samples), Pct(s.Total, p.Samples), s.Self, s.Total, textsafe.Clean(s.Frame.Name(false))))
+		n++
+	}
+	return n, bw.err
+}
+
+// Pct is n as a percentage of total (0 when total is 0).
+func Pct(n, total int) float64 {
 	if total == 0 {
 		return 0
 	}

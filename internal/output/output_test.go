@@ -10,21 +10,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/pprof/profile"
+	pprof "github.com/google/pprof/profile"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/profile"
 )
 
-func sample() *sampler.Profile {
-	p := sampler.NewProfile(100)
-	main := sampler.Frame{Kind: rubyvm.KindRuby, Label: "<main>", Path: "app.rb", Line: 9}
-	work := sampler.Frame{Kind: rubyvm.KindRuby, Label: "work", Path: "app.rb", Line: 3}
-	sleep := sampler.Frame{Kind: rubyvm.KindCFunc, Label: "Kernel#sleep"}
-	odd := sampler.Frame{Kind: rubyvm.KindRuby, Label: "a;b <&> \"c\"", Path: "x.rb", Line: 1}
-	p.Add([]sampler.Frame{main, work}, 7)
-	p.Add([]sampler.Frame{main, sleep}, 2)
-	p.Add([]sampler.Frame{main, odd}, 1)
+func sample() *profile.Profile {
+	p := profile.NewProfile(100)
+	main := profile.Frame{Kind: profile.KindRuby, Label: "<main>", Path: "app.rb", Line: 9}
+	work := profile.Frame{Kind: profile.KindRuby, Label: "work", Path: "app.rb", Line: 3}
+	sleep := profile.Frame{Kind: profile.KindCFunc, Label: "Kernel#sleep"}
+	odd := profile.Frame{Kind: profile.KindRuby, Label: "a;b <&> \"c\"", Path: "x.rb", Line: 1}
+	p.Add([]profile.Frame{main, work}, 7)
+	p.Add([]profile.Frame{main, sleep}, 2)
+	p.Add([]profile.Frame{main, odd}, 1)
 	return p
 }
 
@@ -47,7 +46,7 @@ func TestPprofRoundTrip(t *testing.T) {
 	if err := Pprof(&b, sample()); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Parse(&b)
+	p, err := pprof.Parse(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,9 +124,67 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 // TestWriteReportsErrors: every format returns a failed write, so a
 // half-written output is never committed.
 func TestWriteReportsErrors(t *testing.T) {
-	for _, format := range Formats {
-		if err := Write(failingWriter{}, format, sample(), Options{}); err == nil {
-			t.Errorf("%s: a failed write was not reported", format)
+	for _, f := range Formats() {
+		if err := f.Write(failingWriter{}, sample(), Options{}); err == nil {
+			t.Errorf("%s: a failed write was not reported", f.Name)
 		}
+	}
+}
+
+// TestFileMode: an output file (a profile, a heap dump) is its owner's only.
+func TestFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out")
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("x")
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+}
+
+// TestLookup: every format is found by its name, with an extension, and an
+// unknown name is refused naming the known ones.
+func TestLookup(t *testing.T) {
+	for _, name := range Names() {
+		f, err := Lookup(name)
+		if err != nil || f.Name != name || f.Ext == "" || f.Write == nil {
+			t.Errorf("Lookup(%q) = %+v, %v", name, f, err)
+		}
+	}
+	if _, err := Lookup("svgz"); err == nil || !strings.Contains(err.Error(), "flamegraph") {
+		t.Errorf("unknown format: %v", err)
+	}
+}
+
+// TestFunctionTableShared: summary's table is FunctionTable's, and top's
+// limits (rows, width, raw newlines) apply.
+func TestFunctionTableShared(t *testing.T) {
+	var sum, tab bytes.Buffer
+	if err := Summary(&sum, sample()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FunctionTable(&tab, sample(), TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(sum.String(), "\n\n"+tab.String()) {
+		t.Errorf("summary:\n%s\ndoes not end with the table:\n%s", sum.String(), tab.String())
+	}
+	lines := strings.Split(tab.String(), "\n")
+	if !strings.Contains(lines[1], "70.00%") || !strings.HasSuffix(lines[1], "work (app.rb)") {
+		t.Errorf("first row %q, want work with 70%%", lines[1])
+	}
+	tab.Reset()
+	n, _ := FunctionTable(&tab, sample(), TableOptions{MaxRows: 1, Width: 20, Newline: "\r\n"})
+	if n != 1 || tab.String() != "  self%  total%     \r\n 70.00%  70.00%     \r\n" {
+		t.Errorf("limited table (%d rows): %q", n, tab.String())
 	}
 }

@@ -4,47 +4,46 @@ import (
 	"io"
 	"time"
 
-	"github.com/google/pprof/profile"
+	pprof "github.com/google/pprof/profile"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/profile"
 )
 
 // Pprof writes a gzipped pprof protobuf that `go tool pprof` reads, with a
 // function, file and line per frame and samples weighted by the sampling
 // period.
-func Pprof(w io.Writer, p *sampler.Profile) error {
+func Pprof(w io.Writer, p *profile.Profile) error {
 	period := int64(float64(time.Second) / p.Rate)
-	prof := &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+	prof := &pprof.Profile{
+		SampleType:    []*pprof.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType:    &pprof.ValueType{Type: "cpu", Unit: "nanoseconds"},
 		Period:        period,
 		TimeNanos:     p.Start.UnixNano(),
 		DurationNanos: p.Duration.Nanoseconds(),
 	}
-	funcs := map[sampler.Frame]*profile.Function{}
-	locs := map[sampler.Frame]*profile.Location{}
-	location := func(f sampler.Frame) *profile.Location {
+	funcs := map[profile.Frame]*pprof.Function{}
+	locs := map[profile.Frame]*pprof.Location{}
+	location := func(f profile.Frame) *pprof.Location {
 		if l, ok := locs[f]; ok {
 			return l
 		}
 		fk := f.Function()
 		fn, ok := funcs[fk]
 		if !ok {
-			fn = &profile.Function{ID: uint64(len(prof.Function) + 1), Name: fk.Label, SystemName: fk.Label, Filename: fk.Path}
-			if f.Kind == rubyvm.KindCFunc {
+			fn = &pprof.Function{ID: uint64(len(prof.Function) + 1), Name: fk.Label, SystemName: fk.Label, Filename: fk.Path}
+			if f.Kind == profile.KindCFunc {
 				fn.Filename = "<cfunc>"
 			}
 			funcs[fk] = fn
 			prof.Function = append(prof.Function, fn)
 		}
-		l := &profile.Location{ID: uint64(len(prof.Location) + 1), Line: []profile.Line{{Function: fn, Line: int64(f.Line)}}}
+		l := &pprof.Location{ID: uint64(len(prof.Location) + 1), Line: []pprof.Line{{Function: fn, Line: int64(f.Line)}}}
 		locs[f] = l
 		prof.Location = append(prof.Location, l)
 		return l
 	}
 	for _, st := range p.Stacks {
-		s := &profile.Sample{Value: []int64{int64(st.Count), int64(st.Count) * period}}
+		s := &pprof.Sample{Value: []int64{int64(st.Count), int64(st.Count) * period}}
 		for i := len(st.Frames) - 1; i >= 0; i-- { // pprof wants the leaf first
 			s.Location = append(s.Location, location(p.Frames[st.Frames[i]]))
 		}

@@ -4,8 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/profile"
 )
 
 // SpeedscopeSchema is the $schema of speedscope's file format.
@@ -42,11 +41,11 @@ type speedscopeProfile struct {
 
 // Speedscope writes the profile in speedscope's JSON file format: one
 // sampled profile, weights in seconds.
-func Speedscope(w io.Writer, p *sampler.Profile, o Options) error {
+func Speedscope(w io.Writer, p *profile.Profile, o Options) error {
 	f := speedscopeFile{Schema: SpeedscopeSchema, Name: o.Title, Exporter: "rbscope"}
 	for _, fr := range p.Frames {
 		sf := speedscopeFrame{Name: fr.Label}
-		if fr.Kind == rubyvm.KindRuby {
+		if fr.Kind == profile.KindRuby {
 			sf.File, sf.Line = fr.Path, fr.Line
 		}
 		f.Shared.Frames = append(f.Shared.Frames, sf)

@@ -1,3 +1,5 @@
+// Package sampler takes stack samples of Ruby processes at a fixed rate and
+// aggregates them into a profile.Profile that the output formats write.
 package sampler
 
 import (
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -46,8 +49,15 @@ type Options struct {
 	// Flush, if set, is called every FlushEvery with the samples taken
 	// since the previous call; the sampler then starts a new profile. It
 	// runs on the sampling goroutine and must not block for long.
-	Flush      func(*Profile)
+	Flush      func(*profile.Profile)
 	FlushEvery time.Duration
+	// Timeline keeps every sample's time, process and thread in the
+	// profile (profile.Profile.Timeline), as the raw and firefox formats
+	// need.
+	Timeline bool
+	// VM are the options for finding each process's Ruby VM
+	// (--force-version).
+	VM rubyvm.Options
 }
 
 // Progress is the state of a recording for a status line.
@@ -159,7 +169,7 @@ type Sampler struct {
 	root    int
 	procs   map[int]*proc
 	ignored map[int]int // pids that are not (yet) Ruby -> attempts
-	profile *Profile
+	profile *profile.Profile
 }
 
 // New attaches to pid and finds its Ruby VM.
@@ -167,8 +177,8 @@ func New(pid int, opts Options) (*Sampler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sampler{opts: opts, root: pid, procs: map[int]*proc{}, ignored: map[int]int{}, profile: NewProfile(opts.Rate)}
-	p, err := attach(pid)
+	s := &Sampler{opts: opts, root: pid, procs: map[int]*proc{}, ignored: map[int]int{}, profile: newProfile(opts)}
+	p, err := attach(pid, opts.VM)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +186,14 @@ func New(pid int, opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-func attach(pid int) (*proc, error) {
+func attach(pid int, vmOpts rubyvm.Options) (*proc, error) {
 	live, err := target.Attach(pid)
 	if err != nil {
 		return nil, err
 	}
 	// The recorder handles Ctrl-C itself and resumes before writing.
 	live.NoSignalGuard = true
-	vm, err := rubyvm.Open(live)
+	vm, err := rubyvm.OpenWith(live, vmOpts)
 	if err != nil {
 		live.Close()
 		return nil, err
@@ -200,7 +210,7 @@ func (s *Sampler) Close() {
 
 // Run samples until ctx is done, the duration passes or every target has
 // exited, and returns what it collected (never nil).
-func (s *Sampler) Run(ctx context.Context) *Profile {
+func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	defer s.Close()
 	prof := s.profile
 	prof.Start = time.Now()
@@ -254,7 +264,7 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 		if s.opts.Flush != nil && time.Since(prof.Start) >= s.opts.FlushEvery {
 			prof.Duration = time.Since(prof.Start)
 			s.opts.Flush(prof)
-			prof = NewProfile(s.opts.Rate)
+			prof = newProfile(s.opts)
 			s.profile = prof
 		}
 		if s.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
@@ -267,6 +277,7 @@ func (s *Sampler) Run(ctx context.Context) *Profile {
 // sample takes one sample of one process.
 func (s *Sampler) sample(p *proc) {
 	prof := s.profile
+	now := time.Now()
 	var running, tasks map[int]bool
 	if !s.opts.Idle {
 		var err error
@@ -336,18 +347,18 @@ func (s *Sampler) sample(p *proc) {
 		if len(th.Frames) == 0 {
 			continue // a thread not yet running Ruby code
 		}
-		frames := make([]Frame, 0, len(th.Frames)+2)
+		frames := make([]profile.Frame, 0, len(th.Frames)+2)
 		if s.opts.Subprocesses {
-			frames = append(frames, Frame{Kind: KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
+			frames = append(frames, profile.Frame{Kind: profile.KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
 		}
 		if s.opts.Threads {
-			frames = append(frames, Frame{Kind: KindThread, Label: "thread " + ThreadName(th)})
+			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
 		}
 		for i := len(th.Frames) - 1; i >= 0; i-- {
 			f := th.Frames[i]
-			frames = append(frames, Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
+			frames = append(frames, profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
 		}
-		prof.Add(frames, 1)
+		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
 	}
 }
 
@@ -491,7 +502,7 @@ func (s *Sampler) scanChildren() int {
 		if !descends(parents, pid, s.root) {
 			continue
 		}
-		p, err := attach(pid)
+		p, err := attach(pid, s.opts.VM)
 		if err != nil {
 			s.ignored[pid]++ // not Ruby (yet): try again a few times
 			continue
@@ -514,3 +525,12 @@ func descends(parents map[int]int, pid, root int) bool {
 
 // SetProgress sets the callback called about once a second while recording.
 func (s *Sampler) SetProgress(f func(Progress)) { s.opts.Progress = f }
+
+// newProfile returns the empty profile a recording with opts starts.
+func newProfile(opts Options) *profile.Profile {
+	p := profile.NewProfile(opts.Rate)
+	if opts.Timeline {
+		p.KeepTimeline()
+	}
+	return p
+}

@@ -2,6 +2,7 @@ package sampler_test
 
 import (
 	"context"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
@@ -27,24 +30,34 @@ var churnStacks = []string{
 	"<main>;churn;loop;block in churn;Process.clock_gettime",
 }
 
-// normalize maps labels that differ between Ruby versions (Kernel#loop and
-// Integer#times are written in Ruby from 3.3 on, the latter calling
-// block_given?; 3.3 counts block levels).
+// normalize maps labels that differ between Ruby versions to one form:
+// owners dropped (rbscope labels frames as Ruby 3.4 does: Object#churn,
+// block in Object#churn), Kernel#loop and Integer#times as Ruby methods
+// (written in Ruby from 3.3 on, the latter calling block_given?), and
+// block levels not counted (3.3 counts them). C methods keep their owner.
 func normalize(label string) string {
 	switch label {
 	case "Kernel#loop":
 		return "loop"
 	case "Integer#times":
 		return "times"
-	case "block (2 levels) in churn":
-		return "block in churn"
+	}
+	if m := qualified.FindStringSubmatch(label); m != nil {
+		if m[1] != "" {
+			return "block in " + m[2]
+		}
+		return m[2]
 	}
 	return label
 }
 
+// qualified matches a Ruby frame's label: an optional block prefix, and a
+// method of Object (the test program's own methods).
+var qualified = regexp.MustCompile(`^(block (?:\(\d+ levels\) )?in )?(?:Object#)?([a-z_<][^#.]*)$`)
+
 // tornStacks returns the stacks of p that no moment of churn_stacks.rb has,
 // and how many samples they hold.
-func tornStacks(p *sampler.Profile) ([]string, int) {
+func tornStacks(p *profile.Profile) ([]string, int) {
 	var torn []string
 	n := 0
 	for _, st := range p.Stacks {
@@ -162,4 +175,12 @@ func shareCPU(t *testing.T, pid int) (stop func()) {
 	}()
 	<-started
 	return func() { done.Store(true) }
+}
+
+// TestFrameKindsMatchRubyVM: the profile model names Ruby's frame kinds
+// with the VM reader's strings, which the sampler copies as they are.
+func TestFrameKindsMatchRubyVM(t *testing.T) {
+	if profile.KindRuby != rubyvm.KindRuby || profile.KindCFunc != rubyvm.KindCFunc {
+		t.Errorf("profile kinds %q/%q, rubyvm's %q/%q", profile.KindRuby, profile.KindCFunc, rubyvm.KindRuby, rubyvm.KindCFunc)
+	}
 }

@@ -1,18 +1,22 @@
-// Package sampler takes stack samples of Ruby processes at a fixed rate and
-// aggregates them into a Profile that the output formats write.
-package sampler
+// Package profile is rbscope's model of a recording: the frames, the
+// distinct stacks with their sample counts and, when kept, every sample's
+// time and thread. The sampler fills it and the output formats read it; it
+// knows neither (as pprof keeps its model apart from its encoders).
+package profile
 
 import (
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
-// Frame kinds the sampler adds above Ruby's own (rubyvm.KindRuby/KindCFunc).
+// Frame kinds. KindRuby and KindCFunc are the strings the Ruby VM reader
+// uses (rubyvm.KindRuby, rubyvm.KindCFunc); the sampler adds the others
+// above Ruby's own frames.
 const (
+	KindRuby    = "ruby"    // a frame running Ruby code
+	KindCFunc   = "cfunc"   // a method implemented in C
 	KindProcess = "process" // a root frame "pid NNN" with --subprocesses
 	KindThread  = "thread"  // a root frame "thread NAME" with --threads
 )
@@ -29,12 +33,12 @@ type Frame struct {
 // "label (path:line)" for Ruby code, "Owner#name (cfunc)" for C methods.
 func (f Frame) Name(withLine bool) string {
 	switch f.Kind {
-	case rubyvm.KindRuby:
+	case KindRuby:
 		if withLine && f.Line > 0 {
 			return f.Label + " (" + f.Path + ":" + strconv.Itoa(f.Line) + ")"
 		}
 		return f.Label + " (" + f.Path + ")"
-	case rubyvm.KindCFunc:
+	case KindCFunc:
 		return f.Label + " (cfunc)"
 	default:
 		return f.Label
@@ -68,6 +72,10 @@ type Profile struct {
 	Rate     float64
 	Start    time.Time
 	Duration time.Duration
+	// Timeline holds every sample in the order taken, when the recording
+	// keeps it (KeepTimeline; the raw and firefox formats need it). Nil
+	// otherwise: the aggregate above is then all there is.
+	Timeline []Sample
 
 	frameIDs map[Frame]int
 	stackIDs map[string]int
@@ -78,10 +86,48 @@ func NewProfile(rate float64) *Profile {
 	return &Profile{Rate: rate, Start: time.Now(), frameIDs: map[Frame]int{}, stackIDs: map[string]int{}}
 }
 
-// Add records one stack, given root first.
-func (p *Profile) Add(frames []Frame, count int) {
+// Sample is one sample of the timeline: when it was taken, in which
+// process and thread, and its stack.
+type Sample struct {
+	// Time is the time since Profile.Start.
+	Time time.Duration
+	PID  int
+	TID  int
+	// Thread is the thread's name as profiles show it (sampler.ThreadName).
+	Thread string
+	// Stack indexes Profile.Stacks.
+	Stack int
+}
+
+// KeepTimeline makes AddSample keep every sample in Timeline.
+func (p *Profile) KeepTimeline() {
+	if p.Timeline == nil {
+		p.Timeline = []Sample{}
+	}
+}
+
+// AddSample records one sample of one thread taken at t: its stack, root
+// first, counts once, and the sample joins the timeline when kept.
+func (p *Profile) AddSample(frames []Frame, t time.Time, pid, tid int, thread string) {
+	si := p.Add(frames, 1)
+	if p.Timeline != nil {
+		p.Timeline = append(p.Timeline, Sample{Time: t.Sub(p.Start), PID: pid, TID: tid, Thread: thread, Stack: si})
+	}
+}
+
+// Add records count samples of one stack, given root first, and returns
+// the stack's index in Stacks.
+func (p *Profile) Add(frames []Frame, count int) int {
+	if p.frameIDs == nil {
+		p.frameIDs, p.stackIDs = map[Frame]int{}, map[string]int{}
+		for i, f := range p.Frames {
+			p.frameIDs[f] = i
+		}
+		for i, st := range p.Stacks {
+			p.stackIDs[stackKey(st.Frames)] = i
+		}
+	}
 	ids := make([]int, len(frames))
-	var key strings.Builder
 	for i, f := range frames {
 		id, ok := p.frameIDs[f]
 		if !ok {
@@ -90,17 +136,28 @@ func (p *Profile) Add(frames []Frame, count int) {
 			p.frameIDs[f] = id
 		}
 		ids[i] = id
-		key.WriteString(strconv.Itoa(id))
-		key.WriteByte(',')
 	}
-	k := key.String()
-	if si, ok := p.stackIDs[k]; ok {
+	k := stackKey(ids)
+	si, ok := p.stackIDs[k]
+	if ok {
 		p.Stacks[si].Count += count
 	} else {
-		p.stackIDs[k] = len(p.Stacks)
+		si = len(p.Stacks)
+		p.stackIDs[k] = si
 		p.Stacks = append(p.Stacks, Stack{Frames: ids, Count: count})
 	}
 	p.Samples += count
+	return si
+}
+
+// stackKey is the map key of a stack of frame indexes.
+func stackKey(ids []int) string {
+	var key strings.Builder
+	for _, id := range ids {
+		key.WriteString(strconv.Itoa(id))
+		key.WriteByte(',')
+	}
+	return key.String()
 }
 
 // FunctionStat is a function's self and total sample counts.
@@ -118,7 +175,7 @@ func (p *Profile) Functions() []FunctionStat {
 		seen := map[Frame]bool{}
 		for i, id := range st.Frames {
 			f := p.Frames[id]
-			if f.Kind == KindProcess || f.Kind == KindThread {
+			if f.Synthetic() {
 				continue
 			}
 			fn := f.Function()
@@ -157,17 +214,37 @@ func sortStats(s []FunctionStat) {
 	})
 }
 
-// Merge adds the samples of q to p.
+// Merge adds the samples of q to p; q's timeline joins p's when p keeps
+// one.
 func (p *Profile) Merge(q *Profile) {
-	for _, st := range q.Stacks {
-		frames := make([]Frame, len(st.Frames))
-		for i, id := range st.Frames {
-			frames[i] = q.Frames[id]
+	moved := make([]int, len(q.Stacks))
+	for si, st := range q.Stacks {
+		moved[si] = p.Add(q.StackFrames(si), st.Count)
+	}
+	if p.Timeline != nil {
+		shift := q.Start.Sub(p.Start)
+		for _, s := range q.Timeline {
+			s.Time += shift
+			s.Stack = moved[s.Stack]
+			p.Timeline = append(p.Timeline, s)
 		}
-		p.Add(frames, st.Count)
 	}
 	p.Ticks += q.Ticks
 	p.Errors += q.Errors
 	p.Unstopped += q.Unstopped
 	p.Duration += q.Duration
 }
+
+// StackFrames returns the frames of stack si, root first.
+func (p *Profile) StackFrames(si int) []Frame {
+	ids := p.Stacks[si].Frames
+	frames := make([]Frame, len(ids))
+	for i, id := range ids {
+		frames[i] = p.Frames[id]
+	}
+	return frames
+}
+
+// Synthetic tells whether a frame is one the sampler added (a process or
+// thread root) rather than one of Ruby's.
+func (f Frame) Synthetic() bool { return f.Kind == KindProcess || f.Kind == KindThread }

@@ -1,18 +1,16 @@
-package sampler
+package profile
 
 import (
 	"testing"
-
-	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
 func rf(label string, line int) Frame {
-	return Frame{Kind: rubyvm.KindRuby, Label: label, Path: "a.rb", Line: line}
+	return Frame{Kind: KindRuby, Label: label, Path: "a.rb", Line: line}
 }
 
 func TestFunctionsCountRecursionOnce(t *testing.T) {
 	p := NewProfile(100)
-	main, rec, leaf := rf("<main>", 1), rf("rec", 5), Frame{Kind: rubyvm.KindCFunc, Label: "Integer#+"}
+	main, rec, leaf := rf("<main>", 1), rf("rec", 5), Frame{Kind: KindCFunc, Label: "Integer#+"}
 	p.Add([]Frame{main, rec, rf("rec", 6), rec}, 3) // rec recursing, at two lines
 	p.Add([]Frame{main, rec, leaf}, 1)
 	p.Add([]Frame{{Kind: KindThread, Label: "thread main"}, main}, 2)
@@ -56,7 +54,7 @@ func TestFrameName(t *testing.T) {
 	}{
 		{rf("foo", 3), true, "foo (a.rb:3)"},
 		{rf("foo", 3), false, "foo (a.rb)"},
-		{Frame{Kind: rubyvm.KindCFunc, Label: "Kernel#sleep"}, true, "Kernel#sleep (cfunc)"},
+		{Frame{Kind: KindCFunc, Label: "Kernel#sleep"}, true, "Kernel#sleep (cfunc)"},
 		{Frame{Kind: KindProcess, Label: "pid 7"}, true, "pid 7"},
 	} {
 		if got := tc.f.Name(tc.lines); got != tc.want {

@@ -1,0 +1,216 @@
+package output
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/profile"
+)
+
+// RawVersion is the version of the raw format that WriteRaw writes and
+// the newest ReadRaw reads.
+const RawVersion = 1
+
+// rawHeader is the first line of a raw recording.
+type rawHeader struct {
+	// Format names the file's kind; Version its version.
+	Format     string  `json:"format"`
+	Version    int     `json:"version"`
+	Title      string  `json:"title,omitempty"`
+	Rate       float64 `json:"rate"`
+	StartNs    int64   `json:"start_ns"`
+	DurationNs int64   `json:"duration_ns"`
+	Ticks      int     `json:"ticks"`
+	Errors     int     `json:"errors"`
+	Unstopped  int     `json:"unstopped"`
+	Samples    int     `json:"samples"`
+	Timeline   bool    `json:"timeline"`
+}
+
+// rawFormat is the header's format name.
+const rawFormat = "rbscope-raw"
+
+// Raw writes every sample of p, gzipped, one JSON value per line, so that
+// `rbscope report` can render it in any format later:
+//
+//	{"format":"rbscope-raw","version":1,"rate":100,"start_ns":...,...}  header
+//	["f","ruby","Object#work","app.rb",3]   frame N (numbered from 0 in order)
+//	["s",[0,1]]                             stack N: frame numbers, root first
+//	["th",4242,4243,"worker"]               thread N: pid, tid, name
+//	["t",1250000,0,1]                       a sample: ns since start, thread, stack
+//	["n",1,7]                               samples without time: stack, count
+//
+// A frame, stack or thread line comes before its first use. The samples of
+// the timeline (profile.Profile.Timeline) are "t" lines in the order
+// taken; samples not in it (a profile recorded without a timeline) are "n"
+// lines.
+func Raw(w io.Writer, p *profile.Profile, o Options) error {
+	zw := gzip.NewWriter(w)
+	bw := bufio.NewWriter(zw)
+	enc := json.NewEncoder(bw)
+	h := rawHeader{Format: rawFormat, Version: RawVersion, Title: o.Title, Rate: p.Rate, StartNs: p.Start.UnixNano(),
+		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Unstopped: p.Unstopped, Samples: p.Samples, Timeline: p.Timeline != nil}
+	if err := enc.Encode(h); err != nil {
+		return err
+	}
+	for _, f := range p.Frames {
+		if err := enc.Encode([]any{"f", f.Kind, f.Label, f.Path, f.Line}); err != nil {
+			return err
+		}
+	}
+	for _, st := range p.Stacks {
+		if err := enc.Encode([]any{"s", st.Frames}); err != nil {
+			return err
+		}
+	}
+	type thread struct {
+		pid, tid int
+		name     string
+	}
+	threads := map[thread]int{}
+	timed := make([]int, len(p.Stacks))
+	for _, s := range p.Timeline {
+		th := thread{s.PID, s.TID, s.Thread}
+		id, ok := threads[th]
+		if !ok {
+			id = len(threads)
+			threads[th] = id
+			if err := enc.Encode([]any{"th", s.PID, s.TID, s.Thread}); err != nil {
+				return err
+			}
+		}
+		if err := enc.Encode([]any{"t", int64(s.Time), id, s.Stack}); err != nil {
+			return err
+		}
+		timed[s.Stack]++
+	}
+	for si, st := range p.Stacks {
+		if n := st.Count - timed[si]; n > 0 {
+			if err := enc.Encode([]any{"n", si, n}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// ReadRaw reads a recording that Raw wrote. The file is checked as it is
+// read: a malformed line is reported with its number, and a reference to a
+// frame, stack or thread not yet defined is refused.
+func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, "", fmt.Errorf("not a raw rbscope recording (not gzip): %w", err)
+	}
+	defer zr.Close()
+	dec := json.NewDecoder(bufio.NewReader(zr))
+	var h rawHeader
+	if err := dec.Decode(&h); err != nil || h.Format != rawFormat {
+		return nil, "", errors.New("not a raw rbscope recording (no rbscope-raw header)")
+	}
+	if h.Version < 1 || h.Version > RawVersion {
+		return nil, "", fmt.Errorf("raw recording version %d: this rbscope reads versions 1 to %d", h.Version, RawVersion)
+	}
+	if !(h.Rate > 0 && h.Rate <= 1e6) || h.DurationNs < 0 || h.Ticks < 0 || h.Errors < 0 {
+		return nil, "", fmt.Errorf("raw recording header is damaged (rate %v, duration %d ns, ticks %d, errors %d)", h.Rate, h.DurationNs, h.Ticks, h.Errors)
+	}
+	p := profile.NewProfile(h.Rate)
+	p.Start = time.Unix(0, h.StartNs)
+	p.Duration = time.Duration(h.DurationNs)
+	p.Ticks, p.Errors, p.Unstopped = h.Ticks, h.Errors, h.Unstopped
+	if h.Timeline {
+		p.KeepTimeline()
+	}
+	var frames []profile.Frame
+	var stacks [][]profile.Frame
+	type thread struct {
+		pid, tid int
+		name     string
+	}
+	var threads []thread
+	for n := 2; ; n++ {
+		var rec []json.RawMessage
+		if err := dec.Decode(&rec); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, "", fmt.Errorf("raw recording, value %d: %w", n, err)
+		}
+		bad := func(err error) error { return fmt.Errorf("raw recording, value %d: %w", n, err) }
+		var kind string
+		if len(rec) == 0 || json.Unmarshal(rec[0], &kind) != nil {
+			return nil, "", bad(errors.New("not a record"))
+		}
+		args := func(want int, into ...any) error {
+			if len(rec) != want+1 {
+				return fmt.Errorf("%q record with %d fields, want %d", kind, len(rec)-1, want)
+			}
+			for i, v := range into {
+				if err := json.Unmarshal(rec[i+1], v); err != nil {
+					return fmt.Errorf("%q record field %d: %w", kind, i+1, err)
+				}
+			}
+			return nil
+		}
+		switch kind {
+		case "f":
+			var f profile.Frame
+			if err := args(4, &f.Kind, &f.Label, &f.Path, &f.Line); err != nil {
+				return nil, "", bad(err)
+			}
+			frames = append(frames, f)
+		case "s":
+			var ids []int
+			if err := args(1, &ids); err != nil {
+				return nil, "", bad(err)
+			}
+			st := make([]profile.Frame, len(ids))
+			for i, id := range ids {
+				if id < 0 || id >= len(frames) {
+					return nil, "", bad(fmt.Errorf("stack refers to frame %d of %d", id, len(frames)))
+				}
+				st[i] = frames[id]
+			}
+			stacks = append(stacks, st)
+		case "th":
+			var th thread
+			if err := args(3, &th.pid, &th.tid, &th.name); err != nil {
+				return nil, "", bad(err)
+			}
+			threads = append(threads, th)
+		case "t":
+			var ns int64
+			var ti, si int
+			if err := args(3, &ns, &ti, &si); err != nil {
+				return nil, "", bad(err)
+			}
+			if ti < 0 || ti >= len(threads) || si < 0 || si >= len(stacks) {
+				return nil, "", bad(fmt.Errorf("sample refers to thread %d of %d, stack %d of %d", ti, len(threads), si, len(stacks)))
+			}
+			th := threads[ti]
+			p.AddSample(stacks[si], p.Start.Add(time.Duration(ns)), th.pid, th.tid, th.name)
+		case "n":
+			var si, count int
+			if err := args(2, &si, &count); err != nil {
+				return nil, "", bad(err)
+			}
+			if si < 0 || si >= len(stacks) || count < 1 {
+				return nil, "", bad(fmt.Errorf("%d samples of stack %d of %d", count, si, len(stacks)))
+			}
+			p.Add(stacks[si], count)
+		default:
+			return nil, "", bad(fmt.Errorf("unknown record %q", kind))
+		}
+	}
+	if p.Samples != h.Samples {
+		return nil, "", fmt.Errorf("raw recording is truncated or damaged: %d samples, its header says %d", p.Samples, h.Samples)
+	}
+	return p, h.Title, nil
+}
