@@ -156,7 +156,7 @@ func check(b *testing.B, threads []rubyvm.Thread) int {
 			continue
 		}
 		for _, f := range th.Frames {
-			if f.Label == "bench_deep" {
+			if f.BaseLabel == "bench_deep" {
 				deep++
 			}
 		}

@@ -8,9 +8,9 @@ $stdout.sync = true
 $kept = []
 $rounds = 0
 
-def keep_many = 1000.times { $kept << "many #{_1}" } # KEEP_MANY
-def keep_few = 100.times { $kept << "few #{_1}" } # KEEP_FEW
-def garbage = 10_000.times { "garbage #{_1}" } # GARBAGE
+def keep_many; 1000.times { |i| $kept << "many #{i}" }; end # KEEP_MANY
+def keep_few; 100.times { |i| $kept << "few #{i}" }; end # KEEP_FEW
+def garbage; 10_000.times { |i| "garbage #{i}" }; end # GARBAGE
 
 lines = File.readlines(__FILE__).each_with_index.to_h { |l, i| [l[/# (KEEP_MANY|KEEP_FEW|GARBAGE)$/, 1], i + 1] }
 File.write(ARGV[0] + ".tmp", JSON.generate({ "pid" => Process.pid, "file" => __FILE__,

@@ -11,10 +11,10 @@
 # seconds (default 30).
 require "json"
 
-def leaf_a(x) = x + 1
-def leaf_b(x) = x + 2
-def mid_a(x) = leaf_a(x)
-def mid_b(x) = [x].map { |y| leaf_b(y) }.first
+def leaf_a(x); x + 1; end
+def leaf_b(x); x + 2; end
+def mid_a(x); leaf_a(x); end
+def mid_b(x); [x].map { |y| leaf_b(y) }.first; end
 
 def churn(seconds)
   deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds

@@ -5,6 +5,7 @@
 # sends itself SIGSEGV: Ruby's crash report then aborts and the kernel dumps
 # the core (when core_pattern and the core size limit let it).
 require "json"
+require_relative "lib/native_tid"
 
 out = ARGV.fetch(0)
 Process.setrlimit(:CORE, :INFINITY)

@@ -2,7 +2,7 @@
 # parse, compute and sleep, so rbscope has several threads to show.
 require "json"
 
-def fib(n) = n < 2 ? n : fib(n - 1) + fib(n - 2)
+def fib(n); n < 2 ? n : fib(n - 1) + fib(n - 2); end
 
 class Worker
   def initialize(name, queue)

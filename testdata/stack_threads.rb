@@ -5,6 +5,7 @@
 # and compare. Each "report ...; block" pair sits on one line, so the line of
 # caller_locations is the line the thread is blocked on.
 require "json"
+require_relative "lib/native_tid"
 require_relative "lib/sleepy_helper"
 
 out = ARGV.fetch(0)
@@ -49,9 +50,12 @@ def down(n)
   end
 end
 
+# How this Ruby labels the block below: Ruby 3.4 qualifies methods.
+BLOCK_IN_SPIN = RUBY_VERSION >= "3.4" ? "block in Object#spin" : "block in spin"
+
 def spin
   x = 0
-  report(caller_locations(0), [["block in spin", __FILE__, __LINE__], LOOP_FRAME]); loop { x += 1 }
+  report(caller_locations(0), [[BLOCK_IN_SPIN, __FILE__, __LINE__], LOOP_FRAME]); loop { x += 1 }
 end
 
 class Widget

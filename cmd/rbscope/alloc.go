@@ -64,19 +64,19 @@ killed. Ctrl-C ends the window early without a report.`,
 				if sites == nil {
 					sites = []alloctrace.Site{}
 				}
-				return printJSON(sites)
+				return printJSONList("sites", sites)
 			}
 			printAllocs(os.Stdout, pid, rep, sites, !noGC)
 			return nil
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
-	c.Flags().DurationVarP(&duration, "duration", "d", 10*time.Second, "how long to trace allocations")
+	durationFlag(c.Flags(), &duration, "duration", "d", 10*time.Second, "how long to trace allocations")
 	c.Flags().BoolVar(&noGC, "no-gc", false, "do not run a full GC at the end of the window (garbage not yet collected then counts as alive)")
 	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: [{"file","line","class","count","bytes"}]`)
 	c.Flags().IntVar(&top, "top", 0, "print only the N largest sites (0: all)")
 	c.Flags().StringVar(&by, "by", "site", "group by file, line (file:line), class, or site (file:line:class)")
-	c.Flags().DurationVar(&timeout, "timeout", rubyexec.DefaultTimeout, "how long to wait for the process to reach a safe point, at each end of the window")
+	durationFlag(c.Flags(), &timeout, "timeout", "", rubyexec.DefaultTimeout, "how long to wait for the process to reach a safe point, at each end of the window")
 	return c
 }
 

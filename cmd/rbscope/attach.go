@@ -1,12 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
+
+// vmOptions are the root command's options for finding a Ruby VM
+// (--force-version), used by every command that opens one: openRuby, the
+// sampler's (record, top) and core.
+var vmOptions rubyvm.Options
 
 // openRuby attaches to a live process and finds its Ruby VM. The returned
 // close releases both (resuming the target if it is still paused).
@@ -15,7 +23,7 @@ func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	vm, err := rubyvm.Open(t)
+	vm, err := rubyvm.OpenWith(t, vmOptions)
 	if err != nil {
 		t.Close()
 		return nil, nil, nil, err
@@ -39,9 +47,53 @@ func whilePaused(t *target.Live, pause bool, read func() error) error {
 	return err
 }
 
-// printJSON prints v as indented JSON on stdout.
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// schemaVersion is the version of the shape of every command's --json
+// document, its schema_version key. It changes when a key is renamed or
+// removed or a value changes meaning; new keys keep it.
+const schemaVersion = 1
+
+// printJSON prints the JSON object v on stdout, schema_version first.
+func printJSON(v any) error { return writeJSON(os.Stdout, v) }
+
+// printJSONList prints a list as the JSON object {"schema_version": N,
+// key: list} on stdout.
+func printJSONList(key string, list any) error {
+	b, err := json.Marshal(list)
+	if err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	return writeJSON(os.Stdout, map[string]json.RawMessage{key: b})
+}
+
+// writeJSON prints the JSON object v as indented JSON with schema_version
+// as its first key.
+func writeJSON(w io.Writer, v any) error {
+	b, err := versioned(v)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+// versioned encodes the JSON object v with schema_version as its first
+// key.
+func versioned(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JSON: %w", err)
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("encoding JSON: %T is not an object", v)
+	}
+	head := fmt.Sprintf(`{"schema_version":%d`, schemaVersion)
+	if string(b) == "{}" {
+		return []byte(head + "}"), nil
+	}
+	return append([]byte(head+","), b[1:]...), nil
 }

@@ -25,12 +25,17 @@ stack' does; --census adds the heap census of 'rbscope heap census'.
 
 Memory the core does not hold (program text and read-only data, which the
 kernel leaves out) is read from the files the process had mapped, at the
-paths the core records. For a core from another machine, --sysroot DIR names
-a directory holding those files at the same paths (DIR/usr/lib/...), and
---exe PATH the executable.`,
+paths the core records. When a file is not on this machine (or differs), its
+ELF image is read from the core itself and, if need be, the VM is found by
+scanning the Ruby image's data; the version then comes from the mapped
+files' paths unless --force-version gives it. A line on stderr says so.
+--sysroot DIR names a directory holding the crashed machine's files at the
+same paths (DIR/usr/lib/...), and --exe PATH the executable; --core-only
+reads no file of this machine.`,
 		Example: `  rbscope core /var/crash/core.4242
   rbscope core core.4242 --census
-  rbscope core core.4242 --sysroot ./crashed-root --json`,
+  rbscope core core.4242 --sysroot ./crashed-root --json
+  rbscope core core-from-elsewhere --force-version 3.3.0`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{fmt.Errorf("one core file is required (see '%s --help')", c.CommandPath())}
@@ -61,6 +66,7 @@ a directory holding those files at the same paths (DIR/usr/lib/...), and
 	f := c.Flags()
 	f.StringVar(&opts.Exe, "exe", "", "the executable to use instead of the path the core records")
 	f.StringVar(&opts.Sysroot, "sysroot", "", "directory holding the crashed machine's files at their paths")
+	f.BoolVar(&opts.CoreOnly, "core-only", false, "read no file of this machine: take every mapped file's image from the core, as for a core from elsewhere")
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
 	f.BoolVar(&all, "all", false, fmt.Sprintf("with --census: print every class, not only the largest %d", censusTopClasses))
@@ -88,11 +94,14 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 	if w := t.Truncated(); w != "" {
 		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
 	}
-	vm, err := rubyvm.Open(t)
+	vm, err := rubyvm.OpenWith(t, vmOptions)
 	if err != nil {
 		return nil, coreError(t, err)
 	}
 	defer vm.Close()
+	if fb := vm.Fallbacks(); fb != "" {
+		fmt.Fprintln(os.Stderr, "rbscope:", fb)
+	}
 	threads, err := vm.Threads()
 	if err != nil {
 		return nil, coreError(t, err)
@@ -122,6 +131,8 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 		}
 		d.Census = rows
 	}
+	noteAdjusted(vm)
+	d.LayoutAdjusted = vm.Adjusted
 	return d, nil
 }
 
@@ -134,6 +145,8 @@ func coreError(t *target.Core, err error) error {
 		advice += ", or --exe PATH for the executable"
 	}
 	switch {
+	case missing != nil && missing.Tried == "":
+		return fmt.Errorf("core %s: %w, and the core does not hold what rbscope needs of it", t.Path(), missing)
 	case missing != nil:
 		return fmt.Errorf("core %s: the process had %s mapped, and it is not on this machine (looked for %s); %s",
 			t.Path(), missing.Path, missing.Tried, advice)

@@ -207,3 +207,62 @@ func TestCoreKernelCrash(t *testing.T) {
 		t.Errorf("half a core read without an error noted:\n%s", stdout)
 	}
 }
+
+// TestCoreFromElsewhere reads a peer core (made on a machine we never saw,
+// see internal/rubyvm's TestCorePeerCores) through the command line: its
+// files are not here, so rbscope reads the core's own images and says so,
+// and where the version came from, in one line on stderr.
+func TestCoreFromElsewhere(t *testing.T) {
+	src := filepath.Join(testruby.EnvOr("RBSCOPE_PEER_CORES", "/work/shared/peer-cores"), "ruby-coredump-3.1.0.gz")
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("no peer core: %v", err)
+	}
+	core := testruby.UnpackCore(t, src, filepath.Join(testruby.CoreCache(), "peer-cores"))
+	stdout, stderr, code := rbscope(t, "core", core)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "read its ELF image as the core holds it") ||
+		!strings.Contains(stderr, "Ruby 3.1.0 taken from the mapped file ") {
+		t.Errorf("stderr is not the one line saying how the core was read: %q", stderr)
+	}
+	if !regexpLine(stdout, `^ +Kernel#sleep +<cfunc>$`) || !regexpLine(stdout, `^ +Object#aaa +\S*infinite.rb:2$`) {
+		t.Errorf("stdout lacks the main thread's frames:\n%s", stdout)
+	}
+	// --sysroot wins: the files are looked for there, and their absence
+	// is an error again.
+	empty := t.TempDir()
+	_, stderr, code = rbscope(t, "core", core, "--sysroot", empty)
+	if code != 1 || !strings.Contains(stderr, "is not on this machine (looked for "+empty+"/") {
+		t.Errorf("--sysroot: exit %d, %q", code, stderr)
+	}
+	// --force-version is taken over the mapped path.
+	_, stderr, code = rbscope(t, "core", core, "--force-version", "3.1.2")
+	if code != 0 || !strings.Contains(stderr, "Ruby 3.1.2 taken from --force-version") {
+		t.Errorf("--force-version: exit %d, %q", code, stderr)
+	}
+}
+
+// TestForceVersionLive: --force-version reaches a live process's VM too.
+func TestForceVersionLive(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "stack_threads.rb", nil, "100")
+	var rep struct {
+		Version string `json:"version"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+	pid := fmt.Sprint(p.PID())
+	fam := rep.Version[:strings.LastIndexByte(rep.Version, '.')]
+	stdout, stderr, code := rbscope(t, "stack", "-p", pid, "--json", "--force-version", fam+".99")
+	if code != 0 || !strings.Contains(stdout, `"ruby_version": "`+fam+`.99"`) {
+		t.Errorf("--force-version %s.99: exit %d, %s\n%s", fam, code, stderr, stdout)
+	}
+	_, stderr, code = rbscope(t, "stack", "-p", pid, "--force-version", "banana")
+	if code != 2 || !strings.Contains(stderr, `--force-version "banana"`) {
+		t.Errorf("--force-version banana: exit %d, %q", code, stderr)
+	}
+	_, stderr, code = rbscope(t, "stack", "-p", pid, "--force-version", "2.0.0")
+	if code != 1 || !strings.Contains(stderr, "Ruby 2.0.0") || !strings.Contains(stderr, "--force-version") {
+		t.Errorf("--force-version 2.0.0: exit %d, %q", code, stderr)
+	}
+}

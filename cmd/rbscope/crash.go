@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 func newCrashCmd() *cobra.Command {
@@ -132,10 +133,14 @@ settings exactly.`,
 				return err
 			}
 			type row struct {
-				ID, Time, Exe, Signal, TopRubyFrame string
-				PID                                 int
+				ID           string `json:"id"`
+				Time         string `json:"time"`
+				PID          int    `json:"pid"`
+				Signal       string `json:"signal"`
+				Exe          string `json:"exe"`
+				TopRubyFrame string `json:"top_ruby_frame"`
 			}
-			var rows []row
+			rows := []row{}
 			for _, id := range ids {
 				r, err := crash.Load(cfg.Dir, id)
 				if err != nil {
@@ -145,11 +150,11 @@ settings exactly.`,
 				rows = append(rows, row{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: r.TopRubyFrame()})
 			}
 			if asJSON {
-				return printJSON(rows)
+				return printJSONList("crashes", rows)
 			}
 			fmt.Printf("%-28s %-20s %-8s %-8s %-24s %s\n", "ID", "TIME", "PID", "SIGNAL", "EXE", "TOP RUBY FRAME")
 			for _, r := range rows {
-				fmt.Printf("%-28s %-20s %-8d %-8s %-24s %s\n", r.ID, r.Time, r.PID, r.Signal, r.Exe, r.TopRubyFrame)
+				fmt.Printf("%-28s %-20s %-8d %-8s %-24s %s\n", textsafe.Clean(r.ID), r.Time, r.PID, textsafe.Clean(r.Signal), textsafe.Clean(r.Exe), textsafe.Clean(r.TopRubyFrame))
 			}
 			return nil
 		},

@@ -73,7 +73,7 @@ the queued request then does nothing if it runs later.`,
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
-	c.Flags().DurationVar(&timeout, "timeout", rubyexec.DefaultTimeout, "give up if the code has not finished within this time")
+	durationFlag(c.Flags(), &timeout, "timeout", "", rubyexec.DefaultTimeout, "give up if the code has not finished within this time")
 	c.Flags().StringVarP(&file, "file", "f", "", "read the code from this file ('-' for stdin) instead of the argument")
 	return c
 }

@@ -150,16 +150,20 @@ func TestAllocCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("alloc --json: exit %d, %s", code, stderr)
 	}
-	var sites []struct {
-		File  string `json:"file"`
-		Line  int    `json:"line"`
-		Class string `json:"class"`
-		Count uint64 `json:"count"`
-		Bytes uint64 `json:"bytes"`
+	var doc struct {
+		SchemaVersion int `json:"schema_version"`
+		Sites         []struct {
+			File  string `json:"file"`
+			Line  int    `json:"line"`
+			Class string `json:"class"`
+			Count uint64 `json:"count"`
+			Bytes uint64 `json:"bytes"`
+		} `json:"sites"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &sites); err != nil {
-		t.Fatalf("alloc --json: %v\n%s", err, stdout)
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.SchemaVersion != 1 {
+		t.Fatalf("alloc --json (schema %d): %v\n%s", doc.SchemaVersion, err, stdout)
 	}
+	sites := doc.Sites
 	if len(sites) != 2 || sites[0].Line != w.KeepMany || sites[1].Line != w.KeepFew || sites[0].Class != "String" || sites[0].Bytes < 40*sites[0].Count {
 		t.Errorf("alloc --json --top 2 = %+v, want lines %d then %d, Strings", sites, w.KeepMany, w.KeepFew)
 	}

@@ -74,7 +74,7 @@ The process is paused (ptrace) for the walk and always resumed;
 				if rows == nil {
 					rows = []rubyvm.CensusRow{}
 				}
-				return printJSON(rows)
+				return printJSONList("classes", rows)
 			}
 			printCensus(os.Stdout, res, all)
 			return nil
@@ -112,6 +112,7 @@ func readCensus(pid int, pause bool) (*censusResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
+	noteAdjusted(vm)
 	return &censusResult{PID: pid, RubyVersion: vm.Version, Census: census, Took: took}, nil
 }
 
@@ -269,6 +270,7 @@ func heapDump(pid int, outPath string, pause bool) error {
 	if err := out.Commit(); err != nil {
 		return err
 	}
+	noteAdjusted(vm)
 	paused := "paused " + took.Round(time.Millisecond).String()
 	if !pause {
 		paused = fmt.Sprintf("not paused (took %v), %d objects skipped as torn", took.Round(time.Millisecond), st.Skipped)

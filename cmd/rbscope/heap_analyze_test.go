@@ -48,7 +48,7 @@ func TestHeapDiffPathTop(t *testing.T) {
 			if want := `(?m)^Leaky +OBJECT +5000 +\d+$`; code != 0 || !regexp.MustCompile(want).MatchString(stdout) {
 				t.Errorf("diff text lacks %s:\n%s", want, stdout)
 			}
-			stdout, _, code = rbscope(t, "heap", "diff", before, after, "--by", "site", "--top", "3")
+			stdout, _, code = rbscope(t, "heap", "diff", before, after, "--by", "site", "--top", "1")
 			if want := `(?m)^` + regexp.QuoteMeta(drep.Site) + ` +Leaky +OBJECT +5000 +\d+$`; code != 0 || !regexp.MustCompile(want).MatchString(stdout) ||
 				!strings.Contains(stdout, "more (--top 0 prints all)") {
 				t.Errorf("diff --by site lacks %s:\n%s", want, stdout)
@@ -84,16 +84,32 @@ func TestHeapDiffPathTop(t *testing.T) {
 			if path.Address != grep.Path.Target || len(path.Paths) == 0 || len(path.Paths[0].Hops) < 4 {
 				t.Fatalf("path --json: %s", stdout)
 			}
+			// The known chain is among the shortest paths (on 3.4 an
+			// inline constant cache holds the Array as well, as short).
 			hops := path.Paths[0].Hops[len(path.Paths[0].Hops)-4:]
-			for k, want := range []string{grep.Path.Module, grep.Path.Array, grep.Path.Hash, grep.Path.Target} {
-				if hops[k].Address != want {
-					t.Errorf("hop %d is %+v, want %s; output:\n%s", k, hops[k], want, stdout)
+			chain := []string{grep.Path.Module, grep.Path.Array, grep.Path.Hash, grep.Path.Target}
+			onChain := false
+			for _, pa := range path.Paths {
+				if len(pa.Hops) < 4 {
+					continue
 				}
+				h := pa.Hops[len(pa.Hops)-4:]
+				ok := true
+				for k, want := range chain {
+					ok = ok && h[k].Address == want
+				}
+				if ok {
+					hops, onChain = h, true
+					break
+				}
+			}
+			if !onChain {
+				t.Errorf("no path ends in the chain %v; output:\n%s", chain, stdout)
 			}
 			if hops[0].Desc != "PathHolder" || hops[1].Class != "Array" || hops[2].Class != "Hash" || !strings.Contains(hops[3].Desc, grep.Path.Value) {
 				t.Errorf("hops %+v", hops)
 			}
-			stdout, _, code = rbscope(t, "heap", "path", dump, grep.Path.Target)
+			stdout, _, code = rbscope(t, "heap", "path", dump, grep.Path.Target, "--all", "3")
 			for _, want := range []string{`(?m)^path 1: \d+ objects from root \w+$`, `(?m)^  ` + grep.Path.Module + ` +MODULE +Module +PathHolder$`,
 				`(?m)^  ` + grep.Path.Target + ` +STRING +String +.*` + regexp.QuoteMeta(grep.Path.Value)} {
 				if code != 0 || !regexp.MustCompile(want).MatchString(stdout) {

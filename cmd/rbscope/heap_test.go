@@ -25,15 +25,19 @@ func TestHeapCensusJSONAndText(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var rows []struct {
-		Type  string `json:"type"`
-		Class string `json:"class"`
-		Count uint64 `json:"count"`
-		Bytes uint64 `json:"bytes"`
+	var doc struct {
+		SchemaVersion int `json:"schema_version"`
+		Classes       []struct {
+			Type  string `json:"type"`
+			Class string `json:"class"`
+			Count uint64 `json:"count"`
+			Bytes uint64 `json:"bytes"`
+		} `json:"classes"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, stdout)
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.SchemaVersion != 1 {
+		t.Fatalf("--json output (schema %d): %v\n%s", doc.SchemaVersion, err, stdout)
 	}
+	rows := doc.Classes
 	found := false
 	for i, r := range rows {
 		if i > 0 && r.Bytes > rows[i-1].Bytes {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // usageError marks a mistake in the command line (exit status 2).
@@ -38,7 +40,7 @@ func run(args []string) (code int) {
 	if errors.As(err, &ec) {
 		return int(ec) // a launched command's own status, already reported by it
 	}
-	fmt.Fprintln(os.Stderr, "rbscope:", err)
+	fmt.Fprintln(os.Stderr, "rbscope:", textsafe.Clean(err.Error())) // errors name the target's files
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -56,10 +58,18 @@ process only as long as a consistent read needs (always resuming it).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().StringVar(&vmOptions.ForceVersion, "force-version", "",
+		"assume this Ruby version (X.Y.Z) instead of reading it from the process or core")
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if v := vmOptions.ForceVersion; v != "" && !rubyvm.ValidVersion(v) {
+			return usageError{fmt.Errorf("--force-version %q: want a Ruby version such as 3.3.0 (see '%s --help')", v, c.CommandPath())}
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
-	root.AddCommand(newStackCmd(), newRecordCmd(), newTopCmd(), newThreadsCmd(), newHeapCmd())
+	root.AddCommand(newStackCmd(), newRecordCmd(), newReportCmd(), newTopCmd(), newThreadsCmd(), newHeapCmd())
 	root.AddCommand(newCrashCmd())
 	root.AddCommand(newCoreCmd())
 	root.AddCommand(newExecCmd(), newAllocCmd())

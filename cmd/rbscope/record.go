@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -53,21 +52,24 @@ includes sleeping and waiting threads.`,
 			if (pid > 0) == (len(launch) > 0) {
 				return usageError{fmt.Errorf("give either --pid PID or -- COMMAND (see 'rbscope record --help')")}
 			}
-			if !slices.Contains(output.Formats, format) {
-				return usageError{fmt.Errorf("--format %q is not one of %s", format, strings.Join(output.Formats, ", "))}
+			ofmt, err := output.Lookup(format)
+			if err != nil {
+				return usageError{err}
 			}
+			opts.VM = vmOptions
+			opts.Timeline = ofmt.Timeline
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
 			}
-			return record(pid, launch, opts, outPath, format, output.Options{Lines: !noLineno})
+			return record(pid, launch, opts, outPath, ofmt, output.Options{Lines: !noLineno})
 		},
 	}
 	f := c.Flags()
 	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process to record")
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
-	f.DurationVarP(&opts.Duration, "duration", "d", 0, "stop after this long (e.g. 30s); default: until Ctrl-C or the target exits")
+	durationFlag(f, &opts.Duration, "duration", "d", 0, "stop after this long; default: until Ctrl-C or the target exits")
 	f.StringVarP(&outPath, "output", "o", "", "output file (default rbscope-PID-TIME with the format's extension; - for stdout)")
-	f.StringVarP(&format, "format", "f", "flamegraph", "output format: "+strings.Join(output.Formats, ", "))
+	f.StringVarP(&format, "format", "f", "flamegraph", "output format: "+strings.Join(output.Names(), ", "))
 	f.BoolVar(&opts.Subprocesses, "subprocesses", false, "also record the target's descendants (each under a root frame \"pid NNN\")")
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target (lower overhead, occasional torn samples)")
@@ -78,7 +80,7 @@ includes sleeping and waiting threads.`,
 
 // record runs a recording and writes its output; in launch mode the exit
 // status is the command's.
-func record(pid int, launch []string, opts sampler.Options, outPath, format string, oo output.Options) error {
+func record(pid int, launch []string, opts sampler.Options, outPath string, format output.Format, oo output.Options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
@@ -101,7 +103,7 @@ func record(pid int, launch []string, opts sampler.Options, outPath, format stri
 
 	// Refuse an unwritable output before touching the target.
 	if outPath == "" {
-		outPath = fmt.Sprintf("rbscope-%d-%s%s", pid, time.Now().Format("20060102-150405"), output.Extension(format))
+		outPath = fmt.Sprintf("rbscope-%d-%s%s", pid, time.Now().Format("20060102-150405"), format.Ext)
 	}
 	var out *output.File
 	var w io.Writer = os.Stdout
@@ -132,7 +134,7 @@ func record(pid int, launch []string, opts sampler.Options, outPath, format stri
 		fmt.Fprintln(os.Stderr)
 	}
 	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
-	if err := output.Write(w, format, prof, oo); err != nil {
+	if err := format.Write(w, prof, oo); err != nil {
 		stopChild(child)
 		return fmt.Errorf("writing %s: %w", outPath, err)
 	}
@@ -142,7 +144,7 @@ func record(pid int, launch []string, opts sampler.Options, outPath, format stri
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable\n",
-			outPath, format, prof.Samples, prof.Duration.Seconds(), prof.Errors)
+			outPath, format.Name, prof.Samples, prof.Duration.Seconds(), prof.Errors)
 	}
 	if child != nil {
 		return childStatus(child)

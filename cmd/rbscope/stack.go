@@ -1,14 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 func newStackCmd() *cobra.Command {
@@ -49,11 +50,23 @@ always resumed; --nonblocking reads without pausing it.`,
 
 // stackDump is the JSON document `rbscope stack --json` prints.
 type stackDump struct {
-	PID         int             `json:"pid"`
-	RubyVersion string          `json:"ruby_version"`
-	Description string          `json:"ruby_description"`
-	Layout      string          `json:"layout"`
-	Threads     []rubyvm.Thread `json:"threads"`
+	PID         int    `json:"pid"`
+	RubyVersion string `json:"ruby_version"`
+	Description string `json:"ruby_description"`
+	Layout      string `json:"layout"`
+	// LayoutAdjusted lists the layout offsets moved because the layout's
+	// own failed their checks on this process ("VMObjspace 1232 -> 1248").
+	LayoutAdjusted []string        `json:"layout_adjusted,omitempty"`
+	Threads        []rubyvm.Thread `json:"threads"`
+}
+
+// noteAdjusted says on stderr which layout offsets rbscope had to move on
+// this process beyond its family's known drifts (a patch release the
+// built-in table was not made from); --json lists every move.
+func noteAdjusted(vm *rubyvm.VM) {
+	if u := vm.Unexpected(); len(u) > 0 {
+		fmt.Fprintf(os.Stderr, "rbscope: Ruby %s: the %s layout failed its checks and was adjusted: %s\n", vm.Version, vm.Layout.Source, strings.Join(u, ", "))
+	}
 }
 
 func readStacks(pid int, pause bool) (*stackDump, error) {
@@ -73,13 +86,6 @@ func readStacks(pid int, pause bool) (*stackDump, error) {
 	return &stackDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads}, nil
 }
 
-// writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func printStacks(w io.Writer, d *stackDump) {
 	for i, th := range d.Threads {
 		if i > 0 {
@@ -93,26 +99,30 @@ func printStacks(w io.Writer, d *stackDump) {
 		if status == "run" && !th.GVL {
 			status = "runnable"
 		}
-		fmt.Fprintf(w, "Thread %q tid=%d status=%s", name, th.TID, status)
+		tid := fmt.Sprint(th.TID)
+		if th.TID == 0 {
+			tid = "none" // M:N threads: not on a native thread now
+		}
+		fmt.Fprintf(w, "Thread %q tid=%s status=%s", name, tid, status) // %q quotes what is not printable
 		if th.GVL {
 			fmt.Fprint(w, " (holds GVL)")
 		}
 		fmt.Fprintln(w)
 		width := 0
 		for _, f := range th.Frames {
-			width = max(width, len(f.Label))
+			width = max(width, len(textsafe.Clean(f.Label)))
 		}
 		for _, f := range th.Frames {
 			loc := "<cfunc>"
 			if f.Kind == rubyvm.KindRuby {
-				loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+				loc = fmt.Sprintf("%s:%d", textsafe.Clean(f.Path), f.Line)
 			} else if f.Kind != rubyvm.KindCFunc {
 				loc = "<unreadable>"
 			}
-			fmt.Fprintf(w, "  %-*s  %s\n", width, f.Label, loc)
+			fmt.Fprintf(w, "  %-*s  %s\n", width, textsafe.Clean(f.Label), loc)
 		}
 		if th.Error != "" {
-			fmt.Fprintf(w, "  (stack incomplete: %s)\n", th.Error)
+			fmt.Fprintf(w, "  (stack incomplete: %s)\n", textsafe.Clean(th.Error))
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/threadevents"
 )
 
@@ -56,7 +56,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return err
 			}
 			if asJSON {
-				return printJSON(rows)
+				return printJSONList("threads", rows)
 			}
 			printThreadTable(os.Stdout, rows)
 			return nil
@@ -66,7 +66,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	f.BoolVar(&asJSON, "json", false, "print JSON (with --follow: one JSON object per event)")
 	f.BoolVar(&nonblocking, "nonblocking", false, "read without pausing the process (stack use only for blocked threads)")
-	f.DurationVar(&interval, "interval", 200*time.Millisecond, "how long CPU use is measured over")
+	durationFlag(f, &interval, "interval", "", 200*time.Millisecond, "how long CPU use is measured over")
 	f.BoolVar(&follow, "follow", false, "print thread births and deaths as they happen")
 	f.BoolVar(&poll, "poll", false, "with --follow: poll /proc instead of using netlink")
 	return c
@@ -145,7 +145,6 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 		}
 		byTID[tid] = th
 	}
-	family, _ := rubyvm.Family(vm.Version)
 	mainComm := ""
 	for _, tk := range before {
 		if tk.TID == pid {
@@ -175,7 +174,7 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 				rt.Frame = &f
 			}
 			row.Ruby = rt
-		} else if family >= "3.2" && tk.TID != pid && tk.Comm == mainComm {
+		} else if vm.Layout.TimerThreadNamed == 1 && tk.TID != pid && tk.Comm == mainComm {
 			// Ruby 3.2+ runs a timer thread that carries the process name.
 			row.Kind = "ruby-internal"
 		}
@@ -228,7 +227,7 @@ func printThreadTable(w io.Writer, rows []threadRow) {
 		default:
 			name = "[native, no Ruby]"
 		}
-		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s  %-20s %-6s %-4s %s\n", r.TID, r.Comm, r.State, r.CPUSeconds, r.CPUPercent, stack, name, status, gvl, frame)
+		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s  %-20s %-6s %-4s %s\n", r.TID, textsafe.Clean(r.Comm), r.State, r.CPUSeconds, r.CPUPercent, stack, textsafe.Clean(name), status, gvl, textsafe.Clean(frame))
 	}
 }
 
@@ -283,7 +282,7 @@ func followThreads(pid int, asJSON, poll bool) error {
 
 	emit := func(ev followEvent) {
 		if asJSON {
-			b, _ := json.Marshal(ev)
+			b, _ := versioned(ev) // one JSON object per line
 			fmt.Println(string(b))
 			return
 		}

@@ -38,10 +38,14 @@ func TestThreadsTable(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			var rows []threadRow
-			if err := json.Unmarshal([]byte(out), &rows); err != nil {
-				t.Fatalf("%v\n%s", err, out)
+			var doc struct {
+				SchemaVersion int         `json:"schema_version"`
+				Threads       []threadRow `json:"threads"`
 			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.SchemaVersion != 1 {
+				t.Fatalf("schema %d: %v\n%s", doc.SchemaVersion, err, out)
+			}
+			rows := doc.Threads
 			byTID := map[int]threadRow{}
 			for _, r := range rows {
 				byTID[r.TID] = r

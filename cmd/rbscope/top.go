@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/target"
@@ -41,6 +43,7 @@ terminal, a plain table is printed every second instead.`,
 			if pid <= 0 {
 				return usageError{fmt.Errorf("--pid is required (see 'rbscope top --help')")}
 			}
+			opts.VM = vmOptions
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -60,7 +63,7 @@ terminal, a plain table is printed every second instead.`,
 	f := c.Flags()
 	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
-	f.DurationVar(&window, "window", 10*time.Second, "how much recent history the table covers")
+	durationFlag(f, &window, "window", "", 10*time.Second, "how much recent history the table covers")
 	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
@@ -70,9 +73,9 @@ terminal, a plain table is printed every second instead.`,
 func top(pid int, opts sampler.Options, window time.Duration, thread string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	updates := make(chan *sampler.Profile, 4)
+	updates := make(chan *profile.Profile, 4)
 	opts.FlushEvery = time.Second
-	opts.Flush = func(p *sampler.Profile) {
+	opts.Flush = func(p *profile.Profile) {
 		select {
 		case updates <- p:
 		default: // the screen is behind; drop rather than stall sampling
@@ -114,7 +117,7 @@ func top(pid int, opts sampler.Options, window time.Duration, thread string) err
 		}()
 	}
 
-	var history []*sampler.Profile
+	var history []*profile.Profile
 	for {
 		select {
 		case <-done:
@@ -130,7 +133,7 @@ func top(pid int, opts sampler.Options, window time.Duration, thread string) err
 			for len(history) > int(window/time.Second) {
 				history = history[1:]
 			}
-			merged := sampler.NewProfile(opts.Rate)
+			merged := profile.NewProfile(opts.Rate)
 			for _, h := range history {
 				merged.Merge(h)
 			}
@@ -147,7 +150,7 @@ func top(pid int, opts sampler.Options, window time.Duration, thread string) err
 }
 
 // drawTop prints one screen of the top view.
-func drawTop(w io.Writer, pid int, p *sampler.Profile, thread string, rows, cols int, raw bool) {
+func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols int, raw bool) {
 	nl := "\n"
 	if raw {
 		nl = "\r\n" // raw mode: no newline translation
@@ -157,20 +160,10 @@ func drawTop(w io.Writer, pid int, p *sampler.Profile, thread string, rows, cols
 		filter = fmt.Sprintf(", threads matching %q", thread)
 	}
 	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %.0f%% of ticks had a running thread, %d errors%s",
-		pid, p.Duration.Seconds(), filter, p.Samples, pct(p.Samples, p.Ticks), p.Errors, nl)
-	fmt.Fprintf(w, "%s%7s %7s  %s%s", nl, "self%", "total%", "function", nl)
-	stats := p.Functions()
-	for i, s := range stats {
-		if i >= rows-5 {
-			break
-		}
-		line := fmt.Sprintf("%6.1f%% %6.1f%%  %s", pct(s.Self, p.Samples), pct(s.Total, p.Samples), s.Frame.Name(false))
-		if len(line) > cols {
-			line = line[:cols]
-		}
-		fmt.Fprint(w, line, nl)
-	}
-	if len(stats) == 0 {
+		pid, p.Duration.Seconds(), filter, p.Samples, output.Pct(p.Samples, p.Ticks), p.Errors, nl)
+	fmt.Fprint(w, nl)
+	n, _ := output.FunctionTable(w, p, output.TableOptions{MaxRows: max(rows-5, 1), Width: cols, Newline: nl})
+	if n == 0 {
 		fmt.Fprint(w, "  (no thread running Ruby code; --idle includes sleeping threads)", nl)
 	}
 	if raw {
@@ -178,11 +171,4 @@ func drawTop(w io.Writer, pid int, p *sampler.Profile, thread string, rows, cols
 	} else {
 		fmt.Fprint(w, strings.Repeat("-", 40), nl)
 	}
-}
-
-func pct(n, total int) float64 {
-	if total == 0 {
-		return 0
-	}
-	return 100 * float64(n) / float64(total)
 }

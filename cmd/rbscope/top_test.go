@@ -12,11 +12,17 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
-// TestTopPlain reads the plain (non-terminal) top output: the workload's
+// TestTopPlain reads the plain (non-terminal) top output, on every Ruby: the workload's
 // hot method must lead the table, and SIGINT ends top leaving the target
 // running.
 func TestTopPlain(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) { topPlain(t, rb) })
+	}
+}
+
+// topPlain runs top on the split workload of rb until its first screen.
+func topPlain(t *testing.T, rb testruby.Ruby) {
 	p, _ := startSplit(t, rb, nil, "60")
 	cmd := exec.Command(rbscopeBin, "top", "-p", fmt.Sprint(p.PID()), "--rate", "200")
 	out, _ := cmd.StdoutPipe()
