@@ -143,8 +143,7 @@ func record(pid int, launch []string, opts sampler.Options, outPath string, form
 			stopChild(child)
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable\n",
-			outPath, format.Name, prof.Samples, prof.Duration.Seconds(), prof.Errors)
+		fmt.Fprintln(os.Stderr, wroteLine(outPath, format.Name, prof))
 	}
 	if child != nil {
 		return childStatus(child)

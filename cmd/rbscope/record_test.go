@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,37 +104,53 @@ func splitCPU(t *testing.T, p *testruby.Process, seq int) map[string]float64 {
 // TestRecordKnownSplit records the split workload and checks each chain's
 // share of the samples against the share of CPU time the program measured
 // each chain get, with its own thread CPU clock, over the same window: a
-// busy machine changes both alike, a profiler's bias does not.
+// busy machine changes both alike, a profiler's bias does not. Each mode
+// runs once as the machine is and once with the workload sharing one CPU
+// with a spinning thread, so that it waits for the CPU about half the time:
+// a thread waiting for a CPU stands where the kernel preempted it (mostly
+// at system calls), and a profiler that counts it there is off by several
+// points (TestRecordKnownSplit failed that way before rbscope sampled only
+// threads on a CPU). The tolerance is 5 points or 3.5 standard errors of
+// the sampled share, whichever is larger.
 func TestRecordKnownSplit(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
-			for _, mode := range [][]string{nil, {"--nonblocking"}} {
-				p, _ := startSplit(t, rb, nil, "30")
-				before := splitCPU(t, p, 1)
-				args := append([]string{"record", "-p", fmt.Sprint(p.PID()), "--rate", "400", "--duration", "4s", "-f", "collapsed", "-o", "-"}, mode...)
-				out, stderr, code := rbscope(t, args...)
-				if code != 0 {
-					t.Fatalf("%v: exit %d: %s", args, code, stderr)
-				}
-				after := splitCPU(t, p, 2)
-				cpu, sum := map[string]float64{}, 0.0
-				for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
-					cpu[c] = after[c] - before[c]
-					sum += cpu[c]
-				}
-				shares, total := chainShares(t, out)
-				t.Logf("%v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", mode, total,
-					shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
-				if total < 300 || sum <= 0 {
-					t.Fatalf("only %d samples in the chains (%.2fs of their CPU)", total, sum)
-				}
-				for c := range cpu {
-					want := 100 * cpu[c] / sum
-					if d := shares[c] - want; d > 5 || d < -5 {
-						t.Errorf("%v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±5)", mode, c, shares[c], want)
+			for _, shared := range []bool{false, true} {
+				for _, mode := range [][]string{nil, {"--nonblocking"}} {
+					p, _ := startSplit(t, rb, nil, "30")
+					unshare := func() {}
+					if shared {
+						unshare = testruby.ShareCPU(t, p.PID())
 					}
+					before := splitCPU(t, p, 1)
+					args := append([]string{"record", "-p", fmt.Sprint(p.PID()), "--rate", "400", "--duration", "4s", "-f", "collapsed", "-o", "-"}, mode...)
+					out, stderr, code := rbscope(t, args...)
+					if code != 0 {
+						t.Fatalf("%v: exit %d: %s", args, code, stderr)
+					}
+					after := splitCPU(t, p, 2)
+					unshare()
+					cpu, sum := map[string]float64{}, 0.0
+					for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
+						cpu[c] = after[c] - before[c]
+						sum += cpu[c]
+					}
+					shares, total := chainShares(t, out)
+					t.Logf("%v, CPU shared %v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", mode, shared, total,
+						shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
+					if total < 150 || sum <= 0 {
+						t.Fatalf("only %d samples in the chains (%.2fs of their CPU)", total, sum)
+					}
+					for c := range cpu {
+						want := 100 * cpu[c] / sum
+						tol := math.Max(5, 3.5*math.Sqrt(want*(100-want)/float64(total)))
+						if d := shares[c] - want; math.Abs(d) > tol {
+							t.Errorf("%v, CPU shared %v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±%.1f)", mode, shared, c, shares[c], want, tol)
+						}
+					}
+					checkNotStopped(t, p.PID())
+					_ = p.Cmd.Process.Kill() // a spinning workload left running would load the next mode's
 				}
-				checkNotStopped(t, p.PID())
 			}
 		})
 	}
@@ -192,6 +209,7 @@ func TestRecordFormats(t *testing.T) {
 			if !strings.Contains(stderr, "wrote "+path) {
 				t.Errorf("stderr %q does not say where the output went", stderr)
 			}
+			t.Log(strings.TrimSpace(stderr)) // samples, and ticks left out
 			b, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)

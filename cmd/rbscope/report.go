@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/profile"
 )
 
 func newReportCmd() *cobra.Command {
@@ -82,8 +83,18 @@ func report(inPath, outPath string, format output.Format, oo output.Options) err
 		if err := out.Commit(); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable\n",
-			outPath, format.Name, prof.Samples, prof.Duration.Seconds(), prof.Errors)
+		fmt.Fprintln(os.Stderr, wroteLine(outPath, format.Name, prof))
 	}
 	return nil
+}
+
+// wroteLine is what record and report print once a profile is written:
+// how many samples over how long, and how many ticks found a thread
+// unreadable or runnable but waiting for a CPU (left out of a CPU profile).
+func wroteLine(path, format string, prof *profile.Profile) string {
+	line := fmt.Sprintf("rbscope: wrote %s (%s): %d samples in %.1fs, %d unreadable", path, format, prof.Samples, prof.Duration.Seconds(), prof.Errors)
+	if prof.Waiting > 0 {
+		line += fmt.Sprintf(", %d left out as waiting for a CPU", prof.Waiting)
+	}
+	return line
 }

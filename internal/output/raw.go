@@ -27,7 +27,7 @@ type rawHeader struct {
 	DurationNs int64   `json:"duration_ns"`
 	Ticks      int     `json:"ticks"`
 	Errors     int     `json:"errors"`
-	Unstopped  int     `json:"unstopped"`
+	Waiting    int     `json:"waiting"`
 	Samples    int     `json:"samples"`
 	Timeline   bool    `json:"timeline"`
 }
@@ -54,7 +54,7 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 	bw := bufio.NewWriter(zw)
 	enc := json.NewEncoder(bw)
 	h := rawHeader{Format: rawFormat, Version: RawVersion, Title: o.Title, Rate: p.Rate, StartNs: p.Start.UnixNano(),
-		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Unstopped: p.Unstopped, Samples: p.Samples, Timeline: p.Timeline != nil}
+		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Samples: p.Samples, Timeline: p.Timeline != nil}
 	if err := enc.Encode(h); err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 	p := profile.NewProfile(h.Rate)
 	p.Start = time.Unix(0, h.StartNs)
 	p.Duration = time.Duration(h.DurationNs)
-	p.Ticks, p.Errors, p.Unstopped = h.Ticks, h.Errors, h.Unstopped
+	p.Ticks, p.Errors, p.Waiting = h.Ticks, h.Errors, h.Waiting
 	if h.Timeline {
 		p.KeepTimeline()
 	}

@@ -65,9 +65,10 @@ type Profile struct {
 	// Errors counts samples that could not be read (torn reads, threads
 	// that died mid-read); they are skipped, never fatal.
 	Errors int
-	// Unstopped counts the stacks that the default mode read without
-	// stopping their thread, as it was off a CPU (Sampler.readConsistent).
-	Unstopped int
+	// Waiting counts the runnable threads left out of a tick because
+	// they were waiting for a CPU, not on one (the default mode samples
+	// CPU time; see sampler's onCPUNow).
+	Waiting int
 	// Rate is the requested rate in Hz; Start and Duration bound the run.
 	Rate     float64
 	Start    time.Time
@@ -231,7 +232,7 @@ func (p *Profile) Merge(q *Profile) {
 	}
 	p.Ticks += q.Ticks
 	p.Errors += q.Errors
-	p.Unstopped += q.Unstopped
+	p.Waiting += q.Waiting
 	p.Duration += q.Duration
 }
 

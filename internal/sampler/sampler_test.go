@@ -3,9 +3,7 @@ package sampler_test
 import (
 	"context"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,14 +78,13 @@ func tornStacks(p *profile.Profile) ([]string, int) {
 
 // TestPausedSamplesAreNeverTorn records a program whose stack changes
 // every microsecond or so at 1000 Hz in the default mode, which stops the
-// running threads for each read, or reads a thread without stopping it
-// when its CPU time shows it did not run meanwhile: no sample may mix two
-// moments. The program runs once as it is, mostly on a CPU of its own, and
-// once sharing one CPU with a spinning thread, so that it is often off the
-// CPU when sampled (then, where perf counters are allowed, some samples
-// must have been read without stopping it). The same recordings with
-// Nonblocking, which takes what it reads, show what such mixes look like
-// (logged, not checked).
+// running threads for each read: no sample may mix two moments. The
+// program runs once as it is, mostly on a CPU of its own, and once sharing
+// one CPU with a spinning thread, so that it is often waiting for the CPU
+// when a tick comes (then, where perf counters are allowed, some ticks must
+// have left it out as not on a CPU). The same recordings with Nonblocking,
+// which takes what it reads, show what such mixes look like (logged, not
+// checked).
 func TestPausedSamplesAreNeverTorn(t *testing.T) {
 	clocks := false
 	if l, err := target.Attach(unix.Getpid()); err == nil {
@@ -106,7 +103,7 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 			p.WaitReport(t, &rep, 30*time.Second)
 			for _, shared := range []bool{false, true} {
 				if shared {
-					stop := shareCPU(t, p.PID())
+					stop := testruby.ShareCPU(t, p.PID())
 					defer stop()
 				}
 				for _, nonblocking := range []bool{false, true} {
@@ -116,10 +113,13 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 					}
 					prof := s.Run(context.Background())
 					torn, n := tornStacks(prof)
-					t.Logf("shared CPU %v, nonblocking %v: %d samples (%d read without stopping), %d unreadable, %d torn in %d stacks",
-						shared, nonblocking, prof.Samples, prof.Unstopped, prof.Errors, n, len(torn))
-					if prof.Samples < 200 {
-						t.Fatalf("nonblocking %v: only %d samples", nonblocking, prof.Samples)
+					t.Logf("shared CPU %v, nonblocking %v: %d samples (%d left out waiting for a CPU), %d unreadable, %d torn in %d stacks",
+						shared, nonblocking, prof.Samples, prof.Waiting, prof.Errors, n, len(torn))
+					// On a busy machine most ticks may find the thread
+					// waiting for a CPU; what matters here is that enough
+					// ticks found it runnable and some were read.
+					if prof.Samples+prof.Waiting < 200 || prof.Samples < 30 {
+						t.Fatalf("nonblocking %v: only %d samples (%d ticks waiting)", nonblocking, prof.Samples, prof.Waiting)
 					}
 					if nonblocking {
 						continue
@@ -127,54 +127,13 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 					for _, st := range torn {
 						t.Errorf("torn sample: %s", st)
 					}
-					if shared && clocks && prof.Unstopped == 0 {
-						t.Errorf("sharing a CPU, no sample was read without stopping the thread")
+					if shared && clocks && prof.Waiting == 0 {
+						t.Errorf("sharing a CPU with a spinner, no tick found the thread waiting for it")
 					}
 				}
 			}
 		})
 	}
-}
-
-// shareCPU pins process pid's threads and a spinning thread of the test to
-// one CPU, so that pid is often waiting for it; stop undoes the spinning.
-func shareCPU(t *testing.T, pid int) (stop func()) {
-	t.Helper()
-	// One CPU this test may use (a container's cpuset need not have CPU 0).
-	var mine, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &mine); err != nil {
-		t.Fatal(err)
-	}
-	for cpu := 0; cpu < 1024; cpu++ {
-		if mine.IsSet(cpu) {
-			set.Set(cpu)
-			break
-		}
-	}
-	l, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tids, _ := l.Threads()
-	l.Close()
-	for _, tid := range tids {
-		if err := unix.SchedSetaffinity(tid, &set); err != nil {
-			t.Fatalf("pin tid %d: %v", tid, err)
-		}
-	}
-	var done atomic.Bool
-	started := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // the thread ends with the goroutine
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			t.Errorf("pin spinner: %v", err)
-		}
-		close(started)
-		for !done.Load() {
-		}
-	}()
-	<-started
-	return func() { done.Store(true) }
 }
 
 // TestFrameKindsMatchRubyVM: the profile model names Ruby's frame kinds

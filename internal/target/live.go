@@ -290,12 +290,26 @@ func (l *Live) startTracing() {
 // a Pause before left stopped. It returns the error of the pause, else
 // read's.
 func (l *Live) WhilePaused(tids []int, read func(stopped map[int]bool) error) error {
+	return l.WhilePausedPicked(func() []int { return tids }, read)
+}
+
+// WhilePausedPicked is WhilePaused with the threads to stop picked by pick,
+// on the tracer thread right before they stop: what pick looks at (which
+// threads are on a CPU) is then as fresh as it can be when the stop lands.
+// When pick returns an empty, non-nil list, nothing stops and read is
+// called with an empty set.
+func (l *Live) WhilePausedPicked(pick func() []int, read func(stopped map[int]bool) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.startTracing()
 	var readErr error
 	err := l.tracer.do(func() error {
 		defer l.detachLocked()
+		tids := pick()
+		if tids != nil && len(tids) == 0 {
+			readErr = read(map[int]bool{})
+			return nil
+		}
 		if err := l.pauseLocked(tids); err != nil {
 			return err
 		}

@@ -1,0 +1,57 @@
+package testruby
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShareCPU pins process pid's threads and a spinning thread of the test to
+// one CPU, so that pid is often waiting for it; stop undoes the spinning.
+func ShareCPU(t *testing.T, pid int) (stop func()) {
+	t.Helper()
+	// One CPU this test may use (a container's cpuset need not have CPU 0).
+	var mine, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; cpu < 1024; cpu++ {
+		if mine.IsSet(cpu) {
+			set.Set(cpu)
+			break
+		}
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []int
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	for _, tid := range tids {
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			t.Fatalf("pin tid %d: %v", tid, err)
+		}
+	}
+	var done atomic.Bool
+	started := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			t.Errorf("pin spinner: %v", err)
+		}
+		close(started)
+		for !done.Load() {
+		}
+	}()
+	<-started
+	return func() { done.Store(true) }
+}
