@@ -65,7 +65,8 @@ terminal, a plain table is printed every second instead.`,
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
 	durationFlag(f, &window, "window", "", 10*time.Second, "how much recent history the table covers")
 	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
-	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting")
+	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
+	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
 	return c
 }
@@ -161,7 +162,7 @@ func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols
 	}
 	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %.0f%% of ticks had a running thread, %d errors%s",
 		pid, p.Duration.Seconds(), filter, p.Samples, output.Pct(p.Samples, p.Ticks), p.Errors, nl)
-	fmt.Fprint(w, nl)
+	fmt.Fprint(w, output.Breakdown(p), nl)
 	n, _ := output.FunctionTable(w, p, output.TableOptions{MaxRows: max(rows-5, 1), Width: cols, Newline: nl})
 	if n == 0 {
 		fmt.Fprint(w, "  (no thread running Ruby code; --idle includes sleeping threads)", nl)

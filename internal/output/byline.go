@@ -73,7 +73,7 @@ func Lines(p *profile.Profile) []LineStat {
 // samples, as rbspy's and py-spy's summary by line.
 func SummaryByLine(w io.Writer, p *profile.Profile) error {
 	bw := &errWriter{w: w}
-	bw.printf("%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors)
+	bw.printf("%s", summaryHeader(p))
 	bw.printf("%7s %7s %8s %8s  %s\n", "self%", "total%", "self", "total", "line")
 	for _, s := range Lines(p) {
 		fn := ""

@@ -19,6 +19,7 @@ const (
 	ffCategoryRuby  = 0
 	ffCategoryCFunc = 1
 	ffCategoryOther = 2
+	ffCategoryGC    = 3
 )
 
 type ffFile struct {
@@ -142,7 +143,54 @@ type ffBuilder struct {
 	funcs   map[[2]string]int
 	frames  map[profile.Frame]int
 	stacks  map[[2]int]int // (prefix+1, frame) -> stack
+	// gc is the GC marker being extended: its name ("" when none is
+	// open), its start and the time of its last sample.
+	gc         string
+	gcStart    float64
+	gcLastTime float64
 }
+
+// gcMarkerName names the GC marker a sample's frames belong to: "GC" and
+// the phase ("GC (marking)"), or "" outside the GC.
+func gcMarkerName(frames []profile.Frame) string {
+	name := ""
+	for _, f := range frames {
+		if f.Kind != profile.KindGC {
+			continue
+		}
+		if f.Label == profile.LabelGC {
+			name = "GC"
+		} else {
+			name = "GC " + f.Label
+		}
+	}
+	return name
+}
+
+// markGC extends the thread's open GC marker with a sample at ms, or
+// closes it and opens another (name "" opens none). A marker ends one
+// sampling interval after its last sample.
+func (b *ffBuilder) markGC(name string, ms, interval float64) {
+	if b.gc != "" && name == b.gc {
+		b.gcLastTime = ms
+		return
+	}
+	if b.gc != "" {
+		m := &b.th.Markers
+		m.Data = append(m.Data, nil)
+		m.Name = append(m.Name, b.str(b.gc))
+		m.StartTime = append(m.StartTime, b.gcStart)
+		m.EndTime = append(m.EndTime, b.gcLastTime+interval)
+		m.Phase = append(m.Phase, ffMarkerInterval)
+		m.Category = append(m.Category, ffCategoryGC)
+		m.Length++
+	}
+	b.gc, b.gcStart, b.gcLastTime = name, ms, ms
+}
+
+// ffMarkerInterval is the marker phase of an interval with a start and an
+// end.
+const ffMarkerInterval = 1
 
 func (b *ffBuilder) str(s string) int {
 	if i, ok := b.strings[s]; ok {
@@ -164,6 +212,8 @@ func (b *ffBuilder) frame(f profile.Frame) int {
 	switch {
 	case f.Kind == profile.KindCFunc:
 		cat = ffCategoryCFunc
+	case f.Kind == profile.KindGC:
+		cat = ffCategoryGC
 	case f.Kind != profile.KindRuby:
 		cat = ffCategoryOther
 	}
@@ -240,7 +290,9 @@ func (b *ffBuilder) stack(frames []profile.Frame) int {
 // Firefox writes the Firefox Profiler's processed-profile JSON (version
 // FirefoxProfileVersion, as vernier writes): one track per thread (and
 // process, with --subprocesses), each sample at its time, Ruby frames in
-// one category and C methods in another. It needs the timeline; a profile
+// one category and C methods in another, the GC's frames in the
+// profiler's "GC / CC" category, and each run of samples taken in the GC
+// as an interval marker ("GC (marking)", "GC (sweeping)"). It needs the timeline; a profile
 // without one (an aggregate) is written as one track whose samples are
 // spread evenly over the recording. The process and thread roots of
 // --subprocesses and --threads are left out: each thread is its own track.
@@ -253,6 +305,7 @@ func Firefox(w io.Writer, p *profile.Profile, o Options) error {
 				{Name: "Ruby", Color: "purple", Subcategories: []string{"Other"}},
 				{Name: "cfunc", Color: "yellow", Subcategories: []string{"Other"}},
 				{Name: "Other", Color: "grey", Subcategories: []string{"Other"}},
+				{Name: "GC / CC", Color: "orange", Subcategories: []string{"Other"}},
 			},
 		},
 		Libs: []any{},
@@ -265,7 +318,8 @@ func Firefox(w io.Writer, p *profile.Profile, o Options) error {
 			return b
 		}
 		th := &ffThread{ProcessType: "default", ProcessName: o.Title, PausedRanges: []any{}, Name: name,
-			IsMainThread: k.pid == k.tid, PID: strconv.Itoa(k.pid), TID: k.tid}
+			IsMainThread: k.pid == k.tid, PID: strconv.Itoa(k.pid), TID: k.tid,
+			Markers: ffMarkers{Data: []any{}, Name: []int{}, StartTime: []float64{}, EndTime: []float64{}, Phase: []int{}, Category: []int{}}}
 		b := &ffBuilder{th: th, strings: map[string]int{}, funcs: map[[2]string]int{}, frames: map[profile.Frame]int{}, stacks: map[[2]int]int{}}
 		builders[k] = b
 		order = append(order, k)
@@ -280,12 +334,15 @@ func Firefox(w io.Writer, p *profile.Profile, o Options) error {
 		}
 		return out
 	}
+	interval := 1000 / p.Rate
 	add := func(b *ffBuilder, si int, ms float64) {
 		s := &b.th.Samples
 		var stack *int
-		if frames := ruby(p.StackFrames(si)); len(frames) > 0 {
+		frames := ruby(p.StackFrames(si))
+		if len(frames) > 0 {
 			stack = intp(b.stack(frames))
 		}
+		b.markGC(gcMarkerName(frames), ms, interval)
 		s.Stack = append(s.Stack, stack)
 		s.Time = append(s.Time, ms)
 		s.Length++
@@ -314,9 +371,10 @@ func Firefox(w io.Writer, p *profile.Profile, o Options) error {
 		return order[i].tid < order[j].tid
 	})
 	for _, k := range order {
-		th := builders[k].th
+		b := builders[k]
+		th := b.th
 		th.Samples.WeightType = "samples"
-		th.Markers = ffMarkers{Data: []any{}, Name: []int{}, StartTime: []float64{}, EndTime: []float64{}, Phase: []int{}, Category: []int{}}
+		b.markGC("", 0, interval) // closes the last marker
 		th.ResourceTable = ffResourceTable{Lib: []int{}, Name: []int{}, Host: []int{}, Type: []int{}}
 		th.NativeSymbols = ffNativeSymbols{LibIndex: []int{}, Address: []int{}, Name: []int{}, FunctionSize: []int{}}
 		if th.StringArray == nil {

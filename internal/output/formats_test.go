@@ -380,3 +380,65 @@ func TestFirefoxStructure(t *testing.T) {
 		t.Errorf("aggregate profile: %d tracks %v", len(stacks), stacks)
 	}
 }
+
+// TestFirefoxGCMarkers: each run of samples taken in the GC becomes one
+// interval marker per phase, from its first sample to one interval after
+// its last, and the GC's frames are in the "GC / CC" category.
+func TestFirefoxGCMarkers(t *testing.T) {
+	p := profile.NewProfile(100)
+	p.KeepTimeline()
+	work := profile.Frame{Kind: profile.KindRuby, Label: "Object#work", Path: "app.rb", Line: 3}
+	gc := profile.Frame{Kind: profile.KindGC, Label: profile.LabelGC}
+	marking := profile.Frame{Kind: profile.KindGC, Label: profile.LabelMarking}
+	sweeping := profile.Frame{Kind: profile.KindGC, Label: profile.LabelSweeping}
+	for i, st := range [][]profile.Frame{{work}, {work}, {work, gc, marking}, {work, gc, marking}, {work, gc, marking}, {work, gc, sweeping}, {work}, {work, gc}} {
+		p.AddSample(st, p.Start.Add(time.Duration(i)*10*time.Millisecond), 100, 100, "main")
+	}
+	var b bytes.Buffer
+	if err := Firefox(&b, p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Meta struct {
+			Categories []struct{ Name string } `json:"categories"`
+		} `json:"meta"`
+		Threads []struct {
+			Markers struct {
+				Name      []int     `json:"name"`
+				StartTime []float64 `json:"startTime"`
+				EndTime   []float64 `json:"endTime"`
+				Phase     []int     `json:"phase"`
+				Category  []int     `json:"category"`
+				Length    int       `json:"length"`
+			} `json:"markers"`
+			FrameTable struct {
+				Func     []int `json:"func"`
+				Category []int `json:"category"`
+			} `json:"frameTable"`
+			FuncTable struct {
+				Name []int `json:"name"`
+			} `json:"funcTable"`
+			StringArray []string `json:"stringArray"`
+		} `json:"threads"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	th := doc.Threads[0]
+	var got []string
+	for i := 0; i < th.Markers.Length; i++ {
+		got = append(got, fmt.Sprintf("%s %g-%g phase %d %s", th.StringArray[th.Markers.Name[i]], th.Markers.StartTime[i], th.Markers.EndTime[i],
+			th.Markers.Phase[i], doc.Meta.Categories[th.Markers.Category[i]].Name))
+	}
+	want := []string{"GC (marking) 20-50 phase 1 GC / CC", "GC (sweeping) 50-60 phase 1 GC / CC", "GC 70-80 phase 1 GC / CC"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("markers %q, want %q", got, want)
+	}
+	for i, fn := range th.FrameTable.Func {
+		name := th.StringArray[th.FuncTable.Name[fn]]
+		cat := doc.Meta.Categories[th.FrameTable.Category[i]].Name
+		if strings.HasPrefix(name, "(") != (cat == "GC / CC") {
+			t.Errorf("frame %s in category %s", name, cat)
+		}
+	}
+}

@@ -157,7 +157,7 @@ func Collapsed(w io.Writer, p *profile.Profile, o Options) error {
 // Summary writes a table of functions by self and total share of samples.
 func Summary(w io.Writer, p *profile.Profile) error {
 	bw := &errWriter{w: w}
-	bw.printf("%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors)
+	bw.printf("%s", summaryHeader(p))
 	if bw.err != nil {
 		return bw.err
 	}
@@ -202,6 +202,20 @@ func FunctionTable(w io.Writer, p *profile.Profile, o TableOptions) (int, error)
 		n++
 	}
 	return n, bw.err
+}
+
+// summaryHeader is what summary and summary-by-line print above their
+// table: the counts, the Breakdown, and an empty line.
+func summaryHeader(p *profile.Profile) string {
+	return fmt.Sprintf("%d samples in %.1fs at %g Hz (%d ticks, %d errors)\n%s\n\n", p.Samples, p.Duration.Seconds(), p.Rate, p.Ticks, p.Errors, Breakdown(p))
+}
+
+// Breakdown is the line summary and top show under their header: the
+// share of samples taken while the GC ran and of those waiting for the GVL
+// (profile.Profile.Breakdown).
+func Breakdown(p *profile.Profile) string {
+	gc, gvl := p.Breakdown()
+	return fmt.Sprintf("GC %.1f%%, waiting for GVL %.1f%% of samples", Pct(gc, p.Samples), Pct(gvl, p.Samples))
 }
 
 // Pct is n as a percentage of total (0 when total is 0).

@@ -188,3 +188,24 @@ func TestFunctionTableShared(t *testing.T) {
 		t.Errorf("limited table (%d rows): %q", n, tab.String())
 	}
 }
+
+// TestBreakdown: summary and summary-by-line say which share of the
+// samples the GC and waiting for the GVL took, from the sampler's frames.
+func TestBreakdown(t *testing.T) {
+	p := sample() // 10 samples
+	main := profile.Frame{Kind: profile.KindRuby, Label: "<main>", Path: "app.rb", Line: 9}
+	gc := profile.Frame{Kind: profile.KindGC, Label: profile.LabelGC}
+	marking := profile.Frame{Kind: profile.KindGC, Label: profile.LabelMarking}
+	wait := profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait}
+	p.Add([]profile.Frame{main, gc, marking}, 6)
+	p.Add([]profile.Frame{main, wait}, 4)
+	for name, write := range map[string]func(io.Writer, *profile.Profile) error{"summary": Summary, "summary-by-line": SummaryByLine} {
+		var b bytes.Buffer
+		if err := write(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		if want := "GC 30.0%, waiting for GVL 20.0% of samples\n"; !strings.Contains(b.String(), want) {
+			t.Errorf("%s:\n%s\nlacks %q", name, b.String(), want)
+		}
+	}
+}

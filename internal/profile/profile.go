@@ -19,6 +19,21 @@ const (
 	KindCFunc   = "cfunc"   // a method implemented in C
 	KindProcess = "process" // a root frame "pid NNN" with --subprocesses
 	KindThread  = "thread"  // a root frame "thread NAME" with --threads
+	KindGC      = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
+	KindGVL     = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
+)
+
+// The labels of the frames the sampler adds for time that is not in Ruby
+// code, as stackprof names them (which vernier and OpenTelemetry's
+// profiler follow): a sample taken while the GC runs ends in
+// LabelGC, LabelMarking or LabelGC, LabelSweeping (or LabelGC alone for
+// another phase); one of a thread waiting for the GVL ends in
+// LabelGVLWait.
+const (
+	LabelGC       = "(garbage collection)"
+	LabelMarking  = "(marking)"
+	LabelSweeping = "(sweeping)"
+	LabelGVLWait  = "(waiting for GVL)"
 )
 
 // Frame is one node of a sampled stack.
@@ -244,6 +259,29 @@ func (p *Profile) StackFrames(si int) []Frame {
 		frames[i] = p.Frames[id]
 	}
 	return frames
+}
+
+// Breakdown counts the samples taken while the GC ran (a KindGC frame)
+// and those of threads waiting for the GVL (a KindGVL frame).
+func (p *Profile) Breakdown() (gc, gvl int) {
+	for _, st := range p.Stacks {
+		inGC, inGVL := false, false
+		for _, id := range st.Frames {
+			switch p.Frames[id].Kind {
+			case KindGC:
+				inGC = true
+			case KindGVL:
+				inGVL = true
+			}
+		}
+		if inGC {
+			gc += st.Count
+		}
+		if inGVL {
+			gvl += st.Count
+		}
+	}
+	return gc, gvl
 }
 
 // Synthetic tells whether a frame is one the sampler added (a process or

@@ -62,6 +62,7 @@ type VM struct {
 	owners       map[uint64]uint64    // ep[me_cref] of a local environment -> its method's owner
 	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
 	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
+	objspaceAddr uint64               // the objspace, once GC has read it (it lives as long as the VM)
 	tidOff       uint64               // offset of the TID in glibc's struct pthread (0: none)
 	tidOffLooked bool                 // pthreadTIDOffset has run
 	fsBases      map[uint64]int       // a core's threads by fs_base (tidByFSBase)

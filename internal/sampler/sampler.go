@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -37,6 +39,11 @@ type Options struct {
 	Idle bool
 	// Nonblocking reads without pausing the target.
 	Nonblocking bool
+	// GVL also samples the threads waiting for the GVL (Ruby threads
+	// ready to run, asleep until the thread holding the lock lets it go),
+	// each with a leaf frame profile.LabelGVLWait. With Idle they are
+	// sampled anyway and get that leaf too.
+	GVL bool
 	// Threads adds a root frame per thread ("thread NAME").
 	Threads bool
 	// Subprocesses follows the target's descendants, with a root frame per
@@ -90,6 +97,8 @@ type proc struct {
 	// (onCPUNow); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
 	noClocks bool
+	// noGC is set when the Ruby's layout lacks the GC's flags.
+	noGC bool
 	// tasks tells which threads are running (made at the first sample).
 	tasks *target.TaskStates
 }
@@ -327,7 +336,7 @@ func (s *Sampler) sample(p *proc) {
 		}
 		if s.opts.Nonblocking {
 			prof.Waiting += p.onCPUNow(running, tasks)
-			if len(running) == 0 {
+			if len(running) == 0 && !s.opts.GVL {
 				return // runnable, but every one waiting for a CPU
 			}
 		}
@@ -340,27 +349,40 @@ func (s *Sampler) sample(p *proc) {
 		}
 		return th.TID
 	}
+	gvlWaiter := func(th rubyvm.Thread) bool { return s.opts.GVL && waitsForGVL(th) }
 	wanted := func(th rubyvm.Thread) bool {
-		return (running == nil || running[tidOf(th)]) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
+		return (running == nil || running[tidOf(th)] || gvlWaiter(th)) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
 	}
 	var threads []rubyvm.Thread
 	var err error
+	gc := rubyvm.GCIdle
 	switch {
 	case s.opts.Nonblocking:
 		threads, err = p.vm.ReadThreads(wanted)
+		gc = p.gcPhase(threads)
 	case running == nil:
-		// With Idle every thread is read, so every thread stops; only the
-		// stacks are read while they stand still.
+		// With Idle every Ruby thread is read, so every Ruby thread stops;
+		// only the stacks are read while they stand still. Threads that
+		// are not Ruby's are left alone: stopping Ruby's timer thread 100
+		// times a second restarts its wait each time, and on 3.3+ the
+		// thread holding the GVL then never has its time slice end.
 		if threads, err = p.vm.ReadThreads(nil); err == nil {
-			err = p.live.WhilePaused(nil, func(stopped map[int]bool) error {
+			tids := []int{}
+			for _, th := range threads {
+				if tid := tidOf(th); tid > 0 && !slices.Contains(tids, tid) {
+					tids = append(tids, tid)
+				}
+			}
+			err = p.live.WhilePaused(tids, func(stopped map[int]bool) error {
 				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return stopped[tidOf(th)] && wanted(th) })
+				gc = p.gcPhase(threads)
 				return nil
 			})
 		} else {
 			threads, err = s.readAllPaused(p, nil, wanted)
 		}
 	default:
-		threads, err = s.readPaused(p, running, tasks, wanted, tidOf)
+		threads, gc, err = s.readPaused(p, running, tasks, wanted, gvlWaiter, tidOf)
 	}
 	if err != nil {
 		if p.gone = target.Exited(p.pid); !p.gone {
@@ -393,6 +415,12 @@ func (s *Sampler) sample(p *proc) {
 			f := th.Frames[i]
 			frames = append(frames, profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
 		}
+		switch {
+		case th.GVL && gc != rubyvm.GCIdle:
+			frames = append(frames, gcFrames[gc]...)
+		case (s.opts.GVL || s.opts.Idle) && waitsForGVL(th):
+			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
+		}
 		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
 	}
 }
@@ -405,20 +433,30 @@ func (s *Sampler) sample(p *proc) {
 // thread preempted between that look and the stop would stop where the
 // kernel preempted it, and the kernel preempts mostly at system calls. Only
 // the stacks are read while those threads are held.
-func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, error) {
+//
+// Threads also accepts (waiting for the GVL, asleep) are stopped too. The
+// GC's phase is read while the threads stand still.
+func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, rubyvm.GCPhase, error) {
+	gc := rubyvm.GCIdle
 	ths, err := p.vm.ReadThreads(nil)
 	if err != nil {
 		tids := make([]int, 0, len(running))
 		for tid := range running {
 			tids = append(tids, tid)
 		}
-		return s.readAllPaused(p, tids, wanted)
+		ths, err = s.readAllPaused(p, tids, wanted)
+		return ths, gc, err
 	}
 	pick := func() []int {
 		s.profile.Waiting += p.onCPUNow(running, tasks)
 		tids := make([]int, 0, len(running))
 		for tid := range running {
 			tids = append(tids, tid)
+		}
+		for _, th := range ths {
+			if also(th) && !running[tidOf(th)] {
+				tids = append(tids, tidOf(th))
+			}
 		}
 		return tids
 	}
@@ -432,10 +470,11 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted func(r
 			}
 			return false
 		})
+		gc = p.gcPhase(ths)
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, gc, err
 	}
 	out := ths[:0]
 	for _, th := range ths {
@@ -443,7 +482,45 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted func(r
 			out = append(out, th)
 		}
 	}
-	return out, nil
+	return out, gc, nil
+}
+
+// waitsForGVL tells whether a thread is ready to run Ruby code but waits
+// for the GVL: Ruby counts it runnable (a thread that released the GVL to
+// block or to run C code without it is "sleep"), yet another holds the
+// lock.
+func waitsForGVL(th rubyvm.Thread) bool { return th.Status == "run" && !th.GVL }
+
+// gcFrames are the frames a sample gets above the Ruby stack of the thread
+// holding the GVL while the GC runs, by phase.
+var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
+	rubyvm.GCMarking:  {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelMarking}},
+	rubyvm.GCSweeping: {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelSweeping}},
+	rubyvm.GCOther:    {{Kind: profile.KindGC, Label: profile.LabelGC}},
+}
+
+// gcPhase reads what the GC is doing when one of ths, just read, holds
+// the GVL (the GC runs on that thread); GCIdle otherwise, and always once
+// the Ruby's layout has turned out to lack the GC's flags.
+func (p *proc) gcPhase(ths []rubyvm.Thread) rubyvm.GCPhase {
+	if p.noGC {
+		return rubyvm.GCIdle
+	}
+	holder := false
+	for _, th := range ths {
+		holder = holder || th.GVL
+	}
+	if !holder {
+		return rubyvm.GCIdle
+	}
+	phase, err := p.vm.GC()
+	if errors.Is(err, layout.ErrFeatureMissing) {
+		p.noGC = true
+	}
+	if err != nil {
+		return rubyvm.GCIdle
+	}
+	return phase
 }
 
 // readAllPaused reads the thread list and the stacks of the threads wanted

@@ -59,9 +59,12 @@ func tornStacks(p *profile.Profile) ([]string, int) {
 	var torn []string
 	n := 0
 	for _, st := range p.Stacks {
-		labels := make([]string, len(st.Frames))
-		for i, id := range st.Frames {
-			labels[i] = normalize(p.Frames[id].Label)
+		var labels []string
+		for _, id := range st.Frames {
+			// The GC's frames sit on whichever frame allocated.
+			if f := p.Frames[id]; f.Kind != profile.KindGC {
+				labels = append(labels, normalize(f.Label))
+			}
 		}
 		stack := strings.Join(labels, ";")
 		ok := false

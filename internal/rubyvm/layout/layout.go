@@ -186,11 +186,19 @@ type Layout struct {
 	ObjspaceAllocatedPages int64 `dwarf:"off:rb_objspace.heap_pages.allocated_pages" need:"census"`
 	// Since 3.4 heap_pages.sorted points at a darray (a length, a capacity,
 	// then the page pointers) instead of a plain array; -1 before.
-	SortedDarrayData   int64 `dwarf:"off:rb_objspace.heap_pages.sorted->data,optional" need:"census"`
-	SortedDarrayLen    int64 `dwarf:"off:rb_objspace.heap_pages.sorted->meta.size,optional" need:"census"`
-	HeapPageSlotSize   int64 `dwarf:"off:heap_page.slot_size,optional" need:"census"`
-	HeapPageTotalSlots int64 `dwarf:"off:heap_page.total_slots" need:"census"`
-	HeapPageStart      int64 `dwarf:"off:heap_page.start" need:"census"`
+	SortedDarrayData int64 `dwarf:"off:rb_objspace.heap_pages.sorted->data,optional" need:"census"`
+	SortedDarrayLen  int64 `dwarf:"off:rb_objspace.heap_pages.sorted->meta.size,optional" need:"census"`
+	// Whether the GC is at work (objspace->flags.during_gc, set from
+	// gc_enter to gc_exit) and in which phase (flags.mode, enum gc_mode):
+	// the sampler's (garbage collection), (marking) and (sweeping) frames.
+	ObjspaceDuringGCBit int64 `dwarf:"bitoff:rb_objspace.flags.during_gc" need:"census"`
+	ObjspaceModeBit     int64 `dwarf:"bitoff:rb_objspace.flags.mode" need:"census"`
+	ObjspaceModeBits    int64 `dwarf:"bits:rb_objspace.flags.mode" need:"census"`
+	GCModeMarking       int64 `dwarf:"enum:gc_mode_marking" need:"census"`
+	GCModeSweeping      int64 `dwarf:"enum:gc_mode_sweeping" need:"census"`
+	HeapPageSlotSize    int64 `dwarf:"off:heap_page.slot_size,optional" need:"census"`
+	HeapPageTotalSlots  int64 `dwarf:"off:heap_page.total_slots" need:"census"`
+	HeapPageStart       int64 `dwarf:"off:heap_page.start" need:"census"`
 
 	RStringLen           int64 `dwarf:"off:RString.len,optional"`
 	RStringHeapLen       int64 `dwarf:"off:RString.as.heap.len,optional"`
