@@ -11,27 +11,10 @@
 # (garbage collection) samples with what the program measured over the
 # same window.
 require "json"
-
-CPU = Hash.new(0.0)
-$asked = 0
-$answered = 0
-trap("USR1") { $asked += 1 }
+require_relative "lib/cpu_report"
 
 # Objects for the GC to mark: arrays and strings, 200k of each.
 LIVE = Array.new(200_000) { |i| [i, "s#{i}"] }
-
-def timed(part)
-  t0 = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
-  yield
-  CPU[part] += Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t0
-end
-
-def answer(path)
-  return if $answered == $asked
-  $answered = $asked
-  File.write(path + ".tmp", JSON.generate({ "seq" => $answered, "cpu" => CPU }))
-  File.rename(path + ".tmp", path)
-end
 
 def burn
   i = 0

@@ -10,24 +10,7 @@
 # compares a profile with what the program measured over the same window,
 # whatever else the machine was doing.
 require "json"
-
-CPU = Hash.new(0.0)
-$asked = 0
-$answered = 0
-trap("USR1") { $asked += 1 }
-
-def timed(chain)
-  t0 = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
-  send(chain)
-  CPU[chain] += Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - t0
-end
-
-def answer(path)
-  return if $answered == $asked
-  $answered = $asked
-  File.write(path + ".tmp", JSON.generate({ "seq" => $answered, "cpu" => CPU }))
-  File.rename(path + ".tmp", path)
-end
+require_relative "lib/cpu_report"
 
 def burn
   i = 0
@@ -41,9 +24,9 @@ def chain_c; 2.times { burn }; end
 def work(seconds, cpu_path)
   deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
   loop do
-    timed(:chain_a)
-    timed(:chain_b)
-    timed(:chain_c)
+    timed("chain_a") { chain_a }
+    timed("chain_b") { chain_b }
+    timed("chain_c") { chain_c }
     answer(cpu_path)
     break if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
   end

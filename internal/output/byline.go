@@ -2,17 +2,18 @@ package output
 
 import (
 	"fmt"
-	"github.com/rbscope/rbscope/internal/textsafe"
 	"io"
 	"sort"
 
 	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // LineStat is a source line's self and total sample counts: a Ruby
 // file:line, or a C method (which has no line).
 type LineStat struct {
-	// Location is "file:line", or the C method's name with "(cfunc)".
+	// Location is "file:line", the C method's name with "(cfunc)", or the
+	// label of a frame without a line ("(garbage collection)").
 	Location string
 	// Function is the label of the (first seen) frame at the location.
 	Function    string
@@ -23,38 +24,25 @@ type LineStat struct {
 // is at the line, total those with the line anywhere on the stack (once
 // per sample, however deep it recurses). Sorted by self, then total.
 func Lines(p *profile.Profile) []LineStat {
-	stats := map[string]*LineStat{}
-	for _, st := range p.Stacks {
-		seen := map[string]bool{}
-		for i, id := range st.Frames {
-			f := p.Frames[id]
-			if f.Synthetic() {
-				continue
+	function := map[string]string{} // location -> the first label seen there
+	tallies := profile.Aggregate(p, func(f profile.Frame) string {
+		var loc string
+		switch f.Kind {
+		case profile.KindCFunc:
+			loc = f.Label + " (cfunc)"
+		case profile.KindRuby:
+			loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+			if _, ok := function[loc]; !ok {
+				function[loc] = f.Label
 			}
-			loc := f.Label + " (cfunc)"
-			if f.Kind != profile.KindCFunc {
-				loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
-			}
-			s := stats[loc]
-			if s == nil {
-				s = &LineStat{Location: loc, Function: f.Label}
-				if f.Kind == profile.KindCFunc {
-					s.Function = ""
-				}
-				stats[loc] = s
-			}
-			if !seen[loc] {
-				s.Total += st.Count
-				seen[loc] = true
-			}
-			if i == len(st.Frames)-1 {
-				s.Self += st.Count
-			}
+		default: // the GC's and the GVL's frames have no line
+			loc = f.Label
 		}
-	}
-	out := make([]LineStat, 0, len(stats))
-	for _, s := range stats {
-		out = append(out, *s)
+		return loc
+	})
+	out := make([]LineStat, 0, len(tallies))
+	for loc, t := range tallies {
+		out = append(out, LineStat{Location: loc, Function: function[loc], Self: t.Self, Total: t.Total})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]

@@ -207,5 +207,9 @@ func TestBreakdown(t *testing.T) {
 		if want := "GC 30.0%, waiting for GVL 20.0% of samples\n"; !strings.Contains(b.String(), want) {
 			t.Errorf("%s:\n%s\nlacks %q", name, b.String(), want)
 		}
+		// The GC's frames are rows of their own, without a line.
+		if !strings.Contains(b.String(), "30.00%        6        6  "+profile.LabelMarking) || strings.Contains(b.String(), ":0") {
+			t.Errorf("%s: no row for %s with 6 samples, or a frame without a line shown with one:\n%s", name, profile.LabelMarking, b.String())
+		}
 	}
 }

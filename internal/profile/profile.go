@@ -182,36 +182,48 @@ type FunctionStat struct {
 	Self, Total int
 }
 
-// Functions aggregates the profile by function (frames without lines),
-// sorted by self count, then total. A function that recurses counts once
-// per sample in its total.
-func (p *Profile) Functions() []FunctionStat {
-	stats := map[Frame]*FunctionStat{}
+// Tally is a key's self and total sample counts (Aggregate).
+type Tally struct{ Self, Total int }
+
+// Aggregate tallies p's stacks by key(frame): self counts the samples
+// whose innermost frame has the key, total those with the key anywhere on
+// the stack, once per sample however deep it recurses. Synthetic frames
+// are left out.
+func Aggregate[K comparable](p *Profile, key func(Frame) K) map[K]*Tally {
+	tallies := map[K]*Tally{}
 	for _, st := range p.Stacks {
-		seen := map[Frame]bool{}
+		seen := map[K]bool{}
 		for i, id := range st.Frames {
 			f := p.Frames[id]
 			if f.Synthetic() {
 				continue
 			}
-			fn := f.Function()
-			s, ok := stats[fn]
+			k := key(f)
+			t, ok := tallies[k]
 			if !ok {
-				s = &FunctionStat{Frame: fn}
-				stats[fn] = s
+				t = &Tally{}
+				tallies[k] = t
 			}
-			if !seen[fn] {
-				s.Total += st.Count
-				seen[fn] = true
+			if !seen[k] {
+				t.Total += st.Count
+				seen[k] = true
 			}
 			if i == len(st.Frames)-1 {
-				s.Self += st.Count
+				t.Self += st.Count
 			}
 		}
 	}
-	out := make([]FunctionStat, 0, len(stats))
-	for _, s := range stats {
-		out = append(out, *s)
+	return tallies
+}
+
+// Functions aggregates the profile by function (frames without lines),
+// sorted by self count, then total. A function that recurses counts once
+// per sample in its total.
+func (p *Profile) Functions() []FunctionStat {
+	tallies := Aggregate(p, Frame.Function)
+	out := make([]FunctionStat, 0, len(tallies))
+	for fn, t := range tallies {
+		out = append(out, FunctionStat{Frame: fn, Self: t.Self, Total: t.Total})
 	}
 	sortStats(out)
 	return out
