@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
+	"golang.org/x/sys/unix"
 )
 
 // MaxRate is the highest sampling rate accepted, in Hz.
@@ -99,6 +102,8 @@ type proc struct {
 	noClocks bool
 	// noGC is set when the Ruby's layout lacks the GC's flags.
 	noGC bool
+	// tickAt is when the current tick began (stepAside).
+	tickAt time.Time
 	// tasks tells which threads are running (made at the first sample).
 	tasks *target.TaskStates
 }
@@ -112,6 +117,9 @@ type proc struct {
 // tick after tick would charge its wait to those places (a loaded 2-CPU
 // run gave a 50% call chain 58% of the samples). The profile is one of CPU
 // time. Where the kernel refuses counters, running is left as it is.
+//
+// A thread can also stand still because rbscope's own thread took its CPU
+// to look; that one was on a CPU at the tick (see stepAside).
 func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	tids := make([]int, 0, len(running))
 	for tid := range running {
@@ -122,15 +130,92 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 		return 0
 	}
 	t1 := p.cpuTimes(tids, tasks)
-	waiting := 0
+	var still []int
 	for tid, t := range t1 {
 		if v, ok := t0[tid]; ok && v == t {
-			delete(running, tid)
-			waiting++
+			still = append(still, tid)
+		}
+	}
+	if len(still) > 0 {
+		still = p.stepAside(still, tasks)
+	}
+	for _, tid := range still {
+		delete(running, tid)
+	}
+	return len(still)
+}
+
+// stepAside returns which of still, threads whose CPU time stood still,
+// really wait for a CPU. One queued on the very CPU rbscope runs on may
+// only wait for rbscope: on a busy machine the scheduler often puts
+// rbscope's thread beside the target, and then, whenever it looks, the
+// target stands still (in a loaded run, 5 samples of 1,600 ticks of a
+// target that had a whole CPU). So rbscope steps off that CPU (its
+// affinity, for this look only) and reads those threads' clocks again. A
+// thread that runs now was queued there: if its wait, which the kernel
+// adds to its run delay as it gets the CPU, began after this tick did,
+// it waited for rbscope alone and counts as on a CPU; one that waited
+// longer had been preempted by another task and still counts as waiting.
+// Where rbscope may use no other CPU, such a thread counts as on a CPU;
+// where the kernel keeps no run delays, one that runs once rbscope stepped
+// aside does.
+func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
+	// The affinity set is the OS thread's: this goroutine must stay on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var cpu, node uint32
+	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0); e != 0 || p.tasks == nil {
+		return still
+	}
+	var waiting, mine []int
+	for _, tid := range still {
+		if c, ok := p.tasks.LastCPU(tid); ok && c == int(cpu) {
+			mine = append(mine, tid)
+		} else {
+			waiting = append(waiting, tid)
+		}
+	}
+	if len(mine) == 0 {
+		return waiting
+	}
+	var old, elsewhere unix.CPUSet
+	if unix.SchedGetaffinity(0, &old) != nil {
+		return waiting
+	}
+	elsewhere = old
+	elsewhere.Clear(int(cpu))
+	if elsewhere.Count() == 0 {
+		return waiting // rbscope always takes the target's CPU to look
+	}
+	delay := map[int]time.Duration{}
+	for _, tid := range mine {
+		if d, ok := target.RunDelay(p.pid, tid); ok {
+			delay[tid] = d
+		}
+	}
+	if unix.SchedSetaffinity(0, &elsewhere) != nil {
+		return still
+	}
+	defer unix.SchedSetaffinity(0, &old)
+	t0 := p.cpuTimes(mine, tasks)
+	t1 := p.cpuTimes(mine, tasks)
+	for _, tid := range mine {
+		if v, ok := t0[tid]; !ok || v == t1[tid] {
+			waiting = append(waiting, tid)
+			continue
+		}
+		before, ok := delay[tid]
+		if after, ok2 := target.RunDelay(p.pid, tid); ok && ok2 && after-before > time.Since(p.tickAt)+stepAsideSlack {
+			waiting = append(waiting, tid)
 		}
 	}
 	return waiting
 }
+
+// stepAsideSlack is how much longer than the tick so far a thread may have
+// waited and still count as having waited for rbscope: the timer's wake-up
+// reaches the sampler a little after the tick's time is taken.
+const stepAsideSlack = 50 * time.Microsecond
 
 // maxClocks is how many thread CPU-time counters a process may keep open
 // between samples.
@@ -316,6 +401,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 func (s *Sampler) sample(p *proc) {
 	prof := s.profile
 	now := time.Now()
+	p.tickAt = now
 	var running, tasks map[int]bool
 	if !s.opts.Idle {
 		var err error

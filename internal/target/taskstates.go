@@ -1,9 +1,12 @@
 package target
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +33,7 @@ type TaskStates struct {
 
 // NewTaskStates reads the thread states of process pid; Close releases it.
 func NewTaskStates(pid int) *TaskStates {
-	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 512)}
+	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 1024)}
 }
 
 // Read returns the TIDs in state R (running or waiting for a CPU) and all
@@ -87,6 +90,38 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 
 // state reads thread tid's state letter; ok is false if the thread is gone.
 func (t *TaskStates) state(tid int) (state byte, ok bool) {
+	line, ok := t.stat(tid)
+	if !ok {
+		return 0, false
+	}
+	st := StatState(line)
+	return st, st != 0
+}
+
+// LastCPU reads the CPU thread tid is on, or last ran on (field 39 of its
+// stat, "processor"); ok is false if the thread is gone.
+func (t *TaskStates) LastCPU(tid int) (cpu int, ok bool) {
+	line, ok := t.stat(tid)
+	if !ok {
+		return 0, false
+	}
+	// The fields after the command name, which ends at the last ')':
+	// field 3 (the state) first, so field 39 is the 37th.
+	i := bytes.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(line[i+1:])
+	if len(f) < 37 {
+		return 0, false
+	}
+	cpu, err := strconv.Atoi(string(f[36]))
+	return cpu, err == nil
+}
+
+// stat reads thread tid's stat line into t.line, through the kept file
+// when there is one; ok is false if the thread is gone.
+func (t *TaskStates) stat(tid int) (line []byte, ok bool) {
 	fd, kept := t.stats[tid]
 	if !kept {
 		path := fmt.Sprintf("/proc/%d/task/%d/stat", t.pid, tid)
@@ -100,7 +135,7 @@ func (t *TaskStates) state(tid int) (state byte, ok bool) {
 			fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		}
 		if err != nil {
-			return 0, false
+			return nil, false
 		}
 		if len(t.stats) < maxStatFiles && !t.noKeep {
 			t.stats[tid] = fd
@@ -119,12 +154,11 @@ func (t *TaskStates) state(tid int) (state byte, ok bool) {
 				unix.Close(fd)
 				delete(t.stats, tid)
 			}
-			return 0, false
+			return nil, false
 		}
-		// The state follows the command name, which may hold anything but
-		// is at most 64 bytes: 512 bytes always reach it.
-		st := StatState(t.line[:n])
-		return st, st != 0
+		// The command name may hold anything but is at most 64 bytes, and
+		// the 50 numbers after it take under 1024 bytes.
+		return t.line[:n], true
 	}
 }
 
@@ -143,4 +177,21 @@ func (t *TaskStates) Close() {
 		unix.Close(t.dir)
 		t.dir = -1
 	}
+}
+
+// RunDelay reads how long thread tid of process pid has waited, in all,
+// on a CPU's run queue for its turn (the second field of its schedstat).
+// The kernel adds a wait when the wait ends, as the thread gets its CPU.
+// ok is false if the thread is gone or the kernel keeps no such count.
+func RunDelay(pid, tid int) (delay time.Duration, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
+	return time.Duration(ns), err == nil && ns >= 0
 }

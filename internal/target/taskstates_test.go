@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,4 +205,86 @@ func mustOpen(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return fd
+}
+
+// TestTaskStatesLastCPU: a thread of this test, pinned to one CPU and
+// spinning there, is on that CPU as LastCPU reads it.
+func TestTaskStatesLastCPU(t *testing.T) {
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	want := -1
+	for cpu := 0; cpu < 1024; cpu++ {
+		if mine.IsSet(cpu) {
+			want = cpu // the last one this test may use
+		}
+	}
+	var stop atomic.Bool
+	defer stop.Store(true)
+	tids := make(chan int)
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine
+		var one unix.CPUSet
+		one.Set(want)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			t.Errorf("pin: %v", err)
+		}
+		tids <- unix.Gettid()
+		for !stop.Load() {
+		}
+	}()
+	tid := <-tids
+	ts := NewTaskStates(os.Getpid())
+	defer ts.Close()
+	if cpu, ok := ts.LastCPU(tid); !ok || cpu != want {
+		t.Errorf("LastCPU(%d) = %d, %v; the thread is pinned to CPU %d", tid, cpu, ok, want)
+	}
+	if _, ok := ts.LastCPU(1 << 30); ok {
+		t.Errorf("LastCPU of no thread succeeded")
+	}
+}
+
+// TestRunDelay: a thread of this test made to wait for its CPU (pinned
+// beside a spinning thread) has its run delay grow.
+func TestRunDelay(t *testing.T) {
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		t.Fatal(err)
+	}
+	var one unix.CPUSet
+	for cpu := 0; cpu < 1024; cpu++ {
+		if mine.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	var stop atomic.Bool
+	defer stop.Store(true)
+	tids := make(chan int, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			runtime.LockOSThread() // the thread ends with the goroutine
+			if err := unix.SchedSetaffinity(0, &one); err != nil {
+				t.Errorf("pin: %v", err)
+			}
+			tids <- unix.Gettid()
+			for !stop.Load() {
+			}
+		}()
+	}
+	tid := <-tids
+	<-tids
+	before, ok := RunDelay(os.Getpid(), tid)
+	if !ok {
+		t.Skip("no schedstat here")
+	}
+	time.Sleep(200 * time.Millisecond)
+	after, _ := RunDelay(os.Getpid(), tid)
+	if after-before < 10*time.Millisecond {
+		t.Errorf("a thread sharing its CPU with a spinner for 200ms waited %v for it", after-before)
+	}
+	if _, ok := RunDelay(os.Getpid(), 1<<30); ok {
+		t.Errorf("RunDelay of no thread succeeded")
+	}
 }
