@@ -50,17 +50,14 @@ func BenchmarkHeapDump(b *testing.B) {
 		defer f.Close()
 		w := bufio.NewWriterSize(f, 1<<20)
 		start := time.Now()
-		if err := t.Pause(); err != nil {
-			b.Fatal(err)
-		}
-		vm.ForgetCaches()
-		st, err := vm.HeapDump(w, rubyvm.DumpOptions{})
-		if err == nil {
-			err = w.Flush()
-		}
-		if rerr := t.Resume(); err == nil {
-			err = rerr
-		}
+		var st *rubyvm.DumpStats
+		err = testvm.Paused(b, vm, func() (err error) {
+			vm.ForgetCaches()
+			if st, err = vm.HeapDump(w, rubyvm.DumpOptions{}); err == nil {
+				err = w.Flush()
+			}
+			return err
+		})
 		paused += time.Since(start)
 		if err != nil {
 			b.Fatal(err)

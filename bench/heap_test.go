@@ -150,14 +150,12 @@ func BenchmarkHeapCensus(b *testing.B) {
 	var objects uint64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := t.Pause(); err != nil {
-			b.Fatal(err)
-		}
-		vm.ForgetCaches() // name the classes afresh, as one command run does
-		c, err := vm.HeapCensus()
-		if rerr := t.Resume(); err == nil {
-			err = rerr
-		}
+		var c *rubyvm.Census
+		err := testvm.Paused(b, vm, func() (err error) {
+			vm.ForgetCaches() // name the classes afresh, as one command run does
+			c, err = vm.HeapCensus()
+			return err
+		})
 		if err != nil {
 			b.Fatal(err)
 		}

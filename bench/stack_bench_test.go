@@ -169,14 +169,16 @@ func check(b *testing.B, threads []rubyvm.Thread) int {
 
 func read(b *testing.B, t *target.Live, vm *rubyvm.VM, pause bool) []rubyvm.Thread {
 	b.Helper()
-	if pause {
-		if err := t.Pause(); err != nil {
-			b.Fatal(err)
-		}
+	var threads []rubyvm.Thread
+	readThreads := func() (err error) {
+		threads, err = vm.Threads()
+		return err
 	}
-	threads, err := vm.Threads()
-	if rerr := t.Resume(); err == nil {
-		err = rerr
+	var err error
+	if pause {
+		err = t.WhilePaused(nil, func(*target.Stopped) error { return readThreads() })
+	} else {
+		err = readThreads()
 	}
 	if err != nil {
 		b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 var vmOptions rubyvm.Options
 
 // openRuby attaches to a live process and finds its Ruby VM. The returned
-// close releases both (resuming the target if it is still paused).
+// close releases both.
 func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
 	t, err := target.Attach(pid)
 	if err != nil {
@@ -31,20 +31,14 @@ func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
 	return t, vm, func() { vm.Close(); t.Close() }, nil
 }
 
-// whilePaused runs read with the target paused (when pause is set) and
-// always resumes it, whatever read returns.
+// whilePaused runs read with every thread of the target stopped, when
+// pause is set, in one target.WhilePaused session: the threads run again
+// whatever read returns, and read runs on the tracer thread.
 func whilePaused(t *target.Live, pause bool, read func() error) error {
-	if pause {
-		if err := t.Pause(); err != nil {
-			t.Resume()
-			return err
-		}
+	if !pause {
+		return read()
 	}
-	err := read()
-	if rerr := t.Resume(); err == nil {
-		err = rerr
-	}
-	return err
+	return t.WhilePaused(nil, func(*target.Stopped) error { return read() })
 }
 
 // schemaVersion is the version of the shape of every command's --json

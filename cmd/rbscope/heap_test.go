@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,5 +127,55 @@ func TestHeapCensusErrors(t *testing.T) {
 				t.Errorf("stdout %q on error", stdout)
 			}
 		})
+	}
+}
+
+// TestHeapDumpInterrupted: SIGINT to rbscope in the middle of a heap dump,
+// while every thread of the target stands still, makes rbscope exit at
+// once (status 130) with the target running and neither the output nor
+// its temporary file left behind.
+func TestHeapDumpInterrupted(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "big_heap.rb", nil)
+	var rep struct{ PID int }
+	p.WaitReport(t, &rep, 60*time.Second)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "heap.json")
+	cmd := exec.Command(rbscopeBin, "heap", "dump", "-p", fmt.Sprint(p.PID()), "-o", out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The dump is under way once its temporary file exists and the target
+	// stands still.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tmp, _ := filepath.Glob(filepath.Join(dir, ".heap.json.tmp-*"))
+		if len(tmp) > 0 && processState(t, p.PID()) == "t" {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("setup: no dump under way with the target stopped: %s", stderr.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("heap dump after SIGINT: %v (%s); want exit 130", err, stderr.String())
+	}
+	for i := 0; i < 5 && !t.Failed(); i++ {
+		checkNotStopped(t, p.PID())
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) > 0 {
+		t.Errorf("files left behind: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("temporary files left behind: %v", left)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
@@ -24,15 +23,15 @@ func main() {
 func run(args []string) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
-			target.ResumeAll()
-			fmt.Fprintf(os.Stderr, "rbscope: internal error: %v (the target was resumed)\n", r)
+			// No target is stopped here: a target stands still only inside
+			// a target.WhilePaused session, which lets it go on a panic.
+			fmt.Fprintf(os.Stderr, "rbscope: internal error: %v (the target runs on)\n", r)
 			code = 1
 		}
 	}()
 	root := newRootCmd()
 	root.SetArgs(args)
 	err := root.Execute()
-	target.ResumeAll()
 	if err == nil {
 		return 0
 	}

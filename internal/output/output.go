@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/tempfiles"
 )
 
 // Options tune what the writers show.
@@ -101,6 +102,7 @@ func Create(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", path, unwrapPathError(err))
 	}
+	tempfiles.Add(f.Name())
 	return &File{File: f, path: path}, nil
 }
 
@@ -113,6 +115,7 @@ func unwrapPathError(err error) error {
 
 // Commit closes the file and moves it into place.
 func (f *File) Commit() error {
+	defer tempfiles.Forget(f.File.Name())
 	if err := f.File.Close(); err != nil {
 		os.Remove(f.File.Name())
 		return fmt.Errorf("writing %s: %w", f.path, err)
@@ -132,6 +135,7 @@ func (f *File) Commit() error {
 func (f *File) Abort() {
 	f.File.Close()
 	os.Remove(f.File.Name())
+	tempfiles.Forget(f.File.Name())
 }
 
 // Collapsed writes "root;...;leaf count" lines (Brendan Gregg's folded

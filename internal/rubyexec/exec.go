@@ -136,7 +136,10 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		// is closed) or nil. The write end stays open in the process: the
 		// program may have started and hold it.
 		if !errors.Is(err, target.ErrExited) {
-			_, _ = t.WriteAt([]byte("nil\x00"), page.addr)
+			_ = t.WhilePaused([]int{t.PID()}, func(s *target.Stopped) error {
+				_, err := s.WriteAt([]byte("nil\x00"), page.addr)
+				return err
+			})
 		}
 		return nil, err
 	}
@@ -246,65 +249,65 @@ type mapping struct{ addr, size uint64 }
 // there, NUL-terminated, and the page is the job's data.
 func post(t *target.Live, register, fn uint64, prog string, data uint64) (mapping, error) {
 	pid := t.PID()
-	if err := t.PauseThreads([]int{pid}); err != nil {
-		t.Resume()
+	var m mapping
+	err := t.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		unmapNow := func() {
+			if m.size > 0 {
+				s.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+				m = mapping{}
+			}
+		}
+		if prog != "" {
+			size := uint64(len(prog)+1+4095) &^ 4095
+			ret, err := s.Syscall(pid, unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+			if err != nil {
+				return fmt.Errorf("pid %d: map a request page: %w", pid, err)
+			}
+			if ret < 0 && ret > -4096 {
+				return fmt.Errorf("pid %d: map a request page: %w", pid, unix.Errno(-ret))
+			}
+			m = mapping{uint64(ret), size}
+			if _, err := s.WriteAt(append([]byte(prog), 0), m.addr); err != nil {
+				unmapNow()
+				return fmt.Errorf("pid %d: write the request: %w", pid, err)
+			}
+			data = m.addr
+		}
+		r, err := s.Call(pid, register, 0, fn, data)
+		if err != nil {
+			unmapNow()
+			return fmt.Errorf("pid %d: register the job: %w", pid, err)
+		}
+		switch uint32(r) {
+		case 1:
+			return nil
+		case 2:
+			// Ruby 3.1 keeps one job per function: an earlier request of
+			// rbscope (one that timed out) is still queued, and would run
+			// instead.
+			unmapNow()
+			return errQueued
+		default:
+			unmapNow()
+			return fmt.Errorf("pid %d: the VM's postponed-job table is full; try again later", pid)
+		}
+	})
+	if err != nil {
 		return mapping{}, err
 	}
-	defer t.Resume()
-	var m mapping
-	unmapNow := func() {
-		if m.size > 0 {
-			t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
-		}
-	}
-	if prog != "" {
-		size := uint64(len(prog)+1+4095) &^ 4095
-		ret, err := t.Syscall(pid, unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
-		if err != nil {
-			return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, err)
-		}
-		if ret < 0 && ret > -4096 {
-			return mapping{}, fmt.Errorf("pid %d: map a request page: %w", pid, unix.Errno(-ret))
-		}
-		m = mapping{uint64(ret), size}
-		if _, err := t.WriteAt(append([]byte(prog), 0), m.addr); err != nil {
-			unmapNow()
-			return mapping{}, fmt.Errorf("pid %d: write the request: %w", pid, err)
-		}
-		data = m.addr
-	}
-	r, err := t.Call(pid, register, 0, fn, data)
-	if err != nil {
-		unmapNow()
-		return mapping{}, fmt.Errorf("pid %d: register the job: %w", pid, err)
-	}
-	switch uint32(r) {
-	case 1:
-		return m, nil
-	case 2:
-		// Ruby 3.1 keeps one job per function: an earlier request of rbscope
-		// (one that timed out) is still queued, and would run instead.
-		unmapNow()
-		return mapping{}, errQueued
-	default:
-		unmapNow()
-		return mapping{}, fmt.Errorf("pid %d: the VM's postponed-job table is full; try again later", pid)
-	}
+	return m, nil
 }
 
 // unmap removes the request page once the job has run.
 func unmap(t *target.Live, m mapping) error {
 	pid := t.PID()
-	if err := t.PauseThreads([]int{pid}); err != nil {
-		t.Resume()
+	return t.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		ret, err := s.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
+		if err == nil && ret != 0 {
+			err = unix.Errno(-ret)
+		}
 		return err
-	}
-	defer t.Resume()
-	ret, err := t.Syscall(pid, unix.SYS_MUNMAP, m.addr, m.size)
-	if err == nil && ret != 0 {
-		err = unix.Errno(-ret)
-	}
-	return err
+	})
 }
 
 // Exchange is the pipe a job answers through. rbscope makes it inside the
@@ -328,44 +331,47 @@ const MaxAnswer = 256 << 20
 // thread for a few system calls.
 func NewExchange(t *target.Live) (*Exchange, error) {
 	pid := t.PID()
-	if err := t.PauseThreads([]int{pid}); err != nil {
-		t.Resume()
-		return nil, err
-	}
-	defer t.Resume()
-	// The kernel writes the two descriptors to memory: a scratch page.
-	page, err := t.Syscall(pid, unix.SYS_MMAP, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
-	if err == nil && page < 0 && page > -4096 {
-		err = unix.Errno(-page)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: map a scratch page: %w", pid, err)
-	}
-	defer t.Syscall(pid, unix.SYS_MUNMAP, uint64(page), 4096)
-	ret, err := t.Syscall(pid, unix.SYS_PIPE2, uint64(page), unix.O_CLOEXEC)
-	if err == nil && ret != 0 {
-		err = unix.Errno(-ret)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: make an answer pipe: %w", pid, err)
-	}
-	var fds [8]byte
-	if err := target.ReadFull(t, fds[:], uint64(page)); err != nil {
-		return nil, fmt.Errorf("pid %d: read the answer pipe's descriptors: %w", pid, err)
-	}
-	pr, pw := int(int32(binary.LittleEndian.Uint32(fds[:4]))), int(int32(binary.LittleEndian.Uint32(fds[4:])))
-	closeInProcess := func(fds ...int) {
-		for _, fd := range fds {
-			t.Syscall(pid, unix.SYS_CLOSE, uint64(fd))
+	var d *Exchange
+	err := t.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		// The kernel writes the two descriptors to memory: a scratch page.
+		page, err := s.Syscall(pid, unix.SYS_MMAP, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+		if err == nil && page < 0 && page > -4096 {
+			err = unix.Errno(-page)
 		}
-	}
-	r, err := takePipe(t, pr, pw)
+		if err != nil {
+			return fmt.Errorf("pid %d: map a scratch page: %w", pid, err)
+		}
+		defer s.Syscall(pid, unix.SYS_MUNMAP, uint64(page), 4096)
+		ret, err := s.Syscall(pid, unix.SYS_PIPE2, uint64(page), unix.O_CLOEXEC)
+		if err == nil && ret != 0 {
+			err = unix.Errno(-ret)
+		}
+		if err != nil {
+			return fmt.Errorf("pid %d: make an answer pipe: %w", pid, err)
+		}
+		closeInProcess := func(fds ...int) {
+			for _, fd := range fds {
+				s.Syscall(pid, unix.SYS_CLOSE, uint64(fd))
+			}
+		}
+		var fds [8]byte
+		if err := target.ReadFull(s, fds[:], uint64(page)); err != nil {
+			return fmt.Errorf("pid %d: read the answer pipe's descriptors: %w", pid, err)
+		}
+		pr, pw := int(int32(binary.LittleEndian.Uint32(fds[:4]))), int(int32(binary.LittleEndian.Uint32(fds[4:])))
+		r, err := takePipe(t, pr, pw)
+		if err != nil {
+			closeInProcess(pr, pw)
+			return err
+		}
+		closeInProcess(pr)
+		d = &Exchange{t: t, r: r, w: pw}
+		return nil
+	})
 	if err != nil {
-		closeInProcess(pr, pw)
 		return nil, err
 	}
-	closeInProcess(pr)
-	return &Exchange{t: t, r: r, w: pw}, nil
+	return d, nil
 }
 
 // takePipe takes the read end pr of the pipe the process just made, and
@@ -415,10 +421,10 @@ func (d *Exchange) Close() error {
 // never queued (so no program will use it), and then rbscope's end.
 func (d *Exchange) Discard() {
 	pid := d.t.PID()
-	if d.t.PauseThreads([]int{pid}) == nil {
-		d.t.Syscall(pid, unix.SYS_CLOSE, uint64(d.w))
-	}
-	d.t.Resume()
+	_ = d.t.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		_, err := s.Syscall(pid, unix.SYS_CLOSE, uint64(d.w))
+		return err
+	})
 	d.Close()
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // dumpReport is what testdata/heap_dump.rb writes about itself.
@@ -95,15 +96,14 @@ func TestHeapDumpMatchesDumpAll(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			vm, rep, rubyDump := startDumpProgram(t, rb)
 			var out bytes.Buffer
-			if err := vm.T.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			st, err := vm.HeapDump(&out, rubyvm.DumpOptions{})
-			took := time.Since(start)
-			if rerr := vm.T.Resume(); rerr != nil {
-				t.Fatal(rerr)
-			}
+			var st *rubyvm.DumpStats
+			var took time.Duration
+			err := testvm.Paused(t, vm, func() (err error) {
+				start := time.Now()
+				st, err = vm.HeapDump(&out, rubyvm.DumpOptions{})
+				took = time.Since(start)
+				return err
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

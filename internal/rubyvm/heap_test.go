@@ -6,6 +6,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // heapReport is what testdata/heap_census.rb writes about itself.
@@ -39,13 +40,11 @@ func TestHeapCensusMatchesCountObjects(t *testing.T) {
 			// readThreads returns once the main thread sleeps: the
 			// program's heap is then what it counted.
 			vm, _ := readThreads(t, p.PID(), true)
-			if err := vm.T.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			c, err := vm.HeapCensus()
-			if rerr := vm.T.Resume(); rerr != nil {
-				t.Fatal(rerr)
-			}
+			var c *rubyvm.Census
+			err := testvm.Paused(t, vm, func() (err error) {
+				c, err = vm.HeapCensus()
+				return err
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

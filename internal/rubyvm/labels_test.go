@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
@@ -44,15 +45,15 @@ func TestLabelsTorture(t *testing.T) {
 			if strings.HasPrefix(rep.Version, "3.4.") && fmt.Sprint(rep.Labels) != fmt.Sprint(want.Labels) {
 				t.Errorf("Ruby %s labels the chain\n%q\nlabels_torture.want.json (from %s) has\n%q", rep.Version, rep.Labels, want.Ruby, want.Labels)
 			}
-			tg, vm := testvm.Attach(t, p.PID())
+			_, vm := testvm.Attach(t, p.PID())
 			var got []string
 			// The thread writes its report just before it calls sleep.
 			for deadline := time.Now().Add(10 * time.Second); ; {
-				if err := tg.Pause(); err != nil {
-					t.Fatal(err)
-				}
-				ths, err := vm.Threads()
-				tg.Resume()
+				var ths []rubyvm.Thread
+				err := testvm.Paused(t, vm, func() (err error) {
+					ths, err = vm.Threads()
+					return err
+				})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -36,15 +36,19 @@ const deepFrames = 3000
 // Kernel#sleep, and the last read is returned either way.
 func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
 	t.Helper()
-	tg, vm := testvm.Attach(t, pid)
+	_, vm := testvm.Attach(t, pid)
 	read := func() []rubyvm.Thread {
-		if pause {
-			if err := tg.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			defer tg.Resume()
+		var ths []rubyvm.Thread
+		read := func() (err error) {
+			ths, err = vm.Threads()
+			return err
 		}
-		ths, err := vm.Threads()
+		var err error
+		if pause {
+			err = testvm.Paused(t, vm, read)
+		} else {
+			err = read()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +103,7 @@ func TestListedThenReadStacks(t *testing.T) {
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
 			readThreads(t, p.PID(), true) // until the main thread sleeps
-			tg, vm := testvm.Attach(t, p.PID())
+			_, vm := testvm.Attach(t, p.PID())
 			ths, err := vm.ReadThreads(nil)
 			if err != nil {
 				t.Fatal(err)
@@ -109,11 +113,13 @@ func TestListedThenReadStacks(t *testing.T) {
 					t.Fatalf("thread %q: ReadThreads(nil) read %d frames", th.Name, len(th.Frames))
 				}
 			}
-			if err := tg.Pause(); err != nil {
+			err = testvm.Paused(t, vm, func() error {
+				vm.ReadStacks(ths, func(rubyvm.Thread) bool { return true })
+				return nil
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
-			vm.ReadStacks(ths, func(rubyvm.Thread) bool { return true })
-			tg.Resume()
 			checkStacks(t, rb, &rep, vm, ths, false)
 		})
 	}

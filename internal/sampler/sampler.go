@@ -459,8 +459,8 @@ func (s *Sampler) sample(p *proc) {
 					tids = append(tids, tid)
 				}
 			}
-			err = p.live.WhilePaused(tids, func(stopped map[int]bool) error {
-				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return stopped[tidOf(th)] && wanted(th) })
+			err = p.live.WhilePaused(tids, func(s *target.Stopped) error {
+				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) })
 				gc = p.gcPhase(threads)
 				return nil
 			})
@@ -547,10 +547,10 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 		return tids
 	}
 	done := map[int]bool{}
-	err = p.live.WhilePausedPicked(pick, func(stopped map[int]bool) error {
+	err = p.live.WhilePausedPicked(pick, func(st *target.Stopped) error {
 		p.vm.ReadStacks(ths, func(th rubyvm.Thread) bool {
 			tid := tidOf(th)
-			if stopped[tid] && !done[tid] && wanted(th) {
+			if st.Threads[tid] && !done[tid] && wanted(th) {
 				done[tid] = true
 				return true
 			}
@@ -614,7 +614,7 @@ func (p *proc) gcPhase(ths []rubyvm.Thread) rubyvm.GCPhase {
 // list, read with nothing stopped, was torn (threads being born or dying).
 func (s *Sampler) readAllPaused(p *proc, tids []int, wanted func(rubyvm.Thread) bool) ([]rubyvm.Thread, error) {
 	var ths []rubyvm.Thread
-	err := p.live.WhilePaused(tids, func(map[int]bool) error {
+	err := p.live.WhilePaused(tids, func(*target.Stopped) error {
 		var err error
 		ths, err = p.vm.ReadThreads(wanted)
 		return err

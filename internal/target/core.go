@@ -354,12 +354,6 @@ func (c *Core) Threads() ([]int, error) {
 	return tids, nil
 }
 
-// Pause implements Target: a core never changes.
-func (c *Core) Pause() error { return nil }
-
-// Resume implements Target.
-func (c *Core) Resume() error { return nil }
-
 // Close implements Target.
 func (c *Core) Close() error {
 	for _, f := range c.files {

@@ -42,11 +42,8 @@ type savedThread struct {
 	fpregs []byte
 }
 
-// WriteAt writes p to the process's memory at addr, through the
-// /proc/PID/mem opened at Attach, after checking that the PID still names
-// that process (CheckSame): an exec'd process or a reused PID is never
-// written to. Mappings need not be writable.
-func (l *Live) WriteAt(p []byte, addr uint64) (int, error) {
+// writeAt writes p to the process's memory at addr (Stopped.WriteAt).
+func (l *Live) writeAt(p []byte, addr uint64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -66,15 +63,16 @@ func (l *Live) WriteAt(p []byte, addr uint64) (int, error) {
 	return n, nil
 }
 
-// Syscall runs system call nr with args on thread tid, which must be paused
-// (PauseThreads), and returns the kernel's result: a negative errno on
-// failure, as the raw system call does.
-func (l *Live) Syscall(tid int, nr uint64, args ...uint64) (int64, error) {
+// Syscall runs system call nr with args on thread tid, one of the stopped
+// threads, and returns the kernel's result: a negative errno on failure,
+// as the raw system call does.
+func (s *Stopped) Syscall(tid int, nr uint64, args ...uint64) (int64, error) {
+	l := s.l
 	if len(args) > 6 {
 		return 0, fmt.Errorf("system call %d: %d arguments, at most 6", nr, len(args))
 	}
 	var ret int64
-	err := l.borrow(tid, func(saved *unix.PtraceRegs) error {
+	err := s.borrow(tid, func(saved *unix.PtraceRegs) error {
 		at, err := l.syscallInsn(saved)
 		if err != nil {
 			return err
@@ -102,12 +100,13 @@ func (l *Live) Syscall(tid int, nr uint64, args ...uint64) (int64, error) {
 }
 
 // Call calls the function at fn with up to six integer arguments on thread
-// tid, which must be paused (PauseThreads), and returns its integer result.
+// tid, one of the stopped threads, and returns its integer result.
 // The function runs on the thread's own stack, below the red zone, and
 // returns to address 0; the fault that follows is caught and discarded.
 // Only functions that are safe to run at any instruction of the program
 // (async-signal-safe ones) may be called.
-func (l *Live) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
+func (s *Stopped) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
+	l := s.l
 	if len(args) > 6 {
 		return 0, fmt.Errorf("call %#x: %d arguments, at most 6", fn, len(args))
 	}
@@ -122,13 +121,13 @@ func (l *Live) Call(tid int, fn uint64, args ...uint64) (uint64, error) {
 		return 0, ErrSegvBlocked
 	}
 	var ret uint64
-	err := l.borrow(tid, func(saved *unix.PtraceRegs) error {
+	err := s.borrow(tid, func(saved *unix.PtraceRegs) error {
 		regs := *saved
 		regs.Orig_rax = ^uint64(0)
 		sp := (saved.Rsp - redZone - 256) &^ 15
 		sp -= 8 // the return address: fn starts with rsp+8 16-byte aligned
 		var zero [8]byte
-		if _, err := l.WriteAt(zero[:], sp); err != nil {
+		if _, err := l.writeAt(zero[:], sp); err != nil {
 			return fmt.Errorf("push return address on tid %d: %w", tid, err)
 		}
 		regs.Rsp = sp
@@ -182,35 +181,31 @@ func segvMasked(pid, tid int) (blocked, ignored bool, err error) {
 	return blocked, ignored, err
 }
 
-// borrow saves tid's registers, runs f on the tracer thread and restores
-// them whatever f did. Meanwhile rbscope's own oom_score_adj is -1000 (see
-// holdOffOOM).
-func (l *Live) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// borrow saves tid's registers, runs f (on the tracer thread, where the
+// session's do runs) and restores them whatever f did. Meanwhile rbscope's
+// own oom_score_adj is -1000 (see holdOffOOM).
+func (s *Stopped) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
+	if s.ended {
+		return errEnded
+	}
+	if !s.Threads[tid] {
+		return fmt.Errorf("tid %d is not stopped", tid)
+	}
 	defer holdOffOOM()()
-	if l.tracer == nil {
-		return fmt.Errorf("tid %d is not paused", tid)
-	}
-	if _, ok := l.paused[tid]; !ok {
-		return fmt.Errorf("tid %d is not paused", tid)
-	}
 	// The thread is stopped: while it is, its PID cannot be reused. Check
 	// that it is still the process attached to before touching it.
-	if err := l.CheckSame(); err != nil {
+	if err := s.l.CheckSame(); err != nil {
 		return err
 	}
-	return l.tracer.do(func() error {
-		var s savedThread
-		if err := s.save(tid); err != nil {
-			return err
-		}
-		err := f(&s.regs)
-		if rerr := s.restore(tid); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
+	var saved savedThread
+	if err := saved.save(tid); err != nil {
 		return err
-	})
+	}
+	err := f(&saved.regs)
+	if rerr := saved.restore(tid); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return err
 }
 
 func (s *savedThread) save(tid int) error {

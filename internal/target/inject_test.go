@@ -17,21 +17,6 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// attachPaused attaches to pid and pauses its main thread, to be borrowed.
-// The caller closes the target (which resumes it) before killing pid.
-func attachPaused(t *testing.T, pid int) *target.Live {
-	t.Helper()
-	tg, err := target.Attach(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tg.PauseThreads([]int{pid}); err != nil {
-		tg.Close()
-		t.Fatal(err)
-	}
-	return tg
-}
-
 // TestInjectKeepsBlockedRead borrows a thread blocked in read(2): system
 // calls run on it return what the kernel says, memory written through the
 // mapping it made reads back, and afterwards the interrupted read is
@@ -57,34 +42,45 @@ func TestInjectKeepsBlockedRead(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // cat is in read(2) again
 	pid := cmd.Process.Pid
-	tg := attachPaused(t, pid)
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tg.Close()
-	got, err := tg.Syscall(pid, unix.SYS_GETPID)
-	if err != nil || got != int64(pid) {
-		t.Fatalf("getpid on the borrowed thread = %d, %v; want %d", got, err, pid)
-	}
-	addr, err := tg.Syscall(pid, unix.SYS_MMAP, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
-	if err != nil || addr <= 0 {
-		t.Fatalf("mmap = %#x, %v", addr, err)
-	}
-	if _, err := tg.WriteAt([]byte("written"), uint64(addr)); err != nil {
+	var session *target.Stopped
+	err = tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		session = s
+		got, err := s.Syscall(pid, unix.SYS_GETPID)
+		if err != nil || got != int64(pid) {
+			return fmt.Errorf("getpid on the borrowed thread = %d, %v; want %d", got, err, pid)
+		}
+		addr, err := s.Syscall(pid, unix.SYS_MMAP, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+		if err != nil || addr <= 0 {
+			return fmt.Errorf("mmap = %#x, %v", addr, err)
+		}
+		if _, err := s.WriteAt([]byte("written"), uint64(addr)); err != nil {
+			return err
+		}
+		buf := make([]byte, 7)
+		if _, err := s.ReadAt(buf, uint64(addr)); err != nil || string(buf) != "written" {
+			return fmt.Errorf("read back %q, %v", buf, err)
+		}
+		if r, err := s.Syscall(pid, unix.SYS_MUNMAP, uint64(addr), 4096); err != nil || r != 0 {
+			return fmt.Errorf("munmap = %d, %v", r, err)
+		}
+		if r, _ := s.Syscall(pid, unix.SYS_CLOSE, 1<<20); r != -int64(unix.EBADF) {
+			t.Errorf("close(bad fd) = %d, want -EBADF", r)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 7)
-	if _, err := tg.ReadAt(buf, uint64(addr)); err != nil || string(buf) != "written" {
-		t.Fatalf("read back %q, %v", buf, err)
+	if _, err := session.Syscall(pid, unix.SYS_GETPID); err == nil || !strings.Contains(err.Error(), "session has ended") {
+		t.Errorf("a system call once the threads run again: %v, want a refusal", err)
 	}
-	if r, err := tg.Syscall(pid, unix.SYS_MUNMAP, uint64(addr), 4096); err != nil || r != 0 {
-		t.Fatalf("munmap = %d, %v", r, err)
-	}
-	if r, _ := tg.Syscall(pid, unix.SYS_CLOSE, 1<<20); r != -int64(unix.EBADF) {
-		t.Errorf("close(bad fd) = %d, want -EBADF", r)
-	}
-	if err := tg.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tg.Syscall(pid, unix.SYS_GETPID); err == nil || !strings.Contains(err.Error(), "not paused") {
-		t.Errorf("a system call on a running thread: %v, want a refusal", err)
+	if _, err := session.WriteAt([]byte("x"), 0x1000); err == nil || !strings.Contains(err.Error(), "session has ended") {
+		t.Errorf("a write once the threads run again: %v, want a refusal", err)
 	}
 	io.WriteString(stdin, "two\n")
 	done := make(chan string, 1)
@@ -118,9 +114,16 @@ func TestCallRefusedWhenSegvIgnored(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	tg := attachPaused(t, pid)
+	tg, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tg.Close()
-	if _, err := tg.Call(pid, 0x1000); err == nil || !strings.Contains(err.Error(), "ignores SIGSEGV") {
+	err = tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		_, err := s.Call(pid, 0x1000)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "ignores SIGSEGV") {
 		t.Errorf("call in a process ignoring SIGSEGV: %v, want a refusal", err)
 	}
 }
@@ -169,7 +172,11 @@ func TestWriteRefusedAfterExec(t *testing.T) {
 	if _, err := tg.ReadAt(b[:], before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tg.WriteAt(b[:], before); err != nil {
+	err = tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		_, err := s.WriteAt(b[:], before)
+		return err
+	})
+	if err != nil {
 		t.Fatalf("setup: a write before the exec: %v", err)
 	}
 	io.WriteString(stdin, "go\n")
@@ -186,17 +193,22 @@ func TestWriteRefusedAfterExec(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	after := stack()
-	if _, err := tg.WriteAt([]byte("REPLACED"), after); !errors.Is(err, target.ErrReplaced) {
-		t.Errorf("write into the exec'd program: %v, want %v", err, target.ErrReplaced)
-	}
 	if err := tg.CheckSame(); !errors.Is(err, target.ErrReplaced) {
 		t.Errorf("CheckSame after the exec: %v, want %v", err, target.ErrReplaced)
 	}
-	if err := tg.PauseThreads([]int{pid}); err == nil {
-		if _, err := tg.Syscall(pid, unix.SYS_GETPID); !errors.Is(err, target.ErrReplaced) {
+	// The session may or may not start (the exec'd program is another
+	// one); if it does, neither a write nor a borrowed call may happen.
+	err = tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		if _, err := s.WriteAt([]byte("REPLACED"), after); !errors.Is(err, target.ErrReplaced) {
+			t.Errorf("write into the exec'd program: %v, want %v", err, target.ErrReplaced)
+		}
+		if _, err := s.Syscall(pid, unix.SYS_GETPID); !errors.Is(err, target.ErrReplaced) {
 			t.Errorf("a system call borrowed from the exec'd program: %v, want %v", err, target.ErrReplaced)
 		}
-		tg.Resume()
+		return nil
+	})
+	if err != nil && !errors.Is(err, target.ErrReplaced) {
+		t.Errorf("stopping the exec'd program: %v", err)
 	}
 	// Read back through a fresh view of the new program's memory.
 	fresh, err := target.Attach(pid)

@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/tempfiles"
 )
 
 // Live is a running process read through process_vm_readv (or /proc/PID/mem
@@ -35,11 +37,12 @@ type Live struct {
 	paused      map[int]int // seized TID -> signal to deliver on detach
 	stopSignals chan os.Signal
 
-	// StopTimeout bounds how long Pause waits for one thread to stop.
+	// StopTimeout bounds how long WhilePaused waits for one thread to stop.
 	StopTimeout time.Duration
-	// NoSignalGuard turns off the SIGINT/SIGTERM/SIGHUP handler that Pause
-	// installs, for callers that handle those signals themselves (and
-	// resume the target before exiting).
+	// NoSignalGuard turns off the SIGINT/SIGTERM/SIGHUP handler that
+	// WhilePaused installs (it makes rbscope exit while threads stand
+	// still), for callers that handle those signals themselves between
+	// their short sessions.
 	NoSignalGuard bool
 }
 
@@ -234,32 +237,6 @@ func (l *Live) Comm() string {
 	return strings.TrimSpace(string(b))
 }
 
-// Pause stops every thread of the process with PTRACE_SEIZE and
-// PTRACE_INTERRUPT. Threads born while pausing are caught by listing the
-// threads again until no new one appears. While paused, SIGINT, SIGTERM and
-// SIGHUP to rbscope resume the target before rbscope exits, and SIGTSTP
-// (Ctrl-Z) waits until it runs again (see startStopGuard). If rbscope dies
-// anyway, the kernel detaches and the target runs on.
-func (l *Live) Pause() error { return l.pause(nil) }
-
-// PauseThreads stops only the given threads: enough for a consistent read of
-// their own stacks, and the rest of the process runs on. Threads that have
-// ended are skipped.
-func (l *Live) PauseThreads(tids []int) error { return l.pause(tids) }
-
-func (l *Live) pause(only []int) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.startTracing()
-	err := l.tracer.do(func() error { return l.pauseLocked(only) })
-	if err != nil {
-		l.tracer.do(func() error { l.detachLocked(); return nil })
-		unregisterPaused(l)
-		l.stopSignalWatch()
-	}
-	return err
-}
-
 // startTracing, with l.mu held, starts the tracer thread and the signal
 // guard if they are not running yet, and registers l for ResumeAll.
 func (l *Live) startTracing() {
@@ -271,53 +248,64 @@ func (l *Live) startTracing() {
 		signal.Notify(l.stopSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		go func(ch chan os.Signal) {
 			if sig, ok := <-ch; ok {
-				_ = l.Resume()
-				code := 128 + int(sig.(syscall.Signal))
-				os.Exit(code)
+				// The tracer thread may be in the middle of a long read,
+				// holding the threads: rbscope removes the outputs it was
+				// writing and exits, and the kernel lets every thread it
+				// traces go (none is in a group stop).
+				tempfiles.RemoveAll()
+				os.Exit(128 + int(sig.(syscall.Signal)))
 			}
 		}(l.stopSignals)
 	}
 	registerPaused(l)
 }
 
-// WhilePaused stops the given threads as PauseThreads does (every thread
-// when tids is nil), calls read with the set of those that stopped (a
-// thread that has ended is not in it), and lets them go again as Resume
-// does, all in one turn of the tracer thread: read runs on that thread, so
-// no hand-over between goroutines or OS threads falls inside the time the
-// threads stand still. The threads are let go whatever read returns (and if
-// it panics, the kernel lets them go when rbscope dies), together with any
-// a Pause before left stopped. It returns the error of the pause, else
-// read's.
-func (l *Live) WhilePaused(tids []int, read func(stopped map[int]bool) error) error {
-	return l.WhilePausedPicked(func() []int { return tids }, read)
+// WhilePaused is the one way rbscope stops a target: it stops the given
+// threads (every thread when tids is nil; threads born meanwhile are caught
+// by listing them again until no new one appears; threads that have ended
+// are skipped) with PTRACE_SEIZE and PTRACE_INTERRUPT, calls do with the
+// stopped session, and lets them all go, in one turn of the tracer thread.
+// do runs on that thread, so no hand-over between goroutines or OS threads
+// falls inside the time the threads stand still, and what it does through
+// the Stopped (reads, writes, injected system calls and calls) needs no
+// lock. The threads are let go whatever do returns, and if it panics (the
+// panic comes back as an error). While they stand still, SIGINT, SIGTERM
+// and SIGHUP make rbscope exit, and the kernel lets them go; SIGTSTP
+// (Ctrl-Z) waits until they run again (see startStopGuard). If rbscope dies
+// anyway, the kernel lets them go too. It returns the error of the stop,
+// else do's.
+func (l *Live) WhilePaused(tids []int, do func(*Stopped) error) error {
+	return l.WhilePausedPicked(func() []int { return tids }, do)
 }
 
 // WhilePausedPicked is WhilePaused with the threads to stop picked by pick,
 // on the tracer thread right before they stop: what pick looks at (which
 // threads are on a CPU) is then as fresh as it can be when the stop lands.
-// When pick returns an empty, non-nil list, nothing stops and read is
-// called with an empty set.
-func (l *Live) WhilePausedPicked(pick func() []int, read func(stopped map[int]bool) error) error {
+// When pick returns an empty, non-nil list, nothing stops and do is called
+// with no thread stopped.
+func (l *Live) WhilePausedPicked(pick func() []int, do func(*Stopped) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.startTracing()
-	var readErr error
+	var doErr error
 	err := l.tracer.do(func() error {
 		defer l.detachLocked()
 		tids := pick()
 		if tids != nil && len(tids) == 0 {
-			readErr = read(map[int]bool{})
+			s := &Stopped{l: l, Threads: map[int]bool{}}
+			defer func() { s.ended = true }()
+			doErr = do(s)
 			return nil
 		}
 		if err := l.pauseLocked(tids); err != nil {
 			return err
 		}
-		stopped := make(map[int]bool, len(l.paused))
+		s := &Stopped{l: l, Threads: make(map[int]bool, len(l.paused))}
+		defer func() { s.ended = true }()
 		for tid := range l.paused {
-			stopped[tid] = true
+			s.Threads[tid] = true
 		}
-		readErr = read(stopped)
+		doErr = do(s)
 		return nil
 	})
 	unregisterPaused(l)
@@ -325,7 +313,7 @@ func (l *Live) WhilePausedPicked(pick func() []int, read func(stopped map[int]bo
 	if err != nil {
 		return err
 	}
-	return readErr
+	return doErr
 }
 
 func (l *Live) stopSignalWatch() {
@@ -471,8 +459,8 @@ func (l *Live) detachLocked() {
 	}
 }
 
-// Resume implements Target.
-func (l *Live) Resume() error {
+// resume lets go every thread still stopped (none, outside WhilePaused).
+func (l *Live) resume() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tracer != nil && len(l.paused) > 0 {
@@ -485,7 +473,7 @@ func (l *Live) Resume() error {
 
 // Close implements Target.
 func (l *Live) Close() error {
-	err := l.Resume()
+	err := l.resume()
 	l.mu.Lock()
 	if l.tracer != nil {
 		l.tracer.stop()
@@ -581,9 +569,18 @@ func newTracer() *tracer {
 	return t
 }
 
+// do runs f on the tracer thread and returns its error; a panic in f comes
+// back as an error (after f's deferred calls, which let the threads go).
 func (t *tracer) do(f func() error) error {
 	done := make(chan error, 1)
-	t.reqs <- func() { done <- f() }
+	t.reqs <- func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("internal error on the tracer thread: %v", r)
+			}
+		}()
+		done <- f()
+	}
 	return <-done
 }
 
@@ -594,8 +591,8 @@ var (
 	pausedSet = map[*Live]bool{}
 )
 
-// registerPaused records that l may hold threads stopped, for ResumeAll and
-// the stop-signal guard.
+// registerPaused records that l may hold threads stopped, for the
+// stop-signal guard.
 func registerPaused(l *Live) {
 	startStopGuard()
 	pausedMu.Lock()
@@ -615,19 +612,5 @@ func unregisterPaused(l *Live) {
 	pausedMu.Unlock()
 	if stop {
 		stopSelf()
-	}
-}
-
-// ResumeAll resumes every live target this process has paused. Commands call
-// it from their panic and exit paths so no target is ever left stopped.
-func ResumeAll() {
-	pausedMu.Lock()
-	var ls []*Live
-	for l := range pausedSet {
-		ls = append(ls, l)
-	}
-	pausedMu.Unlock()
-	for _, l := range ls {
-		_ = l.Resume()
 	}
 }

@@ -46,11 +46,10 @@ func TestBorrowHoldsOffOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.PauseThreads([]int{pid}); err != nil {
-		t.Fatal(err)
-	}
 	var during string
-	err = l.borrow(pid, func(*unix.PtraceRegs) error { during = read(); return nil })
+	err = l.WhilePaused([]int{pid}, func(s *Stopped) error {
+		return s.borrow(pid, func(*unix.PtraceRegs) error { during = read(); return nil })
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,6 @@ type Target interface {
 	// Open opens a file as the target sees it (inside its mount namespace
 	// for a live process in a container).
 	Open(path string) (*os.File, error)
-	// Pause stops every thread so that reads are consistent. Resume undoes
-	// it; it is safe to call Resume without Pause and more than once.
-	Pause() error
-	Resume() error
 	// Close releases what the target holds, resuming it if paused.
 	Close() error
 }
@@ -65,8 +61,13 @@ func FindMapping(maps []Mapping, addr uint64) (Mapping, bool) {
 	return Mapping{}, false
 }
 
+// Reader reads a process's memory: a Target, or a Stopped session.
+type Reader interface {
+	ReadAt(p []byte, addr uint64) (int, error)
+}
+
 // ReadFull reads exactly len(p) bytes at addr or fails.
-func ReadFull(t Target, p []byte, addr uint64) error {
+func ReadFull(t Reader, p []byte, addr uint64) error {
 	n, err := t.ReadAt(p, addr)
 	if n == len(p) {
 		return nil

@@ -31,3 +31,14 @@ func Attach(t testing.TB, pid int) (*target.Live, *rubyvm.VM) {
 	t.Cleanup(func() { vm.Close() })
 	return tg, vm
 }
+
+// Paused runs read with every thread of vm's live target stopped, in one
+// target.WhilePaused session, and returns read's error (or the stop's).
+func Paused(t testing.TB, vm *rubyvm.VM, read func() error) error {
+	t.Helper()
+	l, ok := vm.T.(*target.Live)
+	if !ok {
+		t.Fatalf("%T is not a live target", vm.T)
+	}
+	return l.WhilePaused(nil, func(*target.Stopped) error { return read() })
+}
