@@ -5,7 +5,8 @@
 require "fiddle"
 require "json"
 
-Process.setrlimit(:CORE, :INFINITY)
+# A core for the handler to keep, unless the test sets the limit itself.
+Process.setrlimit(:CORE, :INFINITY) unless ENV["RBSCOPE_KEEP_CORE_LIMIT"]
 $out = ARGV.fetch(0)
 
 def record(locs)

@@ -94,14 +94,22 @@ settings exactly.`,
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	handle := &cobra.Command{
-		Use:    "handle PID TID SIGNAL TIME",
+		Use:    "handle PID TID SIGNAL TIME [CORE_LIMIT DUMPABLE UID GID]",
 		Short:  "Run by the kernel for each core dump (core on stdin)",
 		Hidden: true,
-		Args:   cobra.ExactArgs(4),
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 4 && len(args) != 8 {
+				return usageError{fmt.Errorf("crash handle takes 4 or 8 arguments (core_pattern's %%P %%i %%s %%t [%%c %%d %%u %%g]), got %d", len(args))}
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
-			var n [4]int64
+			var n [8]int64
 			for i, a := range args {
 				v, err := strconv.ParseInt(a, 10, 64)
+				if i == 4 && a == "18446744073709551615" { // %c of an unlimited RLIMIT_CORE
+					v, err = -1, nil
+				}
 				if err != nil {
 					return usageError{fmt.Errorf("argument %d (%q) is not a number", i+1, a)}
 				}
@@ -111,7 +119,8 @@ settings exactly.`,
 			if err != nil {
 				return err
 			}
-			r, err := crash.Handle(cfg, crash.Args{PID: int(n[0]), TID: int(n[1]), Signal: int(n[2]), Time: time.Unix(n[3], 0)}, os.Stdin)
+			r, err := crash.Handle(cfg, crash.Args{PID: int(n[0]), TID: int(n[1]), Signal: int(n[2]), Time: time.Unix(n[3], 0),
+				Kernel: len(args) == 8, CoreLimit: n[4], Dumpable: int(n[5]), UID: n[6], GID: n[7]}, os.Stdin)
 			if err != nil {
 				return err
 			}

@@ -82,7 +82,8 @@ func TestCrashRealRubyCrash(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			config, store := crashEnv(t)
 			report := filepath.Join(t.TempDir(), "expected.json")
-			cmd := exec.Command(rb.Bin, testruby.Testdata("crash_fiddle.rb"), report)
+			// The handler honours RLIMIT_CORE, whose soft limit is often 0.
+			cmd := exec.Command("sh", "-c", `ulimit -c unlimited && exec "$0" "$@"`, rb.Bin, testruby.Testdata("crash_fiddle.rb"), report)
 			cmd.Run() // it crashes: a non-zero exit is the point
 			var want struct {
 				PID    int     `json:"pid"`
@@ -152,6 +153,35 @@ func TestCrashRealRubyCrash(t *testing.T) {
 				t.Errorf("crash list:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestCrashCoreLimitZero: a process whose RLIMIT_CORE is 0 still gets its
+// report (the kernel pipes its core all the same), but no core is kept,
+// and the report says why.
+func TestCrashCoreLimitZero(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	_, store := crashEnv(t)
+	report := filepath.Join(t.TempDir(), "expected.json")
+	cmd := exec.Command("sh", "-c", `ulimit -c 0 && exec "$0" "$@"`, rb.Bin, testruby.Testdata("crash_fiddle.rb"), report)
+	cmd.Env = append(os.Environ(), "RBSCOPE_KEEP_CORE_LIMIT=1")
+	cmd.Run() // it crashes
+	if _, err := os.Stat(report); err != nil {
+		t.Fatalf("setup: the crashing program wrote nothing: %v", err)
+	}
+	ids := waitReport(t, store, 1)
+	r, err := crash.Load(store, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ruby == nil || len(r.Ruby.Threads) == 0 {
+		t.Errorf("no Ruby threads in the report of a process with RLIMIT_CORE 0; problems: %v", r.Problems)
+	}
+	if !strings.Contains(r.Core.NotStored, "RLIMIT_CORE") || r.Core.File != "" {
+		t.Errorf("core: %+v, want none stored because of RLIMIT_CORE", r.Core)
+	}
+	if _, err := os.Stat(filepath.Join(store, ids[0], "core.zst")); !os.IsNotExist(err) {
+		t.Errorf("core.zst kept for a process with RLIMIT_CORE 0: %v", err)
 	}
 }
 

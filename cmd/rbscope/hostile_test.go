@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -358,6 +359,67 @@ func TestCrashHandleFullDisk(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Errorf("the webhook was not told of a crash whose report could not be written:\n%s", out)
+	}
+}
+
+// TestCrashHandleKeepsReserve: a core that would take the store's disk
+// into its reserve (keep_free_bytes) is cut where the reserve begins, not
+// only refused when the disk is already short at the start; the chained
+// handler still gets all of it.
+func TestCrashHandleKeepsReserve(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	os.Mkdir(store, 0o700)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", store).CombinedOutput(); err != nil {
+		t.Fatalf("setup: mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", store).Run() })
+	chained := filepath.Join(dir, "chained.core")
+	chain := filepath.Join(dir, "chain.sh")
+	if err := os.WriteFile(chain, []byte("#!/bin/sh\ncat > "+chained+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const reserve = 12 << 20
+	config := filepath.Join(dir, "c.json")
+	cfg := fmt.Sprintf(`{"dir": %q, "max_core_bytes": 1073741824, "keep_free_bytes": %d, "timeout": "60s", "previous_core_pattern": "|%s %%p"}`, store, reserve, chain)
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	core := make([]byte, 32<<20) // incompressible, larger than the disk
+	if _, err := io.ReadFull(cryptoRand{}, core); err != nil {
+		t.Fatal(err)
+	}
+	gone := exec.Command("true")
+	gone.Run()
+	pid := strconv.Itoa(gone.Process.Pid)
+	out, _, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
+		"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
+	if timedOut {
+		t.Fatalf("the handler hung:\n%s", out)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(store, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if free := int64(fs.Bavail) * int64(fs.Bsize); free < reserve-2<<20 {
+		t.Errorf("the store's disk has %d bytes free after the crash, its reserve is %d", free, reserve)
+	}
+	ids, err := crash.List(store)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("crashes kept: %v, %v\n%s", ids, err, out)
+	}
+	r, err := crash.Load(store, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Core.Truncated || !strings.Contains(r.Core.NotStored, "full") {
+		t.Errorf("core: %+v, want it cut at the reserve", r.Core)
+	}
+	if got, err := os.ReadFile(chained); err != nil || !bytes.Equal(got, core) {
+		t.Errorf("the chained handler got %d bytes of the %d-byte core (%v)", len(got), len(core), err)
 	}
 }
 

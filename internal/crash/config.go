@@ -189,7 +189,7 @@ func Install(cfg *Config, configPath, exe string) error {
 	if configPath != DefaultConfigPath {
 		pattern += " --config " + configPath
 	}
-	pattern += " %P %i %s %t"
+	pattern += " %P %i %s %t %c %d %u %g"
 	if len(pattern) > 127 {
 		return fmt.Errorf("core_pattern would be %d bytes, over the kernel's 127: install rbscope at a shorter path or keep the config at %s", len(pattern), DefaultConfigPath)
 	}

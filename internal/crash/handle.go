@@ -33,6 +33,28 @@ type Args struct {
 	TID    int       // %i: the thread that crashed
 	Signal int       // %s
 	Time   time.Time // %t
+	// Kernel says that the kernel passed the next four (an older
+	// install's pattern did not): CoreLimit (%c, the process's
+	// RLIMIT_CORE; -1 for unlimited), Dumpable (%d, its dumpable mode),
+	// and UID and GID (%u, %g, its real IDs in the initial namespace).
+	Kernel    bool
+	CoreLimit int64
+	Dumpable  int
+	UID, GID  int64
+}
+
+// uid is the crashed process's real uid: the kernel's %u, else the owner
+// of its /proc directory; -1 when neither is known.
+func (a Args) uid() int64 {
+	if a.Kernel {
+		return a.UID
+	}
+	if st, err := os.Stat(fmt.Sprintf("/proc/%d", a.PID)); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok {
+			return int64(s.Uid)
+		}
+	}
+	return -1
 }
 
 // Report is what rbscope keeps of one crash.
@@ -41,6 +63,7 @@ type Report struct {
 	Time       time.Time         `json:"time"`
 	PID        int               `json:"pid"`
 	TID        int               `json:"tid"`
+	UID        int64             `json:"uid"` // the crashed process's real uid (-1: unknown)
 	Signal     int               `json:"signal"`
 	SignalName string            `json:"signal_name"`
 	Exe        string            `json:"exe"`
@@ -107,6 +130,10 @@ type Notification struct {
 	Error string `json:"error,omitempty"`
 }
 
+// reportFrameBudget bounds the Ruby frames one report reads, over all
+// threads (a hostile process can hold many threads of deep stacks).
+const reportFrameBudget = 200000
+
 // notesPrefix is how much of the core's start is kept for its notes
 // (registers of every thread, the file table).
 const notesPrefix = 16 << 20
@@ -121,13 +148,14 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		io.Copy(io.Discard, core) // never leave the kernel blocked
 		return nil, err
 	}
-	rotate(cfg.Dir, cfg.MaxCrashes-1)
+	uid := a.uid()
+	rotate(cfg.Dir, cfg.MaxCrashes-1, uid)
 	dir, id, err := newCrashDir(cfg.Dir, a)
 	if err != nil {
 		io.Copy(io.Discard, core)
 		return nil, err
 	}
-	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, Signal: a.Signal, SignalName: SignalName(a.Signal)}
+	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, UID: uid, Signal: a.Signal, SignalName: SignalName(a.Signal)}
 
 	// The core streams to disk (and to a previous handler) while /proc is
 	// read: the kernel keeps the process and its memory until we exit.
@@ -323,7 +351,13 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 	var stored *limitedWriter
 	var local *tolerantWriter // a failing disk must not cut the chained handler's core short
 	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize) < cfg.KeepFreeBytes {
+	limit := cfg.MaxCoreBytes
+	if a.Kernel && a.CoreLimit > 0 && a.CoreLimit < limit {
+		limit = a.CoreLimit // the process's own RLIMIT_CORE
+	}
+	if a.Kernel && a.CoreLimit == 0 {
+		info.NotStored = "the process's core size limit (RLIMIT_CORE) is 0"
+	} else if err := unix.Statfs(dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize) < cfg.KeepFreeBytes {
 		info.NotStored = fmt.Sprintf("less than %d bytes free on the store's disk", cfg.KeepFreeBytes)
 	} else {
 		f, err := os.OpenFile(filepath.Join(dir, "core.zst"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
@@ -331,8 +365,8 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 			info.NotStored = err.Error()
 		} else {
 			zf = f
-			zw, _ = zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
-			stored = &limitedWriter{w: zw, left: cfg.MaxCoreBytes}
+			zw, _ = zstd.NewWriter(&reserveWriter{w: f, dir: dir, keep: cfg.KeepFreeBytes}, zstd.WithEncoderLevel(zstd.SpeedFastest))
+			stored = &limitedWriter{w: zw, left: limit}
 			local = &tolerantWriter{w: stored}
 			writers = append(writers, local)
 		}
@@ -378,6 +412,30 @@ func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader
 		info.File = "core.zst"
 	}
 	return info, err
+}
+
+// reserveWriter writes the stored core and checks, every reserveCheckEvery
+// bytes, that the store's disk keeps keep bytes free: a core that would
+// take the disk below its reserve is cut there.
+type reserveWriter struct {
+	w       io.Writer
+	dir     string
+	keep    int64
+	unknown int64 // bytes written since the last check
+}
+
+// reserveCheckEvery is how many stored bytes pass between two checks.
+const reserveCheckEvery = 1 << 20
+
+func (r *reserveWriter) Write(b []byte) (int, error) {
+	if r.unknown += int64(len(b)); r.unknown >= reserveCheckEvery {
+		r.unknown = 0
+		var fs unix.Statfs_t
+		if err := unix.Statfs(r.dir, &fs); err == nil && int64(fs.Bavail)*int64(fs.Bsize)-int64(len(b)) < r.keep {
+			return 0, fmt.Errorf("the store's disk came within %d bytes of full", r.keep)
+		}
+	}
+	return r.w.Write(b)
 }
 
 // limitedWriter passes on at most left bytes and counts what it drops.
@@ -426,10 +484,20 @@ func expandPattern(argv []string, a Args) []string {
 			uid, gid = strconv.Itoa(int(s.Uid)), strconv.Itoa(int(s.Gid))
 		}
 	}
+	// What the kernel passed wins over what /proc says now; an older
+	// install's pattern passed no %c and %d: unlimited and dumpable then.
+	limit, dumpable := "18446744073709551615", "1"
+	if a.Kernel {
+		if a.CoreLimit >= 0 {
+			limit = strconv.FormatInt(a.CoreLimit, 10)
+		}
+		dumpable = strconv.Itoa(a.Dumpable)
+		uid, gid = strconv.FormatInt(a.UID, 10), strconv.FormatInt(a.GID, 10)
+	}
 	repl := map[byte]string{
 		'p': strconv.Itoa(a.PID), 'P': strconv.Itoa(a.PID), 'i': strconv.Itoa(a.TID), 'I': strconv.Itoa(a.TID),
 		's': strconv.Itoa(a.Signal), 't': strconv.FormatInt(a.Time.Unix(), 10), 'e': strings.TrimSpace(string(comm)),
-		'E': strings.ReplaceAll(exe, "/", "!"), 'h': host, 'u': uid, 'g': gid, 'c': "18446744073709551615", 'd': "1", '%': "%",
+		'E': strings.ReplaceAll(exe, "/", "!"), 'h': host, 'u': uid, 'g': gid, 'c': limit, 'd': dumpable, '%': "%",
 	}
 	out := make([]string, len(argv))
 	for i, arg := range argv {
@@ -498,6 +566,7 @@ func readRuby(pid int) (*RubyState, []string) {
 	for _, s := range vm.Image.Skipped {
 		problems = append(problems, "ruby image: not read: "+s)
 	}
+	vm.FrameBudget = reportFrameBudget
 	threads, err := vm.Threads()
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())

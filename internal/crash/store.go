@@ -52,17 +52,36 @@ func Load(dir, id string) (*Report, error) {
 	return &r, nil
 }
 
-// rotate removes the oldest crashes so that at most keep remain.
-func rotate(dir string, keep int) {
+// rotate removes the oldest crashes of user uid so that at most keep of
+// them remain (one user's crashes cannot rotate away another's), and the
+// oldest of anyone's beyond rotateAllFactor times keep.
+func rotate(dir string, keep int, uid int64) {
 	ids, err := List(dir)
 	if err != nil || keep < 0 {
 		return
 	}
-	for len(ids) > keep {
+	var mine []string
+	for _, id := range ids {
+		if r, err := Load(dir, id); err == nil && r.UID == uid {
+			mine = append(mine, id)
+		}
+	}
+	for len(mine) > keep {
+		os.RemoveAll(filepath.Join(dir, mine[0]))
+		mine = mine[1:]
+	}
+	if ids, err = List(dir); err != nil {
+		return
+	}
+	for len(ids) > keep*rotateAllFactor {
 		os.RemoveAll(filepath.Join(dir, ids[0]))
 		ids = ids[1:]
 	}
 }
+
+// rotateAllFactor: the store keeps at most this many times MaxCrashes
+// crashes of all users together.
+const rotateAllFactor = 8
 
 // TopRubyFrame is the innermost frame of the crashing (or main) Ruby thread.
 func (r *Report) TopRubyFrame() string {

@@ -32,6 +32,13 @@ const MinFamily = "2.7"
 
 // VM is a Ruby VM found in a target.
 type VM struct {
+	// FrameBudget, when above zero, bounds how many control frames all
+	// the stack reads of this VM take together (a crash report reads a
+	// hostile process once); a stack cut short keeps its innermost frames
+	// and says so in its error (ErrFrameBudget).
+	FrameBudget int
+	framesRead  int
+
 	T      target.Target
 	Image  *binary.Image
 	Layout *layout.Layout

@@ -271,6 +271,19 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	if n > maxFrames {
 		return nil, fmt.Errorf("%d control frames: %w", n, ErrGarbage)
 	}
+	// Within a frame budget only the innermost frames are read; the last
+	// one read is then a real frame, not the dummy one.
+	var cut uint64
+	if v.FrameBudget > 0 {
+		left := uint64(max(v.FrameBudget-v.framesRead, 0))
+		if n > left {
+			cut, n = n-left, left
+		}
+		v.framesRead += int(n)
+		if n == 0 {
+			return nil, fmt.Errorf("%w: %d frames not read", ErrFrameBudget, cut)
+		}
+	}
 	raw, err := v.m.read(st.cfp, int(n)*int(L.CFPSize))
 	if err != nil {
 		return nil, err
@@ -289,7 +302,11 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	var firstErr error
 	// The bottom-most control frame is the VM's dummy top frame, which
 	// Ruby's own backtraces leave out too.
-	for i := uint64(0); i+1 < n; i++ {
+	last := n - 1 // the dummy frame's index, unless the budget cut it off
+	if cut > 0 {
+		last = n
+	}
+	for i := uint64(0); i < last; i++ {
 		cf := raw[i*uint64(L.CFPSize):]
 		f, ok, err := v.frame(cf)
 		if err != nil {
@@ -307,8 +324,14 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	if errs > 0 {
 		return frames, fmt.Errorf("%d frame(s) unreadable, first: %w", errs, firstErr)
 	}
+	if cut > 0 {
+		return frames, fmt.Errorf("%w: the %d outermost frames not read", ErrFrameBudget, cut)
+	}
 	return frames, nil
 }
+
+// ErrFrameBudget means a read stopped at VM.FrameBudget.
+var ErrFrameBudget = errors.New("frame budget spent")
 
 // frame decodes one control frame. ok is false for frames Ruby's own
 // backtraces skip (dummy frames, C-level blocks).

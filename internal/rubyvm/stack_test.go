@@ -286,3 +286,32 @@ func TestStacksWhileThreadsComeAndGo(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameBudget: with VM.FrameBudget set, all stack reads together take
+// at most that many control frames (a crash report reads a hostile
+// process); a stack cut short keeps its innermost frames and says so.
+func TestFrameBudget(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
+	var rep selfReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	vm, full := readThreads(t, p.PID(), true)
+	vm.FrameBudget = 100
+	var cut []rubyvm.Thread
+	if err := testvm.Paused(t, vm, func() (err error) { cut, err = vm.Threads(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	total, said := 0, 0
+	for i, th := range cut {
+		total += len(th.Frames)
+		if strings.Contains(th.Error, rubyvm.ErrFrameBudget.Error()) {
+			said++
+		}
+		if n := len(th.Frames); n > 0 && i < len(full) && full[i].Name == th.Name && (len(full[i].Frames) < n || full[i].Frames[0] != th.Frames[0]) {
+			t.Errorf("thread %q: innermost frame %v cut, %v whole", th.Name, th.Frames[0], full[i].Frames[0])
+		}
+	}
+	if total > 100 || said == 0 {
+		t.Errorf("budget 100: %d frames read, %d threads say the budget was spent", total, said)
+	}
+}

@@ -1,0 +1,58 @@
+package crash
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestRotatePerUser: one user's crashes rotate away only that user's
+// oldest, never another's; and the store as a whole stays bounded.
+func TestRotatePerUser(t *testing.T) {
+	dir := t.TempDir()
+	add := func(id string, uid int64) {
+		if err := os.MkdirAll(filepath.Join(dir, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(Report{ID: id, UID: uid})
+		if err := os.WriteFile(filepath.Join(dir, id, "report.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("20260101T000000Z-1", 0) // root's, oldest of all
+	for i := 2; i <= 6; i++ {
+		add(fmt.Sprintf("20260101T00000%dZ-%d", i, i), 65534)
+	}
+	rotate(dir, 2, 65534)
+	ids, _ := List(dir)
+	want := []string{"20260101T000000Z-1", "20260101T000005Z-5", "20260101T000006Z-6"}
+	if !slices.Equal(ids, want) {
+		t.Errorf("after rotating uid 65534's crashes to 2: %v, want %v", ids, want)
+	}
+	// The whole store: at most rotateAllFactor times keep.
+	for i := 0; i < 3*rotateAllFactor; i++ {
+		add(fmt.Sprintf("20260102T%06dZ-%d", i, i), int64(i))
+	}
+	rotate(dir, 1, 12345)
+	if ids, _ := List(dir); len(ids) > rotateAllFactor {
+		t.Errorf("%d crashes kept, want at most %d", len(ids), rotateAllFactor)
+	}
+}
+
+// TestExpandPatternKernelValues: a chained handler gets the %c, %d, %u and
+// %g the kernel passed, not made-up ones; without them (an older install)
+// an unlimited core and a dumpable process.
+func TestExpandPatternKernelValues(t *testing.T) {
+	argv := []string{"%c", "%d", "%u", "%g", "x%%y"}
+	got := expandPattern(argv, Args{PID: 1 << 30, Kernel: true, CoreLimit: 0, Dumpable: 2, UID: 1000, GID: 1001})
+	if want := []string{"0", "2", "1000", "1001", "x%y"}; !slices.Equal(got, want) {
+		t.Errorf("with the kernel's values: %q, want %q", got, want)
+	}
+	got = expandPattern(argv[:2], Args{PID: 1 << 30})
+	if want := []string{"18446744073709551615", "1"}; !slices.Equal(got, want) {
+		t.Errorf("without them: %q, want %q", got, want)
+	}
+}
