@@ -42,6 +42,11 @@ settings exactly.`,
 			if (cfg.Email == "") != (cfg.SMTP == "") {
 				return usageError{fmt.Errorf("--email and --smtp go together")}
 			}
+			if cfg.Webhook != "" {
+				if err := crash.CheckWebhook(cfg.Webhook, cfg.InsecureNotify); err != nil {
+					return usageError{err}
+				}
+			}
 			if err := crash.Install(&cfg, configPath, exe); err != nil {
 				return err
 			}
@@ -54,7 +59,8 @@ settings exactly.`,
 	f.StringVar(&cfg.Dir, "dir", crash.DefaultDir, "where crash reports and cores are kept (root-owned, 0700)")
 	f.StringVar(&cfg.Webhook, "webhook", "", "POST each report as JSON to this URL")
 	f.StringVar(&cfg.Email, "email", "", "mail each report to this address (with --smtp)")
-	f.StringVar(&cfg.SMTP, "smtp", "", "SMTP server HOST:PORT for --email")
+	f.StringVar(&cfg.SMTP, "smtp", "", "SMTP server HOST:PORT for --email (STARTTLS required)")
+	f.BoolVar(&cfg.InsecureNotify, "insecure-notify", false, "allow an http webhook and an SMTP server without STARTTLS")
 	f.Int64Var(&cfg.MaxCoreBytes, "max-core", 2<<30, "largest core to keep, in bytes (the rest is dropped and the report says so)")
 	f.Int64Var(&cfg.KeepFreeBytes, "keep-free", 1<<30, "keep at least this many bytes free on the store's disk")
 	f.IntVar(&cfg.MaxCrashes, "max-crashes", 50, "keep at most this many crashes (oldest removed)")

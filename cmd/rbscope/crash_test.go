@@ -234,7 +234,7 @@ func TestCrashHandleInputs(t *testing.T) {
 	}))
 	defer web.Close()
 	smtpAddr, mails := fakeSMTP(t)
-	config, store := crashEnv(t, "--webhook", web.URL, "--email", "ops@example.test", "--smtp", smtpAddr, "--max-core", "100000")
+	config, store := crashEnv(t, "--webhook", web.URL, "--email", "ops@example.test", "--smtp", smtpAddr, "--max-core", "100000", "--insecure-notify")
 
 	// A real core: gcore of a sleeping Ruby.
 	rb := testruby.Rubies(t)[0]

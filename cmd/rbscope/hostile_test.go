@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -324,7 +325,7 @@ func TestCrashHandleFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "c.json")
-	cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "max_core_bytes": 1073741824, "keep_free_bytes": 1, "timeout": "60s", "previous_core_pattern": "|%s %%p"}`,
+	cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "insecure_notify": true, "max_core_bytes": 1073741824, "keep_free_bytes": 1, "timeout": "60s", "previous_core_pattern": "|%s %%p"}`,
 		store, web.URL, chain)
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -519,7 +520,7 @@ func TestHostileEscapes(t *testing.T) {
 	smtpAddr, mails := fakeSMTP(t)
 	_, store := crashEnv(t)
 	config := filepath.Join(filepath.Dir(store), "mail.json")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`{"dir": %q, "email": "ops@example.test", "smtp": %q, "keep_free_bytes": 1}`, store, smtpAddr)), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`{"dir": %q, "email": "ops@example.test", "smtp": %q, "insecure_notify": true, "keep_free_bytes": 1}`, store, smtpAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h := startHostileNamed(t, "ruby"+esc+"\r\nBcc: evil@example.test",
@@ -760,5 +761,63 @@ sleep`, nil, []string{kind, rootDir})
 			default:
 			}
 		})
+	}
+}
+
+// TestCrashNotifySecurity: reports leave the host encrypted or not at all
+// (an http webhook and an SMTP server without STARTTLS are refused unless
+// --insecure-notify), and never with the process's environment, which the
+// local report keeps.
+func TestCrashNotifySecurity(t *testing.T) {
+	if _, errOut, code := rbscope(t, "crash", "install", "--config", filepath.Join(t.TempDir(), "c.json"), "--webhook", "http://example.test/hook"); code != 2 || !strings.Contains(errOut, "not https") {
+		t.Errorf("install with an http webhook: exit %d: %s", code, errOut)
+	}
+	_, store := crashEnv(t)
+	var mu sync.Mutex
+	var posted []string
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, string(b))
+		mu.Unlock()
+	}))
+	defer web.Close()
+	smtpAddr, mails := fakeSMTP(t) // offers no STARTTLS
+	marker := fmt.Sprintf("env-marker-%d", time.Now().UnixNano())
+	h := startHostileNamed(t, "ruby", `STDOUT.puts :ready; STDOUT.flush; sleep`, []string{"APP_SETTING=" + marker}, nil)
+	core := gcoreBytes(t, h.pid())
+	pid := strconv.Itoa(h.pid())
+	for _, insecure := range []bool{false, true} {
+		config := filepath.Join(filepath.Dir(store), fmt.Sprintf("n%v.json", insecure))
+		cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "email": "ops@example.test", "smtp": %q, "insecure_notify": %v, "keep_free_bytes": 1}`, store, web.URL, smtpAddr, insecure)
+		if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, code, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
+			"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
+		if timedOut || code != 0 {
+			t.Fatalf("crash handle: exit %d: %s", code, out)
+		}
+	}
+	ids, _ := crash.List(store)
+	if len(ids) != 2 {
+		t.Fatalf("%d crashes kept, want 2", len(ids))
+	}
+	refused, _ := crash.Load(store, ids[0])
+	if len(refused.Notified) != 2 || refused.Notified[0].OK || !strings.Contains(refused.Notified[0].Error, "not https") ||
+		refused.Notified[1].OK || !strings.Contains(refused.Notified[1].Error, "STARTTLS") {
+		t.Errorf("without --insecure-notify: notifications %+v, want both refused", refused.Notified)
+	}
+	b, _ := os.ReadFile(filepath.Join(store, ids[1], "report.json"))
+	if !strings.Contains(string(b), marker) {
+		t.Fatalf("setup: the local report lacks the environment marker")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(posted) != 1 || len(mails()) != 1 {
+		t.Fatalf("with --insecure-notify: %d posts and %d mails, want 1 each (and none before)", len(posted), len(mails()))
+	}
+	if strings.Contains(posted[0], marker) || strings.Contains(mails()[0], marker) {
+		t.Errorf("the process's environment left the host in a notification")
 	}
 }

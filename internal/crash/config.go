@@ -44,6 +44,10 @@ type Config struct {
 	MaxCrashes int `json:"max_crashes"`
 	// Timeout bounds a whole handler run, notifications included.
 	Timeout Duration `json:"timeout"`
+	// InsecureNotify allows a webhook over plain http and mail to an SMTP
+	// server that offers no STARTTLS: reports name the crashed program and
+	// its stacks, so by default they travel encrypted or not at all.
+	InsecureNotify bool `json:"insecure_notify,omitempty"`
 	// PreviousPattern and PreviousPipeLimit are what was installed before,
 	// restored by uninstall; a previous pipe handler still gets every core.
 	PreviousPattern   string `json:"previous_core_pattern"`

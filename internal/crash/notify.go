@@ -3,11 +3,13 @@ package crash
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/smtp"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -18,17 +20,42 @@ import (
 // records each outcome in the report. It returns how many it tried.
 func (r *Report) notify(ctx context.Context, cfg *Config) int {
 	tried := 0
+	sent := r.forNotification()
 	if cfg.Webhook != "" {
 		tried++
-		err := r.postWebhook(ctx, cfg.Webhook)
+		err := CheckWebhook(cfg.Webhook, cfg.InsecureNotify)
+		if err == nil {
+			err = sent.postWebhook(ctx, cfg.Webhook)
+		}
 		r.Notified = append(r.Notified, outcome("webhook", cfg.Webhook, err))
 	}
 	if cfg.Email != "" && cfg.SMTP != "" {
 		tried++
-		err := r.sendEmail(ctx, cfg.SMTP, cfg.Email)
+		err := sent.sendEmail(ctx, cfg.SMTP, cfg.Email, cfg.InsecureNotify)
 		r.Notified = append(r.Notified, outcome("email", cfg.Email, err))
 	}
 	return tried
+}
+
+// forNotification is the report as it leaves the host: without the
+// process's environment, which holds credentials more often than not (what
+// redaction misses stays in the local report, readable by root only).
+func (r *Report) forNotification() *Report {
+	c := *r
+	c.Proc.Environ = nil
+	return &c
+}
+
+// CheckWebhook refuses a webhook URL that is not https, unless insecure.
+func CheckWebhook(url string, insecure bool) error {
+	u, err := neturl.Parse(url)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("webhook %q is not an http(s) URL", url)
+	}
+	if u.Scheme != "https" && !insecure {
+		return fmt.Errorf("webhook %q is not https: reports would travel in clear (allow it with --insecure-notify)", url)
+	}
+	return nil
 }
 
 func outcome(kind, to string, err error) Notification {
@@ -62,7 +89,7 @@ func (r *Report) postWebhook(ctx context.Context, url string) error {
 	return nil
 }
 
-func (r *Report) sendEmail(ctx context.Context, server, to string) error {
+func (r *Report) sendEmail(ctx context.Context, server, to string, insecure bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", server)
@@ -79,6 +106,13 @@ func (r *Report) sendEmail(ctx context.Context, server, to string) error {
 		return err
 	}
 	defer c.Close()
+	if ok, _ := c.Extension("STARTTLS"); ok {
+		if err := c.StartTLS(&tls.Config{ServerName: host}); err != nil {
+			return fmt.Errorf("STARTTLS with %s: %w", server, err)
+		}
+	} else if !insecure {
+		return fmt.Errorf("SMTP server %s offers no STARTTLS: the report would travel in clear (allow it with --insecure-notify)", server)
+	}
 	from := "rbscope@localhost"
 	if err := c.Mail(from); err != nil {
 		return err
