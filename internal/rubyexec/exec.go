@@ -319,8 +319,11 @@ func unmap(t *target.Live, m mapping) error {
 type Exchange struct {
 	t *target.Live
 	// r is rbscope's read end (non-blocking), w the write end's number in
-	// the process.
+	// the process, and pipe the pipe's identity (device and inode): by the
+	// time rbscope closes w in the process, the program may have closed
+	// it and reused the number for another file.
 	r, w int
+	pipe [2]uint64
 	buf  []byte
 }
 
@@ -359,13 +362,13 @@ func NewExchange(t *target.Live) (*Exchange, error) {
 			return fmt.Errorf("pid %d: read the answer pipe's descriptors: %w", pid, err)
 		}
 		pr, pw := int(int32(binary.LittleEndian.Uint32(fds[:4]))), int(int32(binary.LittleEndian.Uint32(fds[4:])))
-		r, err := takePipe(t, pr, pw)
+		r, pipe, err := takePipe(t, pr, pw)
 		if err != nil {
 			closeInProcess(pr, pw)
 			return err
 		}
 		closeInProcess(pr)
-		d = &Exchange{t: t, r: r, w: pw}
+		d = &Exchange{t: t, r: r, w: pw, pipe: pipe}
 		return nil
 	})
 	if err != nil {
@@ -377,15 +380,15 @@ func NewExchange(t *target.Live) (*Exchange, error) {
 // takePipe takes the read end pr of the pipe the process just made, and
 // checks that pr and pw are the two ends of one pipe (another thread of
 // the process could have put other files under those numbers meanwhile).
-func takePipe(t *target.Live, pr, pw int) (int, error) {
+func takePipe(t *target.Live, pr, pw int) (int, [2]uint64, error) {
 	r, err := t.GetFD(pr)
 	if err != nil {
-		return -1, err
+		return -1, [2]uint64{}, err
 	}
 	w, err := t.GetFD(pw)
 	if err != nil {
 		unix.Close(r)
-		return -1, err
+		return -1, [2]uint64{}, err
 	}
 	defer unix.Close(w)
 	var sr, sw unix.Stat_t
@@ -398,9 +401,9 @@ func takePipe(t *target.Live, pr, pw int) (int, error) {
 	}
 	if err != nil {
 		unix.Close(r)
-		return -1, fmt.Errorf("pid %d: answer pipe: %w", t.PID(), err)
+		return -1, [2]uint64{}, fmt.Errorf("pid %d: answer pipe: %w", t.PID(), err)
 	}
-	return r, nil
+	return r, [2]uint64{uint64(sr.Dev), sr.Ino}, nil
 }
 
 // FD is the number of the pipe's write end in the process.
@@ -418,14 +421,30 @@ func (d *Exchange) Close() error {
 }
 
 // Discard closes the write end in the process too, for a job that was
-// never queued (so no program will use it), and then rbscope's end.
+// never queued (so no program will use it), and then rbscope's end. The
+// number is closed only while it still names the pipe rbscope made.
 func (d *Exchange) Discard() {
 	pid := d.t.PID()
 	_ = d.t.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+		if !d.stillOurs() {
+			return nil
+		}
 		_, err := s.Syscall(pid, unix.SYS_CLOSE, uint64(d.w))
 		return err
 	})
 	d.Close()
+}
+
+// stillOurs tells whether the write end's number in the process still
+// names the pipe rbscope made.
+func (d *Exchange) stillOurs() bool {
+	fd, err := d.t.GetFD(d.w)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && [2]uint64{uint64(st.Dev), st.Ino} == d.pipe
 }
 
 // wakeAfter is how long rbscope waits for the job to start before waking

@@ -2,6 +2,8 @@ package rubyexec_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
+	"golang.org/x/sys/unix"
 )
 
 // start runs testdata/exec_target.rb in mode and opens its VM.
@@ -140,5 +143,46 @@ func TestExecStillRunning(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if res := run(t, tg, vm, ":again"); res.Value != ":again" {
 		t.Fatalf("after a timed-out run: %q", res.Value)
+	}
+}
+
+// TestDiscardKeepsReusedNumber: when the program has closed the answer
+// pipe's write end and its number now names another file, Discard leaves
+// that file open; it closes the number only while it is the pipe.
+func TestDiscardKeepsReusedNumber(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p, tg, _ := start(t, rb, "sleep")
+	linkOf := func(fd int) string {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", p.PID(), fd))
+		return l
+	}
+	for _, reuse := range []bool{false, true} {
+		ex, err := rubyexec.NewExchange(tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := ex.FD()
+		if !strings.HasPrefix(linkOf(w), "pipe:") {
+			t.Fatalf("setup: fd %d of the program is %q, not the pipe", w, linkOf(w))
+		}
+		if reuse {
+			// The program's own doing, as rbscope sees it: its stdin
+			// duplicated onto the number (dup2 closes the pipe first).
+			err := tg.WhilePaused([]int{p.PID()}, func(s *target.Stopped) error {
+				_, err := s.Syscall(p.PID(), unix.SYS_DUP2, 0, uint64(w))
+				return err
+			})
+			if err != nil || strings.HasPrefix(linkOf(w), "pipe:") {
+				t.Fatalf("setup: dup2 onto fd %d: %v, it is %q", w, err, linkOf(w))
+			}
+		}
+		before := linkOf(w)
+		ex.Discard()
+		switch after := linkOf(w); {
+		case reuse && after != before:
+			t.Errorf("Discard closed fd %d (%q), which the program had reused", w, before)
+		case !reuse && after != "":
+			t.Errorf("Discard left the pipe's write end open as fd %d (%q)", w, after)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -372,13 +373,30 @@ var oomScoreAdjPath = "/proc/self/oom_score_adj"
 // its registers. Without CAP_SYS_RESOURCE the value cannot be lowered and
 // nothing changes.
 func holdOffOOM() (restore func()) {
-	path := oomScoreAdjPath
-	old, err := os.ReadFile(path)
-	if err != nil || strings.TrimSpace(string(old)) == "-1000" {
-		return func() {}
+	oomHold.Lock()
+	defer oomHold.Unlock()
+	if oomHold.count == 0 {
+		oomHold.old = nil
+		old, err := os.ReadFile(oomScoreAdjPath)
+		if err == nil && strings.TrimSpace(string(old)) != "-1000" && os.WriteFile(oomScoreAdjPath, []byte("-1000"), 0) == nil {
+			oomHold.old = old
+		}
 	}
-	if os.WriteFile(path, []byte("-1000"), 0) != nil {
-		return func() {}
+	oomHold.count++
+	return func() {
+		oomHold.Lock()
+		defer oomHold.Unlock()
+		if oomHold.count--; oomHold.count == 0 && oomHold.old != nil {
+			_ = os.WriteFile(oomScoreAdjPath, oomHold.old, 0)
+		}
 	}
-	return func() { _ = os.WriteFile(path, old, 0) }
+}
+
+// oomHold counts the borrows under way (targets are borrowed from
+// concurrently, one tracer thread each): the first saves and lowers
+// rbscope's oom_score_adj, the last puts it back.
+var oomHold struct {
+	sync.Mutex
+	count int
+	old   []byte // the value to put back; nil when nothing was changed
 }

@@ -60,3 +60,27 @@ func TestBorrowHoldsOffOOM(t *testing.T) {
 		t.Errorf("oom_score_adj after borrowing = %s, want 17 back", after)
 	}
 }
+
+// TestOOMHoldOverlapping: two borrows that overlap (two targets, one
+// tracer thread each) keep oom_score_adj at -1000 until the last one ends;
+// the first to end used to put the old value back under the second.
+func TestOOMHoldOverlapping(t *testing.T) {
+	path := t.TempDir() + "/oom_score_adj"
+	saved := oomScoreAdjPath
+	oomScoreAdjPath = path
+	defer func() { oomScoreAdjPath = saved }()
+	if err := os.WriteFile(path, []byte("17"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	read := func() string { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) }
+	first := holdOffOOM()
+	second := holdOffOOM()
+	first()
+	if got := read(); got != "-1000" {
+		t.Errorf("after the first of two overlapping borrows ended: %s, want -1000", got)
+	}
+	second()
+	if got := read(); got != "17" {
+		t.Errorf("after both ended: %s, want 17", got)
+	}
+}
