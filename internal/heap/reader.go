@@ -126,6 +126,10 @@ func blank(line []byte) bool {
 	return true
 }
 
+// MaxLine bounds one line of a dump: one object, its longest string value
+// included, escaped.
+const MaxLine = 256 << 20
+
 func (r *Reader) readLine() ([]byte, error) {
 	line, err := r.br.ReadSlice('\n')
 	if err == nil || (err == io.EOF && len(line) > 0) {
@@ -139,6 +143,9 @@ func (r *Reader) readLine() ([]byte, error) {
 	}
 	r.long = append(r.long[:0], line...)
 	for {
+		if len(r.long) > MaxLine {
+			return nil, fmt.Errorf("%s: a line longer than %d MiB: not a heap dump (ObjectSpace.dump_all writes one object per line)", r.name, MaxLine>>20)
+		}
 		line, err = r.br.ReadSlice('\n')
 		r.long = append(r.long, line...)
 		if err == nil || err == io.EOF {

@@ -263,3 +263,20 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderLineBound: input with no line end (/dev/zero) is refused once
+// a line passes MaxLine, instead of growing without bound.
+func TestReaderLineBound(t *testing.T) {
+	r := NewReader(io.LimitReader(zeros{}, MaxLine+4<<20), "zeros")
+	_, err := r.Next()
+	if err == nil || !strings.Contains(err.Error(), "not a heap dump") {
+		t.Errorf("a line of %d zero bytes: %v, want a refusal", MaxLine+4<<20, err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
