@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/tempfiles"
@@ -98,12 +99,36 @@ func Create(path string) (*File, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return nil, fmt.Errorf("cannot write %s: it is a directory", path)
 	}
+	sweepStale(dir, "."+filepath.Base(path)+".tmp-")
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", path, unwrapPathError(err))
 	}
 	tempfiles.Add(f.Name())
 	return &File{File: f, path: path}, nil
+}
+
+// staleAfter is how long a temporary output must have gone unwritten
+// before another rbscope writing the same output removes it: one left by
+// an rbscope killed outright (SIGKILL) in the middle of a heap dump would
+// otherwise stay, as large as the dump. One being written is fresher.
+const staleAfter = 10 * time.Minute
+
+// sweepStale removes regular files in dir named prefix* that nothing has
+// written for staleAfter.
+func sweepStale(dir, prefix string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleAfter {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 func unwrapPathError(err error) error {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	pprof "github.com/google/pprof/profile"
 
@@ -211,5 +212,32 @@ func TestBreakdown(t *testing.T) {
 		if !strings.Contains(b.String(), "30.00%        6        6  "+profile.LabelMarking) || strings.Contains(b.String(), ":0") {
 			t.Errorf("%s: no row for %s with 6 samples, or a frame without a line shown with one:\n%s", name, profile.LabelMarking, b.String())
 		}
+	}
+}
+
+// TestCreateSweepsStale: a temporary output left by an rbscope killed
+// outright, unwritten for long, is removed when the same output is
+// written again; a fresh one (another rbscope writing it now) is kept.
+func TestCreateSweepsStale(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "heap.json")
+	stale, fresh := filepath.Join(dir, ".heap.json.tmp-1"), filepath.Join(dir, ".heap.json.tmp-2")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stale, old, old)
+	f, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Abort()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale temporary output kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh temporary output removed: %v", err)
 	}
 }
