@@ -55,6 +55,17 @@ var qualified = regexp.MustCompile(`^(block (?:\(\d+ levels\) )?in )?(?:Object#)
 
 // tornStacks returns the stacks of p that no moment of churn_stacks.rb has,
 // and how many samples they hold.
+// validPrefix tells whether stack (normalized labels joined by ";") is a
+// stack the churn program really has, or the outer part of one.
+func validPrefix(stack string) bool {
+	for _, c := range churnStacks {
+		if c == stack || strings.HasPrefix(c, stack+";") {
+			return true
+		}
+	}
+	return false
+}
+
 func tornStacks(p *profile.Profile) ([]string, int) {
 	var torn []string
 	n := 0
@@ -67,11 +78,7 @@ func tornStacks(p *profile.Profile) ([]string, int) {
 			}
 		}
 		stack := strings.Join(labels, ";")
-		ok := false
-		for _, c := range churnStacks {
-			ok = ok || c == stack || strings.HasPrefix(c, stack+";")
-		}
-		if !ok {
+		if !validPrefix(stack) {
 			torn = append(torn, stack)
 			n += st.Count
 		}
@@ -127,8 +134,20 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 					if nonblocking {
 						continue
 					}
+					// Ruby 2.7 points ec->cfp at a new frame before it fills
+					// it in (3.0 fills it first): a stop in between shows the
+					// slot's previous occupant as the innermost frame. Such
+					// samples may be torn at their leaf alone, and rarely.
+					leafOnly := 0
 					for _, st := range torn {
+						if i := strings.LastIndexByte(st, ';'); testruby.Older(rb, 3, 0) && i > 0 && validPrefix(st[:i]) {
+							leafOnly++
+							continue
+						}
 						t.Errorf("torn sample: %s", st)
+					}
+					if leafOnly > 0 && n*100 > prof.Samples {
+						t.Errorf("%d of %d samples torn at their leaf (Ruby 2.7's frame push), over 1%%", n, prof.Samples)
 					}
 					if shared && clocks && prof.Waiting == 0 {
 						t.Errorf("sharing a CPU with a spinner, no tick found the thread waiting for it")
