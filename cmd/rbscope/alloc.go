@@ -1,11 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,8 +19,9 @@ func newAllocCmd() *cobra.Command {
 	var noGC, asJSON bool
 	var by string
 	c := &cobra.Command{
-		Use:   "alloc -p PID --duration D",
-		Short: "Which file:line:Type created objects during a window that are still alive",
+		Annotations: map[string]string{stopsOnSignal: "yes"},
+		Use:         "alloc -p PID --duration D",
+		Short:       "Which file:line:Type created objects during a window that are still alive",
 		Long: `Turn Ruby's allocation tracing (ObjectSpace.trace_object_allocations) on
 inside a running process, wait --duration, run a full GC (so garbage does not
 show as retained; --no-gc skips it), and count the objects allocated during
@@ -52,7 +52,7 @@ killed. Ctrl-C ends the window early without a report.`,
 			if _, err := alloctrace.Group(nil, by); err != nil {
 				return usageError{err}
 			}
-			rep, err := traceAllocations(pid, duration, timeout, !noGC)
+			rep, err := traceAllocations(c.Context(), pid, duration, timeout, !noGC)
 			if err != nil {
 				return err
 			}
@@ -82,15 +82,12 @@ killed. Ctrl-C ends the window early without a report.`,
 
 // traceAllocations runs one window in pid. Ctrl-C (or SIGTERM) ends it
 // early: tracing is turned off, and rbscope exits without a report.
-func traceAllocations(pid int, duration, timeout time.Duration, gc bool) (*alloctrace.Report, error) {
+func traceAllocations(ctx context.Context, pid int, duration, timeout time.Duration, gc bool) (*alloctrace.Report, error) {
 	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(stop)
 	sess, err := alloctrace.Start(t, vm, duration, timeout, gc)
 	if err != nil {
 		return nil, err
@@ -98,12 +95,12 @@ func traceAllocations(pid int, duration, timeout time.Duration, gc bool) (*alloc
 	fmt.Fprintf(os.Stderr, "rbscope: tracing allocations in pid %d for %v...\n", pid, duration)
 	select {
 	case <-time.After(duration):
-	case sig := <-stop:
+	case <-ctx.Done():
 		if err := sess.Abort(); err != nil {
 			return nil, fmt.Errorf("interrupted, and %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "rbscope: interrupted; allocation tracing in pid %d is off again\n", pid)
-		return nil, exitCode(128 + int(sig.(syscall.Signal)))
+		return nil, exitCode(130)
 	}
 	return sess.Stop()
 }

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,8 +19,9 @@ func newExecCmd() *cobra.Command {
 	var timeout time.Duration
 	var file string
 	c := &cobra.Command{
-		Use:   "exec -p PID 'RUBY CODE'",
-		Short: "Run Ruby code inside a running process and print its result",
+		Annotations: map[string]string{stopsOnSignal: "yes"},
+		Use:         "exec -p PID 'RUBY CODE'",
+		Short:       "Run Ruby code inside a running process and print its result",
 		Long: `Run Ruby code inside a running Ruby process, at a safe point (on a Ruby
 thread holding the GVL, outside GC and signal handlers), and print the
 inspect of its result, or the exception it raised (exit status 1).
@@ -60,7 +60,7 @@ the queued request then does nothing if it runs later.`,
 			if timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout must be positive")}
 			}
-			res, err := runInProcess(pid, code, rubyexec.Options{Timeout: timeout})
+			res, err := runInProcess(c.Context(), pid, code, rubyexec.Options{Timeout: timeout})
 			if err != nil {
 				return err
 			}
@@ -99,7 +99,7 @@ func execSource(args []string, file string) (string, error) {
 }
 
 // runInProcess attaches to pid and runs code in it.
-func runInProcess(pid int, code string, opt rubyexec.Options) (*rubyexec.Result, error) {
+func runInProcess(ctx context.Context, pid int, code string, opt rubyexec.Options) (*rubyexec.Result, error) {
 	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
@@ -107,17 +107,7 @@ func runInProcess(pid int, code string, opt rubyexec.Options) (*rubyexec.Result,
 	defer closeAll()
 	// Ctrl-C while waiting empties the queued request and cleans up, rather
 	// than leaving it to run after rbscope has gone.
-	sigs := make(chan os.Signal, 1)
-	defer close(sigs)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	cancel := make(chan struct{})
-	go func() {
-		if _, ok := <-sigs; ok {
-			close(cancel)
-		}
-	}()
-	opt.Cancel = cancel
+	opt.Cancel = ctx.Done()
 	res, err := rubyexec.Run(t, vm, code, opt)
 	if errors.Is(err, rubyexec.ErrCanceled) {
 		fmt.Fprintln(os.Stderr, "rbscope:", err)

@@ -3,15 +3,28 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/tempfiles"
 	"github.com/rbscope/rbscope/internal/textsafe"
 )
+
+// stopsOnSignal is the annotation of the commands that end by themselves
+// when the run's context is canceled (SIGINT, SIGTERM, SIGHUP).
+const stopsOnSignal = "stops-on-signal"
+
+// interruptGrace is how long a command that does not watch the context
+// has, after a signal, before rbscope exits.
+const interruptGrace = 100 * time.Millisecond
 
 // usageError marks a mistake in the command line (exit status 2).
 type usageError struct{ error }
@@ -29,9 +42,25 @@ func run(args []string) (code int) {
 			code = 1
 		}
 	}()
+	// One context for the whole run: SIGINT, SIGTERM and SIGHUP cancel
+	// it. Commands that watch it (annotated stopsOnSignal) end as they
+	// should (record writes its output, exec empties its request, alloc
+	// turns tracing off); any other is ended after interruptGrace, as the
+	// signal would have ended it, its temporary outputs removed. (A target
+	// standing still meanwhile is let go at once: see target.WhilePaused.)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
 	root := newRootCmd()
 	root.SetArgs(args)
-	err := root.Execute()
+	if c, _, err := root.Find(args); err == nil && c.Annotations[stopsOnSignal] == "" {
+		go func() {
+			<-ctx.Done()
+			time.Sleep(interruptGrace)
+			tempfiles.RemoveAll()
+			os.Exit(130)
+		}()
+	}
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
 	}

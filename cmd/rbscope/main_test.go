@@ -187,3 +187,35 @@ func TestStackPermissionDenied(t *testing.T) {
 		t.Errorf("output %q does not explain the permission problem", out)
 	}
 }
+
+// TestSignalEndsAnyCommand: SIGINT ends even a command that does not
+// watch the run's context (here heap top, blocked reading a pipe that
+// never ends), with status 130, as the signal's default would have, and
+// without a Go stack.
+func TestSignalEndsAnyCommand(t *testing.T) {
+	cmd := exec.Command(rbscopeBin, "heap", "top", "/dev/stdin")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 130 || strings.Contains(stderr.String(), "goroutine") {
+			t.Errorf("heap top after SIGINT: %v, stderr %q; want exit 130", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("heap top did not end on SIGINT")
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -30,8 +29,9 @@ func newRecordCmd() *cobra.Command {
 		noLineno bool
 	)
 	c := &cobra.Command{
-		Use:   "record (-p PID | -- COMMAND [ARGS...])",
-		Short: "Sample a Ruby process's stacks and write a profile",
+		Annotations: map[string]string{stopsOnSignal: "yes"},
+		Use:         "record (-p PID | -- COMMAND [ARGS...])",
+		Short:       "Sample a Ruby process's stacks and write a profile",
 		Long: `Sample the Ruby stacks of a running process (-p PID) or of a command rbscope
 starts (-- ruby app.rb ...) at a fixed rate, and write a flame graph, speedscope
 or pprof profile, collapsed stacks or a summary.
@@ -61,7 +61,7 @@ includes sleeping and waiting threads.`,
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
 			}
-			return record(pid, launch, opts, outPath, ofmt, output.Options{Lines: !noLineno})
+			return record(c.Context(), pid, launch, opts, outPath, ofmt, output.Options{Lines: !noLineno})
 		},
 	}
 	f := c.Flags()
@@ -81,10 +81,7 @@ includes sleeping and waiting threads.`,
 
 // record runs a recording and writes its output; in launch mode the exit
 // status is the command's.
-func record(pid int, launch []string, opts sampler.Options, outPath string, format output.Format, oo output.Options) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-
+func record(ctx context.Context, pid int, launch []string, opts sampler.Options, outPath string, format output.Format, oo output.Options) error {
 	// A launched command is not waited for while it is sampled: as its
 	// parent and its tracer, rbscope's wait would swallow the ptrace stops
 	// the sampler needs. Its exit shows as a zombie, which ends sampling.

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,8 +24,9 @@ func newThreadsCmd() *cobra.Command {
 		interval            time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "threads -p PID",
-		Short: "Native and Ruby threads: TIDs, names, states, CPU, stacks; --follow for births and deaths",
+		Annotations: map[string]string{stopsOnSignal: "yes"},
+		Use:         "threads -p PID",
+		Short:       "Native and Ruby threads: TIDs, names, states, CPU, stacks; --follow for births and deaths",
 		Long: `List every native thread of a Ruby process with its kernel state, CPU time,
 CPU use over --interval and machine-stack bytes in use, joined with the Ruby
 thread it runs: Thread#name, Ruby status, main or not, GVL holder, innermost
@@ -49,7 +48,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return usageError{fmt.Errorf("--interval %v is out of range: give 1ms to 1m", interval)}
 			}
 			if follow {
-				return followThreads(pid, asJSON, poll)
+				return followThreads(c.Context(), pid, asJSON, poll)
 			}
 			rows, err := threadTable(pid, interval, !nonblocking)
 			if err != nil {
@@ -266,14 +265,12 @@ type followedThread struct {
 	printed bool
 }
 
-func followThreads(pid int, asJSON, poll bool) error {
+func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 	_, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
 	native, src, fallback := threadevents.Watch(ctx, pid, poll)
 	if fallback != nil && !poll {
 		fmt.Fprintf(os.Stderr, "rbscope: netlink process events unavailable (%v); polling /proc/%d/task every %v\n", fallback, pid, threadevents.PollInterval)

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,8 +27,9 @@ func newTopCmd() *cobra.Command {
 		thread string
 	)
 	c := &cobra.Command{
-		Use:   "top -p PID",
-		Short: "Live view of the hottest Ruby methods",
+		Annotations: map[string]string{stopsOnSignal: "yes"},
+		Use:         "top -p PID",
+		Short:       "Live view of the hottest Ruby methods",
 		Long: `Sample a running Ruby process and show, refreshed every second, the methods
 with the most samples over the last --window: self (running the method itself)
 and total (the method or anything it called). Quit with q or Ctrl-C; the
@@ -57,7 +56,7 @@ terminal, a plain table is printed every second instead.`,
 				}
 				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampler.ThreadName(th)) }
 			}
-			return top(pid, opts, window, thread)
+			return top(c.Context(), pid, opts, window, thread)
 		},
 	}
 	f := c.Flags()
@@ -71,9 +70,7 @@ terminal, a plain table is printed every second instead.`,
 	return c
 }
 
-func top(pid int, opts sampler.Options, window time.Duration, thread string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
+func top(ctx context.Context, pid int, opts sampler.Options, window time.Duration, thread string) error {
 	updates := make(chan *profile.Profile, 4)
 	opts.FlushEvery = time.Second
 	opts.Flush = func(p *profile.Profile) {
