@@ -312,36 +312,8 @@ func TestCrashHandleFullDisk(t *testing.T) {
 		posted <- string(b)
 	}))
 	defer web.Close()
-	dir := t.TempDir()
-	store := filepath.Join(dir, "store")
-	os.Mkdir(store, 0o700)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", store).CombinedOutput(); err != nil {
-		t.Fatalf("setup: mount a small tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", store).Run() })
-	chained := filepath.Join(dir, "chained.core")
-	chain := filepath.Join(dir, "chain.sh")
-	if err := os.WriteFile(chain, []byte("#!/bin/sh\ncat > "+chained+"\n"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(dir, "c.json")
-	cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "insecure_notify": true, "max_core_bytes": 1073741824, "keep_free_bytes": 1, "timeout": "60s", "previous_core_pattern": "|%s %%p"}`,
-		store, web.URL, chain)
-	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	core := make([]byte, 4<<20) // incompressible: core.zst outgrows the disk
-	if _, err := io.ReadFull(cryptoRand{}, core); err != nil {
-		t.Fatal(err)
-	}
-	gone := exec.Command("true")
-	gone.Run()
-	pid := strconv.Itoa(gone.Process.Pid)
-	out, _, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
-		"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
-	if timedOut {
-		t.Fatalf("the handler hung:\n%s", out)
-	}
+	cfg := `"webhook": ` + strconv.Quote(web.URL) + `, "insecure_notify": true, "keep_free_bytes": 1`
+	store, chained, core, out := handleOnTmpfs(t, "256k", 4<<20, cfg) // incompressible: core.zst outgrows the disk
 	var fs unix.Statfs_t
 	if err := unix.Statfs(store, &fs); err != nil || fs.Bavail > 16 {
 		t.Fatalf("setup: the store's disk did not fill up (%d blocks free, %v): the test tests nothing", fs.Bavail, err)
@@ -371,36 +343,8 @@ func TestCrashHandleKeepsReserve(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs")
 	}
-	dir := t.TempDir()
-	store := filepath.Join(dir, "store")
-	os.Mkdir(store, 0o700)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", store).CombinedOutput(); err != nil {
-		t.Fatalf("setup: mount a small tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", store).Run() })
-	chained := filepath.Join(dir, "chained.core")
-	chain := filepath.Join(dir, "chain.sh")
-	if err := os.WriteFile(chain, []byte("#!/bin/sh\ncat > "+chained+"\n"), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	const reserve = 12 << 20
-	config := filepath.Join(dir, "c.json")
-	cfg := fmt.Sprintf(`{"dir": %q, "max_core_bytes": 1073741824, "keep_free_bytes": %d, "timeout": "60s", "previous_core_pattern": "|%s %%p"}`, store, reserve, chain)
-	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	core := make([]byte, 32<<20) // incompressible, larger than the disk
-	if _, err := io.ReadFull(cryptoRand{}, core); err != nil {
-		t.Fatal(err)
-	}
-	gone := exec.Command("true")
-	gone.Run()
-	pid := strconv.Itoa(gone.Process.Pid)
-	out, _, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
-		"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
-	if timedOut {
-		t.Fatalf("the handler hung:\n%s", out)
-	}
+	store, chained, core, out := handleOnTmpfs(t, "24m", 32<<20, fmt.Sprintf(`"keep_free_bytes": %d`, reserve)) // larger than the disk
 	var fs unix.Statfs_t
 	if err := unix.Statfs(store, &fs); err != nil {
 		t.Fatal(err)
@@ -422,6 +366,45 @@ func TestCrashHandleKeepsReserve(t *testing.T) {
 	if got, err := os.ReadFile(chained); err != nil || !bytes.Equal(got, core) {
 		t.Errorf("the chained handler got %d bytes of the %d-byte core (%v)", len(got), len(core), err)
 	}
+}
+
+// handleOnTmpfs runs crash handle, as the kernel would, on a random core
+// of coreSize bytes (incompressible), with its store on a tmpfs of the
+// given size and a chained handler that copies the core to chained; cfg
+// adds settings to the config. It returns the store, the chained copy's
+// path, the core and the handler's output.
+func handleOnTmpfs(t *testing.T, size string, coreSize int, cfg string) (store, chained string, core []byte, out string) {
+	t.Helper()
+	dir := t.TempDir()
+	store = filepath.Join(dir, "store")
+	os.Mkdir(store, 0o700)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", store).CombinedOutput(); err != nil {
+		t.Fatalf("setup: mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", store).Run() })
+	chained = filepath.Join(dir, "chained.core")
+	chain := filepath.Join(dir, "chain.sh")
+	if err := os.WriteFile(chain, []byte("#!/bin/sh\ncat > "+chained+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "c.json")
+	all := fmt.Sprintf(`{"dir": %q, "max_core_bytes": 1073741824, "timeout": "60s", "previous_core_pattern": "|%s %%p", %s}`, store, chain, cfg)
+	if err := os.WriteFile(config, []byte(all), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	core = make([]byte, coreSize)
+	if _, err := io.ReadFull(cryptoRand{}, core); err != nil {
+		t.Fatal(err)
+	}
+	gone := exec.Command("true")
+	gone.Run()
+	pid := strconv.Itoa(gone.Process.Pid)
+	out, _, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
+		"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
+	if timedOut {
+		t.Fatalf("the handler hung:\n%s", out)
+	}
+	return store, chained, core, out
 }
 
 // cryptoRand reads random bytes.
