@@ -13,10 +13,12 @@
 // to a pipe rbscope made inside the process and reads the other end of.
 //
 // A process whose Ruby threads all sleep checks interrupts only when woken:
-// rbscope then sends it SIGCHLD, which Ruby handles itself (a no-op for a
-// program that does not trap CHLD) by waking the main thread. Ruby treats
-// that wake as spurious: the job only starts a thread and returns, so the
-// sleep, Mutex#sleep, Queue#pop or IO.select the main thread was in goes on.
+// rbscope then sends it SIGCHLD, which Ruby handles itself by waking the
+// main thread. Ruby treats that wake as spurious: the job only starts a
+// thread and returns, so the sleep, Mutex#sleep, Queue#pop or IO.select the
+// main thread was in goes on. A program that traps CHLD itself (a
+// preforking master reaping its workers) would run its handler, so it is
+// never woken: the code then waits for the program's next safe point.
 package rubyexec
 
 import (
@@ -115,8 +117,9 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		return nil, err
 	}
 	defer ex.Close()
+	ex.NoWake = trapsCHLD(vm)
 	prog := wrapper(ex.FD(), code, opt.Name, opt.Raw)
-	page, err := postRetrying(t, register, evalString, prog, 0, start, opt.Timeout)
+	page, err := postRetrying(t, register, evalString, prog, 0, start, opt.Timeout, !ex.NoWake)
 	if err != nil {
 		ex.Discard()
 		return nil, err
@@ -172,7 +175,8 @@ func Invoke(t *target.Live, vm *rubyvm.VM, obj uint64, ex *Exchange, timeout tim
 	if err != nil {
 		return nil, err
 	}
-	if _, err := postRetrying(t, register, inspect, "", obj, start, timeout); err != nil {
+	ex.NoWake = trapsCHLD(vm)
+	if _, err := postRetrying(t, register, inspect, "", obj, start, timeout, !ex.NoWake); err != nil {
 		return nil, err
 	}
 	res, err := ex.Await(start, timeout, nil)
@@ -202,13 +206,13 @@ func jobFunctions(t *target.Live, vm *rubyvm.VM, job string) (register, fn uint6
 
 // postRetrying posts a job (see post), retrying while Ruby 3.1 refuses it
 // because an earlier one for the same function is still queued.
-func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64, start time.Time, timeout time.Duration) (mapping, error) {
+func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64, start time.Time, timeout time.Duration, wake bool) (mapping, error) {
 	m, err := post(t, register, fn, prog, data)
 	for (errors.Is(err, errQueued) || errors.Is(err, target.ErrSegvBlocked)) && time.Since(start) < timeout {
 		// An earlier request that timed out still waits for a safe point
 		// (wake the process, then queue ours once that one has run and done
 		// nothing), or the main thread runs a signal handler right now.
-		if errors.Is(err, errQueued) {
+		if errors.Is(err, errQueued) && wake {
 			_ = t.Wake(unix.SIGCHLD)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -325,6 +329,16 @@ type Exchange struct {
 	r, w int
 	pipe [2]uint64
 	buf  []byte
+	// NoWake keeps Await from waking the main thread with SIGCHLD (the
+	// program traps CHLD: see trapsCHLD).
+	NoWake bool
+}
+
+// trapsCHLD tells whether the program has its own CHLD trap, which a
+// SIGCHLD from rbscope would run; when that cannot be told, it has none.
+func trapsCHLD(vm *rubyvm.VM) bool {
+	trapped, ok := vm.TrapsSignal(int(unix.SIGCHLD))
+	return trapped && ok
 }
 
 // MaxAnswer bounds the answer rbscope reads from a process.
@@ -500,9 +514,13 @@ func (d *Exchange) Await(start time.Time, timeout time.Duration, cancel <-chan s
 		}
 		now := time.Now()
 		if now.Sub(start) > timeout {
-			return nil, fmt.Errorf("pid %d: %w within %v (a thread may be stuck in C code holding the GVL, or in a long GC); nothing was run, and the queued request was emptied", pid, ErrNoSafePoint, timeout)
+			why := "a thread may be stuck in C code holding the GVL, or in a long GC"
+			if d.NoWake {
+				why = "the program traps SIGCHLD, so rbscope did not wake its sleeping threads with one"
+			}
+			return nil, fmt.Errorf("pid %d: %w within %v (%s); nothing was run, and the queued request was emptied", pid, ErrNoSafePoint, timeout, why)
 		}
-		if now.After(nextWake) {
+		if now.After(nextWake) && !d.NoWake {
 			if err := d.t.Wake(unix.SIGCHLD); err != nil {
 				return nil, err
 			}

@@ -50,7 +50,10 @@ type Layout struct {
 	VMRactorMainThread int64 `dwarf:"off:rb_vm_struct.ractor.main_thread|rb_vm_struct.main_thread"`
 	VMLivingThreads    int64 `dwarf:"off:rb_vm_struct.living_threads,optional"`
 	VMGVLOwner         int64 `dwarf:"off:rb_vm_struct.gvl.owner,optional"`
-	VMObjspace         int64 `dwarf:"off:rb_vm_struct.objspace|rb_vm_struct.gc.objspace" need:"census"`
+	// VMTrapCmd is vm->trap_list.cmd, the Ruby-level handler of each
+	// signal (0: none; exec does not wake a program with a signal it traps).
+	VMTrapCmd  int64 `dwarf:"off:rb_vm_struct.trap_list.cmd,optional"`
+	VMObjspace int64 `dwarf:"off:rb_vm_struct.objspace|rb_vm_struct.gc.objspace" need:"census"`
 
 	// rb_ractor_t (3.0+)
 	RactorVMListNode  int64 `dwarf:"off:rb_ractor_struct.vmlr_node,optional"`

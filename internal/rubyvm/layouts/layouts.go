@@ -17,9 +17,24 @@ func register(l *layout.Layout) { tables[l.Family] = l }
 func For(family string) *layout.Layout {
 	if l, ok := tables[family]; ok {
 		c := *l
+		for _, f := range unchecked[family] {
+			*f(&c) = -1
+		}
 		return &c
 	}
 	return nil
+}
+
+// unchecked are the optional fields of the tables made from a wasm build
+// that no x86_64 process or core could confirm, and that a wrong value
+// would turn into a wrong decision rather than a failed check: they are
+// left out (-1). vm->trap_list lies after the VM's scheduler, which the
+// wasm build lays out differently (4.0.0's cores put vm->objspace 16 bytes
+// after the table's; on 4.0.0's peer core the table's trap list holds a
+// pointer where no trap is set).
+var unchecked = map[string][]func(*layout.Layout) *int64{
+	"3.2": {func(l *layout.Layout) *int64 { return &l.VMTrapCmd }},
+	"4.0": {func(l *layout.Layout) *int64 { return &l.VMTrapCmd }},
 }
 
 // Families lists the families that have a table.

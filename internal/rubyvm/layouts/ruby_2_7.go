@@ -14,6 +14,7 @@ func init() {
 		VMRactorMainThread:     192,
 		VMLivingThreads:        312,
 		VMGVLOwner:             8,
+		VMTrapCmd:              472,
 		VMObjspace:             1152,
 		RactorVMListNode:       -1,
 		RactorThreadsSet:       -1,

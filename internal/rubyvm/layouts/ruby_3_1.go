@@ -14,6 +14,7 @@ func init() {
 		VMRactorMainThread:     40,
 		VMLivingThreads:        -1,
 		VMGVLOwner:             -1,
+		VMTrapCmd:              456,
 		VMObjspace:             1104,
 		RactorVMListNode:       568,
 		RactorThreadsSet:       304,

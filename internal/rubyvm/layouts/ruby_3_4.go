@@ -14,6 +14,7 @@ func init() {
 		VMRactorMainThread:     40,
 		VMLivingThreads:        -1,
 		VMGVLOwner:             -1,
+		VMTrapCmd:              664,
 		VMObjspace:             1296,
 		RactorVMListNode:       432,
 		RactorThreadsSet:       256,

@@ -15,6 +15,7 @@ func init() {
 		VMRactorMainThread:     40,
 		VMLivingThreads:        -1,
 		VMGVLOwner:             -1,
+		VMTrapCmd:              576,
 		VMObjspace:             1232,
 		RactorVMListNode:       360,
 		RactorThreadsSet:       184,
