@@ -37,7 +37,7 @@ func TestWasmTables(t *testing.T) {
 			for _, p := range unused {
 				t.Logf("patch not used by the table: %s", p)
 			}
-			want := layouts.For(c.family)
+			want := layouts.Committed(c.family)
 			if want == nil {
 				t.Fatalf("no committed table for %s", c.family)
 			}
@@ -63,7 +63,7 @@ func TestCrossCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 			libs, _ := filepath.Glob("/var/cache/rbscope/rubies/ruby-" + c.family + "-shared/lib/libruby.so." + c.family + ".*")
-			want := layouts.For(c.family)
+			want := layouts.Committed(c.family)
 			from := "the committed table"
 			if len(libs) > 0 {
 				if want, err = elfLayout(libs[0], c.family); err != nil {

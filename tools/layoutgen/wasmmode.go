@@ -24,7 +24,7 @@ func runWasm(file, version, pkg, against, outDir string, nopatch bool) error {
 	if against != "" {
 		var want *layout.Layout
 		if against == "table" {
-			if want = layouts.For(l.Family); want == nil {
+			if want = layouts.Committed(l.Family); want == nil {
 				return fmt.Errorf("no built-in table for Ruby %s", l.Family)
 			}
 		} else if want, err = elfLayout(against, l.Family); err != nil {

@@ -25,6 +25,16 @@ func For(family string) *layout.Layout {
 	return nil
 }
 
+// Committed returns family's table as generated and committed, without
+// the fields For leaves out (for the generator's own checks), or nil.
+func Committed(family string) *layout.Layout {
+	if l, ok := tables[family]; ok {
+		c := *l
+		return &c
+	}
+	return nil
+}
+
 // unchecked are the optional fields of the tables made from a wasm build
 // that no x86_64 process or core could confirm, and that a wrong value
 // would turn into a wrong decision rather than a failed check: they are

@@ -43,7 +43,7 @@ func TestTablesMatchDebugBuilds(t *testing.T) {
 			t.Fatalf("%s: %v", image, err)
 		}
 		got.Checked = version
-		want := layouts.For(family)
+		want := layouts.Committed(family)
 		if want == nil {
 			t.Errorf("no built-in table for Ruby %s: run go run ./tools/layoutgen -ruby %s", family, rb.Bin)
 			continue
@@ -70,5 +70,21 @@ func TestForUnknownFamily(t *testing.T) {
 	}
 	if l := layouts.For("3.1"); l == nil || l.Family != "3.1" || l.CFPSize <= 0 {
 		t.Fatalf("For(3.1) = %+v", l)
+	}
+}
+
+// TestUncheckedLeftOut: For leaves out the fields of the wasm-made tables
+// that no x86_64 process confirms; Committed keeps the table as made.
+func TestUncheckedLeftOut(t *testing.T) {
+	for _, fam := range []string{"3.2", "4.0"} {
+		if got := layouts.For(fam).VMTrapCmd; got != -1 {
+			t.Errorf("%s: For's VMTrapCmd = %d, want -1 (unchecked)", fam, got)
+		}
+		if got := layouts.Committed(fam).VMTrapCmd; got <= 0 {
+			t.Errorf("%s: the committed table's VMTrapCmd = %d", fam, got)
+		}
+	}
+	if got := layouts.For("3.4").VMTrapCmd; got <= 0 {
+		t.Errorf("3.4: VMTrapCmd = %d, want the table's", got)
 	}
 }
