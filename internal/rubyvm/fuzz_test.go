@@ -131,3 +131,34 @@ func FuzzHeapDump(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCensusAndRoots feeds random memory to the heap census (objspace,
+// page list, slots, class names) and to the root readers of heap dump
+// (global variables, id tables, VM stacks): an error or a result, never a
+// panic, an endless loop or a huge allocation.
+func FuzzCensusAndRoots(f *testing.F) {
+	const base = 0x10000
+	seed := make([]byte, 4096)
+	for i := 0; i+8 <= len(seed); i += 8 {
+		binary.LittleEndian.PutUint64(seed[i:], base+uint64(i*13%len(seed))&^7)
+	}
+	f.Add(seed)
+	f.Add(make([]byte, 64))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 16 {
+			return
+		}
+		for _, fam := range layouts.Families() {
+			v := fuzzVM(base, data, fam)
+			// What the executable's symbols and code would give (the fuzz
+			// VM has no image): the table's objspace offset and a global
+			// table in the buffer.
+			v.objspaceOff = v.Layout.VMObjspace
+			v.located["rb_global_tbl"] = base + 24
+			v.HeapCensus()
+			v.globalValues()
+			v.idTable(base + 8)
+			v.vmStackValues(base + 16)
+		}
+	})
+}
