@@ -396,9 +396,7 @@ func handleOnTmpfs(t *testing.T, size string, coreSize int, cfg string) (store, 
 	if _, err := io.ReadFull(cryptoRand{}, core); err != nil {
 		t.Fatal(err)
 	}
-	gone := exec.Command("true")
-	gone.Run()
-	pid := strconv.Itoa(gone.Process.Pid)
+	pid := strconv.Itoa(testruby.NoSuchPID())
 	out, _, timedOut := runBounded(t, 60*time.Second, bytes.NewReader(core),
 		"crash", "handle", "--config", config, pid, pid, "11", strconv.FormatInt(time.Now().Unix(), 10))
 	if timedOut {

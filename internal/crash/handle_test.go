@@ -2,11 +2,12 @@ package crash
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
 )
 
 // TestHandleReadDeadline: a read of the dying process that never returns
@@ -21,12 +22,11 @@ func TestHandleReadDeadline(t *testing.T) {
 	cfg := &Config{Dir: store, Timeout: Duration(2 * time.Second)}
 	cfg.Defaults()
 	cfg.KeepFreeBytes = 1
-	gone := exec.Command("true")
-	gone.Run()
+	pid := testruby.NoSuchPID()
 	start := time.Now()
 	done := make(chan *Report, 1)
 	go func() {
-		r, err := Handle(cfg, Args{PID: gone.Process.Pid, TID: gone.Process.Pid, Signal: 11, Time: time.Now()}, strings.NewReader("not a core"))
+		r, err := Handle(cfg, Args{PID: pid, TID: pid, Signal: 11, Time: time.Now()}, strings.NewReader("not a core"))
 		if err != nil {
 			t.Errorf("Handle: %v", err)
 		}

@@ -55,3 +55,17 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 	<-started
 	return func() { done.Store(true) }
 }
+
+// NoSuchPID is a PID no process can have (above the kernel's pid_max), for
+// tests that hand the crash handler a crash whose process is gone: a PID
+// freed by an exited process could be reused by another meanwhile.
+func NoSuchPID() int {
+	max := 4194304 // PID_MAX_LIMIT on 64-bit
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		var n int
+		if _, err := fmt.Sscan(string(b), &n); err == nil {
+			max = n
+		}
+	}
+	return max + 1
+}
