@@ -157,6 +157,25 @@ func TestBuildIDBadNote(t *testing.T) {
 	}
 }
 
+// sparseFile writes raw as name in a temporary directory, extends it with a
+// hole to size bytes, and opens it (closed when the test ends).
+func sparseFile(t *testing.T, name string, raw []byte, size int64) (string, *os.File) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return path, f
+}
+
 // TestHugeDeclaredSymtab: a 48 KB sparse file declaring a 96 MB .symtab
 // (it reads as zeros, 4M symbols) took the crash handler to half a GB. The
 // loader must not read it, and must say it did not.
@@ -168,18 +187,7 @@ func TestHugeDeclaredSymtab(t *testing.T) {
 		{name: ".symtab", typ: elf.SHT_SYMTAB, link: 3, entsize: 24, off: 48 << 10, size: huge},
 		{name: ".strtab", typ: elf.SHT_STRTAB, data: strtab},
 	})
-	path := filepath.Join(t.TempDir(), "sparse.so")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, 48<<10+huge); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	path, f := sparseFile(t, "sparse.so", raw, 48<<10+huge)
 	var st = statBlocks(t, path)
 	if st.size < huge || st.disk > 1<<20 {
 		t.Fatalf("setup: the file is %d bytes long and takes %d on disk: not a sparse file holding a 96 MB table", st.size, st.disk)
@@ -327,18 +335,7 @@ func TestMatchesMemory(t *testing.T) {
 func TestHugeDeclaredDebugInfo(t *testing.T) {
 	const huge = MaxDebugBytes + 1
 	raw := buildELF([]testSection{{name: ".debug_info", typ: elf.SHT_PROGBITS, off: 48 << 10, size: huge}})
-	path := filepath.Join(t.TempDir(), "sparse.debug")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, 48<<10+huge); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	path, f := sparseFile(t, "sparse.debug", raw, 48<<10+huge)
 	im, err := newImage(f, nil, path, []target.Mapping{{Start: 0x7f0000000000, End: 0x7f0000010000, Perms: "r--p", Path: path}})
 	if err != nil {
 		t.Fatal(err)
