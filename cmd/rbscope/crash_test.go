@@ -224,17 +224,9 @@ func handle(t *testing.T, config string, stdin io.Reader, args ...string) (strin
 // once, and a core larger than the cap; it notifies a local webhook and a
 // local SMTP server.
 func TestCrashHandleInputs(t *testing.T) {
-	var mu sync.Mutex
-	var posted []string
-	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		posted = append(posted, string(b))
-		mu.Unlock()
-	}))
-	defer web.Close()
+	webURL, posts := fakeWebhook(t)
 	smtpAddr, mails := fakeSMTP(t)
-	config, store := crashEnv(t, "--webhook", web.URL, "--email", "ops@example.test", "--smtp", smtpAddr, "--max-core", "100000", "--insecure-notify")
+	config, store := crashEnv(t, "--webhook", webURL, "--email", "ops@example.test", "--smtp", smtpAddr, "--max-core", "100000", "--insecure-notify")
 
 	// A real core: gcore of a sleeping Ruby.
 	rb := testruby.Rubies(t)[0]
@@ -306,17 +298,34 @@ func TestCrashHandleInputs(t *testing.T) {
 			t.Errorf("no report read the %s input whole (%d bytes)", name, len(in))
 		}
 	}
-	mu.Lock()
-	if len(posted) != 3 || !strings.Contains(posted[0], `"signal_name":"SIGSEGV"`) {
+	if posted := posts(); len(posted) != 3 || !strings.Contains(posted[0], `"signal_name":"SIGSEGV"`) {
 		t.Errorf("webhook got %d posts", len(posted))
 	}
-	mu.Unlock()
 	if n := len(mails()); n != 3 {
 		t.Errorf("SMTP server got %d mails, want 3", n)
 	}
 }
 
 // fakeSMTP serves just enough SMTP on loopback to accept mail.
+// fakeWebhook serves an http webhook for one test; posts returns the
+// bodies posted so far.
+func fakeWebhook(t *testing.T) (url string, posts func() []string) {
+	var mu sync.Mutex
+	var posted []string
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, string(b))
+		mu.Unlock()
+	}))
+	t.Cleanup(web.Close)
+	return web.URL, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), posted...)
+	}
+}
+
 func fakeSMTP(t *testing.T) (string, func() []string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -754,15 +753,7 @@ func TestCrashNotifySecurity(t *testing.T) {
 		t.Errorf("install with an http webhook: exit %d: %s", code, errOut)
 	}
 	_, store := crashEnv(t)
-	var mu sync.Mutex
-	var posted []string
-	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		posted = append(posted, string(b))
-		mu.Unlock()
-	}))
-	defer web.Close()
+	webURL, posts := fakeWebhook(t)
 	smtpAddr, mails := fakeSMTP(t) // offers no STARTTLS
 	marker := fmt.Sprintf("env-marker-%d", time.Now().UnixNano())
 	h := startHostileNamed(t, "ruby", `STDOUT.puts :ready; STDOUT.flush; sleep`, []string{"APP_SETTING=" + marker}, nil)
@@ -770,7 +761,7 @@ func TestCrashNotifySecurity(t *testing.T) {
 	pid := strconv.Itoa(h.pid())
 	for _, insecure := range []bool{false, true} {
 		config := filepath.Join(filepath.Dir(store), fmt.Sprintf("n%v.json", insecure))
-		cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "email": "ops@example.test", "smtp": %q, "insecure_notify": %v, "keep_free_bytes": 1}`, store, web.URL, smtpAddr, insecure)
+		cfg := fmt.Sprintf(`{"dir": %q, "webhook": %q, "email": "ops@example.test", "smtp": %q, "insecure_notify": %v, "keep_free_bytes": 1}`, store, webURL, smtpAddr, insecure)
 		if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -793,8 +784,7 @@ func TestCrashNotifySecurity(t *testing.T) {
 	if !strings.Contains(string(b), marker) {
 		t.Fatalf("setup: the local report lacks the environment marker")
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	posted := posts()
 	if len(posted) != 1 || len(mails()) != 1 {
 		t.Fatalf("with --insecure-notify: %d posts and %d mails, want 1 each (and none before)", len(posted), len(mails()))
 	}
