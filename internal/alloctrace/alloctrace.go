@@ -249,7 +249,7 @@ func parseSites(b []byte) (*Report, error) {
 // Group merges sites by "file", "line" (file and line), "class", or, for
 // "" or "site", keeps file:line:class; fields not grouped on are cleared.
 func Group(sites []Site, by string) ([]Site, error) {
-	key := func(s Site) Site { return Site{File: s.File, Line: s.Line, Class: s.Class} }
+	var key func(s Site) Site
 	switch by {
 	case "", "site":
 		return sites, nil

@@ -17,14 +17,13 @@ import (
 
 // testSection is one section of an ELF file built by buildELF.
 type testSection struct {
-	name     string
-	typ      elf.SectionType
-	link     uint32
-	entsize  uint64
-	data     []byte
-	size     uint64 // declared size when data is nil (a sparse region)
-	off      uint64 // file offset when data is nil
-	addrFlag bool   // SHF_ALLOC, placed in the loaded first page
+	name    string
+	typ     elf.SectionType
+	link    uint32
+	entsize uint64
+	data    []byte
+	size    uint64 // declared size when data is nil (a sparse region)
+	off     uint64 // file offset when data is nil
 }
 
 // buildELF writes a little-endian ELF64 shared object: one PT_LOAD of the

@@ -165,7 +165,6 @@ type parser struct {
 	rec    *Record
 	intern map[string]string
 	scr    []byte // scratch for decoding escaped strings
-	errMsg string
 }
 
 // errSyntax marks a JSON syntax error; the message is encoding/json's.
