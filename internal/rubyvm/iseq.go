@@ -251,19 +251,26 @@ func (v *VM) iseqLabel(iseq uint64, owner uint64) (string, error) {
 			if info.parent == 0 || info.local == iseq {
 				return info.label, nil
 			}
-			{
-				for info.local != local {
-					li, err := v.iseq(local)
-					if err != nil {
-						return "", err
-					}
-					if li.typ == L.IseqTypeBlock {
-						level++
-					}
-					if local = li.parent; local == 0 || level > maxIseqNesting {
-						return "", fmt.Errorf("iseq %#x: parent chain does not reach its local iseq: %w", iseq, ErrGarbage)
-					}
+			// Steps, not only block levels, bound the walk: a torn or
+			// hostile parent chain may loop through other iseq types.
+			for steps := 0; info.local != local; steps++ {
+				li, err := v.iseq(local)
+				if err != nil {
+					return "", err
 				}
+				if li.typ == L.IseqTypeBlock {
+					level++
+				}
+				if local = li.parent; local == 0 || steps > maxIseqNesting {
+					return "", fmt.Errorf("iseq %#x: parent chain does not reach its local iseq: %w", iseq, ErrGarbage)
+				}
+			}
+			// The local iseq is its own local: one that names another
+			// would send this recursion round for ever.
+			if li, err := v.iseq(local); err != nil {
+				return "", err
+			} else if (li.typ == L.IseqTypeBlock || li.typ == L.IseqTypePlain) && li.parent != 0 && li.local != local {
+				return "", fmt.Errorf("iseq %#x: its local iseq %#x has a local iseq of its own: %w", iseq, local, ErrGarbage)
 			}
 			in, err := v.iseqLabel(local, owner)
 			if err != nil {

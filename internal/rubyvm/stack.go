@@ -291,7 +291,7 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	// The frames' environments mostly lie in the value stack below them,
 	// up to the innermost frame's sp: read that once, not a word at a time.
 	v.env = valueStack{}
-	if sp := le64(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
+	if sp := cfpSP(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
 		if b, err := v.m.read(st.vmStack, int(sp-st.vmStack)); err == nil {
 			v.env = valueStack{base: st.vmStack, b: b}
 		}
@@ -356,10 +356,9 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			}
 			v.lines[key] = line
 		}
-		owner, err := v.frameOwner(ep)
-		if err != nil {
-			return Frame{}, false, err
-		}
+		// Without its owner (an environment that cannot be read) the
+		// frame keeps its path and line, under the bare label.
+		owner, _ := v.frameOwner(ep)
 		if info.cTrace {
 			return Frame{Kind: KindCFunc, Label: v.methodLabel(owner, info.label)}, true, nil
 		}
@@ -529,4 +528,14 @@ func (v *VM) envRead(addr uint64, n int) ([]byte, error) {
 		return e.b[addr-e.base : addr-e.base+uint64(n)], nil
 	}
 	return v.m.read(addr, n)
+}
+
+// cfpSP is the sp of the control frame at the start of raw, or 0 when the
+// layout lacks the field (a build whose DWARF has no rb_control_frame_t.sp:
+// the value stack is then read a word at a time).
+func cfpSP(raw []byte, off int64) uint64 {
+	if off < 0 {
+		return 0
+	}
+	return le64(raw, off)
 }
