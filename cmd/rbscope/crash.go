@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -111,10 +112,21 @@ settings exactly.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			var n [8]int64
+			kernel := len(args) == 8
 			for i, a := range args {
 				v, err := strconv.ParseInt(a, 10, 64)
-				if i == 4 && a == "18446744073709551615" { // %c of an unlimited RLIMIT_CORE
-					v, err = -1, nil
+				if i == 4 {
+					// %c is the process's own RLIMIT_CORE, printed unsigned:
+					// the process chooses it. At or above 2^63: unlimited.
+					u, uerr := strconv.ParseUint(a, 10, 64)
+					v, err = int64(min(u, math.MaxInt64)), uerr
+					if u >= math.MaxInt64 {
+						v = -1
+					}
+				}
+				if err != nil && i >= 4 {
+					kernel = false // never lose a crash over the optional four
+					continue
 				}
 				if err != nil {
 					return usageError{fmt.Errorf("argument %d (%q) is not a number", i+1, a)}
@@ -126,7 +138,7 @@ settings exactly.`,
 				return err
 			}
 			r, err := crash.Handle(cfg, crash.Args{PID: int(n[0]), TID: int(n[1]), Signal: int(n[2]), Time: time.Unix(n[3], 0),
-				Kernel: len(args) == 8, CoreLimit: n[4], Dumpable: int(n[5]), UID: n[6], GID: n[7]}, os.Stdin)
+				Kernel: kernel, CoreLimit: n[4], Dumpable: int(n[5]), UID: n[6], GID: n[7]}, os.Stdin)
 			if err != nil {
 				return err
 			}

@@ -412,3 +412,20 @@ func TestCrashInstallErrors(t *testing.T) {
 		t.Errorf("world-writable store: exit %d %q", code, errOut)
 	}
 }
+
+// TestCrashHandleOddCoreLimit: %c is the crashing process's own
+// RLIMIT_CORE, printed unsigned; a value above 2^63 (or anything odd in
+// the four optional arguments) must not cost the crash its report.
+func TestCrashHandleOddCoreLimit(t *testing.T) {
+	config, store := crashEnv(t)
+	pid := fmt.Sprint(testruby.NoSuchPID())
+	now := fmt.Sprint(time.Now().Unix())
+	for _, limit := range []string{"9223372036854775808", "x"} {
+		if out, code := handle(t, config, strings.NewReader("not a core"), pid, pid, "11", now, limit, "1", "0", "0"); code != 0 {
+			t.Errorf("%%c %s: exit %d: %s", limit, code, out)
+		}
+	}
+	if ids, _ := crash.List(store); len(ids) != 2 {
+		t.Errorf("%d reports kept, want 2", len(ids))
+	}
+}

@@ -50,7 +50,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 			if follow {
 				return followThreads(c.Context(), pid, asJSON, poll)
 			}
-			rows, err := threadTable(pid, interval, !nonblocking)
+			rows, err := threadTable(c.Context(), pid, interval, !nonblocking)
 			if err != nil {
 				return err
 			}
@@ -97,7 +97,7 @@ type rubyThread struct {
 
 var kernelStates = map[byte]string{'R': "running", 'S': "sleeping", 'D': "disk-wait", 'T': "stopped", 't': "traced", 'Z': "zombie", 'X': "dead", 'I': "idle"}
 
-func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, error) {
+func threadTable(ctx context.Context, pid int, interval time.Duration, pause bool) ([]threadRow, error) {
 	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,11 @@ func threadTable(pid int, interval time.Duration, pause bool) ([]threadRow, erro
 	if err != nil {
 		return nil, err
 	}
-	time.Sleep(interval)
+	select {
+	case <-time.After(interval):
+	case <-ctx.Done():
+		return nil, exitCode(130) // interrupted while measuring CPU use
+	}
 	after, err := t.Tasks() // kernel states, before pausing changes them
 	if err != nil {
 		return nil, err

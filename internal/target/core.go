@@ -395,7 +395,19 @@ func (c *Core) Open(path string) (*os.File, error) {
 	if c.opts.Sysroot != "" && host != c.opts.Exe {
 		root, rel = c.opts.Sysroot, strings.TrimSuffix(path, " (deleted)")
 	}
-	f, err := OpenInRoot(root, rel, false) // no symlink followed at the end, no FIFO opened
+	var f *os.File
+	var err error
+	if c.opts.Exe != "" && host == c.opts.Exe {
+		// The user's own --exe: relative to the working directory, and a
+		// symbolic link to the interpreter is fine (it is no FIFO still).
+		if abs, aerr := filepath.Abs(host); aerr == nil {
+			f, err = OpenRegular(abs)
+		} else {
+			err = aerr
+		}
+	} else {
+		f, err = OpenInRoot(root, rel, false) // no symlink followed at the end, no FIFO opened
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, &MissingFileError{Path: path, Tried: host, Err: err}

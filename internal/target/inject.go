@@ -185,7 +185,7 @@ func segvMasked(pid, tid int) (blocked, ignored bool, err error) {
 // borrow saves tid's registers, runs f (on the tracer thread, where the
 // session's do runs) and restores them whatever f did. Meanwhile rbscope's
 // own oom_score_adj is -1000 (see holdOffOOM).
-func (s *Stopped) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
+func (s *Stopped) borrow(tid int, f func(saved *unix.PtraceRegs) error) (err error) {
 	if s.ended {
 		return errEnded
 	}
@@ -202,11 +202,21 @@ func (s *Stopped) borrow(tid int, f func(saved *unix.PtraceRegs) error) error {
 	if err := saved.save(tid); err != nil {
 		return err
 	}
-	err := f(&saved.regs)
-	if rerr := saved.restore(tid); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	return err
+	// Deferred: a panic in f must not let the thread go with borrowed
+	// registers.
+	defer func() {
+		if rerr := saved.restore(tid); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return f(&saved.regs)
+}
+
+// borrowing tells whether a thread of some target is borrowed right now.
+func borrowing() bool {
+	oomHold.Lock()
+	defer oomHold.Unlock()
+	return oomHold.count > 0
 }
 
 func (s *savedThread) save(tid int) error {

@@ -252,6 +252,11 @@ func (l *Live) startTracing() {
 				// holding the threads: rbscope removes the outputs it was
 				// writing and exits, and the kernel lets every thread it
 				// traces go (none is in a group stop).
+				// Not in the middle of an injected call, though: the kernel
+				// would let that thread go with borrowed registers.
+				for deadline := time.Now().Add(InjectTimeout + time.Second); borrowing() && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
 				tempfiles.RemoveAll()
 				os.Exit(128 + int(sig.(syscall.Signal)))
 			}
