@@ -216,6 +216,9 @@ func handle(t *testing.T, config string, stdin io.Reader, args ...string) (strin
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
 	}
+	if err != nil {
+		t.Fatal(err) // rbscope did not run at all: no exit status to report
+	}
 	return string(out), 0
 }
 

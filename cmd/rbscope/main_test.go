@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -204,7 +205,23 @@ func TestSignalEndsAnyCommand(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Signal once rbscope catches SIGINT (SigCgt), however slow its start.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		var caught uint64
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+				caught, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
+		}
+		if caught&(1<<(uint(syscall.SIGINT)-1)) != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("setup: rbscope never caught SIGINT")
+		}
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

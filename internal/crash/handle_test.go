@@ -34,11 +34,12 @@ func TestHandleReadDeadline(t *testing.T) {
 	}()
 	select {
 	case r := <-done:
-		if took := time.Since(start); took > 3*time.Second {
+		// Not blocked for ever: a busy second core may slow the rest.
+		if took := time.Since(start); took > 10*time.Second {
 			t.Errorf("the handler took %v with a timeout of 2s", took)
 		}
 		if r == nil {
-			return
+			t.Fatal("Handle returned no report and no error")
 		}
 		if !strings.Contains(strings.Join(r.Problems, "\n"), "ruby: the handler's time ran out") {
 			t.Errorf("the report does not say the Ruby read was cut short: %q", r.Problems)

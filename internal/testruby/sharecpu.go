@@ -53,7 +53,9 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 		}
 	}()
 	<-started
-	return func() { done.Store(true) }
+	stop = func() { done.Store(true) }
+	t.Cleanup(stop) // a test that fails early must not leave a core spinning
+	return stop
 }
 
 // NoSuchPID is a PID no process can have (above the kernel's pid_max), for
