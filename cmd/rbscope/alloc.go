@@ -100,7 +100,7 @@ func traceAllocations(ctx context.Context, pid int, duration, timeout time.Durat
 			return nil, fmt.Errorf("interrupted, and %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "rbscope: interrupted; allocation tracing in pid %d is off again\n", pid)
-		return nil, exitCode(130)
+		return nil, interrupted(ctx)
 	}
 	return sess.Stop()
 }

@@ -111,7 +111,7 @@ func runInProcess(ctx context.Context, pid int, code string, opt rubyexec.Option
 	res, err := rubyexec.Run(t, vm, code, opt)
 	if errors.Is(err, rubyexec.ErrCanceled) {
 		fmt.Fprintln(os.Stderr, "rbscope:", err)
-		return nil, exitCode(130)
+		return nil, interrupted(ctx)
 	}
 	return res, err
 }

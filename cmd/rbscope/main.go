@@ -26,6 +26,30 @@ const stopsOnSignal = "stops-on-signal"
 // has, after a signal, before rbscope exits.
 const interruptGrace = 100 * time.Millisecond
 
+// signalStatus is the exit status a signal's default action would have
+// given (128 plus its number), for a run the signal ended.
+func signalStatus(s os.Signal) exitCode {
+	if n, ok := s.(syscall.Signal); ok {
+		return exitCode(128 + int(n))
+	}
+	return exitCode(130)
+}
+
+// receivedSignal is the cause of the run's context when a signal ended it.
+type receivedSignal struct{ os.Signal }
+
+func (s receivedSignal) Error() string { return "received " + s.Signal.String() }
+
+// interrupted is the status of a command the run's signal ended: 128 plus
+// the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+func interrupted(ctx context.Context) exitCode {
+	var s receivedSignal
+	if errors.As(context.Cause(ctx), &s) {
+		return signalStatus(s.Signal)
+	}
+	return exitCode(130)
+}
+
 // usageError marks a mistake in the command line (exit status 2).
 type usageError struct{ error }
 
@@ -48,16 +72,27 @@ func run(args []string) (code int) {
 	// turns tracing off); any other is ended after interruptGrace, as the
 	// signal would have ended it, its temporary outputs removed. (A target
 	// standing still meanwhile is let go at once: see target.WhilePaused.)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		if s, ok := <-signals; ok {
+			cancel(receivedSignal{s})
+		}
+	}()
 	root := newRootCmd()
 	root.SetArgs(args)
 	if c, _, err := root.Find(args); err == nil && c.Annotations[stopsOnSignal] == "" {
 		go func() {
 			<-ctx.Done()
+			if context.Cause(ctx) == context.Canceled {
+				return // the run ended by itself
+			}
 			time.Sleep(interruptGrace)
 			tempfiles.RemoveAll()
-			os.Exit(130)
+			os.Exit(int(interrupted(ctx)))
 		}()
 	}
 	err := root.ExecuteContext(ctx)

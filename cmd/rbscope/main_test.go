@@ -189,11 +189,17 @@ func TestStackPermissionDenied(t *testing.T) {
 	}
 }
 
-// TestSignalEndsAnyCommand: SIGINT ends even a command that does not
-// watch the run's context (here heap top, blocked reading a pipe that
-// never ends), with status 130, as the signal's default would have, and
-// without a Go stack.
+// TestSignalEndsAnyCommand: SIGINT, SIGTERM and SIGHUP end even a command
+// that does not watch the run's context (here heap top, blocked reading a
+// pipe that never ends), with the status the signal's default would have
+// given (128 plus its number), and without a Go stack.
 func TestSignalEndsAnyCommand(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) { signalEndsHeapTop(t, sig) })
+	}
+}
+
+func signalEndsHeapTop(t *testing.T, sig syscall.Signal) {
 	cmd := exec.Command(rbscopeBin, "heap", "top", "/dev/stdin")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -216,18 +222,18 @@ func TestSignalEndsAnyCommand(t *testing.T) {
 			t.Fatal("setup: heap top never opened /dev/stdin")
 		}
 	}
-	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Process.Signal(sig)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		ee, ok := err.(*exec.ExitError)
-		if !ok || ee.ExitCode() != 130 || strings.Contains(stderr.String(), "goroutine") {
-			t.Errorf("heap top after SIGINT: %v, stderr %q; want exit 130", err, stderr.String())
+		if !ok || ee.ExitCode() != 128+int(sig) || strings.Contains(stderr.String(), "goroutine") {
+			t.Errorf("heap top after %v: %v, stderr %q; want exit %d", sig, err, stderr.String(), 128+int(sig))
 		}
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
-		t.Fatal("heap top did not end on SIGINT")
+		t.Fatalf("heap top did not end on %v", sig)
 	}
 }
 

@@ -110,7 +110,7 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 	select {
 	case <-time.After(interval):
 	case <-ctx.Done():
-		return nil, exitCode(130) // interrupted while measuring CPU use
+		return nil, interrupted(ctx) // interrupted while measuring CPU use
 	}
 	after, err := t.Tasks() // kernel states, before pausing changes them
 	if err != nil {
