@@ -166,6 +166,11 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	streamDone := make(chan streamed, 1)
 	var notes noteCatcher
 	go func() {
+		defer func() {
+			if p := recover(); p != nil { // a bug must not cost the report
+				streamDone <- streamed{err: fmt.Errorf("rbscope's internal error: %v", p)}
+			}
+		}()
 		info, err := stream(ctx, cfg, dir, a, core, &notes)
 		streamDone <- streamed{info, err}
 	}()
@@ -233,20 +238,25 @@ func readBudget(timeout time.Duration) time.Duration {
 }
 
 // within runs f and waits for it until ctx ends. It reports whether f
-// finished; if not, it says in problems that what's time ran out, and f
-// goes on alone: it must write only variables nobody reads after this.
+// finished; if not, it says in problems that what's time ran out (or that
+// f panicked: a bug in one part must not cost the rest of the report), and
+// f goes on alone: it must write only variables nobody reads after this.
 func within(ctx context.Context, what string, problems *[]string, f func()) bool {
 	if ctx.Err() != nil {
 		*problems = append(*problems, what+": not read, the handler's time ran out")
 		return false
 	}
-	done := make(chan struct{})
+	done := make(chan any, 1)
 	go func() {
-		defer close(done)
+		defer func() { done <- recover() }()
 		f()
 	}()
 	select {
-	case <-done:
+	case p := <-done:
+		if p != nil {
+			*problems = append(*problems, fmt.Sprintf("%s: not read, rbscope's internal error: %v", what, p))
+			return false
+		}
 		return true
 	case <-ctx.Done():
 		*problems = append(*problems, what+": the handler's time ran out while reading it")

@@ -1,6 +1,7 @@
 package crash
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,5 +50,21 @@ func TestHandleReadDeadline(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler blocked on a read past its timeout")
+	}
+}
+
+// TestWithinSurvivesPanic: a part of the report that panics costs only
+// that part: within reports it unread and says why, and the handler goes on.
+func TestWithinSurvivesPanic(t *testing.T) {
+	var problems []string
+	var got int
+	if within(context.Background(), "ruby", &problems, func() { got = 1; panic("a bug") }) {
+		t.Error("within reported a part that panicked as read")
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "ruby: not read") || !strings.Contains(problems[0], "a bug") {
+		t.Errorf("problems = %q", problems)
+	}
+	if !within(context.Background(), "exe", &problems, func() { got = 2 }) || got != 2 {
+		t.Error("within after a panic did not run the next part")
 	}
 }

@@ -52,8 +52,11 @@ func TestDriftRecovers(t *testing.T) {
 			if v.Layout.ThreadName != good.ThreadName {
 				t.Errorf("ThreadName %d after the drift, want %d", v.Layout.ThreadName, good.ThreadName)
 			}
-			if len(v.Adjusted) != 1 || !strings.HasPrefix(v.Adjusted[0], "ThreadName ") {
+			if len(v.Adjusted) != 1 || !strings.HasPrefix(v.Adjusted[0], "ThreadName ") || !strings.Contains(v.Adjusted[0], "known: test") {
 				t.Errorf("Adjusted = %q", v.Adjusted)
+			}
+			if len(v.Unexpected()) != 0 {
+				t.Errorf("a known drift is reported as unexpected: %q", v.Unexpected())
 			}
 			ths, err := v.Threads()
 			if err != nil || len(ths) == 0 {
