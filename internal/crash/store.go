@@ -127,7 +127,8 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.Core.Truncated {
 			core += ", TRUNCATED at the size cap"
 		}
-	} else if r.Core.NotStored != "" {
+	}
+	if r.Core.NotStored != "" { // why it is missing or cut short
 		core += ": " + textsafe.Clean(r.Core.NotStored)
 	}
 	fmt.Fprintf(w, "core:    %s\n", core)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,16 @@ func TestExpandPatternKernelValues(t *testing.T) {
 	got = expandPattern(argv[:2], Args{PID: 1 << 30})
 	if want := []string{"18446744073709551615", "1"}; !slices.Equal(got, want) {
 		t.Errorf("without them: %q, want %q", got, want)
+	}
+}
+
+// TestTextSaysWhyCoreIsShort: a core that was stored only in part (the
+// disk filled, the time ran out) says so in report.txt beside its file.
+func TestTextSaysWhyCoreIsShort(t *testing.T) {
+	r := Report{ID: "x", Core: CoreInfo{File: "core.zst", Bytes: 10, Stored: 4, NotStored: "writing core.zst failed (what it holds is cut short): no space left on device"}}
+	var b strings.Builder
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "core.zst (10 bytes read, 4 stored): writing core.zst failed") {
+		t.Errorf("report.txt hides why the core is short:\n%s", b.String())
 	}
 }
