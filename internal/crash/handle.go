@@ -43,15 +43,26 @@ type Args struct {
 	UID, GID  int64
 }
 
-// uid is the crashed process's real uid: the kernel's %u, else the owner
-// of its /proc directory; -1 when neither is known.
+// uid is the crashed process's real uid: the kernel's %u, else its status
+// file's; -1 when neither is known.
 func (a Args) uid() int64 {
 	if a.Kernel {
 		return a.UID
 	}
-	if st, err := os.Stat(fmt.Sprintf("/proc/%d", a.PID)); err == nil {
-		if s, ok := st.Sys().(*syscall.Stat_t); ok {
-			return int64(s.Uid)
+	// The real uid, as the kernel's %u gives it: the first of the status
+	// file's Uid fields (/proc/PID's owner is the effective uid, and root
+	// for a process that is not dumpable).
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.PID))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if uid, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return uid
+				}
+			}
 		}
 	}
 	return -1

@@ -1,10 +1,14 @@
 package crash
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,5 +70,30 @@ func TestWithinSurvivesPanic(t *testing.T) {
 	}
 	if !within(context.Background(), "exe", &problems, func() { got = 2 }) || got != 2 {
 		t.Error("within after a panic did not run the next part")
+	}
+}
+
+// TestUIDIsTheRealOne: without the kernel's %u, the report's uid is the
+// process's real uid (what %u gives), not the owner of /proc/PID, which is
+// its effective uid.
+func TestUIDIsTheRealOne(t *testing.T) {
+	p := exec.Command("perl", "-e", `$< = 65534; $| = 1; print "ready\n"; sleep 30`)
+	out, err := p.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Skipf("no perl to make a process whose real and effective uids differ: %v", err)
+	}
+	defer func() { p.Process.Kill(); p.Wait() }()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	st, err := os.Stat(fmt.Sprintf("/proc/%d", p.Process.Pid))
+	if err != nil || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("setup: /proc/%d should be owned by the effective uid 0: %v", p.Process.Pid, err)
+	}
+	if got := (Args{PID: p.Process.Pid}).uid(); got != 65534 {
+		t.Errorf("uid %d, want the real uid 65534", got)
 	}
 }
