@@ -62,7 +62,7 @@ func rotate(dir string, keep int, uid int64) {
 	}
 	var mine []string
 	for _, id := range ids {
-		if r, err := Load(dir, id); err == nil && r.UID == uid {
+		if u, ok := reportUID(dir, id); ok && u == uid {
 			mine = append(mine, id)
 		}
 	}
@@ -77,6 +77,36 @@ func rotate(dir string, keep int, uid int64) {
 		os.RemoveAll(filepath.Join(dir, ids[0]))
 		ids = ids[1:]
 	}
+}
+
+// reportUID reads the uid of a stored report from the head of its
+// report.json, where Report puts it, without decoding the rest (the
+// stacks can be megabytes, and the handler rotates before every report).
+// ok is false for a report that has none there.
+func reportUID(dir, id string) (uid int64, ok bool) {
+	f, err := os.Open(filepath.Join(dir, id, "report.json"))
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	dec := json.NewDecoder(io.LimitReader(f, 64<<10))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		if key == "uid" {
+			return uid, dec.Decode(&uid) == nil
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 // rotateAllFactor: the store keeps at most this many times MaxCrashes

@@ -18,7 +18,9 @@ func TestRotatePerUser(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, id), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		b, _ := json.Marshal(Report{ID: id, UID: uid})
+		// A report is large (rotation must not need all of it to know
+		// whose it is).
+		b, _ := json.Marshal(Report{ID: id, UID: uid, Cmdline: []string{strings.Repeat("x", 100<<10)}})
 		if err := os.WriteFile(filepath.Join(dir, id, "report.json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
