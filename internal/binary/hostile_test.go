@@ -330,29 +330,43 @@ func TestMatchesMemory(t *testing.T) {
 }
 
 // TestHugeDeclaredDebugInfo: debug sections declared larger than the budget
-// (a sparse file) are not read.
+// are not read; nor are ones within it that the file does not hold (a
+// sparse file reads as zeros for as long as it claims to be).
 func TestHugeDeclaredDebugInfo(t *testing.T) {
-	const huge = MaxDebugBytes + 1
-	raw := buildELF([]testSection{{name: ".debug_info", typ: elf.SHT_PROGBITS, off: 48 << 10, size: huge}})
-	path, f := sparseFile(t, "sparse.debug", raw, 48<<10+huge)
-	im, err := newImage(f, nil, path, []target.Mapping{{Start: 0x7f0000000000, End: 0x7f0000010000, Perms: "r--p", Path: path}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := im.File.Section(".debug_info"); s == nil || s.Size != huge {
-		t.Fatalf("setup: the parser does not see a %d-byte .debug_info", uint64(huge))
-	}
-	im.opener = func(string) (*os.File, error) { return nil, os.ErrNotExist }
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	if d := im.DWARF(); d != nil {
-		t.Error("debug information over the budget was read")
-	}
-	runtime.ReadMemStats(&after)
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
-		t.Errorf("looking for debug information allocated %d MB", grew>>20)
-	}
-	if !strings.Contains(strings.Join(im.Skipped, " "), "debug information") {
-		t.Errorf("the skipped debug information is not reported: %q", im.Skipped)
+	for _, c := range []struct {
+		name string
+		size uint64
+		why  string
+	}{
+		{"over the budget", MaxDebugBytes + 1, "bytes declared (at most"},
+		{"sparse", 512 << 20, "a sparse file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw := buildELF([]testSection{{name: ".debug_info", typ: elf.SHT_PROGBITS, off: 48 << 10, size: c.size}})
+			path, f := sparseFile(t, "sparse.debug", raw, 48<<10+int64(c.size))
+			if st := statBlocks(t, path); st.disk > 1<<20 {
+				t.Fatalf("setup: the file takes %d bytes on disk: not sparse", st.disk)
+			}
+			im, err := newImage(f, f, path, []target.Mapping{{Start: 0x7f0000000000, End: 0x7f0000010000, Perms: "r--p", Path: path}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := im.File.Section(".debug_info"); s == nil || s.Size != c.size {
+				t.Fatalf("setup: the parser does not see a %d-byte .debug_info", c.size)
+			}
+			im.opener = func(string) (*os.File, error) { return nil, os.ErrNotExist }
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if d := im.DWARF(); d != nil {
+				t.Error("the declared debug information was read")
+			}
+			runtime.ReadMemStats(&after)
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+				t.Errorf("looking for debug information allocated %d MB", grew>>20)
+			}
+			if !strings.Contains(strings.Join(im.Skipped, " "), c.why) {
+				t.Errorf("the skipped debug information is not reported as %q: %q", c.why, im.Skipped)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -501,12 +502,11 @@ func (im *Image) DWARF() *dwarf.Data {
 		return im.dwarf
 	}
 	im.dwarfOK = true
-	if n := debugBytes(im.File); n > MaxDebugBytes {
-		im.Skipped = append(im.Skipped, fmt.Sprintf("debug information: %d bytes declared (at most %d read)", n, MaxDebugBytes))
-	}
-	if d := dwarfOf(im.File); d != nil {
+	if d, why := dwarfOf(im.File, im.file); d != nil {
 		im.dwarf = d
 		return d
+	} else if why != "" {
+		im.Skipped = append(im.Skipped, "debug information: "+why)
 	}
 	id := im.BuildID()
 	if id == "" {
@@ -533,35 +533,98 @@ func (im *Image) DWARF() *dwarf.Data {
 			f.Close() // not the debug file of this image
 			continue
 		}
-		if d := dwarfOf(ef); d != nil {
+		d, why := dwarfOf(ef, f)
+		if d != nil {
 			im.dwarf = d // the file stays open for the life of the process
 			return d
+		}
+		if why != "" {
+			im.Skipped = append(im.Skipped, fmt.Sprintf("debug information in %s: %s", p, why))
 		}
 		f.Close()
 	}
 	return nil
 }
 
-func dwarfOf(ef *elf.File) *dwarf.Data {
-	if ef.Section(".debug_info") == nil || debugBytes(ef) > MaxDebugBytes {
-		return nil
+// dwarfOf returns the debug information of ef, read from file, or nil and
+// why not when it has some rbscope will not read ("" when it has none).
+func dwarfOf(ef *elf.File, file any) (*dwarf.Data, string) {
+	if ef.Section(".debug_info") == nil && ef.Section(".zdebug_info") == nil {
+		return nil, ""
+	}
+	if why := debugOverBudget(ef, file); why != "" {
+		return nil, why
 	}
 	d, err := ef.DWARF()
 	if err != nil {
-		return nil
+		return nil, ""
 	}
-	return d
+	return d, ""
 }
 
-// debugBytes is the declared size of the sections ef.DWARF reads.
-func debugBytes(ef *elf.File) uint64 {
-	var n uint64
+// Limits on what debug sections may declare beyond MaxDebugBytes: data
+// the file stores in full must be on its disk (a sparse file claiming a
+// gigabyte of zeros is refused), and a compressed section may expand at
+// most maxDebugInflation times (real DWARF compresses 3 to 8 times).
+const (
+	maxDebugInflation = 64
+	sparseSlack       = 1 << 20
+)
+
+// debugOverBudget says why the debug sections ef.DWARF would read are more
+// than rbscope reads: over MaxDebugBytes as declared (uncompressed), more
+// than file holds on disk, or compressed past maxDebugInflation. It
+// returns "" when they are within budget. file is what ef reads (an
+// *os.File gives its allocated size; other readers are in memory).
+func debugOverBudget(ef *elf.File, file any) string {
+	var declared, stored uint64
 	for _, s := range ef.Sections {
-		if strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
-			n += min(s.Size, math.MaxUint64-n)
+		if !debugSection(s.Name) {
+			continue
+		}
+		size := s.Size
+		if strings.HasPrefix(s.Name, ".zdebug_") {
+			size = zdebugSize(s)
+		}
+		if s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug_") {
+			if s.FileSize > 0 && size/s.FileSize > maxDebugInflation {
+				return fmt.Sprintf("%s declares %d bytes from %d compressed (at most %d times)", s.Name, size, s.FileSize, maxDebugInflation)
+			}
+		}
+		if s.Type != elf.SHT_NOBITS {
+			stored += min(s.FileSize, math.MaxUint64-stored)
+		}
+		declared += min(size, math.MaxUint64-declared)
+	}
+	if declared > MaxDebugBytes {
+		return fmt.Sprintf("%d bytes declared (at most %d read)", declared, MaxDebugBytes)
+	}
+	if f, ok := file.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && stored > uint64(st.Blocks)*512+sparseSlack {
+				return fmt.Sprintf("%d bytes declared, but the file holds %d on disk (a sparse file)", stored, st.Blocks*512)
+			}
 		}
 	}
-	return n
+	return ""
+}
+
+// debugSection tells whether ef.DWARF reads a section of that name: the
+// debug sections, compressed or not, and their relocations.
+func debugSection(name string) bool {
+	name = strings.TrimPrefix(strings.TrimPrefix(name, ".rela"), ".rel")
+	return strings.HasPrefix(name, ".debug_") || strings.HasPrefix(name, ".zdebug_")
+}
+
+// zdebugSize is the uncompressed size a GNU .zdebug_ section declares in
+// its header ("ZLIB" and a big-endian 64-bit size), or its stored size
+// when the header cannot be read.
+func zdebugSize(s *elf.Section) uint64 {
+	var h [12]byte
+	if _, err := s.ReadAt(h[:], 0); err != nil || string(h[:4]) != "ZLIB" {
+		return s.Size
+	}
+	return encbin.BigEndian.Uint64(h[4:])
 }
 
 func (im *Image) debugFileCandidates() []string {

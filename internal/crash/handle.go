@@ -145,6 +145,40 @@ type Notification struct {
 // threads (a hostile process can hold many threads of deep stacks).
 const reportFrameBudget = 200000
 
+// reportFrameBytes bounds what the Ruby frames of one report may hold
+// (labels and paths): a hostile process can give every one of
+// reportFrameBudget frames a path of the longest string rbscope reads.
+const reportFrameBytes = 32 << 20
+
+// frameCost is what a frame is charged against reportFrameBytes: its
+// strings, plus what the report's JSON spends around them.
+func frameCost(f rubyvm.Frame) int { return len(f.Label) + len(f.BaseLabel) + len(f.Path) + 64 }
+
+// keepFrameBytes cuts the Ruby stacks of a report to budget bytes (see
+// frameCost), spending it on the crashing thread first, then on the others
+// in order, and returns how many frames it left out.
+func keepFrameBytes(threads []rubyvm.Thread, crashed, budget int) (cut int) {
+	order := make([]int, 0, len(threads))
+	for i, th := range threads {
+		if th.TID == crashed {
+			order = append([]int{i}, order...)
+		} else {
+			order = append(order, i)
+		}
+	}
+	for _, i := range order {
+		frames := threads[i].Frames
+		for j, f := range frames {
+			if budget -= frameCost(f); budget < 0 {
+				cut += len(frames) - j
+				threads[i].Frames = frames[:j:j]
+				break
+			}
+		}
+	}
+	return cut
+}
+
 // notesPrefix is how much of the core's start is kept for its notes
 // (registers of every thread, the file table).
 const notesPrefix = 16 << 20
@@ -212,6 +246,11 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	if within(readCtx, "ruby", &r.Problems, func() { ruby, rubyProblems = readRubyState(a.PID) }) {
 		r.Ruby = ruby
 		r.Problems = append(r.Problems, rubyProblems...)
+		if ruby != nil {
+			if cut := keepFrameBytes(ruby.Threads, a.TID, reportFrameBytes); cut > 0 {
+				r.Problems = append(r.Problems, fmt.Sprintf("ruby threads: %d frames not kept: their labels and paths would pass the report's %d MiB", cut, reportFrameBytes>>20))
+			}
+		}
 	}
 
 	select {
