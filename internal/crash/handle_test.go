@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -95,5 +96,26 @@ func TestUIDIsTheRealOne(t *testing.T) {
 	}
 	if got := (Args{PID: p.Process.Pid}).uid(); got != 65534 {
 		t.Errorf("uid %d, want the real uid 65534", got)
+	}
+}
+
+// TestKeepFrameBytes: a report's Ruby frames are cut at its byte budget,
+// spent on the crashing thread first, and the cut is counted.
+func TestKeepFrameBytes(t *testing.T) {
+	frames := func(n int) []rubyvm.Frame {
+		fs := make([]rubyvm.Frame, n)
+		for i := range fs {
+			fs[i] = rubyvm.Frame{Label: "m", Path: strings.Repeat("p", 1000)}
+		}
+		return fs
+	}
+	threads := []rubyvm.Thread{{TID: 1, Frames: frames(10)}, {TID: 2, Frames: frames(10)}}
+	per := frameCost(threads[0].Frames[0])
+	cut := keepFrameBytes(threads, 2, 15*per)
+	if len(threads[1].Frames) != 10 || len(threads[0].Frames) != 5 || cut != 5 {
+		t.Errorf("kept %d frames of the first thread and %d of the crashing one, cut %d; want 5, 10, 5", len(threads[0].Frames), len(threads[1].Frames), cut)
+	}
+	if cut := keepFrameBytes(threads, 2, 1<<30); cut != 0 {
+		t.Errorf("cut %d frames within the budget", cut)
 	}
 }
