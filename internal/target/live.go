@@ -219,10 +219,17 @@ func (l *Live) Threads() ([]int, error) {
 }
 
 // Open implements Target: paths resolve inside the process's root directory
-// (symlinks too, absolute ones included), and only a regular file is opened
-// (see OpenInRoot).
+// (symlinks too, absolute ones included), and only a regular file that
+// root owns and alone may write is opened (see OpenInRoot and RootOwned):
+// rbscope opens such paths to find separate debug information, whose
+// names come from the target's files, and must not read one the target's
+// user planted (forged DWARF, or a sparse file that claims a gigabyte).
 func (l *Live) Open(path string) (*os.File, error) {
-	return OpenInRoot(fmt.Sprintf("/proc/%d/root", l.pid), path, true)
+	f, err := OpenInRoot(fmt.Sprintf("/proc/%d/root", l.pid), path, true)
+	if err != nil {
+		return nil, err
+	}
+	return RootOwned(f)
 }
 
 // Exe returns the path of the process's executable, as the process sees it.
