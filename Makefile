@@ -6,7 +6,7 @@ BIN := bin/rbscope
 # a static one, and a stripped copy read through the built-in table.
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static 3.3,--stripped 3.4 3.4,--stripped
 
-.PHONY: all build deps rubies demo test vet bench clean
+.PHONY: wasm all build deps rubies demo test vet bench clean
 
 all: build
 
@@ -16,8 +16,8 @@ build:
 # deps installs what the demo and the tests need: Debian's Ruby (stripped,
 # the Ruby most users run) and gdb (the peer the benchmark compares with).
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux >/dev/null; fi
+	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they
@@ -37,11 +37,19 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
+# wasm fetches the npm packages of CRuby 3.2 and 4.0 for wasm32-wasi, whose
+# DWARF the built-in 3.2 and 4.0 tables are made from (tools/layoutgen's
+# tests make them again and compare).
+wasm:
+	@scripts/fetch-wasm.sh
+
+# RBSCOPE_STRICT_TESTS makes a test fail, not skip, when something this
+# target provides is missing (testruby.Missing).
 # Packages are tested one at a time (-p 1): several tests measure timing
 # (a known CPU split, thread births) and others start CPU-bound Ruby
 # programs, and on two cores they must not run side by side.
-test: deps rubies vet
-	$(GO) test -p 1 -count=1 ./...
+test: deps rubies wasm vet
+	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 ./...
 
 bench: deps build
 	bench/stack.sh

@@ -30,7 +30,7 @@ import (
 func crashEnv(t *testing.T, extra ...string) (config, store string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to change core_pattern")
+		testruby.Missing(t, "needs root to change core_pattern")
 	}
 	testruby.LockCorePattern(t) // released after the restore below
 	pattern, _ := os.ReadFile(crash.CorePatternPath)

@@ -118,7 +118,7 @@ func TestExecInterrupted(t *testing.T) {
 // in a root process: refused with what to grant.
 func TestExecOtherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to start processes as another user")
+		testruby.Missing(t, "needs root to start processes as another user")
 	}
 	pid := startSleeper(t, 65534)
 	if stdout, stderr, code := rbscope(t, "exec", "-p", fmt.Sprint(pid), "Process.uid"); code != 0 || stdout != "65534\n" {

@@ -61,7 +61,7 @@ func startHostile(t *testing.T, code string, env ...string) *hostile {
 func startHostileNamed(t *testing.T, exeName, code string, env, args []string) *hostile {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the target runs as nobody")
+		testruby.Missing(t, "needs root: the target runs as nobody")
 	}
 	u, err := user.Lookup("nobody")
 	if err != nil {
@@ -78,11 +78,11 @@ func startHostileNamed(t *testing.T, exeName, code string, env, args []string) *
 func startHostileAs(t *testing.T, uid, gid int, exeName, code string, env, args []string) *hostile {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the target runs as an unprivileged user")
+		testruby.Missing(t, "needs root: the target runs as an unprivileged user")
 	}
 	lib, err := filepath.EvalSymlinks(debianLibruby)
 	if err != nil {
-		t.Skipf("Debian's Ruby is not installed: %v", err)
+		testruby.Missing(t, "Debian's Ruby is not installed: %v", err)
 	}
 	dir, err := os.MkdirTemp("/tmp", "rbh")
 	if err != nil {
@@ -303,7 +303,7 @@ func gcoreBytes(t *testing.T, pid int) []byte {
 // report could not be written).
 func TestCrashHandleFullDisk(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
+		testruby.Missing(t, "needs root to mount a small tmpfs")
 	}
 	posted := make(chan string, 4)
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -166,7 +166,7 @@ func TestStackErrors(t *testing.T) {
 // root-owned Ruby: the error must say what to grant.
 func TestStackPermissionDenied(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to start a process as another user")
+		testruby.Missing(t, "needs root to start a process as another user")
 	}
 	rb := testruby.Rubies(t)[0]
 	target := exec.Command(rb.Bin, "-e", "sleep")

@@ -200,7 +200,7 @@ func TestRecordVariants(t *testing.T) {
 		}
 	}
 	if ran == 0 {
-		t.Skip("no shared build with YJIT or M:N threads")
+		testruby.Missing(t, "no shared build with YJIT or M:N threads")
 	}
 }
 
@@ -309,7 +309,7 @@ func checkFormat(t *testing.T, format string, b []byte) {
 	case "callgrind":
 		ca, err := exec.LookPath("callgrind_annotate")
 		if err != nil {
-			t.Skip("callgrind_annotate not installed (Debian package valgrind)")
+			testruby.Missing(t, "callgrind_annotate not installed (Debian package valgrind)")
 		}
 		path := filepath.Join(t.TempDir(), "callgrind.out")
 		os.WriteFile(path, b, 0o600)

@@ -70,7 +70,7 @@ collect:
 // alternate screen, q quits, and the shell's screen comes back.
 func TestTopTerminal(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed (make deps installs it)")
+		testruby.Missing(t, "tmux not installed (make deps installs it)")
 	}
 	rb := testruby.Rubies(t)[0]
 	p, _ := startSplit(t, rb, nil, "60")

@@ -121,7 +121,7 @@ func TestParseMaps(t *testing.T) {
 // may be linked), runs it and reads the string through its symbol.
 func TestLoadBiasOfLiveExecutables(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
+		testruby.Missing(t, "gcc not installed")
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "hold.c")

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/profile"
+
+	"github.com/rbscope/rbscope/internal/testruby"
 )
 
 // timedSample is a recording with a timeline: two threads of one process
@@ -50,7 +52,7 @@ func timedSample() *profile.Profile {
 func TestCallgrindAnnotate(t *testing.T) {
 	ca, err := exec.LookPath("callgrind_annotate")
 	if err != nil {
-		t.Skip("callgrind_annotate not installed (Debian package valgrind)")
+		testruby.Missing(t, "callgrind_annotate not installed (Debian package valgrind)")
 	}
 	for name, p := range map[string]*profile.Profile{"sample": sample(), "timed": timedSample()} {
 		t.Run(name, func(t *testing.T) {

@@ -126,7 +126,7 @@ func (r Ruby) String() string { return fmt.Sprintf("%s(%s)", r.Name, r.Bin) }
 func Gcore(t testing.TB, pid int) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcore"); err != nil {
-		t.Skip("gcore (gdb) is not installed")
+		Missing(t, "gcore (gdb) is not installed")
 	}
 	prefix := filepath.Join(t.TempDir(), "core")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -172,7 +172,7 @@ const CorePatternPath = "/proc/sys/kernel/core_pattern"
 func SetCorePattern(t testing.TB, pattern string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("setting kernel.core_pattern needs root")
+		Missing(t, "setting kernel.core_pattern needs root")
 	}
 	LockCorePattern(t)
 	old, err := os.ReadFile(CorePatternPath)
@@ -279,4 +279,20 @@ func Version(rb Ruby) string {
 func Older(rb Ruby, major, minor int) bool {
 	a, b, ok := versionMinor(Version(rb))
 	return ok && (a < major || (a == major && b < minor))
+}
+
+// StrictEnv names the variable that makes Missing fail instead of skip:
+// `make test` sets it, since it provides everything a test needs (root,
+// Debian's Ruby, gdb, tmux, valgrind, the built Rubies and the wasm
+// modules), and a test skipped there would pass without testing anything.
+const StrictEnv = "RBSCOPE_STRICT_TESTS"
+
+// Missing skips the test for want of something the machine lacks, or
+// fails it under StrictEnv.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(StrictEnv) != "" {
+		t.Fatalf("missing, though make test provides it: "+format, args...)
+	}
+	t.Skipf(format, args...)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
+
+	"github.com/rbscope/rbscope/internal/testruby"
 )
 
 // wasmModule finds the ruby.debug+stdlib.wasm of the @ruby/FAMILY-wasm-wasi
@@ -20,7 +22,7 @@ func wasmModule(t *testing.T, family string) string {
 	}
 	f := filepath.Join(dir, family, "package", "dist", "ruby.debug+stdlib.wasm")
 	if _, err := os.Stat(f); err != nil {
-		t.Skipf("no %s (npm pack @ruby/%s-wasm-wasi and unpack it into %s)", f, family, filepath.Join(dir, family))
+		testruby.Missing(t, "no %s (scripts/fetch-wasm.sh, or npm pack @ruby/%s-wasm-wasi and unpack it into %s)", f, family, filepath.Join(dir, family))
 	}
 	return f
 }
