@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -414,7 +415,13 @@ func (cryptoRand) Read(p []byte) (int, error) { return crand.Read(p) }
 func TestHeapDumpMode(t *testing.T) {
 	marker := fmt.Sprintf("dump-marker-%d", time.Now().UnixNano())
 	h := startHostile(t, `$keep = "`+marker+`".dup; STDOUT.puts :ready; STDOUT.flush; sleep`)
-	dir := t.TempDir()
+	// A directory every user can enter (t.TempDir's parent is 0700, which
+	// alone would keep nobody out).
+	dir, err := os.MkdirTemp("/tmp", "rbdump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	out := filepath.Join(dir, "dump.json")
 	res, code, timedOut := runBounded(t, 120*time.Second, nil, "heap", "dump", "-p", strconv.Itoa(h.pid()), "-o", out)
@@ -432,9 +439,16 @@ func TestHeapDumpMode(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("heap dump written with mode %v, want 0600", st.Mode().Perm())
 	}
-	cat := exec.Command("cat", out)
-	cat.SysProcAttr = &syscall.SysProcAttr{Credential: h.nobody}
-	if err := cat.Run(); err == nil {
+	catAsNobody := func(p string) error {
+		cat := exec.Command("cat", p)
+		cat.SysProcAttr = &syscall.SysProcAttr{Credential: h.nobody}
+		return cat.Run()
+	}
+	control := filepath.Join(dir, "control")
+	if err := os.WriteFile(control, nil, 0o644); err != nil || catAsNobody(control) != nil {
+		t.Fatalf("setup: nobody cannot read a 0644 file beside the dump (%v)", err)
+	}
+	if err := catAsNobody(out); err == nil {
 		t.Error("nobody can read the heap dump")
 	}
 }
@@ -445,6 +459,22 @@ func TestHeapDumpMode(t *testing.T) {
 // only once the target runs again, and finishes the dump when continued.
 func TestStopSignalDuringPause(t *testing.T) {
 	h := startHostile(t, `$a = Array.new(600_000) { |i| "s#{i}" }; STDOUT.puts :ready; STDOUT.flush; sleep`)
+	// The signal must reach rbscope while the target is stopped; if the
+	// pause ended first (a busy machine), the try proves nothing: again.
+	for try := 1; ; try++ {
+		if stopDuringPause(t, h) {
+			return
+		}
+		if try == 3 {
+			t.Fatal("setup: three times the heap dump's pause ended before SIGTSTP reached rbscope")
+		}
+	}
+}
+
+// stopDuringPause runs one heap dump of h, sends rbscope SIGTSTP while the
+// target is stopped, and checks the target runs while rbscope is stopped.
+// It returns false when the pause was over by the time the signal was sent.
+func stopDuringPause(t *testing.T, h *hostile) bool {
 	out := filepath.Join(t.TempDir(), "dump.json")
 	cmd := exec.Command(rbscopeBin, "heap", "dump", "-p", strconv.Itoa(h.pid()), "-o", out)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group that is not orphaned: stop signals stop it
@@ -455,7 +485,7 @@ func TestStopSignalDuringPause(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	defer func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill() }()
+	defer func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill(); <-done }()
 	paused := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !paused; {
 		paused = processState(t, h.pid()) == "t"
@@ -468,6 +498,9 @@ func TestStopSignalDuringPause(t *testing.T) {
 	}
 	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
 		t.Fatal(err)
+	}
+	if processState(t, h.pid()) != "t" {
+		return false // the pause ended before the signal: inconclusive
 	}
 	stopped := false
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !stopped; time.Sleep(time.Millisecond) {
@@ -483,12 +516,14 @@ func TestStopSignalDuringPause(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case err := <-done:
+		done <- err // for the deferred wait
 		if err != nil {
 			t.Errorf("heap dump after SIGCONT: %v: %s", err, stderr.String())
 		}
 	case <-time.After(120 * time.Second):
 		t.Fatal("heap dump did not finish after SIGCONT")
 	}
+	return true
 }
 
 // TestHostileEscapes: a target puts terminal escapes (and CR/LF) in its
@@ -600,13 +635,14 @@ func TestCrashReportRedactsValues(t *testing.T) {
 // and the program printed "woke" and exited. Queue#pop and IO.select (with
 // and without a timeout) are tested beside them.
 func TestExecLeavesWaitsAlone(t *testing.T) {
-	for name, wait := range map[string]string{
-		"sleep":             `sleep`,
-		"Mutex#sleep":       `Thread.new { sleep }; m = Mutex.new; m.synchronize { m.sleep }`,
-		"Queue#pop":         `Thread.new { sleep }; Queue.new.pop`,
-		"IO.select":         `r, w = IO.pipe; IO.select([r])`,
-		"IO.select timeout": `r, w = IO.pipe; IO.select([r], nil, nil, 60)`,
+	for name, c := range map[string]struct{ code, frame string }{
+		"sleep":             {`sleep`, "sleep"},
+		"Mutex#sleep":       {`Thread.new { sleep }; m = Mutex.new; m.synchronize { m.sleep }`, "sleep"},
+		"Queue#pop":         {`Thread.new { sleep }; Queue.new.pop`, "pop"},
+		"IO.select":         {`r, w = IO.pipe; IO.select([r])`, "select"},
+		"IO.select timeout": {`r, w = IO.pipe; IO.select([r], nil, nil, 60)`, "select"},
 	} {
+		wait := c.code
 		t.Run(name, func(t *testing.T) {
 			h := startHostile(t, `STDOUT.puts :ready; STDOUT.flush; `+wait+`; STDOUT.puts "woke"; STDOUT.flush`)
 			lines := make(chan string, 4)
@@ -620,6 +656,15 @@ func TestExecLeavesWaitsAlone(t *testing.T) {
 					lines <- line
 				}
 			}()
+			// The main thread must be in its wait before exec comes: "ready"
+			// is printed just before it.
+			waiting := false
+			for deadline := time.Now().Add(30 * time.Second); !waiting && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				waiting = processState(t, h.pid()) == "S" && mainThreadIn(t, h.pid(), c.frame)
+			}
+			if !waiting {
+				t.Fatalf("setup: the main thread never waited in %s", name)
+			}
 			out, code, timedOut := runBounded(t, 30*time.Second, nil, "exec", "-p", strconv.Itoa(h.pid()), "6 * 7")
 			if timedOut || code != 0 || strings.TrimSpace(out) != "42" {
 				t.Errorf("exec: exit %d (timed out %v): %s", code, timedOut, out)
@@ -638,6 +683,28 @@ func TestExecLeavesWaitsAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mainThreadIn tells whether the main thread of pid stands in a method whose
+// label ends in method, as rbscope stack reads it.
+func mainThreadIn(t *testing.T, pid int, method string) bool {
+	t.Helper()
+	out, _, code := rbscope(t, "stack", "--json", "-p", strconv.Itoa(pid))
+	var d struct {
+		Threads []struct {
+			Main   bool
+			Frames []struct{ Label string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &d) != nil {
+		return false
+	}
+	for _, th := range d.Threads {
+		if th.Main && len(th.Frames) > 0 {
+			return strings.HasSuffix(th.Frames[0].Label, method)
+		}
+	}
+	return false
 }
 
 // TestHostileExchange: `rbscope exec` used to take its answer from a file
@@ -733,10 +800,11 @@ sleep`, nil, []string{kind, rootDir})
 			if code != 0 || strings.TrimSpace(out) != "42" {
 				t.Errorf("exec: exit %d, %q; want 42", code, out)
 			}
+			// rbscope makes no directory the target's user could attack.
 			select {
 			case line, ok := <-attacked:
 				if ok {
-					t.Logf("the target %s", line)
+					t.Errorf("rbscope made a directory for the target's user, and the target %s", line)
 				}
 			default:
 			}

@@ -178,9 +178,10 @@ func TestAllocFork(t *testing.T) {
 				t.Fatal(err)
 			}
 			var child struct {
-				PID     int
-				Tracing bool
-				Rbscope bool
+				PID           int
+				Tracing       bool
+				Rbscope       bool
+				ParentTracing bool `json:"parent_tracing"`
 			}
 			deadline := time.Now().Add(20 * time.Second)
 			for {
@@ -198,6 +199,9 @@ func TestAllocFork(t *testing.T) {
 			}
 			if child.PID == 0 || child.PID == p.PID() {
 				t.Fatalf("setup: the report is not a child's: %+v", child)
+			}
+			if !child.ParentTracing {
+				t.Fatalf("setup: the parent did not trace allocations when it forked: %+v", child)
 			}
 			if child.Tracing || child.Rbscope {
 				t.Errorf("the child forked in the window traces allocations (%v) or has rbscope's window (%v)", child.Tracing, child.Rbscope)
