@@ -6,6 +6,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -800,13 +801,18 @@ sleep`, nil, []string{kind, rootDir})
 			if code != 0 || strings.TrimSpace(out) != "42" {
 				t.Errorf("exec: exit %d, %q; want 42", code, out)
 			}
-			// rbscope makes no directory the target's user could attack.
-			select {
-			case line, ok := <-attacked:
-				if ok {
-					t.Errorf("rbscope made a directory for the target's user, and the target %s", line)
+			// rbscope makes no directory the target's user could attack (the
+			// watcher may go on attacking the decoy it made again itself).
+			for more := true; more; {
+				select {
+				case line, ok := <-attacked:
+					if ok && !strings.HasPrefix(line, "attacked "+decoy) {
+						t.Errorf("rbscope made a directory for the target's user, and the target %s", line)
+					}
+					more = ok
+				default:
+					more = false
 				}
-			default:
 			}
 		})
 	}
@@ -858,5 +864,48 @@ func TestCrashNotifySecurity(t *testing.T) {
 	}
 	if strings.Contains(posted[0], marker) || strings.Contains(mails()[0], marker) {
 		t.Errorf("the process's environment left the host in a notification")
+	}
+}
+
+// TestHostileLibraryReplaced: exec and alloc used to call functions at
+// addresses taken from the libruby now at the mapped path, not the one
+// mapped: after another build is renamed over it (an upgrade does this to
+// every running Ruby), they jumped into the wrong code. They must call
+// the mapped library's functions.
+func TestHostileLibraryReplaced(t *testing.T) {
+	other := ""
+	libs, _ := filepath.Glob("/var/cache/rbscope/rubies/*-shared/lib/libruby.so.*.*.*")
+	for _, l := range libs {
+		if st, err := os.Lstat(l); err == nil && st.Mode().IsRegular() {
+			other = l
+			break
+		}
+	}
+	if other == "" {
+		testruby.Missing(t, "no other libruby build in the cache to rename over the target's (make rubies)")
+	}
+	h := startHostile(t, `STDOUT.puts :ready; STDOUT.flush; sleep`)
+	b, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := h.lib + ".new"
+	if err := errors.Join(os.WriteFile(tmp, b, 0o755), os.Chown(tmp, int(h.nobody.Uid), int(h.nobody.Gid)), os.Rename(tmp, h.lib)); err != nil {
+		t.Fatal(err)
+	}
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", h.pid()))
+	if !strings.Contains(string(maps), h.lib+" (deleted)") {
+		t.Fatalf("setup: the target's libruby is not replaced on disk:\n%s", maps)
+	}
+	out, code, timedOut := runBounded(t, 60*time.Second, nil, "exec", "-p", strconv.Itoa(h.pid()), "6 * 7")
+	if timedOut || code != 0 || strings.TrimSpace(out) != "42" {
+		t.Errorf("exec after the library was replaced: exit %d (timed out %v): %s", code, timedOut, out)
+	}
+	out, code, timedOut = runBounded(t, 60*time.Second, nil, "alloc", "-p", strconv.Itoa(h.pid()), "-d", "1s")
+	if timedOut || code != 0 {
+		t.Errorf("alloc after the library was replaced: exit %d (timed out %v): %s", code, timedOut, out)
+	}
+	if st := processState(t, h.pid()); st != "S" {
+		t.Errorf("the target is in state %s after exec and alloc, not sleeping", st)
 	}
 }
