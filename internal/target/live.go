@@ -25,7 +25,7 @@ import (
 // where that system call is missing) and paused with ptrace.
 type Live struct {
 	pid    int
-	memFD  *os.File // /proc/PID/mem, opened on first need
+	memFD  *os.File // /proc/PID/mem, opened on first need before Attach pinned id.mem
 	useMem bool     // process_vm_readv is unavailable
 	// syscallAt is a syscall instruction in the process's code, once found.
 	syscallAt uint64
@@ -69,9 +69,11 @@ func Attach(pid int) (*Live, error) {
 		var b [8]byte
 		if _, err := l.ReadAt(b[:], m.Start); err != nil {
 			if errors.Is(err, ErrPermission) {
+				l.closeFiles()
 				return nil, PermissionError(pid)
 			}
 			if errors.Is(err, ErrExited) {
+				l.closeFiles()
 				return nil, fmt.Errorf("pid %d: %w", pid, ErrExited)
 			}
 			continue
@@ -79,7 +81,7 @@ func Attach(pid int) (*Live, error) {
 		break
 	}
 	if err := l.pin(); err != nil {
-		l.unpin()
+		l.closeFiles()
 		return nil, err
 	}
 	return l, nil
@@ -134,17 +136,21 @@ func (l *Live) ReadAt(p []byte, addr uint64) (int, error) {
 			return 0, fmt.Errorf("read at %#x: %w", addr, err)
 		}
 	}
-	if l.memFD == nil {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", l.pid))
-		if err != nil {
-			if errors.Is(err, os.ErrPermission) {
-				return 0, ErrPermission
+	mem := l.id.mem // pinned at Attach: the address space attached to
+	if mem == nil {
+		if l.memFD == nil {
+			f, err := os.Open(fmt.Sprintf("/proc/%d/mem", l.pid))
+			if err != nil {
+				if errors.Is(err, os.ErrPermission) {
+					return 0, ErrPermission
+				}
+				return 0, ErrExited
 			}
-			return 0, ErrExited
+			l.memFD = f
 		}
-		l.memFD = f
+		mem = l.memFD
 	}
-	n, err := l.memFD.ReadAt(p, int64(addr))
+	n, err := mem.ReadAt(p, int64(addr))
 	if err != nil {
 		return n, fmt.Errorf("read at %#x: %w", addr, err)
 	}
@@ -492,12 +498,17 @@ func (l *Live) Close() error {
 		l.tracer = nil
 	}
 	l.mu.Unlock()
+	l.closeFiles()
+	return err
+}
+
+// closeFiles closes the files l holds open on its process.
+func (l *Live) closeFiles() {
 	if l.memFD != nil {
 		l.memFD.Close()
 		l.memFD = nil
 	}
 	l.unpin()
-	return err
 }
 
 // CPUClock counts the time one thread spends on a CPU, with a perf
