@@ -358,6 +358,12 @@ func (l *Live) pauseLocked(only []int) error {
 			if _, ok := l.paused[tid]; ok {
 				continue
 			}
+			// Thread IDs the caller names may come from the target's memory
+			// (a Ruby thread's native ID): one that is no thread of this
+			// process is never stopped, whatever process it names.
+			if only != nil && !l.hasThread(tid) {
+				continue
+			}
 			if err := unix.PtraceSeize(tid); err != nil {
 				if errors.Is(err, unix.ESRCH) {
 					continue // the thread ended meanwhile
@@ -368,6 +374,19 @@ func (l *Live) pauseLocked(only []int) error {
 				return fmt.Errorf("ptrace seize tid %d: %w", tid, err)
 			}
 			l.paused[tid] = 0
+			if only != nil && !l.hasThread(tid) {
+				// It ended and its ID went to another process between the
+				// check and the seize (a seized thread's ID is not reused
+				// until rbscope lets it go): stop it only to let it go.
+				_ = unix.PtraceInterrupt(tid)
+				err := l.waitStop(tid)
+				_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(l.paused[tid]), 0, 0)
+				delete(l.paused, tid)
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			if err := unix.PtraceInterrupt(tid); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("ptrace interrupt tid %d: %w", tid, err)
 			}
@@ -389,6 +408,15 @@ func (l *Live) pauseLocked(only []int) error {
 		}
 	}
 	return fmt.Errorf("pid %d keeps creating threads; could not pause it", l.pid)
+}
+
+// hasThread tells whether tid is a thread of l's process.
+func (l *Live) hasThread(tid int) bool {
+	if tid <= 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Stat(fmt.Sprintf("/proc/%d/task/%d", l.pid, tid), &st) == nil
 }
 
 // waitStop waits, bounded by StopTimeout, for tid to enter a ptrace stop.
