@@ -36,6 +36,10 @@ func OpenInRoot(root, path string, follow bool) (*os.File, error) {
 	}
 	name := filepath.Join(root, path)
 	fd, err := unix.Openat2(dir, path, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOSYS) {
+		// No safe way to resolve a path the target controls: refused.
+		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w (openat2 needs Linux 5.6; rbscope does not follow a target's paths without it)", err)}
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
