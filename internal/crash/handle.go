@@ -253,13 +253,22 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		}
 	}
 
+	var s streamed
+	var finished bool
 	select {
-	case s := <-streamDone:
+	case s, finished = <-streamDone:
+	case <-readCtx.Done():
+		select { // both ready: the stream did finish
+		case s, finished = <-streamDone:
+		default:
+		}
+	}
+	if finished {
 		r.Core = s.info
 		if s.err != nil {
 			r.Problems = append(r.Problems, "core: "+s.err.Error())
 		}
-	case <-readCtx.Done():
+	} else {
 		// The stream goes on until we exit: what it has stored is cut short.
 		r.Core.NotStored = "the handler's time ran out while reading the core (a core.zst left is cut short)"
 		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
