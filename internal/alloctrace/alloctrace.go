@@ -117,7 +117,7 @@ wd = Thread.new do
     $__rbscope_alloc = $__rbscope_alloc_stopper = nil
     ObjectSpace.trace_object_allocations_stop
     ObjectSpace.trace_object_allocations_clear unless pre
-    (IO.for_fd(%d, autoclose: true).close rescue nil) # the stopper's answer pipe
+    %s # the stopper's answer pipe
   end
 end
 stopper = Object.new
@@ -137,7 +137,7 @@ if Process.respond_to?(:_fork) && !$__rbscope_fork_hook
         $__rbscope_alloc = $__rbscope_alloc_stopper = nil
         ObjectSpace.trace_object_allocations_stop
         ObjectSpace.trace_object_allocations_clear unless s[:pre]
-        (IO.for_fd(s[:fd], autoclose: true).close rescue nil)
+        s[:close_answer].call
       end
       pid
     end
@@ -146,10 +146,10 @@ if Process.respond_to?(:_fork) && !$__rbscope_fork_hook
 end
 wd.name = "rbscope-alloc-watchdog"
 addr = Kernel.instance_method(:to_s).bind_call(stopper)[/0x\h+/]
-$__rbscope_alloc = { token: token, pre: pre, watchdog: wd, fd: %d }
+$__rbscope_alloc = { token: token, pre: pre, watchdog: wd, close_answer: -> { %s } }
 $__rbscope_alloc_stopper = stopper # a global variable's value is pinned: compaction will not move it
 ObjectSpace.trace_object_allocations_start
-addr`, int(guard.Seconds()), s.token, guard.Seconds(), answer.FD(), stop, answer.FD())
+addr`, int(guard.Seconds()), s.token, guard.Seconds(), answer.CloseProgram(), stop, answer.CloseProgram())
 	res, err := rubyexec.Run(t, vm, code, rubyexec.Options{Timeout: timeout, Name: "(rbscope alloc)", Raw: true})
 	if err == nil && res.Raised != nil {
 		err = res.Raised
@@ -207,9 +207,9 @@ if s && s[:token] == %q
   ObjectSpace.trace_object_allocations_clear unless s[:pre]
   s[:watchdog].kill
   $__rbscope_alloc = $__rbscope_alloc_stopper = nil
-  (IO.for_fd(s[:fd], autoclose: true).close rescue nil) # the stopper's answer pipe
+  %s # the stopper's answer pipe
 end
-nil`, s.token)
+nil`, s.token, s.answer.CloseProgram())
 	res, err := rubyexec.Run(s.t, s.vm, code, rubyexec.Options{Timeout: s.timeout, Name: "(rbscope alloc)"})
 	if err == nil && res.Raised != nil {
 		err = res.Raised

@@ -118,7 +118,7 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 	}
 	defer ex.Close()
 	ex.NoWake = trapsCHLD(vm)
-	prog := wrapper(ex.FD(), code, opt.Name, opt.Raw)
+	prog := wrapper(ex, code, opt.Name, opt.Raw)
 	page, err := postRetrying(t, register, evalString, prog, 0, start, opt.Timeout, !ex.NoWake)
 	if err != nil {
 		ex.Discard()
@@ -573,7 +573,7 @@ func complete(b []byte) (body []byte, done bool, err error) {
 // base64-encoded, so no quoting issue can break the wrapper, and the
 // wrapper's own names start with __rbscope so the code cannot clash with
 // them.
-func wrapper(answer int, code, name string, raw bool) string {
+func wrapper(answer *Exchange, code, name string, raw bool) string {
 	enc := base64.StdEncoding.EncodeToString([]byte(code))
 	show := "inspect"
 	if raw {
@@ -601,7 +601,7 @@ nil
 // raised) to ex's pipe, the way Await reads it, and closes the pipe. It
 // never raises: a failure to write (rbscope gone) is swallowed too.
 func AnswerProgram(ex *Exchange, body string) string {
-	return writeAnswer(ex.FD(), answerExpr(body))
+	return writeAnswer(ex, answerExpr(body))
 }
 
 // answerExpr is a Ruby expression: "ok\n" and body's value, or "error\n",
@@ -618,27 +618,45 @@ func answerExpr(body string) string {
 }
 
 // writeAnswer writes answer (a Ruby expression) behind a length header to
-// the pipe's write end fd, and closes it. The write end is blocking, but
+// the pipe's write end, and closes it. The write end is blocking, but
 // Ruby may have made it non-blocking: then it waits for room. A write
 // fails with EPIPE once rbscope has closed its end (gone, or timed out).
-func writeAnswer(fd int, answer string) string {
+// Nothing is written, nor closed, unless the descriptor still is rbscope's
+// pipe (see Owns): the program may have closed the number and opened
+// another file under it (a socket, a log) since rbscope made the pipe.
+func writeAnswer(ex *Exchange, answer string) string {
 	return fmt.Sprintf(`begin
   __rbscope_a = %s
   __rbscope_d = "#{__rbscope_a.bytesize}\n".b + __rbscope_a
-  __rbscope_w = IO.for_fd(%d, autoclose: true)
-  begin
-    until __rbscope_d.empty?
-      begin
-        __rbscope_d = __rbscope_d.byteslice(__rbscope_w.syswrite(__rbscope_d), __rbscope_d.bytesize)
-      rescue Errno::EAGAIN, Errno::EWOULDBLOCK, Errno::EINTR
-        IO.select(nil, [__rbscope_w], nil, 1)
+  __rbscope_w = IO.for_fd(%d, autoclose: false)
+  if %s
+    __rbscope_w.autoclose = true
+    begin
+      until __rbscope_d.empty?
+        begin
+          __rbscope_d = __rbscope_d.byteslice(__rbscope_w.syswrite(__rbscope_d), __rbscope_d.bytesize)
+        rescue Errno::EAGAIN, Errno::EWOULDBLOCK, Errno::EINTR
+          IO.select(nil, [__rbscope_w], nil, 1)
+        end
       end
+    ensure
+      __rbscope_w.close
     end
-  ensure
-    __rbscope_w.close
   end
 rescue Exception
-end`, answer, fd)
+end`, answer, ex.w, ex.Owns("__rbscope_w"))
+}
+
+// Owns returns a Ruby expression telling whether io, an IO on the write
+// end's number, still is the pipe rbscope made (its device and inode).
+func (d *Exchange) Owns(io string) string {
+	return fmt.Sprintf(`(__rbscope_st = %s.stat; __rbscope_st.pipe? && __rbscope_st.dev == %d && __rbscope_st.ino == %d)`, io, d.pipe[0], d.pipe[1])
+}
+
+// CloseProgram returns a Ruby statement that closes the write end in the
+// process if its number still is rbscope's pipe, and never raises.
+func (d *Exchange) CloseProgram() string {
+	return fmt.Sprintf(`begin; __rbscope_c = IO.for_fd(%d, autoclose: false); if %s then __rbscope_c.autoclose = true; __rbscope_c.close end; rescue Exception; end`, d.w, d.Owns("__rbscope_c"))
 }
 
 // parseAnswer reads the wrapper's answer.

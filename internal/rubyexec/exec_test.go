@@ -151,39 +151,59 @@ func TestExecStillRunning(t *testing.T) {
 // that file open; it closes the number only while it is the pipe.
 func TestDiscardKeepsReusedNumber(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p, tg, _ := start(t, rb, "sleep")
+	p, tg, vm := start(t, rb, "sleep")
+	// Discard closes from outside; CloseProgram is the Ruby that alloc's
+	// watchdog and fork hook run inside (and that guards every answer).
+	closers := map[string]func(*rubyexec.Exchange){
+		"Discard": (*rubyexec.Exchange).Discard,
+		"CloseProgram": func(ex *rubyexec.Exchange) {
+			defer ex.Close()
+			if _, err := rubyexec.Run(tg, vm, ex.CloseProgram()+"; nil", rubyexec.Options{Timeout: 20 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, closeIt := range closers {
+		for _, reuse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/reused=%v", name, reuse), func(t *testing.T) { closeOnlyPipe(t, tg, p.PID(), reuse, closeIt) })
+		}
+	}
+}
+
+// closeOnlyPipe makes an exchange in pid, has the program put another file
+// under its write end's number when reuse is set, and checks that closeIt
+// closes the number only while it is the pipe.
+func closeOnlyPipe(t *testing.T, tg *target.Live, pid int, reuse bool, closeIt func(*rubyexec.Exchange)) {
 	linkOf := func(fd int) string {
-		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", p.PID(), fd))
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
 		return l
 	}
-	for _, reuse := range []bool{false, true} {
-		ex, err := rubyexec.NewExchange(tg)
-		if err != nil {
-			t.Fatal(err)
+	ex, err := rubyexec.NewExchange(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ex.FD()
+	if !strings.HasPrefix(linkOf(w), "pipe:") {
+		t.Fatalf("setup: fd %d of the program is %q, not the pipe", w, linkOf(w))
+	}
+	if reuse {
+		// The program's own doing, as rbscope sees it: its stdin
+		// duplicated onto the number (dup2 closes the pipe first).
+		err := tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
+			_, err := s.Syscall(pid, unix.SYS_DUP2, 0, uint64(w))
+			return err
+		})
+		if err != nil || strings.HasPrefix(linkOf(w), "pipe:") {
+			t.Fatalf("setup: dup2 onto fd %d: %v, it is %q", w, err, linkOf(w))
 		}
-		w := ex.FD()
-		if !strings.HasPrefix(linkOf(w), "pipe:") {
-			t.Fatalf("setup: fd %d of the program is %q, not the pipe", w, linkOf(w))
-		}
-		if reuse {
-			// The program's own doing, as rbscope sees it: its stdin
-			// duplicated onto the number (dup2 closes the pipe first).
-			err := tg.WhilePaused([]int{p.PID()}, func(s *target.Stopped) error {
-				_, err := s.Syscall(p.PID(), unix.SYS_DUP2, 0, uint64(w))
-				return err
-			})
-			if err != nil || strings.HasPrefix(linkOf(w), "pipe:") {
-				t.Fatalf("setup: dup2 onto fd %d: %v, it is %q", w, err, linkOf(w))
-			}
-		}
-		before := linkOf(w)
-		ex.Discard()
-		switch after := linkOf(w); {
-		case reuse && after != before:
-			t.Errorf("Discard closed fd %d (%q), which the program had reused", w, before)
-		case !reuse && after != "":
-			t.Errorf("Discard left the pipe's write end open as fd %d (%q)", w, after)
-		}
+	}
+	before := linkOf(w)
+	closeIt(ex)
+	switch after := linkOf(w); {
+	case reuse && after != before:
+		t.Errorf("fd %d (%q), which the program had reused, was closed", w, before)
+	case !reuse && after != "":
+		t.Errorf("the pipe's write end was left open as fd %d (%q)", w, after)
 	}
 }
 
