@@ -450,7 +450,7 @@ func (v *VM) frameOwner(ep uint64) (uint64, error) {
 			v.owners[meCref] = 0 // a cref: code outside any method
 			return 0, nil
 		}
-		if ep = word(L.EnvIndexSpecval) &^ 3; ep == 0 {
+		if ep = word(L.EnvIndexSpecval) &^ guardedPtrBits; ep == 0 { // VM_ENV_PREV_EP
 			return 0, nil
 		}
 	}
@@ -539,3 +539,8 @@ func cfpSP(raw []byte, off int64) uint64 {
 	}
 	return le64(raw, off)
 }
+
+// guardedPtrBits are the low bits GC_GUARDED_PTR sets in a pointer kept in
+// an environment's specval slot (the previous environment), which
+// GC_GUARDED_PTR_REF clears.
+const guardedPtrBits = 3
