@@ -46,7 +46,11 @@ type Image struct {
 	opener  func(string) (*os.File, error)
 	dwarf   *dwarf.Data
 	dwarfOK bool
-	funcs   []funcSym // function symbols by address, for SymbolAt
+	// debugELF is the separate debug file (debugFile), once looked for.
+	debugELF  *elf.File
+	debugFile *os.File
+	debugOK   bool
+	funcs     []funcSym // function symbols by address, for SymbolAt
 }
 
 // ErrNoSymbol is returned when a symbol is not in the image.
@@ -293,6 +297,10 @@ func segmentsFollow(ef *elf.File, maps []target.Mapping, path string, first *elf
 
 // Close releases the file.
 func (im *Image) Close() error {
+	if im.debugFile != nil {
+		im.debugFile.Close()
+		im.debugFile = nil
+	}
 	if im.file != nil {
 		return im.file.Close()
 	}
@@ -322,6 +330,17 @@ func (im *Image) loadSymbols() {
 	if im.symbolTableFits(elf.SHT_DYNSYM) {
 		if syms, err := im.File.DynamicSymbols(); err == nil {
 			add(syms)
+		}
+	}
+	// A stripped file's static functions are named in its separate debug
+	// file's .symtab (Debian's -dbg and -dbgsym packages).
+	if im.File.SectionByType(elf.SHT_SYMTAB) == nil {
+		if ef, _ := im.separateDebug(); ef != nil {
+			if (&Image{File: ef, Path: im.Path}).symbolTableFits(elf.SHT_SYMTAB) {
+				if syms, err := ef.Symbols(); err == nil {
+					add(syms)
+				}
+			}
 		}
 	}
 }
@@ -508,12 +527,33 @@ func (im *Image) DWARF() *dwarf.Data {
 	} else if why != "" {
 		im.Skipped = append(im.Skipped, "debug information: "+why)
 	}
+	ef, f := im.separateDebug()
+	if ef == nil {
+		return nil
+	}
+	d, why := dwarfOf(ef, f)
+	if why != "" {
+		im.Skipped = append(im.Skipped, fmt.Sprintf("debug information in %s: %s", f.Name(), why))
+	}
+	im.dwarf = d
+	return d
+}
+
+// separateDebug finds the image's separate debug file, by build ID or
+// .gnu_debuglink (opened through the target: see target.Target's Open),
+// and keeps it open for the image's life; nil when there is none. Only a
+// file whose build ID is the image's is taken.
+func (im *Image) separateDebug() (*elf.File, *os.File) {
+	if im.debugOK {
+		return im.debugELF, im.debugFile
+	}
+	im.debugOK = true
 	id := im.BuildID()
-	if id == "" {
+	if id == "" || im.opener == nil {
 		// Without a build ID nothing proves a debug file is this image's:
 		// a name from .gnu_debuglink alone could be any file the target's
 		// user placed there.
-		return nil
+		return nil, nil
 	}
 	for _, p := range im.debugFileCandidates() {
 		f, err := im.opener(p)
@@ -525,25 +565,14 @@ func (im *Image) DWARF() *dwarf.Data {
 			continue
 		}
 		ef, err := elf.NewFile(f)
-		if err != nil {
-			f.Close()
-			continue
-		}
-		if (&Image{File: ef}).BuildID() != id {
+		if err != nil || (&Image{File: ef}).BuildID() != id {
 			f.Close() // not the debug file of this image
 			continue
 		}
-		d, why := dwarfOf(ef, f)
-		if d != nil {
-			im.dwarf = d // the file stays open for the life of the process
-			return d
-		}
-		if why != "" {
-			im.Skipped = append(im.Skipped, fmt.Sprintf("debug information in %s: %s", p, why))
-		}
-		f.Close()
+		im.debugELF, im.debugFile = ef, f
+		return ef, f
 	}
-	return nil
+	return nil, nil
 }
 
 // dwarfOf returns the debug information of ef, read from file, or nil and
@@ -655,10 +684,25 @@ func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
 		im.loadSymbols()
 		for n, s := range im.symbols {
 			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-				im.funcs = append(im.funcs, funcSym{s.Value, s.Size, n})
+				im.funcs = append(im.funcs, funcSym{s.Value, s.Size, n, nameRank(s)})
 			}
 		}
-		sort.Slice(im.funcs, func(i, j int) bool { return im.funcs[i].start < im.funcs[j].start })
+		// Several names for one address (aliases): the one searched for
+		// (the last of them) is a global's, then a weak one's, then the
+		// shortest; always the same one.
+		sort.Slice(im.funcs, func(i, j int) bool {
+			a, b := im.funcs[i], im.funcs[j]
+			if a.start != b.start {
+				return a.start < b.start
+			}
+			if a.rank != b.rank {
+				return a.rank < b.rank
+			}
+			if len(a.name) != len(b.name) {
+				return len(a.name) > len(b.name)
+			}
+			return a.name > b.name
+		})
 	}
 	v := addr - im.Bias
 	i := sort.Search(len(im.funcs), func(i int) bool { return im.funcs[i].start > v }) - 1
@@ -675,4 +719,16 @@ func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
 type funcSym struct {
 	start, size uint64
 	name        string
+	rank        int // nameRank
+}
+
+// nameRank orders the names of one address: global over weak over local.
+func nameRank(s elf.Symbol) int {
+	switch elf.ST_BIND(s.Info) {
+	case elf.STB_GLOBAL:
+		return 2
+	case elf.STB_WEAK:
+		return 1
+	}
+	return 0
 }

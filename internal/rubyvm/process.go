@@ -37,7 +37,10 @@ type VM struct {
 	// hostile process once); a stack cut short keeps its innermost frames
 	// and says so in its error (ErrFrameBudget).
 	FrameBudget int
-	framesRead  int
+	// MarkExecBoundaries makes stack reads mark each Frame.ExecEnds (one
+	// more word of each frame's environment).
+	MarkExecBoundaries bool
+	framesRead         int
 
 	T      target.Target
 	Image  *binary.Image

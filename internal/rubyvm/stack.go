@@ -20,6 +20,11 @@ type Frame struct {
 	BaseLabel string `json:"base_label,omitempty"`
 	Path      string `json:"path,omitempty"`
 	Line      int    `json:"line,omitempty"`
+	// ExecEnds marks the outermost frame one call of the VM's exec loop
+	// runs (the frame Ruby pushed with VM_FRAME_FLAG_FINISH, or the frame
+	// inside a skipped one that was), when VM.MarkExecBoundaries is set:
+	// where Ruby frames line up with the native frames running them.
+	ExecEnds bool `json:"-"`
 }
 
 // Thread is one Ruby thread and its stack.
@@ -309,16 +314,20 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	for i := uint64(0); i < last; i++ {
 		cf := raw[i*uint64(L.CFPSize):]
 		f, ok, err := v.frame(cf)
+		finish := v.MarkExecBoundaries && v.finishes(cf)
 		if err != nil {
 			errs++
 			if firstErr == nil {
 				firstErr = err
 			}
-			frames = append(frames, Frame{Kind: "unknown", Label: "??"})
-			continue
+			f, ok = Frame{Kind: "unknown", Label: "??"}, true
 		}
-		if ok {
+		switch {
+		case ok:
+			f.ExecEnds = finish
 			frames = append(frames, f)
+		case finish && len(frames) > 0:
+			frames[len(frames)-1].ExecEnds = true
 		}
 	}
 	if errs > 0 {
@@ -328,6 +337,18 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 		return frames, fmt.Errorf("%w: the %d outermost frames not read", ErrFrameBudget, cut)
 	}
 	return frames, nil
+}
+
+// finishes tells whether the control frame at the start of cf was pushed
+// with VM_FRAME_FLAG_FINISH: the first frame of a call of the exec loop.
+func (v *VM) finishes(cf []byte) bool {
+	L := v.Layout
+	ep := le64(cf, L.CFPEP)
+	if ep == 0 || L.FrameFlagFinish <= 0 {
+		return false
+	}
+	b, err := v.envRead(uint64(int64(ep)+L.EnvIndexFlags*8), 8)
+	return err == nil && int64(le64(b, 0))&L.FrameFlagFinish != 0
 }
 
 // ErrFrameBudget means a read stopped at VM.FrameBudget.
@@ -544,3 +565,8 @@ func cfpSP(raw []byte, off int64) uint64 {
 // an environment's specval slot (the previous environment), which
 // GC_GUARDED_PTR_REF clears.
 const guardedPtrBits = 3
+
+// ExecLoopFunctions are the native functions one call of which runs Ruby
+// frames up to one marked Frame.ExecEnds: vm_exec (static before 3.0) and
+// rb_vm_exec.
+var ExecLoopFunctions = []string{"rb_vm_exec", "vm_exec"}

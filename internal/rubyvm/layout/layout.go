@@ -116,6 +116,10 @@ type Layout struct {
 	FrameMagicRescue int64 `dwarf:"enum:VM_FRAME_MAGIC_RESCUE"`
 	FrameMagicDummy  int64 `dwarf:"enum:VM_FRAME_MAGIC_DUMMY"`
 	EnvFlagLocal     int64 `dwarf:"enum:VM_ENV_FLAG_LOCAL"`
+	// VM_FRAME_FLAG_FINISH marks the first frame a call of vm_exec runs
+	// (a C function calling back into Ruby): where Ruby frames and the
+	// native frames of the exec loop line up (stack --native).
+	FrameFlagFinish int64 `dwarf:"enum:VM_FRAME_FLAG_FINISH"`
 
 	// rb_iseq_t and its constant body
 	IseqBody       int64 `dwarf:"off:rb_iseq_struct.body"`

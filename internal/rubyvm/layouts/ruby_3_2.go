@@ -60,6 +60,7 @@ func init() {
 		FrameMagicRescue:       2022178817,
 		FrameMagicDummy:        2040070145,
 		EnvFlagLocal:           2,
+		FrameFlagFinish:        32,
 		IseqBody:               16,
 		BodyType:               0,
 		BodyParentIseq:         160,

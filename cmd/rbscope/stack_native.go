@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+
+	"github.com/rbscope/rbscope/internal/mixedstack"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/unwind"
+)
+
+// nativeDump is the JSON document `rbscope stack --native --json` prints:
+// stackDump's, with every native thread and frames of both kinds.
+type nativeDump struct {
+	PID            int            `json:"pid"`
+	RubyVersion    string         `json:"ruby_version"`
+	Description    string         `json:"ruby_description"`
+	Layout         string         `json:"layout"`
+	LayoutAdjusted []string       `json:"layout_adjusted,omitempty"`
+	Threads        []nativeThread `json:"threads"`
+}
+
+// nativeThread is one native thread: a Ruby thread's (Ruby set) or not.
+type nativeThread struct {
+	TID    int                `json:"tid"`
+	Name   string             `json:"name"`
+	Ruby   bool               `json:"ruby"`
+	Main   bool               `json:"main"`
+	Status string             `json:"status,omitempty"`
+	GVL    bool               `json:"gvl"`
+	Frames []mixedstack.Frame `json:"frames"`
+	// LargestFrame is the size of the thread's largest native frame.
+	LargestFrame uint64 `json:"largest_frame"`
+	// RubyPlacement says when the Ruby frames could not all be put beside
+	// the exec-loop frame running them ("after the native frames").
+	RubyPlacement string `json:"ruby_placement,omitempty"`
+	Error         string `json:"error,omitempty"`
+	NativeError   string `json:"native_error,omitempty"`
+}
+
+// largeFrame is the size from which the text output marks a native frame.
+const largeFrame = 64 << 10
+
+// readNativeStacks reads every thread's Ruby and native stacks with the
+// process stopped, and puts each thread's frames in one call order.
+func readNativeStacks(pid int) (*nativeDump, error) {
+	t, vm, closeAll, err := openRuby(pid)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	maps, err := t.Mappings()
+	if err != nil {
+		return nil, err
+	}
+	u := unwind.New(t, maps)
+	defer u.Close()
+	u.Preload() // the CFI is read before the process stops, not during
+	vm.MarkExecBoundaries = true
+	var threads []rubyvm.Thread
+	native := map[int][]unwind.Frame{}
+	nativeErr := map[int]error{}
+	var stopped []int
+	err = t.WhilePaused(nil, func(s *target.Stopped) error {
+		var err error
+		if threads, err = vm.Threads(); err != nil {
+			return err
+		}
+		for tid := range s.Threads {
+			stopped = append(stopped, tid)
+			regs, err := s.Regs(tid)
+			if err != nil {
+				nativeErr[tid] = err
+				continue
+			}
+			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	d := &nativeDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted}
+	names := map[int]string{}
+	if tasks, err := t.Tasks(); err == nil {
+		for _, k := range tasks {
+			names[k.TID] = k.Comm
+		}
+	}
+	seen := map[int]bool{}
+	for _, th := range threads {
+		nt := nativeThread{TID: th.TID, Name: th.Name, Ruby: true, Main: th.Main, Status: th.Status, GVL: th.GVL, Error: th.Error}
+		if fs, ok := native[th.TID]; ok && th.TID > 0 {
+			seen[th.TID] = true
+			m := mixedstack.Merge(th.Frames, fs)
+			nt.Frames = m.Frames
+			if !m.Aligned {
+				nt.RubyPlacement = "after the native frames (the exec loop's frames were not found)"
+			}
+			nt.NativeError = errString(nativeErr[th.TID])
+		} else {
+			nt.Frames = mixedstack.Merge(th.Frames, nil).Frames
+			nt.NativeError = "not on a native thread now"
+		}
+		d.Threads = append(d.Threads, withLargest(nt))
+	}
+	sort.Ints(stopped)
+	for _, tid := range stopped {
+		if seen[tid] {
+			continue
+		}
+		nt := nativeThread{TID: tid, Name: names[tid], Frames: mixedstack.NativeFrames(native[tid]), NativeError: errString(nativeErr[tid])}
+		d.Threads = append(d.Threads, withLargest(nt))
+	}
+	return d, nil
+}
+
+func withLargest(nt nativeThread) nativeThread {
+	for _, f := range nt.Frames {
+		nt.LargestFrame = max(nt.LargestFrame, f.FrameSize)
+	}
+	return nt
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func printNativeStacks(w io.Writer, d *nativeDump) {
+	for i, th := range d.Threads {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		name := th.Name
+		if name == "" && th.Main {
+			name = "main"
+		}
+		kind := ""
+		if !th.Ruby {
+			kind = " (native)"
+		}
+		fmt.Fprintf(w, "Thread %q%s tid=%d", name, kind, th.TID)
+		if th.Status != "" {
+			fmt.Fprintf(w, " status=%s", th.Status)
+		}
+		if th.GVL {
+			fmt.Fprint(w, " (holds GVL)")
+		}
+		fmt.Fprintln(w)
+		width := 0
+		for _, f := range th.Frames {
+			width = max(width, len(textsafe.Clean(frameName(f))))
+		}
+		for _, f := range th.Frames {
+			name := textsafe.Clean(frameName(f))
+			switch {
+			case f.Kind == mixedstack.KindNative:
+				where := filepath.Base(f.Object)
+				if f.Signal != nil {
+					where += fmt.Sprintf(", signal %d at %#x", f.Signal.Number, f.Signal.Addr)
+				}
+				fmt.Fprintf(w, "  %-*s  [%s] %s", width, name, textsafe.Clean(where), frameBytes(f.FrameSize))
+				if f.FrameSize >= largeFrame {
+					fmt.Fprint(w, "  <- LARGE FRAME")
+				}
+				fmt.Fprintln(w)
+			case f.Kind == rubyvm.KindRuby:
+				fmt.Fprintf(w, "  %-*s  %s:%d\n", width, name, textsafe.Clean(f.Path), f.Line)
+			case f.Kind == rubyvm.KindCFunc:
+				fmt.Fprintf(w, "  %-*s  <cfunc>\n", width, name)
+			default:
+				fmt.Fprintf(w, "  %-*s  <unreadable>\n", width, name)
+			}
+		}
+		if th.RubyPlacement != "" {
+			fmt.Fprintf(w, "  (Ruby frames placed %s)\n", th.RubyPlacement)
+		}
+		if th.Error != "" {
+			fmt.Fprintf(w, "  (Ruby stack incomplete: %s)\n", textsafe.Clean(th.Error))
+		}
+		if th.NativeError != "" {
+			fmt.Fprintf(w, "  (native stack ends: %s)\n", textsafe.Clean(th.NativeError))
+		}
+	}
+}
+
+// frameName is what a mixed frame is called: a Ruby frame's label, a
+// native frame's function or object+offset.
+func frameName(f mixedstack.Frame) string {
+	if f.Kind == mixedstack.KindNative && f.Native != nil {
+		return f.Native.Name()
+	}
+	return f.Label
+}
+
+// frameBytes prints a frame size, exactly.
+func frameBytes(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d B", n)
+}

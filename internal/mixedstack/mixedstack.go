@@ -1,0 +1,101 @@
+// Package mixedstack puts a thread's Ruby frames and its native frames in
+// one call order: the Ruby frames one call of the VM's exec loop runs go
+// beside that call's native frame, the way the machine stack holds them.
+package mixedstack
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/unwind"
+)
+
+// KindNative is the kind of a native frame.
+const KindNative = "native"
+
+// Frame is a Ruby frame (Kind, Label, BaseLabel, Path, Line, as
+// rubyvm.Frame has them) or a native one (Kind "native" and the rest).
+type Frame struct {
+	Kind      string `json:"kind"`
+	Label     string `json:"label,omitempty"`
+	BaseLabel string `json:"base_label,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Line      int    `json:"line,omitempty"`
+
+	Function  string         `json:"function,omitempty"`
+	Object    string         `json:"object,omitempty"`
+	Offset    string         `json:"offset,omitempty"`
+	PC        string         `json:"pc,omitempty"`
+	FrameSize uint64         `json:"frame_size,omitempty"`
+	Signal    *unwind.Signal `json:"signal,omitempty"`
+	// Native keeps the native frame this one was made from.
+	Native *unwind.Frame `json:"-"`
+}
+
+// Merged is a thread's frames in call order, innermost first, and whether
+// every group of Ruby frames found its exec-loop frame (when not, the
+// groups left over follow the native frames).
+type Merged struct {
+	Frames  []Frame
+	Aligned bool
+}
+
+// Merge interleaves a thread's Ruby frames (read with
+// rubyvm.VM.MarkExecBoundaries set) and its native frames. Each group of
+// Ruby frames that one call of the exec loop runs (ending at a frame
+// marked ExecEnds) goes just inside the native frame of that call, where a
+// debugger would show the interpreter running them.
+func Merge(ruby []rubyvm.Frame, native []unwind.Frame) Merged {
+	var groups [][]rubyvm.Frame
+	start := 0
+	for i, f := range ruby {
+		if f.ExecEnds {
+			groups = append(groups, ruby[start:i+1])
+			start = i + 1
+		}
+	}
+	if start < len(ruby) {
+		groups = append(groups, ruby[start:])
+	}
+	out := Merged{Frames: make([]Frame, 0, len(ruby)+len(native))}
+	g := 0
+	for i, nf := range native {
+		if execLoop(nf) && (i == 0 || !execLoop(native[i-1])) && g < len(groups) {
+			out.Frames = append(out.Frames, rubyFrames(groups[g])...)
+			g++
+		}
+		out.Frames = append(out.Frames, nativeFrame(nf))
+	}
+	out.Aligned = g == len(groups)
+	for ; g < len(groups); g++ {
+		out.Frames = append(out.Frames, rubyFrames(groups[g])...)
+	}
+	return out
+}
+
+// execLoop tells whether a native frame is a call of the VM's exec loop.
+func execLoop(f unwind.Frame) bool { return slices.Contains(rubyvm.ExecLoopFunctions, f.Function) }
+
+func rubyFrames(fs []rubyvm.Frame) []Frame {
+	out := make([]Frame, len(fs))
+	for i, f := range fs {
+		out[i] = Frame{Kind: f.Kind, Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, Line: f.Line}
+	}
+	return out
+}
+
+// NativeFrames converts native frames alone (a thread that runs no Ruby).
+func NativeFrames(fs []unwind.Frame) []Frame {
+	out := make([]Frame, len(fs))
+	for i, f := range fs {
+		out[i] = nativeFrame(f)
+	}
+	return out
+}
+
+func nativeFrame(f unwind.Frame) Frame {
+	n := f
+	return Frame{Kind: KindNative, Function: f.Function, Object: f.Object, Offset: fmt.Sprintf("%#x", f.Offset),
+		PC: fmt.Sprintf("%#x", f.PC), FrameSize: f.Size, Signal: f.Signal, Native: &n}
+}

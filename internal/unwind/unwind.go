@@ -1,0 +1,302 @@
+// Package unwind walks a thread's native stack from its registers with the
+// call frame information (CFI: .eh_frame, else .debug_frame) of the code it
+// runs, as a debugger does: no frame pointers, no stack scanning. It works
+// on whatever target.Target offers (a live process whose thread stands
+// still, or a core), and every loop in it is bounded: the stack and the
+// files it reads belong to the target, which may be hostile.
+package unwind
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// Frame is one native frame.
+type Frame struct {
+	// PC is the frame's program counter: where its thread stands for the
+	// first frame and the frame a signal interrupted, else the return
+	// address into it.
+	PC uint64 `json:"pc"`
+	// CFA is the frame's canonical frame address (the stack pointer in its
+	// caller just before the call), and Size the bytes of stack the frame
+	// holds: its CFA less the CFA of the frame it called (less the stack
+	// pointer, for the first frame). 0 when unknown.
+	CFA  uint64 `json:"cfa,omitempty"`
+	Size uint64 `json:"frame_size"`
+	// Object is the mapped file the pc lies in ("[anon]", "[jit]", "?"),
+	// and Offset the pc's place in its link-time address space (what
+	// addr2line and objdump take).
+	Object string `json:"object"`
+	Offset uint64 `json:"offset"`
+	// Function is the symbol that holds the pc, and FuncOffset the pc's
+	// distance from its start; "" when no symbol is known to hold it (an
+	// address is never named after a symbol that lies before its
+	// function's CFI range).
+	Function   string `json:"function,omitempty"`
+	FuncOffset uint64 `json:"function_offset,omitempty"`
+	// Signal is set on the kernel's signal frame (__restore_rt): the
+	// signal that was being handled and its si_addr; the next frame is
+	// the one it interrupted.
+	Signal *Signal `json:"signal,omitempty"`
+}
+
+// Signal is what a signal frame says of the signal it delivered.
+type Signal struct {
+	Number int    `json:"number"`
+	Addr   uint64 `json:"addr"`
+}
+
+// Name is how a frame reads: its function (+offset), else object+offset.
+func (f Frame) Name() string {
+	if f.Function != "" {
+		if f.FuncOffset != 0 {
+			return fmt.Sprintf("%s+%#x", f.Function, f.FuncOffset)
+		}
+		return f.Function
+	}
+	return fmt.Sprintf("%s+%#x", filepath.Base(f.Object), f.Offset)
+}
+
+// x86_64 DWARF register numbers.
+const (
+	regRBX = 3
+	regRBP = 6
+	regRSP = 7
+	regR12 = 12
+	regR15 = 15
+	regRA  = 16 // the return address column: rip
+	nRegs  = 17
+)
+
+// Regs are a thread's registers by DWARF number, with which are known.
+type Regs struct {
+	v     [nRegs]uint64
+	known [nRegs]bool
+}
+
+// FromTarget takes the registers of a stopped thread or a core's thread.
+func FromTarget(r target.Regs) Regs {
+	var out Regs
+	for n, v := range map[int]uint64{0: r.RAX, 1: r.RDX, 2: r.RCX, 3: r.RBX, 4: r.RSI, 5: r.RDI, 6: r.RBP, 7: r.RSP,
+		8: r.R8, 9: r.R9, 10: r.R10, 11: r.R11, 12: r.R12, 13: r.R13, 14: r.R14, 15: r.R15, 16: r.RIP} {
+		out.set(n, v)
+	}
+	return out
+}
+
+func (r *Regs) set(n int, v uint64) { r.v[n], r.known[n] = v, true }
+
+func (r *Regs) get(n uint64) (uint64, bool) {
+	if n >= nRegs || !r.known[n] {
+		return 0, false
+	}
+	return r.v[n], true
+}
+
+// Budgets: a walk ends after MaxFrames frames, and an object's CFI is not
+// read past maxCFIBytes.
+const (
+	MaxFrames   = 512
+	maxCFIBytes = 64 << 20
+)
+
+// Stop reasons, for an unwind that ended before the outermost frame.
+var (
+	ErrNoCFI       = errors.New("no call frame information")
+	ErrUnmapped    = errors.New("the pc lies outside every mapping")
+	ErrStackLoop   = errors.New("the frame chain does not move up the stack")
+	ErrUnreadable  = errors.New("a saved register cannot be read")
+	ErrBadCFI      = errors.New("the call frame information cannot be used")
+	ErrFrameBudget = fmt.Errorf("more than %d frames", MaxFrames)
+)
+
+// Unwinder unwinds the threads of one target. It keeps each object's CFI
+// and symbols for its life (and the CFI per build ID for the process's).
+type Unwinder struct {
+	t    target.Target
+	maps []target.Mapping
+	objs map[string]*object // by mapping path
+}
+
+// New makes an unwinder for t, whose mappings are maps.
+func New(t target.Target, maps []target.Mapping) *Unwinder {
+	return &Unwinder{t: t, maps: maps, objs: map[string]*object{}}
+}
+
+// Close closes the files the unwinder opened.
+func (u *Unwinder) Close() {
+	for _, o := range u.objs {
+		if o.im != nil {
+			o.im.Close()
+		}
+	}
+	u.objs = map[string]*object{}
+}
+
+// Unwind walks the stack of the thread whose registers are regs, innermost
+// frame first, and returns the frames it found. The error says why the
+// walk stopped before the outermost frame (nil when it reached it); the
+// frames before that stay valid.
+func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
+	var frames []Frame
+	prevCFA, _ := regs.get(regRSP)
+	exact := true // the pc is where the thread stands, not a return address
+	for len(frames) < MaxFrames {
+		pc, ok := regs.get(regRA)
+		if !ok || pc == 0 {
+			return frames, nil // the outermost frame
+		}
+		lookup := pc
+		if !exact {
+			lookup = pc - 1 // inside the call instruction
+		}
+		f := Frame{PC: pc, Object: "?"}
+		m, ok := target.FindMapping(u.maps, lookup)
+		if !ok {
+			frames = append(frames, f)
+			return frames, fmt.Errorf("%w (%#x)", ErrUnmapped, pc)
+		}
+		f.Object = m.Path
+		o := u.object(m)
+		if o == nil {
+			if m.Path == "" || strings.HasPrefix(m.Path, "[") {
+				f.Object = "[jit]" // executable anonymous memory: generated code
+				if m.Path != "" {
+					f.Object = m.Path
+				}
+			}
+			f.Offset = lookup - m.Start
+			frames = append(frames, f)
+			return frames, fmt.Errorf("%w for %s", ErrNoCFI, f.Object)
+		}
+		addr := lookup - o.im.Bias
+		f.Offset = pc - o.im.Bias
+		row, fde, err := o.cfi.row(addr)
+		u.name(&f, o, lookup, fde)
+		if err != nil {
+			frames = append(frames, f)
+			return frames, fmt.Errorf("%s: %w", filepath.Base(f.Object), err)
+		}
+		cfa, err := row.cfa(&regs, u.t)
+		if err != nil {
+			frames = append(frames, f)
+			return frames, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		f.CFA = cfa
+		if cfa > prevCFA {
+			f.Size = cfa - prevCFA
+		}
+		next, err := row.caller(&regs, cfa, u.t)
+		if err != nil {
+			frames = append(frames, f)
+			return frames, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		if row.signal {
+			f.Signal = u.signalAt(&regs)
+		}
+		frames = append(frames, f)
+		nsp, _ := next.get(regRSP)
+		if !row.signal && nsp <= prevCFA && len(frames) > 1 {
+			return frames, ErrStackLoop
+		}
+		exact = row.signal // the next frame is the interrupted one
+		prevCFA = cfa
+		if row.signal {
+			prevCFA = nsp
+		}
+		regs = next
+	}
+	return frames, ErrFrameBudget
+}
+
+// name names f's pc: the symbol that holds lookup, unless that symbol
+// starts before the CFI range of the function (fde), where it names
+// another function: then object+offset.
+func (u *Unwinder) name(f *Frame, o *object, lookup uint64, fde *fdeRange) {
+	name, off, ok := o.im.SymbolAt(lookup)
+	if !ok {
+		return
+	}
+	start := lookup - off - o.im.Bias
+	if fde != nil && start < fde.begin {
+		return // the nearest symbol is another, earlier function
+	}
+	f.Function, f.FuncOffset = name, off
+	if lookup != f.PC {
+		f.FuncOffset = f.PC - (lookup - off)
+	}
+}
+
+// sizeofUcontext is the size of the kernel's struct ucontext on x86_64:
+// the signal frame's stack pointer points at one, and its siginfo follows.
+const sizeofUcontext = 304
+
+// signalAt reads the siginfo of the signal frame whose registers are regs.
+func (u *Unwinder) signalAt(regs *Regs) *Signal {
+	sp, ok := regs.get(regRSP)
+	if !ok {
+		return nil
+	}
+	var b [24]byte
+	if err := target.ReadFull(u.t, b[:], sp+sizeofUcontext); err != nil {
+		return nil
+	}
+	signo := int(int32(le32(b[0:])))
+	if signo <= 0 || signo > 64 {
+		return nil
+	}
+	return &Signal{Number: signo, Addr: le64(b[16:])}
+}
+
+// object is one mapped file's CFI and symbols.
+type object struct {
+	im  *binary.Image
+	cfi *cfiTable
+}
+
+// object returns the CFI of the file mapped at m, or nil when it has none
+// rbscope can read (anonymous memory, a file it cannot open).
+func (u *Unwinder) object(m target.Mapping) *object {
+	if o, seen := u.objs[m.Path]; seen {
+		return o
+	}
+	u.objs[m.Path] = nil
+	if !strings.HasPrefix(m.Path, "/") {
+		return nil
+	}
+	im, err := binary.Open(u.t, u.maps, m.Path)
+	if err != nil {
+		return nil
+	}
+	cfi, err := cfiOf(im)
+	if err != nil {
+		im.Close()
+		return nil
+	}
+	o := &object{im: im, cfi: cfi}
+	u.objs[m.Path] = o
+	return o
+}
+
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
+
+// Preload reads the CFI and symbols of every mapped file with code, so
+// that unwinding a stopped thread reads only its stack.
+func (u *Unwinder) Preload() {
+	for _, m := range u.maps {
+		if strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
+			if o := u.object(m); o != nil {
+				o.im.SymbolAt(m.Start) // loads the symbol table
+			}
+		}
+	}
+}
