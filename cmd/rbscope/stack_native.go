@@ -156,10 +156,10 @@ func printNativeStacks(w io.Writer, d *nativeDump) {
 		fmt.Fprintln(w)
 		width := 0
 		for _, f := range th.Frames {
-			width = max(width, len(textsafe.Clean(frameName(f))))
+			width = max(width, len(textsafe.Clean(f.Name())))
 		}
 		for _, f := range th.Frames {
-			name := textsafe.Clean(frameName(f))
+			name := textsafe.Clean(f.Name())
 			switch {
 			case f.Kind == mixedstack.KindNative:
 				where := filepath.Base(f.Object)
@@ -189,15 +189,6 @@ func printNativeStacks(w io.Writer, d *nativeDump) {
 			fmt.Fprintf(w, "  (native stack ends: %s)\n", textsafe.Clean(th.NativeError))
 		}
 	}
-}
-
-// frameName is what a mixed frame is called: a Ruby frame's label, a
-// native frame's function or object+offset.
-func frameName(f mixedstack.Frame) string {
-	if f.Kind == mixedstack.KindNative && f.Native != nil {
-		return f.Native.Name()
-	}
-	return f.Label
 }
 
 // frameBytes prints a frame size, exactly.

@@ -680,6 +680,28 @@ func (im *Image) debugFileCandidates() []string {
 // SymbolAt returns the function symbol that contains (or most closely
 // precedes) the run-time address addr, and addr's offset from it.
 func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
+	f, ok := im.funcBefore(addr)
+	if !ok || f.size > 0 && addr-im.Bias >= f.start+f.size+4096 {
+		return "", 0, false // past the end of the last known function
+	}
+	return f.name, addr - im.Bias - f.start, true
+}
+
+// FunctionAt returns the function symbol that holds the run-time address
+// addr: its name, link-time start and size (0 when the symbol has none).
+// A symbol with a size holds only the addresses within it; ok is false
+// when no symbol precedes addr or the one before it ends before addr.
+func (im *Image) FunctionAt(addr uint64) (name string, start, size uint64, ok bool) {
+	f, ok := im.funcBefore(addr)
+	if !ok || f.size > 0 && addr-im.Bias >= f.start+f.size {
+		return "", 0, 0, false
+	}
+	return f.name, f.start, f.size, true
+}
+
+// funcBefore returns the function symbol starting at or most closely
+// before the run-time address addr.
+func (im *Image) funcBefore(addr uint64) (funcSym, bool) {
 	if im.funcs == nil {
 		im.loadSymbols()
 		for n, s := range im.symbols {
@@ -707,13 +729,9 @@ func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
 	v := addr - im.Bias
 	i := sort.Search(len(im.funcs), func(i int) bool { return im.funcs[i].start > v }) - 1
 	if i < 0 {
-		return "", 0, false
+		return funcSym{}, false
 	}
-	f := im.funcs[i]
-	if f.size > 0 && v >= f.start+f.size+4096 {
-		return "", 0, false // past the end of the last known function
-	}
-	return f.name, v - f.start, true
+	return im.funcs[i], true
 }
 
 type funcSym struct {

@@ -5,6 +5,7 @@ package mixedstack
 
 import (
 	"fmt"
+	"path"
 	"slices"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -27,6 +28,7 @@ type Frame struct {
 	Object    string         `json:"object,omitempty"`
 	Offset    string         `json:"offset,omitempty"`
 	PC        string         `json:"pc,omitempty"`
+	CFA       string         `json:"cfa,omitempty"`
 	FrameSize uint64         `json:"frame_size,omitempty"`
 	Signal    *unwind.Signal `json:"signal,omitempty"`
 	// Native keeps the native frame this one was made from.
@@ -85,6 +87,20 @@ func rubyFrames(fs []rubyvm.Frame) []Frame {
 	return out
 }
 
+// Name is how a frame reads: a Ruby frame's label, a native frame's
+// function (+offset) or object+offset.
+func (f Frame) Name() string {
+	switch {
+	case f.Kind != KindNative:
+		return f.Label
+	case f.Native != nil:
+		return f.Native.Name()
+	case f.Function != "":
+		return f.Function
+	}
+	return path.Base(f.Object) + "+" + f.Offset
+}
+
 // NativeFrames converts native frames alone (a thread that runs no Ruby).
 func NativeFrames(fs []unwind.Frame) []Frame {
 	out := make([]Frame, len(fs))
@@ -97,5 +113,5 @@ func NativeFrames(fs []unwind.Frame) []Frame {
 func nativeFrame(f unwind.Frame) Frame {
 	n := f
 	return Frame{Kind: KindNative, Function: f.Function, Object: f.Object, Offset: fmt.Sprintf("%#x", f.Offset),
-		PC: fmt.Sprintf("%#x", f.PC), FrameSize: f.Size, Signal: f.Signal, Native: &n}
+		PC: fmt.Sprintf("%#x", f.PC), CFA: fmt.Sprintf("%#x", f.CFA), FrameSize: f.Size, Signal: f.Signal, Native: &n}
 }

@@ -214,22 +214,16 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 	return frames, ErrFrameBudget
 }
 
-// name names f's pc: the symbol that holds lookup, unless that symbol
-// starts before the CFI range of the function (fde), where it names
-// another function: then object+offset.
+// name names f's pc: the function symbol that holds lookup. A symbol
+// without a size holds it only if it starts within the CFI range of the
+// pc's function (fde): otherwise it is another, earlier function, and the
+// frame is left to object+offset.
 func (u *Unwinder) name(f *Frame, o *object, lookup uint64, fde *fdeRange) {
-	name, off, ok := o.im.SymbolAt(lookup)
-	if !ok {
+	name, start, size, ok := o.im.FunctionAt(lookup)
+	if !ok || size == 0 && fde != nil && start < fde.begin {
 		return
 	}
-	start := lookup - off - o.im.Bias
-	if fde != nil && start < fde.begin {
-		return // the nearest symbol is another, earlier function
-	}
-	f.Function, f.FuncOffset = name, off
-	if lookup != f.PC {
-		f.FuncOffset = f.PC - (lookup - off)
-	}
+	f.Function, f.FuncOffset = name, f.PC-o.im.Bias-start
 }
 
 // sizeofUcontext is the size of the kernel's struct ucontext on x86_64:

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/mixedstack"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// gdbFrame is one frame as gdb unwinds it (testdata/native/gdb_frames.py).
+type gdbFrame struct {
+	pc, cfa uint64 // cfa 0: gdb gave none
+	name    string
+}
+
+// gdbStacks attaches gdb to pid and returns every thread's real frames.
+func gdbStacks(t *testing.T, pid int) map[int][]gdbFrame {
+	t.Helper()
+	if _, err := exec.LookPath("gdb"); err != nil {
+		testruby.Missing(t, "gdb is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "gdb", "-batch", "-nx", "-p", strconv.Itoa(pid), "-x", testruby.Testdata("native/gdb_frames.py")).Output()
+	if err != nil {
+		t.Fatalf("gdb: %v\n%s", err, out)
+	}
+	stacks := map[int][]gdbFrame{}
+	tid := 0
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 2 && f[0] == "THREAD":
+			tid, _ = strconv.Atoi(f[1])
+		case len(f) == 4 && f[0] == "FRAME" && tid > 0:
+			pc, _ := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+			cfa, _ := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 64)
+			stacks[tid] = append(stacks[tid], gdbFrame{pc, cfa, f[3]})
+		}
+	}
+	if len(stacks) == 0 {
+		t.Fatalf("setup: gdb listed no thread:\n%s", out)
+	}
+	return stacks
+}
+
+// buildBigFrame builds testdata/native/bigframe.c without frame pointers.
+func buildBigFrame(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testruby.Missing(t, "gcc is not installed")
+	}
+	lib := filepath.Join(t.TempDir(), "libbigframe.so")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", lib, testruby.Testdata("native/bigframe.c")).CombinedOutput(); err != nil {
+		t.Fatalf("setup: gcc: %v\n%s", err, out)
+	}
+	return lib
+}
+
+// TestStackNativeMatchesGDB: every native frame rbscope unwinds (pc and
+// CFA, hence its size) is the one gdb unwinds, thread by thread, on every
+// Ruby of the matrix: Ruby waiting in sleep and Queue#pop, and (3.0 and
+// later) Ruby calling a C library built without frame pointers that holds
+// a 300 KB frame and calls back into Ruby. The Ruby frames sit just inside
+// the exec-loop frame that runs them.
+func TestStackNativeMatchesGDB(t *testing.T) {
+	lib := buildBigFrame(t)
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			withC := !testruby.Older(rb, 3, 0)
+			arg := ""
+			if withC {
+				arg = lib
+			}
+			p := testruby.Start(t, rb, "native_stack.rb", nil, arg)
+			var rep struct{ PID int }
+			p.WaitReport(t, &rep, 60*time.Second)
+			out, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(p.PID()))
+			if code != 0 {
+				t.Fatalf("stack --native: exit %d: %s", code, errOut)
+			}
+			var d nativeDump
+			if err := json.Unmarshal([]byte(out), &d); err != nil {
+				t.Fatal(err)
+			}
+			gdb := gdbStacks(t, p.PID())
+			byTID := map[int]nativeThread{}
+			for _, th := range d.Threads {
+				byTID[th.TID] = th
+			}
+			for tid, want := range gdb {
+				th, ok := byTID[tid]
+				if !ok {
+					t.Errorf("thread %d: gdb unwinds it, rbscope lists no such thread", tid)
+					continue
+				}
+				compareWithGDB(t, th, want)
+			}
+			for _, th := range d.Threads {
+				if th.Ruby {
+					if th.RubyPlacement != "" {
+						t.Errorf("thread %d (%s): Ruby frames placed %s", th.TID, th.Name, th.RubyPlacement)
+					}
+					checkPlacement(t, th)
+				}
+			}
+			main := threadNamed(d, "main")
+			labels := rubyLabels(main)
+			if i := slices.Index(labels, "Object#level3"); i < 0 || !slices.Equal(labels[i:i+2], []string{"Object#level3", "Object#level2"}) {
+				t.Errorf("main thread's Ruby frames: %q", labels)
+			}
+			if !withC {
+				return
+			}
+			fiddle := threadNamed(d, "fiddle")
+			var big *mixedstack.Frame
+			for i, f := range fiddle.Frames {
+				if f.Function == "rbscope_big_frame" {
+					big = &fiddle.Frames[i]
+				}
+			}
+			if big == nil || big.FrameSize < 300000 || big.FrameSize > 300000+4096 {
+				t.Errorf("rbscope_big_frame: %+v, want a frame of 300000 bytes and a little more", big)
+			}
+			if fiddle.LargestFrame < 300000 {
+				t.Errorf("largest frame of the fiddle thread: %d", fiddle.LargestFrame)
+			}
+		})
+	}
+}
+
+// compareWithGDB checks a thread's native frames against gdb's, frame by
+// frame: the same pc and, where gdb knows it, the same CFA. gdb may know
+// one more or one fewer outermost frame.
+func compareWithGDB(t *testing.T, th nativeThread, want []gdbFrame) {
+	t.Helper()
+	var got []mixedstack.Frame
+	for _, f := range th.Frames {
+		if f.Kind == mixedstack.KindNative {
+			got = append(got, f)
+		}
+	}
+	if len(got) < len(want)-1 || len(got) > len(want)+1 {
+		t.Errorf("thread %d (%s): %d native frames, gdb %d\nrbscope: %s\ngdb: %v (%s)", th.TID, th.Name, len(got), len(want), frameList(got), want, th.NativeError)
+	}
+	for i := 0; i < min(len(got), len(want)); i++ {
+		pc, _ := strconv.ParseUint(strings.TrimPrefix(got[i].PC, "0x"), 16, 64)
+		if pc != want[i].pc {
+			t.Errorf("thread %d (%s) frame %d: pc %#x, gdb %#x (%s)\nrbscope: %s", th.TID, th.Name, i, pc, want[i].pc, want[i].name, frameList(got))
+			return
+		}
+		cfa, _ := strconv.ParseUint(strings.TrimPrefix(got[i].CFA, "0x"), 16, 64)
+		if want[i].cfa != 0 && cfa != want[i].cfa {
+			t.Errorf("thread %d (%s) frame %d (%s): CFA %#x, gdb %#x", th.TID, th.Name, i, want[i].name, cfa, want[i].cfa)
+		}
+	}
+}
+
+func frameList(fs []mixedstack.Frame) string {
+	var b strings.Builder
+	for _, f := range fs {
+		fmt.Fprintf(&b, "\n  %s %s", f.PC, f.Name())
+	}
+	return b.String()
+}
+
+// checkPlacement: each run of Ruby frames is followed by an exec-loop
+// native frame (the call of the VM that runs them).
+func checkPlacement(t *testing.T, th nativeThread) {
+	t.Helper()
+	for i, f := range th.Frames {
+		if f.Kind == mixedstack.KindNative || (i+1 < len(th.Frames) && th.Frames[i+1].Kind != mixedstack.KindNative) {
+			continue
+		}
+		if i+1 == len(th.Frames) || !slices.Contains(rubyvm.ExecLoopFunctions, th.Frames[i+1].Function) {
+			next := "nothing"
+			if i+1 < len(th.Frames) {
+				next = th.Frames[i+1].Name()
+			}
+			t.Errorf("thread %d (%s): Ruby frame %q is followed by %s, not an exec-loop frame", th.TID, th.Name, f.Label, next)
+		}
+	}
+}
+
+func threadNamed(d nativeDump, name string) nativeThread {
+	for _, th := range d.Threads {
+		if th.Name == name || name == "main" && th.Main {
+			return th
+		}
+	}
+	return nativeThread{}
+}
+
+func rubyLabels(th nativeThread) []string {
+	var out []string
+	for _, f := range th.Frames {
+		if f.Kind != mixedstack.KindNative {
+			out = append(out, f.Label)
+		}
+	}
+	return out
+}
