@@ -11,11 +11,13 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 func newCoreCmd() *cobra.Command {
 	var opts target.CoreOptions
-	var asJSON, census, all bool
+	var asJSON, census, all, native bool
 	c := &cobra.Command{
 		Use:   "core CORE",
 		Short: "Print every Ruby thread's stack from a core dump",
@@ -43,6 +45,29 @@ reads no file of this machine.`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if native {
+				if census {
+					return usageError{fmt.Errorf("--native and --census are read one at a time: run rbscope core twice")}
+				}
+				d, err := readCoreNative(args[0], opts)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(os.Stdout, d)
+				}
+				fmt.Fprintf(os.Stdout, "core %s: pid %d (%s)", d.Core, d.PID, d.Command)
+				if d.Signal != "" {
+					fmt.Fprintf(os.Stdout, ", signal %s in tid %d", d.Signal, d.SignalTID)
+				}
+				fmt.Fprintf(os.Stdout, ", Ruby %s\n", d.RubyVersion)
+				if d.Fault != "" {
+					fmt.Fprintf(os.Stdout, "fault: %s\n", textsafe.Clean(d.Fault))
+				}
+				fmt.Fprintln(os.Stdout)
+				printNativeStacks(os.Stdout, d.nativeDump)
+				return nil
+			}
 			d, err := readCore(args[0], opts, census)
 			if err != nil {
 				return err
@@ -69,6 +94,7 @@ reads no file of this machine.`,
 	f.BoolVar(&opts.CoreOnly, "core-only", false, "read no file of this machine: take every mapped file's image from the core, as for a core from elsewhere")
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
+	f.BoolVar(&native, "native", false, "show every thread's native frames too, unwound with the code's CFI, as 'rbscope stack --native' does, and the fault beneath a signal handler")
 	f.BoolVar(&all, "all", false, fmt.Sprintf("with --census: print every class, not only the largest %d", censusTopClasses))
 	return c
 }
@@ -133,6 +159,66 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 	}
 	noteAdjusted(vm)
 	d.LayoutAdjusted = vm.Adjusted
+	return d, nil
+}
+
+// coreNativeDump is what `rbscope core --native --json` prints.
+type coreNativeDump struct {
+	Core      string `json:"core"`
+	Command   string `json:"command"`
+	Signal    string `json:"signal,omitempty"`
+	SignalTID int    `json:"signal_tid,omitempty"`
+	// Fault names the fault beneath a signal handler (crash.Fault).
+	Fault string `json:"fault,omitempty"`
+	*nativeDump
+}
+
+// readCoreNative reads a core's Ruby stacks and every thread's native
+// stack, from the registers its notes hold.
+func readCoreNative(path string, opts target.CoreOptions) (*coreNativeDump, error) {
+	t, err := target.OpenCore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	if w := t.Truncated(); w != "" {
+		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
+	}
+	vm, err := rubyvm.OpenWith(t, vmOptions)
+	if err != nil {
+		return nil, coreError(t, err)
+	}
+	defer vm.Close()
+	if fb := vm.Fallbacks(); fb != "" {
+		fmt.Fprintln(os.Stderr, "rbscope:", fb)
+	}
+	vm.MarkExecBoundaries = true
+	threads, err := vm.Threads()
+	if err != nil {
+		return nil, coreError(t, err)
+	}
+	maps, _ := t.Mappings()
+	u := unwind.New(t, maps)
+	defer u.Close()
+	tids, _ := t.Threads()
+	native := map[int][]unwind.Frame{}
+	nativeErr := map[int]error{}
+	for _, tid := range tids {
+		if regs, ok := t.Registers(tid); ok {
+			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
+		}
+	}
+	comm, args := t.Command()
+	if args == "" {
+		args = comm
+	}
+	d := &coreNativeDump{Core: path, Command: args, nativeDump: &nativeDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description,
+		Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted, Threads: mixThreads(threads, tids, native, nativeErr, nil)}}
+	if sig, tid := t.Signal(); sig > 0 {
+		d.Signal, d.SignalTID = crash.SignalName(sig), tid
+		d.Fault = crash.Fault(native[tid], sig)
+	}
+	noteAdjusted(vm)
 	return d, nil
 }
 

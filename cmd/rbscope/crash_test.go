@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,7 +144,19 @@ func TestCrashRealRubyCrash(t *testing.T) {
 			if r.Registers["rip"] == "" || len(r.Native) < 2 {
 				t.Errorf("registers %v, %d native threads", r.Registers, len(r.Native))
 			}
+			tids := map[int]bool{}
+			for _, nt := range r.Native {
+				if tids[nt.TID] {
+					t.Errorf("native thread %d is in the report twice", nt.TID)
+				}
+				tids[nt.TID] = true
+			}
+			// The fault beneath Ruby's SIGSEGV handler: Fiddle read address 16.
+			if !strings.HasPrefix(r.Fault, "SIGSEGV at 0x10 in ") || r.SignalName == "SIGABRT" && !strings.Contains(r.Fault, "SIGABRT") {
+				t.Errorf("fault %q (the process ended with %s), want SIGSEGV at 0x10 named", r.Fault, r.SignalName)
+			}
 			checkCore(t, filepath.Join(store, ids[0], "core.zst"))
+			compareCrashWithGDB(t, rb, r, filepath.Join(store, ids[0], "core.zst"))
 			st, _ := os.Stat(filepath.Join(store, ids[0], "report.json"))
 			if st.Mode().Perm() != 0o600 {
 				t.Errorf("report.json mode %v, want 0600", st.Mode().Perm())
@@ -186,6 +199,71 @@ func TestCrashCoreLimitZero(t *testing.T) {
 }
 
 // checkCore decompresses a kept core and checks it is an ELF core.
+// compareCrashWithGDB checks the crashing thread's native frames in the
+// report against gdb's on the kept core: the same pc, frame by frame.
+func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst string) {
+	t.Helper()
+	f, err := os.Open(zst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	core := filepath.Join(t.TempDir(), "core")
+	out, err := os.Create(core)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	exe, _ := filepath.EvalSymlinks(rb.Bin)
+	want := gdbFrames(t, exe, core)[r.TID]
+	var got []crash.NativeFrame
+	for _, nt := range r.Native {
+		if nt.TID == r.TID {
+			got = nt.Frames
+		}
+	}
+	if len(want) < 3 || len(got) < len(want)-1 || len(got) > len(want)+1 {
+		t.Fatalf("crashing thread %d: %d native frames in the report, gdb %d on its core\nreport: %v\ngdb: %v", r.TID, len(got), len(want), got, want)
+	}
+	for i := 0; i < min(len(got), len(want)); i++ {
+		if pc, _ := strconv.ParseUint(strings.TrimPrefix(got[i].Addr, "0x"), 16, 64); pc != want[i].pc {
+			t.Errorf("crashing thread frame %d: %s %s, gdb %#x %s", i, got[i].Addr, got[i].Symbol, want[i].pc, want[i].name)
+			return
+		}
+	}
+	// rbscope core --native on the same core: the same frames, the same
+	// fault.
+	stdout, errOut, code := rbscope(t, "core", "--native", "--json", core)
+	if code != 0 {
+		t.Fatalf("core --native: exit %d: %s", code, errOut)
+	}
+	var d struct {
+		Fault   string
+		Threads []nativeThread
+	}
+	if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Fault != r.Fault {
+		t.Errorf("core --native names the fault %q, the report %q", d.Fault, r.Fault)
+	}
+	for _, th := range d.Threads {
+		if th.TID == r.TID {
+			compareWithGDB(t, th, want)
+			return
+		}
+	}
+	t.Errorf("core --native lists no thread %d", r.TID)
+}
+
 func checkCore(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.Open(path)

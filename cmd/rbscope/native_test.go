@@ -27,12 +27,19 @@ type gdbFrame struct {
 // gdbStacks attaches gdb to pid and returns every thread's real frames.
 func gdbStacks(t *testing.T, pid int) map[int][]gdbFrame {
 	t.Helper()
+	return gdbFrames(t, "-p", strconv.Itoa(pid))
+}
+
+// gdbFrames runs gdb on what args name (-p PID, or an executable and a
+// core) and returns every thread's real frames.
+func gdbFrames(t *testing.T, args ...string) map[int][]gdbFrame {
+	t.Helper()
 	if _, err := exec.LookPath("gdb"); err != nil {
 		testruby.Missing(t, "gdb is not installed")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "gdb", "-batch", "-nx", "-p", strconv.Itoa(pid), "-x", testruby.Testdata("native/gdb_frames.py")).Output()
+	out, err := exec.CommandContext(ctx, "gdb", append(append([]string{"-batch", "-nx"}, args...), "-x", testruby.Testdata("native/gdb_frames.py"))...).Output()
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}

@@ -91,6 +91,15 @@ func readNativeStacks(pid int) (*nativeDump, error) {
 			names[k.TID] = k.Comm
 		}
 	}
+	d.Threads = mixThreads(threads, stopped, native, nativeErr, names)
+	return d, nil
+}
+
+// mixThreads makes the threads of a --native document: each Ruby thread
+// with its Ruby and native frames in one call order, then the native
+// threads (tids) that run no Ruby, with their native frames.
+func mixThreads(threads []rubyvm.Thread, tids []int, native map[int][]unwind.Frame, nativeErr map[int]error, names map[int]string) []nativeThread {
+	var out []nativeThread
 	seen := map[int]bool{}
 	for _, th := range threads {
 		nt := nativeThread{TID: th.TID, Name: th.Name, Ruby: true, Main: th.Main, Status: th.Status, GVL: th.GVL, Error: th.Error}
@@ -106,17 +115,15 @@ func readNativeStacks(pid int) (*nativeDump, error) {
 			nt.Frames = mixedstack.Merge(th.Frames, nil).Frames
 			nt.NativeError = "not on a native thread now"
 		}
-		d.Threads = append(d.Threads, withLargest(nt))
+		out = append(out, withLargest(nt))
 	}
-	sort.Ints(stopped)
-	for _, tid := range stopped {
-		if seen[tid] {
-			continue
+	sort.Ints(tids)
+	for _, tid := range tids {
+		if !seen[tid] {
+			out = append(out, withLargest(nativeThread{TID: tid, Name: names[tid], Frames: mixedstack.NativeFrames(native[tid]), NativeError: errString(nativeErr[tid])}))
 		}
-		nt := nativeThread{TID: tid, Name: names[tid], Frames: mixedstack.NativeFrames(native[tid]), NativeError: errString(nativeErr[tid])}
-		d.Threads = append(d.Threads, withLargest(nt))
 	}
-	return d, nil
+	return out
 }
 
 func withLargest(nt nativeThread) nativeThread {

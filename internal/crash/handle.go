@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +21,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
-	rbinary "github.com/rbscope/rbscope/internal/binary"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 // Args are what the kernel passes through core_pattern's specifiers.
@@ -70,23 +69,27 @@ func (a Args) uid() int64 {
 
 // Report is what rbscope keeps of one crash.
 type Report struct {
-	ID         string            `json:"id"`
-	Time       time.Time         `json:"time"`
-	PID        int               `json:"pid"`
-	TID        int               `json:"tid"`
-	UID        int64             `json:"uid"` // the crashed process's real uid (-1: unknown)
-	Signal     int               `json:"signal"`
-	SignalName string            `json:"signal_name"`
-	Exe        string            `json:"exe"`
-	Cmdline    []string          `json:"cmdline"`
-	Registers  map[string]string `json:"registers,omitempty"` // the crashing thread's
-	Native     []NativeThread    `json:"native_threads,omitempty"`
-	Ruby       *RubyState        `json:"ruby,omitempty"`
-	Proc       ProcSnapshot      `json:"proc"`
-	Core       CoreInfo          `json:"core"`
-	Notified   []Notification    `json:"notifications,omitempty"`
-	Problems   []string          `json:"problems,omitempty"` // what could not be gathered
-	HandledIn  string            `json:"handled_in"`
+	ID         string    `json:"id"`
+	Time       time.Time `json:"time"`
+	PID        int       `json:"pid"`
+	TID        int       `json:"tid"`
+	UID        int64     `json:"uid"` // the crashed process's real uid (-1: unknown)
+	Signal     int       `json:"signal"`
+	SignalName string    `json:"signal_name"`
+	Exe        string    `json:"exe"`
+	Cmdline    []string  `json:"cmdline"`
+	// Fault names the fault beneath a signal handler on the crashing
+	// thread's stack ("SIGSEGV at 0x10 in f; its handler then ended the
+	// process with SIGABRT"): see Fault.
+	Fault     string            `json:"fault,omitempty"`
+	Registers map[string]string `json:"registers,omitempty"` // the crashing thread's
+	Native    []NativeThread    `json:"native_threads,omitempty"`
+	Ruby      *RubyState        `json:"ruby,omitempty"`
+	Proc      ProcSnapshot      `json:"proc"`
+	Core      CoreInfo          `json:"core"`
+	Notified  []Notification    `json:"notifications,omitempty"`
+	Problems  []string          `json:"problems,omitempty"` // what could not be gathered
+	HandledIn string            `json:"handled_in"`
 }
 
 // RubyState is the Ruby side of a crashed process.
@@ -102,13 +105,18 @@ type NativeThread struct {
 	PC     string        `json:"pc"`
 	SP     string        `json:"sp"`
 	Frames []NativeFrame `json:"frames"`
+	// Error says why the unwind stopped before the outermost frame.
+	Error string `json:"error,omitempty"`
 }
 
-// NativeFrame is one code address with its symbol.
+// NativeFrame is one native frame, unwound with the code's CFI.
 type NativeFrame struct {
 	Addr   string `json:"addr"`
-	Symbol string `json:"symbol"`
+	Symbol string `json:"symbol"` // function+offset, or object+offset
 	File   string `json:"file"`
+	// FrameSize is the stack the frame holds (0: unknown).
+	FrameSize uint64         `json:"frame_size,omitempty"`
+	Signal    *unwind.Signal `json:"signal,omitempty"`
 }
 
 // ProcSnapshot is /proc/PID as it was during the crash.
@@ -274,8 +282,8 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		r.Problems = append(r.Problems, "core: the handler's time ran out while reading the core")
 	}
 	var native nativeState
-	if within(readCtx, "native stacks", &r.Problems, func() { native = readNative(a.PID, r.TID, &notes) }) {
-		r.Registers, r.Native = native.registers, native.threads
+	if within(readCtx, "native stacks", &r.Problems, func() { native = readNative(a.PID, r.TID, r.Signal, &notes) }) {
+		r.Registers, r.Native, r.Fault = native.registers, native.threads, native.fault
 		r.Problems = append(r.Problems, native.problems...)
 	}
 	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
@@ -399,11 +407,12 @@ func (c *noteCatcher) findNotes() bool {
 			c.notes = append(c.notes, noteRange{off: int64(p.Off), end: int64(p.Off + p.Filesz)})
 		}
 	}
-	// Bytes already seen: take them from the head.
+	// Bytes of earlier writes (before c.pos): take them from the head.
+	// The current write's are Write's to take, after this.
 	for i := range c.notes {
 		r := &c.notes[i]
-		if r.off < int64(len(c.head)) {
-			r.data = append(r.data, c.head[r.off:min(r.end, int64(len(c.head)))]...)
+		if seen := min(c.pos, int64(len(c.head))); r.off < seen {
+			r.data = append(r.data, c.head[r.off:min(r.end, seen)]...)
 		}
 	}
 	return true
@@ -648,11 +657,12 @@ type nativeState struct {
 	registers map[string]string // the crashing thread's
 	threads   []NativeThread
 	problems  []string
+	fault     string // see Fault
 }
 
 // readNative takes every thread's registers from the core's NT_PRSTATUS
 // notes and scans its stack for return addresses.
-func readNative(pid, crashed int, notes *noteCatcher) nativeState {
+func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 	var ns nativeState
 	threads, err := notes.threads()
 	if err != nil {
@@ -665,25 +675,32 @@ func readNative(pid, crashed int, notes *noteCatcher) nativeState {
 		defer t.Close()
 		maps, _ = t.Mappings()
 	}
-	images := map[string]*rbinary.Image{}
-	defer func() {
-		for _, im := range images {
-			if im != nil {
-				im.Close()
-			}
-		}
-	}()
+	var u *unwind.Unwinder
+	if t != nil && maps != nil {
+		u = unwind.New(t, maps)
+		defer u.Close()
+	}
 	sort.Slice(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
 	for _, th := range threads {
-		if th.TID == crashed || len(threads) == 1 {
+		crashing := th.TID == crashed || len(threads) == 1
+		if crashing {
 			ns.registers = map[string]string{}
 			for i, v := range th.Regs.Values() {
 				ns.registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
 			}
 		}
 		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
-		if t != nil && maps != nil {
-			nt.Frames = scanStack(t, maps, images, th.Regs.RIP, th.Regs.RSP)
+		if u != nil {
+			frames, err := u.Unwind(unwind.FromTarget(th.Regs))
+			for _, f := range frames {
+				nt.Frames = append(nt.Frames, NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size, Signal: f.Signal})
+			}
+			if err != nil {
+				nt.Error = err.Error()
+			}
+			if crashing {
+				ns.fault = Fault(frames, signal)
+			}
 		}
 		ns.threads = append(ns.threads, nt)
 	}
@@ -721,39 +738,6 @@ func (c *noteCatcher) threads() ([]target.CoreThread, error) {
 
 // scanStack returns pc and the words above sp (up to 16 KiB) that point into
 // executable file mappings, symbolized: a heuristic native backtrace.
-func scanStack(t target.Target, maps []target.Mapping, images map[string]*rbinary.Image, pc, sp uint64) []NativeFrame {
-	frames := []NativeFrame{symbolize(t, maps, images, pc)}
-	buf := make([]byte, 16<<10)
-	n, _ := t.ReadAt(buf, sp)
-	for i := 0; i+8 <= n && len(frames) < 64; i += 8 {
-		w := binary.LittleEndian.Uint64(buf[i:])
-		if m, ok := target.FindMapping(maps, w); ok && strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
-			frames = append(frames, symbolize(t, maps, images, w))
-		}
-	}
-	return frames
-}
-
-func symbolize(t target.Target, maps []target.Mapping, images map[string]*rbinary.Image, addr uint64) NativeFrame {
-	f := NativeFrame{Addr: fmt.Sprintf("%#x", addr), Symbol: "??"}
-	m, ok := target.FindMapping(maps, addr)
-	if !ok || !strings.HasPrefix(m.Path, "/") {
-		return f
-	}
-	f.File = m.Path
-	im, seen := images[m.Path]
-	if !seen {
-		im, _ = rbinary.Open(t, maps, m.Path)
-		images[m.Path] = im
-	}
-	if im != nil {
-		if name, off, ok := im.SymbolAt(addr); ok {
-			f.Symbol = fmt.Sprintf("%s+%#x", name, off)
-		}
-	}
-	return f
-}
-
 // SignalName is the name of signal sig ("SIGSEGV"), or "signal N".
 func SignalName(sig int) string {
 	name := unix.SignalName(syscall.Signal(sig))

@@ -151,6 +151,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "crash %s\n", r.ID)
 	fmt.Fprintf(w, "time:    %s\npid:     %d (thread %d)\nsignal:  %s (%d)\nexe:     %s\ncmdline: %s\n",
 		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, textsafe.Clean(r.Exe), cleanArgs(r.Cmdline))
+	if r.Fault != "" {
+		fmt.Fprintf(w, "fault:   %s\n", textsafe.Clean(r.Fault))
+	}
 	core := "not stored"
 	if r.Core.File != "" {
 		core = fmt.Sprintf("%s (%d bytes read, %d stored)", r.Core.File, r.Core.Bytes, r.Core.Stored)
@@ -197,11 +200,21 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	if len(r.Native) > 0 {
-		fmt.Fprintln(w, "\nnative threads (stack scan; may include stale return addresses):")
+		fmt.Fprintln(w, "\nnative threads (unwound with the code's call frame information):")
 		for _, nt := range r.Native {
 			fmt.Fprintf(w, "thread %d pc=%s sp=%s\n", nt.TID, nt.PC, nt.SP)
 			for _, f := range nt.Frames {
-				fmt.Fprintf(w, "  %s %s (%s)\n", f.Addr, textsafe.Clean(f.Symbol), textsafe.Clean(filepath.Base(f.File)))
+				fmt.Fprintf(w, "  %s %s (%s)", f.Addr, textsafe.Clean(f.Symbol), textsafe.Clean(filepath.Base(f.File)))
+				if f.FrameSize > 0 {
+					fmt.Fprintf(w, " %d B", f.FrameSize)
+				}
+				if f.Signal != nil {
+					fmt.Fprintf(w, "  <- %s at %#x", SignalName(f.Signal.Number), f.Signal.Addr)
+				}
+				fmt.Fprintln(w)
+			}
+			if nt.Error != "" {
+				fmt.Fprintf(w, "  (unwind stopped: %s)\n", textsafe.Clean(nt.Error))
 			}
 		}
 	}

@@ -45,7 +45,11 @@ func Rubies(t testing.TB) []Ruby {
 	builds, _ := filepath.Glob(filepath.Join(dir, "*", "bin", "ruby"))
 	sort.Strings(builds)
 	for _, b := range builds {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(b)), ".rbscope-complete")); err != nil {
+		root := filepath.Dir(filepath.Dir(b))
+		if strings.HasSuffix(root, ".tmp") {
+			continue // a build being made (build-ruby.sh renames it when done)
+		}
+		if _, err := os.Stat(filepath.Join(root, ".rbscope-complete")); err != nil {
 			continue
 		}
 		out = append(out, Ruby{Name: filepath.Base(filepath.Dir(filepath.Dir(b))), Bin: b})

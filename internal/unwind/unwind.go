@@ -103,6 +103,9 @@ func (r *Regs) get(n uint64) (uint64, bool) {
 const (
 	MaxFrames   = 512
 	maxCFIBytes = 64 << 20
+	// maxFrameSize: a frame larger than this is no frame but the step
+	// from one stack to another (a signal handler's alternate stack).
+	maxFrameSize = 256 << 20
 )
 
 // Stop reasons, for an unwind that ended before the outermost frame.
@@ -188,8 +191,8 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			return frames, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		f.CFA = cfa
-		if cfa > prevCFA {
-			f.Size = cfa - prevCFA
+		if cfa > prevCFA && cfa-prevCFA <= maxFrameSize && !row.signal {
+			f.Size = cfa - prevCFA // else another stack: a signal's (sigaltstack)
 		}
 		next, err := row.caller(&regs, cfa, u.t)
 		if err != nil {
