@@ -292,6 +292,7 @@ func FuzzImage(f *testing.F) {
 		im.HasSymbol("ruby_version")
 		im.Symbol("ruby_version")
 		im.SymbolAt(testMaps[0].Start + 0x100)
+		im.FunctionAt(testMaps[0].Start + 0x100)
 		im.Code(testMaps[0].Start+0x40, 16)
 		im.DWARF()
 		im.matchesMemory(&bytesTarget{base: testMaps[0].Start, mem: data})
