@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -63,6 +64,9 @@ func run(args []string) (code int) {
 			// No target is stopped here: a target stands still only inside
 			// a target.WhilePaused session, which lets it go on a panic.
 			fmt.Fprintf(os.Stderr, "rbscope: internal error: %v (the target runs on)\n", r)
+			if os.Getenv("RBSCOPE_TRACEBACK") != "" { // for a bug report
+				os.Stderr.Write(debug.Stack())
+			}
 			code = 1
 		}
 	}()

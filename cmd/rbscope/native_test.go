@@ -219,3 +219,56 @@ func rubyLabels(th nativeThread) []string {
 	}
 	return out
 }
+
+// TestStackNativeYJIT: code YJIT generated has no CFI; the native walk
+// stops there naming it [jit], and every Ruby frame is still shown.
+func TestStackNativeYJIT(t *testing.T) {
+	ran := 0
+	for _, rb := range testruby.Rubies(t) {
+		if out, _ := exec.Command(rb.Bin, "--yjit", "-e", "print RubyVM::YJIT.enabled?").Output(); string(out) != "true" {
+			continue
+		}
+		ran++
+		t.Run(rb.Name, func(t *testing.T) {
+			cmd := exec.Command(rb.Bin, "--yjit", "--yjit-call-threshold=1", "-e", `def f; sleep; end; def g; f; end; $stdout.puts :ready; $stdout.flush; g`)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			bufio.NewReader(out).ReadString('\n')
+			var main nativeThread
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				stdout, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(cmd.Process.Pid))
+				if code != 0 {
+					t.Fatalf("stack --native: exit %d: %s", code, errOut)
+				}
+				var d nativeDump
+				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+					t.Fatal(err)
+				}
+				if main = threadNamed(d, "main"); slices.Contains(rubyLabels(main), "Object#f") {
+					break
+				}
+			}
+			if labels := rubyLabels(main); !slices.Equal(labels, []string{"Kernel#sleep", "Object#f", "Object#g", "<main>"}) {
+				t.Errorf("Ruby frames %q", labels)
+			}
+			var last mixedstack.Frame
+			for _, f := range main.Frames {
+				if f.Kind == mixedstack.KindNative {
+					last = f
+				}
+			}
+			if last.Object != "[jit]" || !strings.Contains(main.NativeError, "no call frame information") {
+				t.Errorf("the native walk ends at %q (%s), want [jit] for want of CFI", last.Name(), main.NativeError)
+			}
+		})
+	}
+	if ran == 0 {
+		testruby.Missing(t, "no Ruby built with YJIT (make rubies builds 3.3 and 3.4 with it)")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/rbscope/rbscope/internal/mixedstack"
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -170,6 +171,9 @@ func printNativeStacks(w io.Writer, d *nativeDump) {
 			switch {
 			case f.Kind == mixedstack.KindNative:
 				where := filepath.Base(f.Object)
+				if strings.HasPrefix(f.Object, "[") {
+					where = "generated code, no CFI"
+				}
 				if f.Signal != nil {
 					where += fmt.Sprintf(", signal %d at %#x", f.Signal.Number, f.Signal.Addr)
 				}

@@ -51,8 +51,12 @@ type Signal struct {
 	Addr   uint64 `json:"addr"`
 }
 
-// Name is how a frame reads: its function (+offset), else object+offset.
+// Name is how a frame reads: its function (+offset), else object+offset
+// ("[jit]" alone for generated code).
 func (f Frame) Name() string {
+	if strings.HasPrefix(f.Object, "[") {
+		return f.Object
+	}
 	if f.Function != "" {
 		if f.FuncOffset != 0 {
 			return fmt.Sprintf("%s+%#x", f.Function, f.FuncOffset)
@@ -134,7 +138,7 @@ func New(t target.Target, maps []target.Mapping) *Unwinder {
 // Close closes the files the unwinder opened.
 func (u *Unwinder) Close() {
 	for _, o := range u.objs {
-		if o.im != nil {
+		if o != nil { // nil: a mapping without CFI rbscope reads
 			o.im.Close()
 		}
 	}
