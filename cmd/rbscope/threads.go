@@ -14,6 +14,7 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/threadevents"
+	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 func newThreadsCmd() *cobra.Command {
@@ -81,10 +82,19 @@ type threadRow struct {
 	// StackBytes is the machine stack in use (from the stack pointer to
 	// the top of its mapping); null when it could not be read.
 	StackBytes *uint64 `json:"stack_bytes"`
+	// LargestFrame is the thread's largest native frame (unwound with the
+	// code's CFI while the process stood still); null without a pause.
+	LargestFrame *largestFrame `json:"largest_frame"`
 	// Kind is "ruby" (runs a Ruby thread), "ruby-internal" (Ruby's own
 	// timer thread) or "native" (no Ruby thread).
 	Kind string      `json:"kind"`
 	Ruby *rubyThread `json:"ruby,omitempty"`
+}
+
+// largestFrame is a thread's largest native frame: its size and function.
+type largestFrame struct {
+	Bytes    uint64 `json:"bytes"`
+	Function string `json:"function"`
 }
 
 type rubyThread struct {
@@ -118,19 +128,41 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 	}
 	stacks := after
 	var threads []rubyvm.Thread
-	err = whilePaused(t, pause, func() (err error) {
-		if pause {
-			if s, err := t.Tasks(); err == nil {
-				stacks = s // every thread is blocked now, so each shows its sp
+	maps, _ := t.Mappings()
+	largest := map[int]*largestFrame{}
+	var u *unwind.Unwinder
+	if pause {
+		u = unwind.New(t, maps)
+		defer u.Close()
+		u.Preload() // the CFI is read before the process stops
+	}
+	read := func(s *target.Stopped) (err error) {
+		if s != nil {
+			if k, err := t.Tasks(); err == nil {
+				stacks = k // every thread is blocked now, so each shows its sp
+			}
+			for tid := range s.Threads {
+				if regs, err := s.Regs(tid); err == nil {
+					frames, _ := u.Unwind(unwind.FromTarget(regs))
+					for _, f := range frames {
+						if lf := largest[tid]; lf == nil || f.Size > lf.Bytes {
+							largest[tid] = &largestFrame{Bytes: f.Size, Function: f.Name()}
+						}
+					}
+				}
 			}
 		}
 		threads, err = vm.Threads()
 		return err
-	})
+	}
+	if pause {
+		err = t.WhilePaused(nil, read)
+	} else {
+		err = read(nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	maps, _ := t.Mappings()
 
 	cpuBefore := map[int]time.Duration{}
 	for _, tk := range before {
@@ -156,7 +188,7 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 	}
 	rows := make([]threadRow, 0, len(after))
 	for _, tk := range after {
-		row := threadRow{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: "native"}
+		row := threadRow{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: "native", LargestFrame: largest[tk.TID]}
 		if row.State == "" {
 			row.State = string(tk.State)
 		}
@@ -196,11 +228,14 @@ func hasTask(tasks []target.Task, tid int) bool {
 }
 
 func printThreadTable(w io.Writer, rows []threadRow) {
-	fmt.Fprintf(w, "%-8s %-16s %-9s %8s %6s %8s  %-20s %-6s %-4s %s\n", "TID", "COMM", "STATE", "CPU", "CPU%", "STACK", "RUBY THREAD", "STATUS", "GVL", "FRAME")
+	fmt.Fprintf(w, "%-8s %-16s %-9s %8s %6s %8s %8s  %-20s %-6s %-4s %s\n", "TID", "COMM", "STATE", "CPU", "CPU%", "STACK", "BIGFRAME", "RUBY THREAD", "STATUS", "GVL", "FRAME")
 	for _, r := range rows {
-		stack := "-"
+		stack, big := "-", "-"
 		if r.StackBytes != nil {
 			stack = humanBytes(*r.StackBytes)
+		}
+		if r.LargestFrame != nil {
+			big = humanBytes(r.LargestFrame.Bytes)
 		}
 		name, status, gvl, frame := "", "", "", ""
 		switch r.Kind {
@@ -230,7 +265,10 @@ func printThreadTable(w io.Writer, rows []threadRow) {
 		default:
 			name = "[native, no Ruby]"
 		}
-		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s  %-20s %-6s %-4s %s\n", r.TID, textsafe.Clean(r.Comm), r.State, r.CPUSeconds, r.CPUPercent, stack, textsafe.Clean(name), status, gvl, textsafe.Clean(frame))
+		if lf := r.LargestFrame; lf != nil && lf.Bytes >= largeFrame {
+			frame += "  [large native frame: " + lf.Function + "]"
+		}
+		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s %8s  %-20s %-6s %-4s %s\n", r.TID, textsafe.Clean(r.Comm), r.State, r.CPUSeconds, r.CPUPercent, stack, big, textsafe.Clean(name), status, gvl, textsafe.Clean(frame))
 	}
 }
 
