@@ -2,7 +2,8 @@
 # bench/stack.sh: how long a whole `rbscope stack -p PID` takes, wall clock
 # from process start to exit, on a Ruby process whose main thread is
 # BENCH_DEPTH (200) frames deep with three more threads beside it; and the
-# same for `rbscope stack --nonblocking` and for gdb's
+# same for `rbscope stack --nonblocking`, for `rbscope stack --native`
+# (every thread's native frames too, as gdb shows them) and for gdb's
 # `thread apply all bt`, the usual way to get stacks out of a live process.
 #
 #   bench/stack.sh            (or: make bench)
@@ -13,6 +14,7 @@
 #   BENCH_DEPTH=200   frames of bench_deep on the main thread
 #   BENCH_MODE=sleep  what the main thread does at the bottom: sleep or spin
 #   BENCH_TARGET_MS=20  the target for rbscope's median
+#   BENCH_NATIVE_TARGET_MS=30  the target for rbscope stack --native's median
 #   RUBY=/usr/bin/ruby, GDB=gdb, GO=go (Go is also looked for in /usr/local/go/bin)
 #
 # Every timed rbscope run must exit 0 and print exactly BENCH_DEPTH
@@ -29,13 +31,14 @@ M=${BENCH_M:-5}
 DEPTH=${BENCH_DEPTH:-200}
 MODE=${BENCH_MODE:-sleep}
 TARGET_MS=${BENCH_TARGET_MS:-20}
+NATIVE_TARGET_MS=${BENCH_NATIVE_TARGET_MS:-30}
 RUBY=${RUBY:-/usr/bin/ruby}
 GDB=${GDB:-gdb}
 BIN=$ROOT/bin/rbscope
 
 die() { echo "bench/stack.sh: $*" >&2; exit 1; }
 
-for v in N M DEPTH TARGET_MS; do
+for v in N M DEPTH TARGET_MS NATIVE_TARGET_MS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, got '${!v}'"
 done
 (( N >= 1 )) || die "BENCH_N must be >= 1"
@@ -91,7 +94,7 @@ RUBY_VERSION=$("$RUBY" -e 'print RUBY_VERSION')
 # exactly DEPTH bench_deep frames.
 check_rbscope() {
   local got threads
-  got=$(awk '$1 == "bench_deep" { n++ } END { print n + 0 }' "$1")
+  got=$(awk '$1 ~ /(^|[#.])bench_deep$/ { n++ } END { print n + 0 }' "$1")
   threads=$(grep -c '^Thread ' "$1" || true)
   if [[ $got != "$DEPTH" || $threads != 4 ]]; then
     echo "bench/stack.sh: rbscope printed $got bench_deep frames (want $DEPTH) in $threads threads (want 4):" >&2
@@ -129,6 +132,19 @@ pct() {
     END { r = int((p * NR + 99) / 100); if (r < 1) r = 1; printf "%.2f", v[r] / 1000 }'
 }
 
+# check_native FILE: as check_rbscope, for stack --native, which lists
+# the native threads that run no Ruby too.
+check_native() {
+  local got threads
+  got=$(awk '$1 ~ /(^|[#.])bench_deep$/ { n++ } END { print n + 0 }' "$1")
+  threads=$(grep -c '^Thread ' "$1" || true)
+  if [[ $got != "$DEPTH" || $threads -lt 4 ]] || ! grep -q 'rb_vm_exec\|vm_exec' "$1"; then
+    echo "bench/stack.sh: rbscope --native printed $got bench_deep frames (want $DEPTH) in $threads threads (want >= 4), or no exec-loop frame:" >&2
+    head -20 "$1" >&2
+    return 1
+  fi
+}
+
 check_gdb() {
   # gdb prints one "Thread N (...)" header per thread; the Ruby process has
   # at least the four Ruby threads (plus Ruby's timer thread).
@@ -149,6 +165,8 @@ check_rbscope "$WORK/warm.out" || exit 1
 
 time_runs rbscope "$N" check_rbscope "$BIN" stack -p "$RUBY_PID" || exit 1
 time_runs nonblocking "$N" check_rbscope "$BIN" stack --nonblocking -p "$RUBY_PID" || exit 1
+time_runs native "$N" check_native "$BIN" stack --native -p "$RUBY_PID" || exit 1
+native_frames=$(grep -c '\[.*\] [0-9]* B' "$WORK/native.out" || true)
 if (( M > 0 )); then
   time_runs gdb "$M" check_gdb "$GDB" -p "$RUBY_PID" -batch -ex 'thread apply all bt' || exit 1
 fi
@@ -167,14 +185,26 @@ nb_med=$(pct "$WORK/nonblocking.times" 50)
 nb_p90=$(pct "$WORK/nonblocking.times" 90)
 printf 'rbscope stack               (N=%d): median %s ms, p90 %s ms\n' "$N" "$rb_med" "$rb_p90"
 printf 'rbscope stack --nonblocking (N=%d): median %s ms, p90 %s ms\n' "$N" "$nb_med" "$nb_p90"
+na_med=$(pct "$WORK/native.times" 50)
+na_p90=$(pct "$WORK/native.times" 90)
+printf 'rbscope stack --native      (N=%d): median %s ms, p90 %s ms (%s native frames)\n' "$N" "$na_med" "$na_p90" "$native_frames"
 if (( M > 0 )); then
   gdb_med=$(pct "$WORK/gdb.times" 50)
   printf 'gdb thread apply all bt     (M=%d): median %s ms\n' "$M" "$gdb_med"
   printf 'ratio gdb/rbscope (medians): %sx\n' "$(awk -v g="$gdb_med" -v r="$rb_med" 'BEGIN { printf "%.1f", g / r }')"
+  printf 'ratio gdb/rbscope --native (medians): %sx\n' "$(awk -v g="$gdb_med" -v r="$na_med" 'BEGIN { printf "%.1f", g / r }')"
 fi
+missed=0
 if awk -v m="$rb_med" -v t="$TARGET_MS" 'BEGIN { exit !(m < t) }'; then
   echo "target: rbscope median < $TARGET_MS ms: MET"
 else
   echo "target: rbscope median < $TARGET_MS ms: MISSED"
-  exit 3
+  missed=1
 fi
+if awk -v m="$na_med" -v t="$NATIVE_TARGET_MS" 'BEGIN { exit !(m < t) }'; then
+  echo "target: rbscope --native median < $NATIVE_TARGET_MS ms: MET"
+else
+  echo "target: rbscope --native median < $NATIVE_TARGET_MS ms: MISSED"
+  missed=1
+fi
+(( missed == 0 )) || exit 3

@@ -16,6 +16,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testvm"
+	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 // depth is how deep the workload's main thread recurses in bench_deep, as
@@ -234,3 +235,59 @@ func BenchmarkStack(b *testing.B)              { benchStack(b, true) }
 func BenchmarkStackNonblocking(b *testing.B)   { benchStack(b, false) }
 func BenchmarkThreadsPaused(b *testing.B)      { benchThreads(b, true) }
 func BenchmarkThreadsNonblocking(b *testing.B) { benchThreads(b, false) }
+
+// BenchmarkNativeUnwind measures, side by side in one run, a paused read
+// of every thread's Ruby stack alone and the same read plus every thread's
+// native unwind (warm CFI and symbol caches, as in a profiler's later
+// samples). It reports the unwind's own time per thread (goal: under
+// 50 µs), the native frames per thread, and the ratio of the two reads.
+func BenchmarkNativeUnwind(b *testing.B) {
+	t, vm := testvm.Attach(b, pid(b))
+	maps, err := t.Mappings()
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := unwind.New(t, maps)
+	defer u.Close()
+	u.Preload()
+	vm.MarkExecBoundaries = true
+	var rubyOnly, withNative, unwinding time.Duration
+	unwound, nativeFrames := 0, 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s0 := time.Now()
+		check(b, read(b, t, vm, true))
+		s1 := time.Now()
+		var threads []rubyvm.Thread
+		err := t.WhilePaused(nil, func(s *target.Stopped) error {
+			var err error
+			if threads, err = vm.Threads(); err != nil {
+				return err
+			}
+			for tid := range s.Threads {
+				regs, err := s.Regs(tid)
+				if err != nil {
+					return err
+				}
+				u0 := time.Now()
+				frames, _ := u.Unwind(unwind.FromTarget(regs))
+				unwinding += time.Since(u0)
+				unwound++
+				nativeFrames += len(frames)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		check(b, threads)
+		withNative += time.Since(s1)
+		rubyOnly += s1.Sub(s0)
+	}
+	b.StopTimer()
+	if unwound > 0 && rubyOnly > 0 {
+		b.ReportMetric(float64(unwinding.Microseconds())/float64(unwound), "unwind-us/thread")
+		b.ReportMetric(float64(nativeFrames)/float64(unwound), "native-frames/thread")
+		b.ReportMetric(withNative.Seconds()/rubyOnly.Seconds(), "native/ruby-only")
+	}
+}

@@ -206,6 +206,7 @@ func readCoreNative(path string, opts target.CoreOptions) (*coreNativeDump, erro
 	for _, tid := range tids {
 		if regs, ok := t.Registers(tid); ok {
 			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
+			u.Symbolize(native[tid])
 		}
 	}
 	comm, args := t.Command()

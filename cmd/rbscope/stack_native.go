@@ -85,6 +85,9 @@ func readNativeStacks(pid int) (*nativeDump, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
+	for _, fs := range native { // the process runs again
+		u.Symbolize(fs)
+	}
 	d := &nativeDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted}
 	names := map[int]string{}
 	if tasks, err := t.Tasks(); err == nil {

@@ -129,7 +129,7 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 	stacks := after
 	var threads []rubyvm.Thread
 	maps, _ := t.Mappings()
-	largest := map[int]*largestFrame{}
+	native := map[int][]unwind.Frame{}
 	var u *unwind.Unwinder
 	if pause {
 		u = unwind.New(t, maps)
@@ -143,12 +143,7 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 			}
 			for tid := range s.Threads {
 				if regs, err := s.Regs(tid); err == nil {
-					frames, _ := u.Unwind(unwind.FromTarget(regs))
-					for _, f := range frames {
-						if lf := largest[tid]; lf == nil || f.Size > lf.Bytes {
-							largest[tid] = &largestFrame{Bytes: f.Size, Function: f.Name()}
-						}
-					}
+					native[tid], _ = u.Unwind(unwind.FromTarget(regs))
 				}
 			}
 		}
@@ -162,6 +157,15 @@ func threadTable(ctx context.Context, pid int, interval time.Duration, pause boo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	largest := map[int]*largestFrame{}
+	for tid, frames := range native { // named once the process runs again
+		u.Symbolize(frames)
+		for _, f := range frames {
+			if lf := largest[tid]; lf == nil || f.Size > lf.Bytes {
+				largest[tid] = &largestFrame{Bytes: f.Size, Function: f.Name()}
+			}
+		}
 	}
 
 	cpuBefore := map[int]time.Duration{}

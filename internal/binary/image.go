@@ -13,7 +13,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -51,6 +50,7 @@ type Image struct {
 	debugFile *os.File
 	debugOK   bool
 	funcs     []funcSym // function symbols by address, for SymbolAt
+	strtabs   [][]byte  // the string tables funcs' names are in
 }
 
 // ErrNoSymbol is returned when a symbol is not in the image.
@@ -684,7 +684,7 @@ func (im *Image) SymbolAt(addr uint64) (name string, off uint64, ok bool) {
 	if !ok || f.size > 0 && addr-im.Bias >= f.start+f.size+4096 {
 		return "", 0, false // past the end of the last known function
 	}
-	return f.name, addr - im.Bias - f.start, true
+	return f.name(im.strtabs), addr - im.Bias - f.start, true
 }
 
 // FunctionAt returns the function symbol that holds the run-time address
@@ -696,57 +696,5 @@ func (im *Image) FunctionAt(addr uint64) (name string, start, size uint64, ok bo
 	if !ok || f.size > 0 && addr-im.Bias >= f.start+f.size {
 		return "", 0, 0, false
 	}
-	return f.name, f.start, f.size, true
-}
-
-// funcBefore returns the function symbol starting at or most closely
-// before the run-time address addr.
-func (im *Image) funcBefore(addr uint64) (funcSym, bool) {
-	if im.funcs == nil {
-		im.loadSymbols()
-		for n, s := range im.symbols {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-				im.funcs = append(im.funcs, funcSym{s.Value, s.Size, n, nameRank(s)})
-			}
-		}
-		// Several names for one address (aliases): the one searched for
-		// (the last of them) is a global's, then a weak one's, then the
-		// shortest; always the same one.
-		sort.Slice(im.funcs, func(i, j int) bool {
-			a, b := im.funcs[i], im.funcs[j]
-			if a.start != b.start {
-				return a.start < b.start
-			}
-			if a.rank != b.rank {
-				return a.rank < b.rank
-			}
-			if len(a.name) != len(b.name) {
-				return len(a.name) > len(b.name)
-			}
-			return a.name > b.name
-		})
-	}
-	v := addr - im.Bias
-	i := sort.Search(len(im.funcs), func(i int) bool { return im.funcs[i].start > v }) - 1
-	if i < 0 {
-		return funcSym{}, false
-	}
-	return im.funcs[i], true
-}
-
-type funcSym struct {
-	start, size uint64
-	name        string
-	rank        int // nameRank
-}
-
-// nameRank orders the names of one address: global over weak over local.
-func nameRank(s elf.Symbol) int {
-	switch elf.ST_BIND(s.Info) {
-	case elf.STB_GLOBAL:
-		return 2
-	case elf.STB_WEAK:
-		return 1
-	}
-	return 0
+	return f.name(im.strtabs), f.start, f.size, true
 }

@@ -692,6 +692,7 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
 		if u != nil {
 			frames, err := u.Unwind(unwind.FromTarget(th.Regs))
+			u.Symbolize(frames)
 			for _, f := range frames {
 				nt.Frames = append(nt.Frames, NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size, Signal: f.Signal})
 			}

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	encbin "encoding/binary"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -13,9 +14,13 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// cfiTable is one object's frame description entries, sorted by address.
+// cfiTable is one object's call frame information: the entries of
+// .eh_frame found through its .eh_frame_hdr search table as they are asked
+// for (an object holds thousands, a stack needs a few), else every entry
+// parsed at once, sorted by address.
 type cfiTable struct {
 	fdes frame.FrameDescriptionEntries
+	eh   *ehIndex
 }
 
 // cfiCache keeps parsed CFI by build ID: a profiler unwinds the same
@@ -26,7 +31,7 @@ var cfiCache struct {
 }
 
 // cfiOf reads im's CFI: .eh_frame, which every object the C runtime must
-// unwind through carries, and .debug_frame where present.
+// unwind through carries, and .debug_frame where there is no .eh_frame.
 func cfiOf(im *binary.Image) (*cfiTable, error) {
 	id := im.BuildID()
 	if id != "" {
@@ -37,36 +42,39 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 			return t, nil
 		}
 	}
-	var all frame.FrameDescriptionEntries
-	for _, name := range []string{".eh_frame", ".debug_frame"} {
-		sec := im.File.Section(name)
-		if sec == nil || sec.Type == elf.SHT_NOBITS {
-			continue
-		}
-		if sec.Size > maxCFIBytes {
-			return nil, fmt.Errorf("%s: %s of %d bytes: %w", im.Path, name, sec.Size, ErrBadCFI)
-		}
-		data, err := sec.Data()
-		if err != nil {
-			continue
-		}
-		ehAddr := uint64(0)
-		if name == ".eh_frame" {
-			ehAddr = sec.Addr
-			if ehAddr == 0 {
-				continue // not loaded: cannot resolve its pc-relative pointers
+	t := &cfiTable{}
+	if eh, err := newEHIndex(im.File); err == nil {
+		t.eh = eh
+	} else {
+		for _, name := range []string{".eh_frame", ".debug_frame"} {
+			sec := im.File.Section(name)
+			if sec == nil || sec.Type == elf.SHT_NOBITS {
+				continue
 			}
+			if sec.Size > maxCFIBytes {
+				return nil, fmt.Errorf("%s: %s of %d bytes: %w", im.Path, name, sec.Size, ErrBadCFI)
+			}
+			data, err := sec.Data()
+			if err != nil {
+				continue
+			}
+			ehAddr := uint64(0)
+			if name == ".eh_frame" {
+				ehAddr = sec.Addr
+				if ehAddr == 0 {
+					continue // not loaded: cannot resolve its pc-relative pointers
+				}
+			}
+			fdes, err := parseCFI(data, ehAddr)
+			if err != nil {
+				continue
+			}
+			t.fdes = t.fdes.Append(fdes) // sorted, duplicates dropped
 		}
-		fdes, err := parseCFI(data, ehAddr)
-		if err != nil {
-			continue
+		if len(t.fdes) == 0 {
+			return nil, fmt.Errorf("%s: %w", im.Path, ErrNoCFI)
 		}
-		all = all.Append(fdes) // sorted, duplicates dropped
 	}
-	if len(all) == 0 {
-		return nil, fmt.Errorf("%s: %w", im.Path, ErrNoCFI)
-	}
-	t := &cfiTable{fdes: all}
 	if id != "" {
 		cfiCache.Lock()
 		if cfiCache.byID == nil {
@@ -76,6 +84,124 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 		cfiCache.Unlock()
 	}
 	return t, nil
+}
+
+// ehIndex finds .eh_frame entries through .eh_frame_hdr's search table:
+// sorted pairs of a function's start and its entry's address, both
+// relative to the header (the encoding every linker writes).
+type ehIndex struct {
+	frame    []byte // .eh_frame
+	addr     uint64 // its link-time address
+	table    []byte // the search table: 8 bytes a pair
+	hdrAddr  uint64
+	mu       sync.Mutex
+	byOffset map[uint32]*frame.FrameDescriptionEntry // parsed, by offset in .eh_frame
+}
+
+func newEHIndex(ef *elf.File) (*ehIndex, error) {
+	hdr, eh := ef.Section(".eh_frame_hdr"), ef.Section(".eh_frame")
+	if hdr == nil || eh == nil || eh.Addr == 0 || hdr.Size > maxCFIBytes || eh.Size > maxCFIBytes {
+		return nil, ErrNoCFI
+	}
+	h, err := hdr.Data()
+	if err != nil {
+		return nil, err
+	}
+	// version 1; eh_frame_ptr's encoding (any: the section header says
+	// where .eh_frame is); fde_count as udata4; the table as datarel
+	// sdata4.
+	if len(h) < 12 || h[0] != 1 || h[2] != 0x03 || h[3] != 0x3b {
+		return nil, fmt.Errorf("%w: .eh_frame_hdr encodings %#x %#x", ErrBadCFI, h[2], h[3])
+	}
+	ptrSize := map[byte]int{0x1b: 4, 0x03: 4, 0x0b: 4, 0x04: 8, 0x0c: 8, 0x1c: 8}[h[1]]
+	if ptrSize == 0 || len(h) < 4+ptrSize+4 {
+		return nil, fmt.Errorf("%w: .eh_frame_hdr pointer encoding %#x", ErrBadCFI, h[1])
+	}
+	n := int(encbin.LittleEndian.Uint32(h[4+ptrSize:]))
+	table := h[4+ptrSize+4:]
+	if n < 0 || n > len(table)/8 {
+		return nil, fmt.Errorf("%w: .eh_frame_hdr declares %d entries", ErrBadCFI, n)
+	}
+	data, err := eh.Data()
+	if err != nil {
+		return nil, err
+	}
+	return &ehIndex{frame: data, addr: eh.Addr, table: table[:n*8], hdrAddr: hdr.Addr, byOffset: map[uint32]*frame.FrameDescriptionEntry{}}, nil
+}
+
+// find returns the entry that covers addr, parsing it (and its CIE) alone.
+func (x *ehIndex) find(addr uint64) (*frame.FrameDescriptionEntry, error) {
+	n := len(x.table) / 8
+	start := func(i int) uint64 {
+		return x.hdrAddr + uint64(int64(int32(encbin.LittleEndian.Uint32(x.table[8*i:]))))
+	}
+	i := sort.Search(n, func(i int) bool { return start(i) > addr }) - 1
+	if i < 0 {
+		return nil, fmt.Errorf("%w for pc %#x", ErrNoCFI, addr)
+	}
+	fdeAddr := x.hdrAddr + uint64(int64(int32(encbin.LittleEndian.Uint32(x.table[8*i+4:]))))
+	if fdeAddr < x.addr || fdeAddr-x.addr >= uint64(len(x.frame)) {
+		return nil, fmt.Errorf("%w: an .eh_frame_hdr entry outside .eh_frame", ErrBadCFI)
+	}
+	off := uint32(fdeAddr - x.addr)
+	x.mu.Lock()
+	fde, ok := x.byOffset[off]
+	x.mu.Unlock()
+	if !ok {
+		var err error
+		if fde, err = x.parseAt(off); err != nil {
+			return nil, err
+		}
+		x.mu.Lock()
+		x.byOffset[off] = fde
+		x.mu.Unlock()
+	}
+	if !fde.Cover(addr) {
+		return nil, fmt.Errorf("%w for pc %#x", ErrNoCFI, addr)
+	}
+	return fde, nil
+}
+
+// parseAt parses the entry at offset off of .eh_frame with its CIE: the
+// two are copied into a buffer of their own, the entry's CIE pointer and
+// the buffer's address set so that its pc-relative fields read as they
+// would in place.
+func (x *ehIndex) parseAt(off uint32) (*frame.FrameDescriptionEntry, error) {
+	le := encbin.LittleEndian
+	entry := func(at uint64) ([]byte, error) {
+		if at+8 > uint64(len(x.frame)) {
+			return nil, fmt.Errorf("%w: an entry past .eh_frame's end", ErrBadCFI)
+		}
+		n := uint64(le.Uint32(x.frame[at:]))
+		if n == 0xffffffff || at+4+n > uint64(len(x.frame)) || n < 4 {
+			return nil, fmt.Errorf("%w: an entry of length %d", ErrBadCFI, n)
+		}
+		return x.frame[at : at+4+n], nil
+	}
+	fdeBytes, err := entry(uint64(off))
+	if err != nil {
+		return nil, err
+	}
+	ciePtr := uint64(le.Uint32(fdeBytes[4:]))
+	if ciePtr == 0 || ciePtr > uint64(off)+4 {
+		return nil, fmt.Errorf("%w: an entry without its CIE", ErrBadCFI)
+	}
+	cieBytes, err := entry(uint64(off) + 4 - ciePtr)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, len(cieBytes)+len(fdeBytes))
+	buf = append(buf, cieBytes...)
+	buf = append(buf, fdeBytes...)
+	le.PutUint32(buf[len(cieBytes)+4:], uint32(len(cieBytes)+4))
+	fdes, err := parseCFI(buf, x.addr+uint64(off)-uint64(len(cieBytes)))
+	if err != nil {
+		return nil, err
+	}
+	if len(fdes) != 1 {
+		return nil, fmt.Errorf("%w: %d entries where one was", ErrBadCFI, len(fdes))
+	}
+	return fdes[0], nil
 }
 
 // parseCFI parses a CFI section; the parser panics on some malformed input,
@@ -110,8 +236,12 @@ type row struct {
 // row returns the rules at addr (a link-time address) and the range of the
 // entry that covers it.
 func (t *cfiTable) row(addr uint64) (r *row, fr *fdeRange, err error) {
-	fde, ferr := t.fdes.FDEForPC(addr)
-	if ferr != nil {
+	var fde *frame.FrameDescriptionEntry
+	if t.eh != nil {
+		if fde, err = t.eh.find(addr); err != nil {
+			return nil, nil, err
+		}
+	} else if fde, err = t.fdes.FDEForPC(addr); err != nil {
 		return nil, nil, fmt.Errorf("%w for pc %#x", ErrNoCFI, addr)
 	}
 	fr = &fdeRange{fde.Begin(), fde.End()}
@@ -128,7 +258,7 @@ func (t *cfiTable) row(addr uint64) (r *row, fr *fdeRange, err error) {
 }
 
 // cfa computes the frame's CFA from its registers.
-func (r *row) cfa(regs *Regs, mem target.Target) (uint64, error) {
+func (r *row) cfa(regs *Regs, mem reader) (uint64, error) {
 	switch r.cfaRule.Rule {
 	case frame.RuleCFA:
 		v, ok := regs.get(r.cfaRule.Reg)
@@ -149,7 +279,7 @@ var calleeSaved = []int{regRBX, regRBP, regR12, 13, 14, regR15}
 // caller computes the caller's registers from the frame's (regs) and its
 // CFA. The caller's pc (the return address) is unknown, ending the walk,
 // when its column is undefined: the outermost frame.
-func (r *row) caller(regs *Regs, cfa uint64, mem target.Target) (Regs, error) {
+func (r *row) caller(regs *Regs, cfa uint64, mem reader) (Regs, error) {
 	var next Regs
 	for _, n := range calleeSaved {
 		if v, ok := regs.get(uint64(n)); ok {
@@ -208,10 +338,49 @@ func (r *row) caller(regs *Regs, cfa uint64, mem target.Target) (Regs, error) {
 	return next, nil
 }
 
-func read8(mem target.Target, addr uint64) (uint64, error) {
+// reader reads the target's memory (target.Target, or a stackMem over it).
+type reader interface {
+	ReadAt(p []byte, addr uint64) (int, error)
+}
+
+func read8(mem reader, addr uint64) (uint64, error) {
 	var b [8]byte
-	if err := target.ReadFull(mem, b[:], addr); err != nil {
+	if n, err := mem.ReadAt(b[:], addr); n < len(b) {
+		if err == nil {
+			err = fmt.Errorf("short read at %#x", addr)
+		}
 		return 0, err
 	}
 	return encbin.LittleEndian.Uint64(b[:]), nil
+}
+
+// stackMem serves a walk's reads from a window of the stack read at once:
+// a frame's saved registers and return address lie together, and one
+// system call per window beats one per word. Reads outside the window go
+// to the target, and move the window there.
+type stackMem struct {
+	t    target.Target
+	base uint64
+	buf  []byte
+}
+
+// stackWindow is how much of the stack one read brings in.
+const stackWindow = 4 << 10
+
+func (m *stackMem) ReadAt(p []byte, addr uint64) (int, error) {
+	if addr >= m.base && addr-m.base+uint64(len(p)) <= uint64(len(m.buf)) {
+		return copy(p, m.buf[addr-m.base:]), nil
+	}
+	if len(p) <= 64 {
+		if cap(m.buf) < stackWindow {
+			m.buf = make([]byte, stackWindow)
+		}
+		m.buf = m.buf[:cap(m.buf)]
+		n, _ := m.t.ReadAt(m.buf, addr) // a window may run past the mapping's end
+		m.base, m.buf = addr, m.buf[:n]
+		if n >= len(p) {
+			return copy(p, m.buf), nil
+		}
+	}
+	return m.t.ReadAt(p, addr)
 }

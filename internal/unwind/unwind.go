@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/binary"
@@ -43,6 +45,8 @@ type Frame struct {
 	// signal that was being handled and its si_addr; the next frame is
 	// the one it interrupted.
 	Signal *Signal `json:"signal,omitempty"`
+
+	lookup uint64 // the address the frame's CFI and symbol are found by
 }
 
 // Signal is what a signal frame says of the signal it delivered.
@@ -126,13 +130,16 @@ var (
 // and symbols for its life (and the CFI per build ID for the process's).
 type Unwinder struct {
 	t    target.Target
-	maps []target.Mapping
+	maps []target.Mapping   // sorted by start
 	objs map[string]*object // by mapping path
+	mem  stackMem           // the stack window, reused from walk to walk
 }
 
 // New makes an unwinder for t, whose mappings are maps.
 func New(t target.Target, maps []target.Mapping) *Unwinder {
-	return &Unwinder{t: t, maps: maps, objs: map[string]*object{}}
+	sorted := slices.Clone(maps)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Start < sorted[j].Start })
+	return &Unwinder{t: t, maps: sorted, objs: map[string]*object{}, mem: stackMem{t: t}}
 }
 
 // Close closes the files the unwinder opened.
@@ -146,11 +153,14 @@ func (u *Unwinder) Close() {
 }
 
 // Unwind walks the stack of the thread whose registers are regs, innermost
-// frame first, and returns the frames it found. The error says why the
+// frame first, and returns the frames it found, not yet named (see
+// Symbolize). The error says why the
 // walk stopped before the outermost frame (nil when it reached it); the
 // frames before that stay valid.
 func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 	var frames []Frame
+	mem := &u.mem
+	mem.base, mem.buf = 0, mem.buf[:0] // the stack moved since the last walk
 	prevCFA, _ := regs.get(regRSP)
 	exact := true // the pc is where the thread stands, not a return address
 	for len(frames) < MaxFrames {
@@ -163,7 +173,7 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			lookup = pc - 1 // inside the call instruction
 		}
 		f := Frame{PC: pc, Object: "?"}
-		m, ok := target.FindMapping(u.maps, lookup)
+		m, ok := u.mapping(lookup)
 		if !ok {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%w (%#x)", ErrUnmapped, pc)
@@ -181,15 +191,15 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%w for %s", ErrNoCFI, f.Object)
 		}
-		addr := lookup - o.im.Bias
 		f.Offset = pc - o.im.Bias
-		row, fde, err := o.cfi.row(addr)
-		u.name(&f, o, lookup, fde)
+		f.lookup = lookup
+		at := o.at(lookup)
+		row, err := at.row, at.err
 		if err != nil {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%s: %w", filepath.Base(f.Object), err)
 		}
-		cfa, err := row.cfa(&regs, u.t)
+		cfa, err := row.cfa(&regs, mem)
 		if err != nil {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%s: %w", f.Name(), err)
@@ -198,13 +208,13 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 		if cfa > prevCFA && cfa-prevCFA <= maxFrameSize && !row.signal {
 			f.Size = cfa - prevCFA // else another stack: a signal's (sigaltstack)
 		}
-		next, err := row.caller(&regs, cfa, u.t)
+		next, err := row.caller(&regs, cfa, mem)
 		if err != nil {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		if row.signal {
-			f.Signal = u.signalAt(&regs)
+			f.Signal = signalAt(&regs, mem)
 		}
 		frames = append(frames, f)
 		nsp, _ := next.get(regRSP)
@@ -221,16 +231,70 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 	return frames, ErrFrameBudget
 }
 
-// name names f's pc: the function symbol that holds lookup. A symbol
-// without a size holds it only if it starts within the CFI range of the
-// pc's function (fde): otherwise it is another, earlier function, and the
-// frame is left to object+offset.
-func (u *Unwinder) name(f *Frame, o *object, lookup uint64, fde *fdeRange) {
-	name, start, size, ok := o.im.FunctionAt(lookup)
-	if !ok || size == 0 && fde != nil && start < fde.begin {
-		return
+// at returns what the object says of the pc lookup (a run-time
+// address): its CFI row and the function that holds it, from the cache of
+// pcs already seen (a profiler sees the same few thousand again and again).
+func (o *object) at(lookup uint64) *pcInfo {
+	if pi, ok := o.pcs[lookup]; ok {
+		return pi
 	}
-	f.Function, f.FuncOffset = name, f.PC-o.im.Bias-start
+	if len(o.pcs) >= maxCachedPCs {
+		clear(o.pcs)
+	}
+	pi := &pcInfo{}
+	pi.row, pi.fde, pi.err = o.cfi.row(lookup - o.im.Bias)
+	o.pcs[lookup] = pi
+	return pi
+}
+
+// Symbolize names the frames Unwind returned (Function, FuncOffset): it
+// reads symbol tables, which need not be read while the thread stands
+// still, and only those of the objects the frames lie in.
+func (u *Unwinder) Symbolize(frames []Frame) {
+	for i := range frames {
+		f := &frames[i]
+		o := u.objs[f.Object]
+		if o == nil || f.lookup == 0 {
+			continue
+		}
+		pi := o.at(f.lookup)
+		if !pi.named {
+			pi.named = true
+			// The function symbol that holds the pc; one without a size
+			// holds it only if it starts within the CFI range of the pc's
+			// function: else it is another, earlier function, and the
+			// frame is object+offset.
+			if name, start, size, ok := o.im.FunctionAt(f.lookup); ok && !(size == 0 && pi.fde != nil && start < pi.fde.begin) {
+				pi.function, pi.start = name, start
+			}
+		}
+		if pi.function != "" {
+			f.Function, f.FuncOffset = pi.function, f.PC-o.im.Bias-pi.start
+		}
+	}
+}
+
+// pcInfo is what an object says of one pc.
+type pcInfo struct {
+	row *row
+	fde *fdeRange
+	err error
+	// function and start name the pc, once named is set (Symbolize).
+	named    bool
+	function string
+	start    uint64 // the function's link-time start
+}
+
+// maxCachedPCs bounds each object's cache of pcs.
+const maxCachedPCs = 1 << 16
+
+// mapping returns the mapping that holds addr (u.maps is sorted by start).
+func (u *Unwinder) mapping(addr uint64) (target.Mapping, bool) {
+	i := sort.Search(len(u.maps), func(i int) bool { return u.maps[i].End > addr })
+	if i < len(u.maps) && u.maps[i].Contains(addr) {
+		return u.maps[i], true
+	}
+	return target.Mapping{}, false
 }
 
 // sizeofUcontext is the size of the kernel's struct ucontext on x86_64:
@@ -238,13 +302,13 @@ func (u *Unwinder) name(f *Frame, o *object, lookup uint64, fde *fdeRange) {
 const sizeofUcontext = 304
 
 // signalAt reads the siginfo of the signal frame whose registers are regs.
-func (u *Unwinder) signalAt(regs *Regs) *Signal {
+func signalAt(regs *Regs, mem reader) *Signal {
 	sp, ok := regs.get(regRSP)
 	if !ok {
 		return nil
 	}
 	var b [24]byte
-	if err := target.ReadFull(u.t, b[:], sp+sizeofUcontext); err != nil {
+	if n, _ := mem.ReadAt(b[:], sp+sizeofUcontext); n < len(b) {
 		return nil
 	}
 	signo := int(int32(le32(b[0:])))
@@ -258,6 +322,7 @@ func (u *Unwinder) signalAt(regs *Regs) *Signal {
 type object struct {
 	im  *binary.Image
 	cfi *cfiTable
+	pcs map[uint64]*pcInfo
 }
 
 // object returns the CFI of the file mapped at m, or nil when it has none
@@ -279,7 +344,7 @@ func (u *Unwinder) object(m target.Mapping) *object {
 		im.Close()
 		return nil
 	}
-	o := &object{im: im, cfi: cfi}
+	o := &object{im: im, cfi: cfi, pcs: map[uint64]*pcInfo{}}
 	u.objs[m.Path] = o
 	return o
 }
@@ -290,14 +355,12 @@ func le32(b []byte) uint32 {
 
 func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
 
-// Preload reads the CFI and symbols of every mapped file with code, so
-// that unwinding a stopped thread reads only its stack.
+// Preload reads the CFI of every mapped file with code, so that
+// unwinding a stopped thread reads only its stack.
 func (u *Unwinder) Preload() {
 	for _, m := range u.maps {
 		if strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
-			if o := u.object(m); o != nil {
-				o.im.SymbolAt(m.Start) // loads the symbol table
-			}
+			u.object(m)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func fakeUnwinder(t *testing.T, mem *memTarget, cfi []byte) *Unwinder {
 		{Start: 0x7000, End: 0x8000, Perms: "rw-p", Path: "[stack]"},
 	}
 	u := New(mem, maps)
-	u.objs["/fake/libcode.so"] = &object{im: &binary.Image{Path: "/fake/libcode.so", File: self}, cfi: &cfiTable{fdes: frame.FrameDescriptionEntries(nil).Append(fdes)}}
+	u.objs["/fake/libcode.so"] = &object{im: &binary.Image{Path: "/fake/libcode.so", File: self}, cfi: &cfiTable{fdes: frame.FrameDescriptionEntries(nil).Append(fdes)}, pcs: map[uint64]*pcInfo{}}
 	return u
 }
 
