@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -292,4 +294,85 @@ func TestStackNativeYJIT(t *testing.T) {
 	if ran == 0 {
 		testruby.Missing(t, "no Ruby built with YJIT (make rubies builds 3.3 and 3.4 with it)")
 	}
+}
+
+// TestRecordNative: record --native samples the same mixed stacks stack
+// --native reads: on a program whose threads stand still, every sample of
+// a thread is its stack --native stack, native frames under their function
+// (and object), Ruby frames as ever.
+func TestRecordNative(t *testing.T) {
+	lib := buildBigFrame(t)
+	for _, rb := range testruby.Rubies(t) {
+		if testruby.Older(rb, 3, 0) {
+			continue // the C library needs Fiddle's need_gvl:
+		}
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "native_stack.rb", nil, lib)
+			var rep struct{ PID int }
+			p.WaitReport(t, &rep, 60*time.Second)
+			out, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(p.PID()))
+			if code != 0 {
+				t.Fatalf("stack --native: exit %d: %s", code, errOut)
+			}
+			var d nativeDump
+			if err := json.Unmarshal([]byte(out), &d); err != nil {
+				t.Fatal(err)
+			}
+			collapsed := filepath.Join(t.TempDir(), "native.collapsed")
+			if _, errOut, code := rbscope(t, "record", "-p", strconv.Itoa(p.PID()), "--native", "--idle", "--threads", "-d", "0.5", "-f", "collapsed", "-o", collapsed); code != 0 {
+				t.Fatalf("record --native: exit %d: %s", code, errOut)
+			}
+			b, err := os.ReadFile(collapsed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stacks := map[string]string{} // thread name -> its stack, leaf last
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				i := strings.LastIndexByte(line, ' ')
+				frames := strings.Split(line[:i], ";")
+				name := strings.TrimPrefix(frames[0], "thread ")
+				if prev, ok := stacks[name]; ok && prev != strings.Join(frames[1:], ";") {
+					t.Errorf("thread %s sampled in two stacks:\n%s\n%s", name, prev, strings.Join(frames[1:], ";"))
+				}
+				stacks[name] = strings.Join(frames[1:], ";")
+			}
+			for _, name := range []string{"main", "fiddle", "queue-pop"} {
+				th := threadNamed(d, name)
+				var want []string
+				for i := len(th.Frames) - 1; i >= 0; i-- {
+					f := th.Frames[i]
+					switch {
+					case f.Kind != mixedstack.KindNative:
+						want = append(want, profileName(f))
+					case f.Function != "":
+						want = append(want, f.Function+" ["+filepath.Base(f.Object)+"]")
+					}
+				}
+				var got []string
+				for _, f := range strings.Split(stacks[name], ";") {
+					if !unnamedNative.MatchString(f) {
+						got = append(got, f)
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("thread %s: record --native sampled\n%s\nstack --native reads\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+			}
+			if !strings.Contains(stacks["fiddle"], "Fiddle::Function#call (cfunc);") || !strings.Contains(stacks["fiddle"], "rbscope_big_frame [libbigframe.so]") {
+				t.Errorf("the fiddle thread's samples lack the C library between its Ruby frames: %s", stacks["fiddle"])
+			}
+		})
+	}
+}
+
+// unnamedNative matches a native frame a profile names by its object and
+// function start ("libruby.so.3.4.5+0x24ebd0 [libruby.so.3.4.5]").
+var unnamedNative = regexp.MustCompile(`^\S+\+0x[0-9a-f]+ \[[^]]+\]$`)
+
+// profileName is a Ruby frame's name in collapsed stacks.
+func profileName(f mixedstack.Frame) string {
+	if f.Kind == rubyvm.KindRuby {
+		return fmt.Sprintf("%s (%s:%d)", f.Label, f.Path, f.Line)
+	}
+	return f.Label + " (cfunc)"
 }

@@ -74,6 +74,7 @@ includes sleeping and waiting threads.`,
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
 	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target (lower overhead, occasional torn samples)")
+	f.BoolVar(&opts.Native, "native", false, "add every sampled thread's native frames (unwound with the code's CFI), Ruby frames beside the exec-loop frame that runs them: mixed flame graphs")
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
 	return c

@@ -21,6 +21,7 @@ const (
 	KindThread  = "thread"  // a root frame "thread NAME" with --threads
 	KindGC      = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
 	KindGVL     = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
+	KindNative  = "native"  // a native function (record --native); Path is its object
 )
 
 // The labels of the frames the sampler adds for time that is not in Ruby
@@ -55,6 +56,8 @@ func (f Frame) Name(withLine bool) string {
 		return f.Label + " (" + f.Path + ")"
 	case KindCFunc:
 		return f.Label + " (cfunc)"
+	case KindNative:
+		return f.Label + " [" + f.Path + "]"
 	default:
 		return f.Label
 	}

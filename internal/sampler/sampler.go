@@ -15,10 +15,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rbscope/rbscope/internal/mixedstack"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/unwind"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,6 +70,10 @@ type Options struct {
 	// VM are the options for finding each process's Ruby VM
 	// (--force-version).
 	VM rubyvm.Options
+	// Native adds every sampled thread's native frames, unwound with the
+	// code's CFI while it stands still, Ruby frames beside the exec-loop
+	// frame that runs them (mixedstack). It needs the paused mode.
+	Native bool
 }
 
 // Progress is the state of a recording for a status line.
@@ -86,6 +92,9 @@ func (o Options) Validate() error {
 	}
 	if o.Duration < 0 {
 		return fmt.Errorf("--duration %v is negative", o.Duration)
+	}
+	if o.Native && o.Nonblocking {
+		return fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")
 	}
 	return nil
 }
@@ -106,6 +115,55 @@ type proc struct {
 	tickAt time.Time
 	// tasks tells which threads are running (made at the first sample).
 	tasks *target.TaskStates
+	// unwinder unwinds native stacks (Options.Native), made with the
+	// mappings of its time; mapsStale asks for a new one (a library loaded
+	// since). native holds this sample's unwound stacks, by TID.
+	unwinder  *unwind.Unwinder
+	mapsStale bool
+	native    map[int][]unwind.Frame
+}
+
+// unwindStopped unwinds the native stacks of the threads of s that the
+// sample wants (Options.Native), while they stand still.
+func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
+	if p.unwinder == nil {
+		return
+	}
+	for _, tid := range tids {
+		if !st.Threads[tid] {
+			continue
+		}
+		regs, err := st.Regs(tid)
+		if err != nil {
+			continue
+		}
+		frames, err := p.unwinder.Unwind(unwind.FromTarget(regs))
+		if errors.Is(err, unwind.ErrUnmapped) || errors.Is(err, unwind.ErrNoCFI) {
+			p.mapsStale = true // perhaps code mapped since the unwinder was made
+		}
+		p.native[tid] = frames
+	}
+}
+
+// prepareNative makes (or remakes, when the mappings changed) the
+// unwinder before a sample, outside any pause.
+func (p *proc) prepareNative() {
+	if p.unwinder != nil && !p.mapsStale {
+		clear(p.native)
+		return
+	}
+	maps, err := p.live.Mappings()
+	if err != nil {
+		return
+	}
+	if p.unwinder != nil {
+		p.unwinder.Close()
+	}
+	p.unwinder = unwind.New(p.live, maps)
+	p.unwinder.Preload()
+	p.mapsStale = false
+	p.native = map[int][]unwind.Frame{}
+	p.vm.MarkExecBoundaries = true
 }
 
 // onCPUNow narrows running, the threads the kernel calls runnable, to
@@ -267,6 +325,10 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 }
 
 func (p *proc) close() {
+	if p.unwinder != nil {
+		p.unwinder.Close()
+		p.unwinder = nil
+	}
 	if p.tasks != nil {
 		p.tasks.Close()
 	}
@@ -435,6 +497,9 @@ func (s *Sampler) sample(p *proc) {
 		}
 		return th.TID
 	}
+	if s.opts.Native {
+		p.prepareNative()
+	}
 	gvlWaiter := func(th rubyvm.Thread) bool { return s.opts.GVL && waitsForGVL(th) }
 	wanted := func(th rubyvm.Thread) bool {
 		return (running == nil || running[tidOf(th)] || gvlWaiter(th)) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
@@ -462,6 +527,7 @@ func (s *Sampler) sample(p *proc) {
 			err = p.live.WhilePaused(tids, func(s *target.Stopped) error {
 				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) })
 				gc = p.gcPhase(threads)
+				p.unwindStopped(s, tids)
 				return nil
 			})
 		} else {
@@ -497,9 +563,17 @@ func (s *Sampler) sample(p *proc) {
 		if s.opts.Threads {
 			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
 		}
-		for i := len(th.Frames) - 1; i >= 0; i-- {
-			f := th.Frames[i]
-			frames = append(frames, profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
+		if native, ok := p.native[tidOf(th)]; ok && len(native) > 0 {
+			p.unwinder.Symbolize(native) // the threads run again
+			mixed := mixedstack.Merge(th.Frames, native).Frames
+			for i := len(mixed) - 1; i >= 0; i-- {
+				frames = append(frames, profileFrame(mixed[i]))
+			}
+		} else {
+			for i := len(th.Frames) - 1; i >= 0; i-- {
+				f := th.Frames[i]
+				frames = append(frames, profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
+			}
 		}
 		switch {
 		case th.GVL && gc != rubyvm.GCIdle:
@@ -509,6 +583,24 @@ func (s *Sampler) sample(p *proc) {
 		}
 		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
 	}
+}
+
+// profileFrame is a mixed frame as profiles keep it: a native frame by its
+// function (so that its samples add up whatever the pc), or, unnamed, by
+// the start of its function's CFI range; its object is the frame's path.
+func profileFrame(f mixedstack.Frame) profile.Frame {
+	if f.Kind != mixedstack.KindNative {
+		return profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line}
+	}
+	n := f.Native
+	label := n.Function
+	if label == "" {
+		label = fmt.Sprintf("%s+%#x", filepath.Base(n.Object), n.FuncStart)
+		if strings.HasPrefix(n.Object, "[") {
+			label = n.Object
+		}
+	}
+	return profile.Frame{Kind: profile.KindNative, Label: label, Path: filepath.Base(n.Object)}
 }
 
 // readPaused reads the stacks of the running threads (wanted accepts
@@ -557,6 +649,13 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 			return false
 		})
 		gc = p.gcPhase(ths)
+		if p.unwinder != nil {
+			tids := make([]int, 0, len(done))
+			for tid := range done {
+				tids = append(tids, tid)
+			}
+			p.unwindStopped(st, tids)
+		}
 		return nil
 	})
 	if err != nil {

@@ -45,6 +45,10 @@ type Frame struct {
 	// signal that was being handled and its si_addr; the next frame is
 	// the one it interrupted.
 	Signal *Signal `json:"signal,omitempty"`
+	// FuncStart is the link-time start of the function that holds the pc:
+	// its symbol's, else its CFI range's (a name for an unnamed function
+	// that every pc in it shares).
+	FuncStart uint64 `json:"-"`
 
 	lookup uint64 // the address the frame's CFI and symbol are found by
 }
@@ -195,6 +199,9 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 		f.lookup = lookup
 		at := o.at(lookup)
 		row, err := at.row, at.err
+		if at.fde != nil {
+			f.FuncStart = at.fde.begin
+		}
 		if err != nil {
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%s: %w", filepath.Base(f.Object), err)
@@ -269,7 +276,7 @@ func (u *Unwinder) Symbolize(frames []Frame) {
 			}
 		}
 		if pi.function != "" {
-			f.Function, f.FuncOffset = pi.function, f.PC-o.im.Bias-pi.start
+			f.Function, f.FuncOffset, f.FuncStart = pi.function, f.PC-o.im.Bias-pi.start, pi.start
 		}
 	}
 }
