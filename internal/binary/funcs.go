@@ -1,12 +1,17 @@
 package binary
 
 import (
+	"bytes"
 	"cmp"
 	"debug/elf"
 	encbin "encoding/binary"
+	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/ulikunitz/xz"
 )
 
 // funcSym is one function symbol: its link-time range and its name, kept
@@ -83,6 +88,8 @@ func (im *Image) loadFuncs() {
 	if im.File.SectionByType(elf.SHT_SYMTAB) == nil {
 		if ef, _ := im.separateDebug(); ef != nil {
 			add(ef, elf.SHT_SYMTAB, &Image{File: ef, Path: im.Path})
+		} else if ef := im.miniDebugInfo(); ef != nil {
+			add(ef, elf.SHT_SYMTAB, &Image{File: ef, Path: im.Path})
 		}
 	}
 	// Several names for one address (aliases): the one searched for (the
@@ -115,4 +122,42 @@ func (im *Image) funcBefore(addr uint64) (funcSym, bool) {
 		return funcSym{}, false
 	}
 	return im.funcs[i], true
+}
+
+// Budgets on MiniDebugInfo: the compressed section, and what it expands to.
+const (
+	maxMiniDebugBytes    = 8 << 20
+	maxMiniDebugInflated = 32 << 20
+)
+
+// miniDebugInfo returns the ELF file a stripped file carries, xz-compressed,
+// in its .gnu_debugdata section (MiniDebugInfo, as Fedora and RHEL build
+// their libraries): a .symtab naming the static functions. nil when there
+// is none or it is over budget.
+func (im *Image) miniDebugInfo() *elf.File {
+	sec := im.File.Section(".gnu_debugdata")
+	if sec == nil || sec.Type == elf.SHT_NOBITS || sec.Size > maxMiniDebugBytes {
+		return nil
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil
+	}
+	r, err := xz.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil
+	}
+	inner, err := io.ReadAll(io.LimitReader(r, maxMiniDebugInflated+1))
+	if err != nil || len(inner) > maxMiniDebugInflated {
+		im.Skipped = append(im.Skipped, fmt.Sprintf(".gnu_debugdata: not read (%v, or over %d bytes)", err, maxMiniDebugInflated))
+		return nil
+	}
+	if checkHeaders(bytes.NewReader(inner)) != nil {
+		return nil
+	}
+	ef, err := elf.NewFile(bytes.NewReader(inner))
+	if err != nil {
+		return nil
+	}
+	return ef
 }

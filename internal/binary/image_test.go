@@ -196,3 +196,69 @@ int main(void) { printf("%p\n", (void *)ruby_version); fflush(stdout); pause(); 
 		})
 	}
 }
+
+// TestMiniDebugInfo: a stripped executable that carries its symbol table
+// xz-compressed in .gnu_debugdata (MiniDebugInfo, as Fedora builds) gets
+// its static functions named; the same file without the section does not.
+func TestMiniDebugInfo(t *testing.T) {
+	for _, tool := range []string{"gcc", "objcopy", "strip", "xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testruby.Missing(t, "%s not installed", tool)
+		}
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "hidden.c")
+	prog := `#include <unistd.h>
+#include <stdio.h>
+__attribute__((noinline)) static void hidden_work(void) { printf("%p\n", (void *)hidden_work); fflush(stdout); pause(); }
+int main(void) { hidden_work(); return 0; }
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("setup: %v: %v\n%s", args, err, out)
+		}
+	}
+	full, mini, plain, withMini := filepath.Join(dir, "full"), filepath.Join(dir, "mini"), filepath.Join(dir, "plain"), filepath.Join(dir, "withmini")
+	run("gcc", "-O2", "-o", full, src)
+	run("objcopy", "--only-keep-debug", full, mini)
+	run("xz", "-k", mini)
+	run("objcopy", "--strip-all", full, plain)
+	run("objcopy", "--strip-all", "--add-section", ".gnu_debugdata="+mini+".xz", full, withMini)
+	name := func(bin string) string {
+		cmd := exec.Command(bin)
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		sc := bufio.NewScanner(out)
+		sc.Scan()
+		addr, err := strconv.ParseUint(strings.TrimPrefix(sc.Text(), "0x"), 16, 64)
+		if err != nil {
+			t.Fatalf("setup: the program printed %q", sc.Text())
+		}
+		tg, err := target.Attach(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Close()
+		maps, _ := tg.Mappings()
+		im, err := rbinary.Open(tg, maps, bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer im.Close()
+		fn, _, _, _ := im.FunctionAt(addr + 1)
+		return fn
+	}
+	if got := name(withMini); got != "hidden_work" {
+		t.Errorf("with .gnu_debugdata: %q, want hidden_work", got)
+	}
+	if got := name(plain); got == "hidden_work" {
+		t.Error("setup: the stripped file without .gnu_debugdata names the static function")
+	}
+}
