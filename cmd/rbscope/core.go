@@ -17,7 +17,7 @@ import (
 
 func newCoreCmd() *cobra.Command {
 	var opts target.CoreOptions
-	var asJSON, census, all, native bool
+	var asJSON, census, all, native, lines bool
 	c := &cobra.Command{
 		Use:   "core CORE",
 		Short: "Print every Ruby thread's stack from a core dump",
@@ -49,7 +49,7 @@ reads no file of this machine.`,
 				if census {
 					return usageError{fmt.Errorf("--native and --census are read one at a time: run rbscope core twice")}
 				}
-				d, err := readCoreNative(args[0], opts)
+				d, err := readCoreNative(args[0], opts, lines)
 				if err != nil {
 					return err
 				}
@@ -94,6 +94,7 @@ reads no file of this machine.`,
 	f.BoolVar(&opts.CoreOnly, "core-only", false, "read no file of this machine: take every mapped file's image from the core, as for a core from elsewhere")
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
+	f.BoolVar(&lines, "lines", false, "with --native: each native frame's source file and line, from DWARF where the code has it")
 	f.BoolVar(&native, "native", false, "show every thread's native frames too, unwound with the code's CFI, as 'rbscope stack --native' does, and the fault beneath a signal handler")
 	f.BoolVar(&all, "all", false, fmt.Sprintf("with --census: print every class, not only the largest %d", censusTopClasses))
 	return c
@@ -175,7 +176,7 @@ type coreNativeDump struct {
 
 // readCoreNative reads a core's Ruby stacks and every thread's native
 // stack, from the registers its notes hold.
-func readCoreNative(path string, opts target.CoreOptions) (*coreNativeDump, error) {
+func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNativeDump, error) {
 	t, err := target.OpenCore(path, opts)
 	if err != nil {
 		return nil, err
@@ -207,6 +208,9 @@ func readCoreNative(path string, opts target.CoreOptions) (*coreNativeDump, erro
 		if regs, ok := t.Registers(tid); ok {
 			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
 			u.Symbolize(native[tid])
+			if lines {
+				u.Lines(native[tid])
+			}
 		}
 	}
 	comm, args := t.Command()

@@ -376,3 +376,60 @@ func profileName(f mixedstack.Frame) string {
 	}
 	return f.Label + " (cfunc)"
 }
+
+// TestStackNativeLines: with --lines, a native frame of a debug build
+// carries the source line addr2line gives for the same address.
+func TestStackNativeLines(t *testing.T) {
+	if _, err := exec.LookPath("addr2line"); err != nil {
+		testruby.Missing(t, "addr2line (binutils) is not installed")
+	}
+	checked := 0
+	for _, rb := range testruby.Rubies(t) {
+		if !strings.HasSuffix(rb.Name, "-shared") {
+			continue // the debug builds: their libruby has DWARF
+		}
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "native_stack.rb", nil, "")
+			var rep struct{ PID int }
+			p.WaitReport(t, &rep, 60*time.Second)
+			out, errOut, code := rbscope(t, "stack", "--native", "--lines", "--json", "-p", strconv.Itoa(p.PID()))
+			if code != 0 {
+				t.Fatalf("stack --native --lines: exit %d: %s", code, errOut)
+			}
+			var d nativeDump
+			if err := json.Unmarshal([]byte(out), &d); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, f := range threadNamed(d, "main").Frames {
+				if f.Kind != mixedstack.KindNative || !strings.Contains(filepath.Base(f.Object), "libruby") {
+					continue
+				}
+				if f.File == "" || f.Line <= 0 {
+					t.Errorf("%s: no source line", f.Name())
+					continue
+				}
+				off, _ := strconv.ParseUint(strings.TrimPrefix(f.Offset, "0x"), 16, 64)
+				if n > 0 || f.PC != threadNamed(d, "main").Frames[0].PC {
+					off-- // a return address: the call lies before it
+				}
+				a2l, err := exec.Command("addr2line", "-e", f.Object, fmt.Sprintf("%#x", off)).Output()
+				if err != nil {
+					t.Fatalf("addr2line: %v", err)
+				}
+				want := strings.Fields(string(a2l))[0]
+				if got := fmt.Sprintf("%s:%d", f.File, f.Line); filepath.Base(strings.Split(want, " ")[0]) != filepath.Base(got) {
+					t.Errorf("%s: %s, addr2line says %s", f.Name(), got, want)
+				}
+				n++
+			}
+			if n == 0 {
+				t.Error("no libruby frame on the main thread")
+			}
+			checked++
+		})
+	}
+	if checked == 0 {
+		testruby.Missing(t, "no debug Ruby build (make rubies)")
+	}
+}

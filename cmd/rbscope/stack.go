@@ -14,7 +14,7 @@ import (
 
 func newStackCmd() *cobra.Command {
 	var pid int
-	var asJSON, nonblocking, native bool
+	var asJSON, nonblocking, native, lines bool
 	c := &cobra.Command{
 		Use:   "stack -p PID",
 		Short: "Print every Ruby thread's stack right now",
@@ -35,7 +35,7 @@ always resumed; --nonblocking reads without pausing it.`,
 				if nonblocking {
 					return usageError{fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")}
 				}
-				dump, err := readNativeStacks(pid)
+				dump, err := readNativeStacks(pid, lines)
 				if err != nil {
 					return err
 				}
@@ -58,6 +58,7 @@ always resumed; --nonblocking reads without pausing it.`,
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {pid, ruby_version, threads: [{tid, name, main, status, gvl, frames: [{kind, label, path, line}]}]}")
+	c.Flags().BoolVar(&lines, "lines", false, "with --native: each native frame's source file and line, from DWARF where the code has it (reading debug information takes a while)")
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "read without pausing the process (a stack may be torn)")
 	c.Flags().BoolVar(&native, "native", false, "show every native thread's native frames too (unwound with the code's CFI), Ruby frames beside the exec-loop frame that runs them, and each native frame's size; JSON frames of kind \"native\" carry function, object, offset, pc, frame_size")
 	return c

@@ -48,7 +48,7 @@ const largeFrame = 64 << 10
 
 // readNativeStacks reads every thread's Ruby and native stacks with the
 // process stopped, and puts each thread's frames in one call order.
-func readNativeStacks(pid int) (*nativeDump, error) {
+func readNativeStacks(pid int, lines bool) (*nativeDump, error) {
 	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return nil, err
@@ -87,6 +87,9 @@ func readNativeStacks(pid int) (*nativeDump, error) {
 	}
 	for _, fs := range native { // the process runs again
 		u.Symbolize(fs)
+		if lines {
+			u.Lines(fs)
+		}
 	}
 	d := &nativeDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted}
 	names := map[int]string{}
@@ -181,6 +184,9 @@ func printNativeStacks(w io.Writer, d *nativeDump) {
 					where += fmt.Sprintf(", signal %d at %#x", f.Signal.Number, f.Signal.Addr)
 				}
 				fmt.Fprintf(w, "  %-*s  [%s] %s", width, name, textsafe.Clean(where), frameBytes(f.FrameSize))
+				if f.File != "" {
+					fmt.Fprintf(w, "  %s:%d", textsafe.Clean(f.File), f.Line)
+				}
 				if f.FrameSize >= largeFrame {
 					fmt.Fprint(w, "  <- LARGE FRAME")
 				}

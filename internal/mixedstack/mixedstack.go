@@ -30,6 +30,7 @@ type Frame struct {
 	PC        string         `json:"pc,omitempty"`
 	CFA       string         `json:"cfa,omitempty"`
 	FrameSize uint64         `json:"frame_size,omitempty"`
+	File      string         `json:"file,omitempty"` // a native frame's source file (Line is its line)
 	Signal    *unwind.Signal `json:"signal,omitempty"`
 	// Native keeps the native frame this one was made from.
 	Native *unwind.Frame `json:"-"`
@@ -113,5 +114,5 @@ func NativeFrames(fs []unwind.Frame) []Frame {
 func nativeFrame(f unwind.Frame) Frame {
 	n := f
 	return Frame{Kind: KindNative, Function: f.Function, Object: f.Object, Offset: fmt.Sprintf("%#x", f.Offset),
-		PC: fmt.Sprintf("%#x", f.PC), CFA: fmt.Sprintf("%#x", f.CFA), FrameSize: f.Size, Signal: f.Signal, Native: &n}
+		PC: fmt.Sprintf("%#x", f.PC), CFA: fmt.Sprintf("%#x", f.CFA), FrameSize: f.Size, File: f.File, Line: f.Line, Signal: f.Signal, Native: &n}
 }

@@ -7,6 +7,7 @@
 package unwind
 
 import (
+	"debug/dwarf"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -49,6 +50,10 @@ type Frame struct {
 	// its symbol's, else its CFI range's (a name for an unnamed function
 	// that every pc in it shares).
 	FuncStart uint64 `json:"-"`
+	// File and Line are the source line of the pc, from the object's DWARF
+	// line table, when Lines found one.
+	File string `json:"file,omitempty"`
+	Line int    `json:"line,omitempty"`
 
 	lookup uint64 // the address the frame's CFI and symbol are found by
 }
@@ -281,6 +286,41 @@ func (u *Unwinder) Symbolize(frames []Frame) {
 	}
 }
 
+// Lines finds each frame's source file and line in the DWARF line table of
+// its object (its own, or its separate debug file's), where there is one.
+// Reading debug information takes long (half a second for a debug build
+// of libruby), so it is asked for apart from Symbolize.
+func (u *Unwinder) Lines(frames []Frame) {
+	for i := range frames {
+		f := &frames[i]
+		o := u.objs[f.Object]
+		if o == nil || f.lookup == 0 {
+			continue
+		}
+		if o.lines == nil {
+			o.lines = map[dwarf.Offset]*dwarf.LineReader{}
+			o.dwarf = o.im.DWARF()
+		}
+		if o.dwarf == nil {
+			continue
+		}
+		pc := f.lookup - o.im.Bias
+		cu, err := o.dwarf.Reader().SeekPC(pc)
+		if err != nil || cu == nil {
+			continue
+		}
+		lr, ok := o.lines[cu.Offset]
+		if !ok {
+			lr, _ = o.dwarf.LineReader(cu)
+			o.lines[cu.Offset] = lr
+		}
+		var le dwarf.LineEntry
+		if lr != nil && lr.SeekPC(pc, &le) == nil && le.File != nil {
+			f.File, f.Line = le.File.Name, le.Line
+		}
+	}
+}
+
 // pcInfo is what an object says of one pc.
 type pcInfo struct {
 	row *row
@@ -330,6 +370,10 @@ type object struct {
 	im  *binary.Image
 	cfi *cfiTable
 	pcs map[uint64]*pcInfo
+	// dwarf and lines are the object's debug information and its line
+	// tables by unit, once Lines has looked.
+	dwarf *dwarf.Data
+	lines map[dwarf.Offset]*dwarf.LineReader
 }
 
 // object returns the CFI of the file mapped at m, or nil when it has none
