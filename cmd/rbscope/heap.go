@@ -182,7 +182,7 @@ func printTable(w io.Writer, header []string, rows [][]string, right []bool) {
 func newHeapDumpCmd() *cobra.Command {
 	var pid int
 	var outPath string
-	var nonblocking bool
+	var nonblocking, redact bool
 	c := &cobra.Command{
 		Use:   "dump -p PID -o FILE",
 		Short: "Write every live object to FILE in ObjectSpace.dump_all's format",
@@ -216,16 +216,17 @@ running program. A one-line summary goes to stderr.`,
 			if outPath == "" {
 				return usageError{fmt.Errorf("--output FILE is required (see 'rbscope heap dump --help')")}
 			}
-			return heapDump(pid, outPath, !nonblocking)
+			return heapDump(pid, outPath, !nonblocking, redact)
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	c.Flags().StringVarP(&outPath, "output", "o", "", "file to write the dump to")
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "walk without pausing the process (objects changing meanwhile are skipped)")
+	c.Flags().BoolVar(&redact, "redact-strings", false, "leave every String's contents out (its bytesize and encoding stay), for a dump that leaves the machine")
 	return c
 }
 
-func heapDump(pid int, outPath string, pause bool) error {
+func heapDump(pid int, outPath string, pause, redact bool) error {
 	// Refuse an unwritable output before touching the target.
 	out, err := output.Create(outPath)
 	if err != nil {
@@ -237,7 +238,7 @@ func heapDump(pid int, outPath string, pause bool) error {
 		return err
 	}
 	defer closeAll()
-	opts := rubyvm.DumpOptions{Nonblocking: !pause}
+	opts := rubyvm.DumpOptions{Nonblocking: !pause, RedactStrings: redact}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		last := -1
 		opts.Progress = func(done, total int) {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -177,5 +180,41 @@ func TestHeapDumpInterrupted(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
 		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+// TestHeapDumpRedactStrings: --redact-strings keeps every String's
+// bytesize and encoding but none of its bytes; without it the same dump
+// holds them.
+func TestHeapDumpRedactStrings(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
+	cmd := exec.Command(rb.Bin, "-e", `$keep = ARGV[0].dup; $stdout.puts :ready; $stdout.flush; sleep`, marker)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	bufio.NewReader(out).ReadString('\n')
+	dump := func(args ...string) string {
+		path := filepath.Join(t.TempDir(), "dump.json")
+		if _, errOut, code := rbscope(t, append([]string{"heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", path}, args...)...); code != 0 {
+			t.Fatalf("heap dump %v: exit %d: %s", args, code, errOut)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if plain := dump(); !strings.Contains(plain, marker) {
+		t.Fatal("setup: the dump without --redact-strings lacks the program's string")
+	}
+	redacted := dump("--redact-strings")
+	if strings.Contains(redacted, marker) || strings.Contains(redacted, `"value":"secret`) {
+		t.Error("--redact-strings left the string's contents in the dump")
+	}
+	if !strings.Contains(redacted, fmt.Sprintf(`"bytesize":%d`, len(marker))) || !strings.Contains(redacted, `"encoding":"UTF-8"`) {
+		t.Error("--redact-strings dropped the strings' bytesize or encoding")
 	}
 }

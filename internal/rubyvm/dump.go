@@ -39,6 +39,10 @@ type DumpOptions struct {
 	// Nonblocking says the process runs during the walk: references are
 	// kept only when they point at a slot of a heap page.
 	Nonblocking bool
+	// RedactStrings leaves out every String's value (its bytesize and
+	// encoding stay), for a dump that leaves the machine. Symbols keep
+	// their names.
+	RedactStrings bool
 }
 
 // DumpStats says what HeapDump wrote.
@@ -562,7 +566,7 @@ func (d *dumper) str(slot []byte, flags, memsize uint64) (uint64, error) {
 		d.flag("shared")
 		d.ref(le64(slot, L.RStringShared))
 	} else {
-		if err := d.strValue(slot, flags, enc); err != nil {
+		if err := d.strValue(slot, flags, enc, !d.opt.RedactStrings); err != nil {
 			return 0, err
 		}
 		if noEmbed {
@@ -581,8 +585,9 @@ func (d *dumper) str(slot []byte, flags, memsize uint64) (uint64, error) {
 	return memsize, nil
 }
 
-// strValue appends bytesize and, when dump_all would print it, value.
-func (d *dumper) strValue(slot []byte, flags, enc uint64) error {
+// strValue appends bytesize and, when dump_all would print it and withValue
+// is set, value.
+func (d *dumper) strValue(slot []byte, flags, enc uint64, withValue bool) error {
 	L := d.L
 	length, ptr, err := d.strContent(slot, flags)
 	if err != nil {
@@ -593,7 +598,7 @@ func (d *dumper) strValue(slot []byte, flags, enc uint64) error {
 	}
 	d.field("bytesize", length)
 	compat := enc >= uint64(len(builtinEncodings)) || builtinEncodings[enc].compat
-	if !compat || (length == 0 && d.newValue) {
+	if !withValue || !compat || (length == 0 && d.newValue) {
 		return nil
 	}
 	if length > 0 && flags&uint64(L.CoderangeMask) != 0 && flags&uint64(L.CoderangeMask) != uint64(L.Coderange7Bit) {
@@ -644,7 +649,7 @@ func (d *dumper) symbol(slot []byte) error {
 	if int64(flags&d.tmask) != d.L.TString {
 		return nil
 	}
-	return d.strValue(s, flags, (flags&uint64(d.L.EncodingMask))>>uint64(d.L.EncodingShift))
+	return d.strValue(s, flags, (flags&uint64(d.L.EncodingMask))>>uint64(d.L.EncodingShift), true)
 }
 
 // array appends length, shared, embedded and the elements (or the shared
