@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
@@ -17,7 +19,8 @@ import (
 
 func newCoreCmd() *cobra.Command {
 	var opts target.CoreOptions
-	var asJSON, census, all, native, lines bool
+	var asJSON, census, all, native, lines, heapDumpFlag, redact bool
+	var outPath string
 	c := &cobra.Command{
 		Use:   "core CORE",
 		Short: "Print every Ruby thread's stack from a core dump",
@@ -45,6 +48,15 @@ reads no file of this machine.`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if heapDumpFlag {
+				if outPath == "" {
+					return usageError{fmt.Errorf("--heap-dump needs -o FILE (see 'rbscope core --help')")}
+				}
+				if native || census {
+					return usageError{fmt.Errorf("--heap-dump is read alone: drop --native and --census")}
+				}
+				return coreHeapDump(args[0], opts, outPath, redact)
+			}
 			if native {
 				if census {
 					return usageError{fmt.Errorf("--native and --census are read one at a time: run rbscope core twice")}
@@ -94,6 +106,9 @@ reads no file of this machine.`,
 	f.BoolVar(&opts.CoreOnly, "core-only", false, "read no file of this machine: take every mapped file's image from the core, as for a core from elsewhere")
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
+	f.BoolVar(&heapDumpFlag, "heap-dump", false, "write every live object to -o FILE in ObjectSpace.dump_all's format, as 'rbscope heap dump' does")
+	f.StringVarP(&outPath, "output", "o", "", "with --heap-dump: the file to write")
+	f.BoolVar(&redact, "redact-strings", false, "with --heap-dump: leave every String's contents out (bytesize and encoding stay)")
 	f.BoolVar(&lines, "lines", false, "with --native: each native frame's source file and line, from DWARF where the code has it")
 	f.BoolVar(&native, "native", false, "show every thread's native frames too, unwound with the code's CFI, as 'rbscope stack --native' does, and the fault beneath a signal handler")
 	f.BoolVar(&all, "all", false, fmt.Sprintf("with --census: print every class, not only the largest %d", censusTopClasses))
@@ -161,6 +176,52 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 	noteAdjusted(vm)
 	d.LayoutAdjusted = vm.Adjusted
 	return d, nil
+}
+
+// coreHeapDump writes the heap of the process a core holds, as heap dump
+// writes a live one's.
+func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact bool) error {
+	out, err := output.Create(outPath) // refused before the core is read
+	if err != nil {
+		return err
+	}
+	defer out.Abort()
+	t, err := target.OpenCore(path, opts)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if w := t.Truncated(); w != "" {
+		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
+	}
+	vm, err := rubyvm.OpenWith(t, vmOptions)
+	if err != nil {
+		return coreError(t, err)
+	}
+	defer vm.Close()
+	if fb := vm.Fallbacks(); fb != "" {
+		fmt.Fprintln(os.Stderr, "rbscope:", fb)
+	}
+	bw := bufio.NewWriterSize(out, 1<<20)
+	vm.PrepareHeapDump()
+	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return coreError(t, fmt.Errorf("heap dump: %w", err))
+	}
+	if err := out.Commit(); err != nil {
+		return err
+	}
+	noteAdjusted(vm)
+	skipped := ""
+	if st.Skipped > 0 || st.SkippedPages > 0 {
+		skipped = fmt.Sprintf("; %d objects and %d heap pages unreadable (not in the core?)", st.Skipped, st.SkippedPages)
+	}
+	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %d bytes%s\n",
+		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, st.Bytes, skipped)
+	return nil
 }
 
 // coreNativeDump is what `rbscope core --native --json` prints.

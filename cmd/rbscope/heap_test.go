@@ -218,3 +218,58 @@ func TestHeapDumpRedactStrings(t *testing.T) {
 		t.Error("--redact-strings dropped the strings' bytesize or encoding")
 	}
 }
+
+// TestCoreHeapDump: the dump rbscope core --heap-dump writes from a gcore'd
+// core equals the one heap dump writes from the live process at the same
+// moment (the program stands still, its GC off), object for object.
+func TestCoreHeapDump(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "heap_dump.rb", nil, filepath.Join(t.TempDir(), "own.json"))
+			var rep struct{ PID int }
+			p.WaitReport(t, &rep, 120*time.Second)
+			core := testruby.Gcore(t, p.PID())
+			live := filepath.Join(t.TempDir(), "live.json")
+			if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(p.PID()), "-o", live); code != 0 {
+				t.Fatalf("heap dump: exit %d: %s", code, errOut)
+			}
+			fromCore := filepath.Join(t.TempDir(), "core.json")
+			if _, errOut, code := rbscope(t, "core", core, "--heap-dump", "-o", fromCore); code != 0 {
+				t.Fatalf("core --heap-dump: exit %d: %s", code, errOut)
+			}
+			lines := func(path string) map[string]bool {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]bool{}
+				for _, l := range strings.Split(string(b), "\n") {
+					if l != "" {
+						out[l] = true
+					}
+				}
+				return out
+			}
+			a, b := lines(live), lines(fromCore)
+			if len(a) < 1000 {
+				t.Fatalf("setup: the live dump has %d lines", len(a))
+			}
+			var missing, extra []string
+			for l := range a {
+				if !b[l] {
+					missing = append(missing, l)
+				}
+			}
+			for l := range b {
+				if !a[l] {
+					extra = append(extra, l)
+				}
+			}
+			if len(missing)+len(extra) > 0 {
+				t.Errorf("the core's dump differs from the live one: %d lines only live, %d only from the core; e.g.\n%v\n%v", len(missing), len(extra), first(missing, 3), first(extra, 3))
+			}
+		})
+	}
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
