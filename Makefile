@@ -43,13 +43,15 @@ vet:
 wasm:
 	@scripts/fetch-wasm.sh
 
+# -timeout: the command package alone runs about ten minutes on two busy
+# cores, past go test's default.
 # RBSCOPE_STRICT_TESTS makes a test fail, not skip, when something this
 # target provides is missing (testruby.Missing).
 # Packages are tested one at a time (-p 1): several tests measure timing
 # (a known CPU split, thread births) and others start CPU-bound Ruby
 # programs, and on two cores they must not run side by side.
 test: deps rubies wasm vet
-	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 ./...
+	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 -timeout 40m ./...
 
 bench: deps build
 	bench/stack.sh
