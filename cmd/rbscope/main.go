@@ -140,6 +140,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	root.AddCommand(newCrashCmd())
 	root.AddCommand(newCoreCmd())
 	root.AddCommand(newExecCmd(), newAllocCmd())
+	root.AddCommand(newAgentCmd())
 	return root
 }
 

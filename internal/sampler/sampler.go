@@ -386,6 +386,14 @@ func attach(pid int, vmOpts rubyvm.Options) (*proc, error) {
 	return &proc{pid: pid, live: live, vm: vm}, nil
 }
 
+// RubyVersion is the Ruby version of the process New attached to.
+func (s *Sampler) RubyVersion() string {
+	if p := s.procs[s.root]; p != nil {
+		return p.vm.Version
+	}
+	return ""
+}
+
 // Close resumes and releases every target.
 func (s *Sampler) Close() {
 	for _, p := range s.procs {

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	pprof "github.com/google/pprof/profile"
+	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
+	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// received is one profile a fake Pyroscope server took.
+type received struct {
+	at        time.Time
+	labels    map[string]string
+	functions map[string]bool
+	tenant    string
+	auth      string
+}
+
+// fakePyroscope is a Pyroscope-compatible server: the API module's
+// generated Push handler, every upload decoded with google/pprof.
+type fakePyroscope struct {
+	mu   sync.Mutex
+	got  []received
+	addr string
+	srv  *http.Server
+	t    *testing.T
+}
+
+func (f *fakePyroscope) Push(ctx context.Context, req *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
+	for _, s := range req.Msg.Series {
+		r := received{at: time.Now(), labels: map[string]string{}, functions: map[string]bool{},
+			tenant: req.Header().Get("X-Scope-OrgID"), auth: req.Header().Get("Authorization")}
+		for _, l := range s.Labels {
+			r.labels[l.Name] = l.Value
+		}
+		for _, smp := range s.Samples {
+			p, err := pprof.ParseData(smp.RawProfile)
+			if err != nil {
+				f.t.Errorf("an upload is not a pprof profile: %v", err)
+				return nil, connect.NewError(connect.CodeInvalidArgument, err)
+			}
+			if len(p.SampleType) == 0 || p.SampleType[len(p.SampleType)-1].Type != "cpu" || p.SampleType[len(p.SampleType)-1].Unit != "nanoseconds" {
+				f.t.Errorf("sample types %v, want cpu/nanoseconds", p.SampleType)
+			}
+			for _, fn := range p.Function {
+				r.functions[fn.Name] = true
+			}
+		}
+		f.mu.Lock()
+		f.got = append(f.got, r)
+		f.mu.Unlock()
+	}
+	return connect.NewResponse(&pushv1.PushResponse{}), nil
+}
+
+// start serves on f.addr (a fresh port the first time).
+func (f *fakePyroscope) start() {
+	addr := f.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		f.t.Fatalf("setup: listen %s: %v", addr, err)
+	}
+	f.addr = ln.Addr().String()
+	mux := http.NewServeMux()
+	path, h := pushv1connect.NewPusherServiceHandler(f)
+	mux.Handle(path, h)
+	f.srv = &http.Server{Handler: mux}
+	go f.srv.Serve(ln)
+}
+
+func (f *fakePyroscope) stop() { f.srv.Close() }
+
+// since returns the profiles taken after t.
+func (f *fakePyroscope) since(t time.Time) []received {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []received
+	for _, r := range f.got {
+		if r.at.After(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitFor waits until cond holds of the profiles taken after t.
+func (f *fakePyroscope) waitFor(t time.Time, what string, cond func([]received) bool) {
+	f.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond(f.since(t)) {
+			return
+		}
+	}
+	rs := f.since(t)
+	for i := 0; i < len(rs) && i < 3; i++ {
+		f.t.Logf("profile %d: labels %v functions %v", i, rs[i].labels, rs[i].functions)
+	}
+	f.t.Fatalf("no %s within 60 s; got %d profiles", what, len(rs))
+}
+
+// TestAgentPushesToPyroscope: the agent finds two Ruby workloads by itself
+// (no --pid), pushes each one's profile with the gem's labels, the tenant
+// and the credentials; it keeps profiling while the server is away and
+// resumes when it is back (the failures counted), goes on when a target is
+// killed, and flushes and exits on SIGTERM.
+func TestAgentPushesToPyroscope(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	srv := &fakePyroscope{t: t}
+	srv.start()
+	defer srv.stop()
+	marker := fmt.Sprintf("agentmark%d", time.Now().UnixNano())
+	work := map[string]*exec.Cmd{}
+	for _, name := range []string{"alpha", "beta"} {
+		cmd := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name, marker)
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		bufio.NewReader(out).ReadString('\n')
+		work[name] = cmd
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pw, []byte("s3cret\n"), 0o600)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", marker,
+		"--upload-interval", "1s", "--rate", "50", "--tag", "env=test", "--tenant-id", "t1",
+		"--basic-auth-user", "u", "--basic-auth-password-file", pw, "--metrics-addr", metricsAddr)
+	var agentErr strings.Builder
+	agentCmd.Stderr = &agentErr
+	if err := agentCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer agentCmd.Process.Kill()
+	start := time.Now()
+
+	pidOf := func(name string) string { return strconv.Itoa(work[name].Process.Pid) }
+	from := func(rs []received, name string) []received {
+		var out []received
+		for _, r := range rs {
+			if r.labels["pid"] == pidOf(name) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	srv.waitFor(start, "profile of both workloads holding their methods", func(rs []received) bool {
+		ok := 0
+		for _, name := range []string{"alpha", "beta"} {
+			for _, r := range from(rs, name) {
+				if r.functions["Object#work_"+name] {
+					ok++
+					break
+				}
+			}
+		}
+		return ok == 2
+	})
+	version, _ := exec.Command(rb.Bin, "-e", "print RUBY_VERSION").Output()
+	for _, r := range from(srv.since(start), "alpha")[:1] {
+		want := map[string]string{"__name__": "process_cpu", "service_name": "agent_work", "pid": pidOf("alpha"),
+			"process.runtime.name": "ruby", "process.runtime.version": string(version), "env": "test"}
+		for k, v := range want {
+			if r.labels[k] != v {
+				t.Errorf("label %s = %q, want %q (labels %v)", k, r.labels[k], v, r.labels)
+			}
+		}
+		if r.labels["hostname"] == "" {
+			t.Errorf("no hostname label: %v", r.labels)
+		}
+		if r.tenant != "t1" || r.auth != "Basic dTpzM2NyZXQ=" {
+			t.Errorf("tenant %q, authorization %q", r.tenant, r.auth)
+		}
+		if r.functions["Object#work_beta"] {
+			t.Error("alpha's profile holds beta's method")
+		}
+	}
+
+	// The server goes away for a few seconds and comes back.
+	srv.stop()
+	time.Sleep(3 * time.Second)
+	back := time.Now()
+	srv.start()
+	srv.waitFor(back, "profile after the server came back", func(rs []received) bool { return len(from(rs, "alpha")) > 0 })
+	metrics := func() string {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if m := metrics(); !strings.Contains(m, `rbscope_agent_uploads_total{result="ok"}`) || strings.Contains(m, `rbscope_agent_uploads_total{result="failed"} 0`) {
+		t.Errorf("the metrics do not count the failed uploads:\n%s", grepLines(m, "rbscope_agent"))
+	}
+
+	// A target is killed: the agent goes on with the other.
+	work["beta"].Process.Kill()
+	work["beta"].Wait()
+	killed := time.Now()
+	srv.waitFor(killed.Add(2*time.Second), "profile of alpha after beta was killed", func(rs []received) bool { return len(from(rs, "alpha")) > 0 })
+	if m := metrics(); !strings.Contains(m, "rbscope_agent_processes 1") {
+		t.Errorf("processes after a kill:\n%s", grepLines(m, "rbscope_agent_processes"))
+	}
+
+	// SIGTERM: what is held is pushed, and the agent exits.
+	term := time.Now()
+	agentCmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- agentCmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit on SIGTERM")
+	}
+	if len(from(srv.since(term), "alpha")) == 0 {
+		t.Errorf("nothing flushed on SIGTERM; stderr:\n%s", agentErr.String())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

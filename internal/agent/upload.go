@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
+	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
+	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+
+	"github.com/rbscope/rbscope/internal/output"
+)
+
+// Backoff between failed uploads: from minBackoff, doubling, to maxBackoff.
+const (
+	minBackoff = 500 * time.Millisecond
+	maxBackoff = 30 * time.Second
+	// uploadTimeout bounds one request.
+	uploadTimeout = 10 * time.Second
+)
+
+// uploader sends the queue's profiles to the server, one at a time,
+// through its Push API, falling back to /ingest for a server without it.
+type uploader struct {
+	cfg     Config
+	metrics *Metrics
+	say     func(key, format string, args ...any)
+	http    *http.Client
+	push    pushv1connect.PusherServiceClient
+	ingest  bool // the server has no Push API: use /ingest
+}
+
+func newUploader(cfg Config, m *Metrics, say func(key, format string, args ...any)) *uploader {
+	hc := &http.Client{Timeout: uploadTimeout}
+	return &uploader{cfg: cfg, metrics: m, say: say, http: hc,
+		push: pushv1connect.NewPusherServiceClient(hc, strings.TrimSuffix(cfg.Server, "/"))}
+}
+
+// run uploads until the queue is closed and empty, or ctx is done.
+func (u *uploader) run(ctx context.Context, q *queue) {
+	backoff := time.Duration(0)
+	for {
+		it, done := q.take()
+		if done {
+			return
+		}
+		if it == nil {
+			select {
+			case <-q.ready:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		err := u.send(ctx, it)
+		if err == nil {
+			u.metrics.uploads.WithLabelValues("ok").Inc()
+			backoff = 0
+			continue
+		}
+		u.metrics.uploads.WithLabelValues("failed").Inc()
+		it.attempts++
+		q.putBack(it)
+		backoff = min(max(backoff*2, minBackoff), maxBackoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// send makes one attempt, saying once per kind of failure what went wrong.
+func (u *uploader) send(ctx context.Context, it *upload) error {
+	var pprof bytes.Buffer
+	if err := output.Pprof(&pprof, it.profile); err != nil {
+		return nil // a profile that cannot be encoded is dropped, not retried
+	}
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	var err error
+	if !u.ingest {
+		err = u.pushOne(ctx, it, pprof.Bytes())
+		var ce *connect.Error
+		if errors.As(err, &ce) && (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) {
+			u.ingest = true
+			u.say("ingest", "rbscope agent: %s has no Push API; using /ingest", u.cfg.Server)
+		}
+	}
+	if u.ingest {
+		err = u.ingestOne(ctx, it, pprof.Bytes())
+	}
+	if err != nil {
+		var ce *connect.Error
+		switch {
+		case errors.As(err, &ce) && (ce.Code() == connect.CodeUnauthenticated || ce.Code() == connect.CodePermissionDenied),
+			errors.Is(err, errAuth):
+			u.say("auth", "rbscope agent: %s refuses the credentials (%v): check --basic-auth-user, --basic-auth-password-file and --tenant-id; profiling goes on, uploads are retried", u.cfg.Server, err)
+		default:
+			u.say("unreachable", "rbscope agent: cannot upload to %s (%v); profiles wait in a queue of %d, the oldest dropped first", u.cfg.Server, err, u.cfg.QueueLength)
+		}
+	}
+	return err
+}
+
+// pushOne sends a profile through POST /push.v1.PusherService/Push.
+func (u *uploader) pushOne(ctx context.Context, it *upload, pprof []byte) error {
+	keys := make([]string, 0, len(it.labels))
+	for k := range it.labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var labels []*typesv1.LabelPair
+	for _, k := range keys {
+		labels = append(labels, &typesv1.LabelPair{Name: k, Value: it.labels[k]})
+	}
+	req := connect.NewRequest(&pushv1.PushRequest{Series: []*pushv1.RawProfileSeries{{
+		Labels:  labels,
+		Samples: []*pushv1.RawSample{{RawProfile: pprof}},
+	}}})
+	u.headers(req.Header())
+	_, err := u.push.Push(ctx, req)
+	return err
+}
+
+// errAuth is an /ingest upload the server refused for its credentials.
+var errAuth = errors.New("401/403")
+
+// ingestOne sends a profile to the older /ingest?format=pprof endpoint.
+func (u *uploader) ingestOne(ctx context.Context, it *upload, pprof []byte) error {
+	var tags []string
+	for k, v := range it.labels {
+		if k != "__name__" && k != "service_name" {
+			tags = append(tags, fmt.Sprintf("%s=%s", k, v))
+		}
+	}
+	sort.Strings(tags)
+	p := it.profile
+	q := url.Values{
+		"name":       {it.labels["service_name"] + ".cpu{" + strings.Join(tags, ",") + "}"},
+		"format":     {"pprof"},
+		"from":       {fmt.Sprint(p.Start.Unix())},
+		"until":      {fmt.Sprint(p.Start.Add(p.Duration).Unix())},
+		"sampleRate": {fmt.Sprint(int(u.cfg.Rate))},
+		"spyName":    {"rbscope"},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(u.cfg.Server, "/")+"/ingest?"+q.Encode(), bytes.NewReader(pprof))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	u.headers(req.Header)
+	resp, err := u.http.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("/ingest: %s: %w", resp.Status, errAuth)
+	case resp.StatusCode >= 300:
+		return fmt.Errorf("/ingest: %s", resp.Status)
+	}
+	return nil
+}
+
+// headers sets the tenant and the credentials.
+func (u *uploader) headers(h http.Header) {
+	if u.cfg.TenantID != "" {
+		h.Set("X-Scope-OrgID", u.cfg.TenantID)
+	}
+	if u.cfg.BasicAuthUser != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.cfg.BasicAuthUser+":"+u.cfg.BasicAuthPassword)))
+	}
+}

@@ -1,0 +1,131 @@
+// Package discover finds the Ruby processes of a host from /proc: those
+// whose mappings hold a Ruby image (a libruby, or an executable named
+// ruby*, as a static build is), containers' included (their mappings name
+// paths inside the container; rbscope opens the mapped files themselves).
+package discover
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Process is a process that looks like Ruby.
+type Process struct {
+	PID int
+	// Args is its command line (arguments joined by spaces).
+	Args string
+	// Comm is the kernel's name of it.
+	Comm string
+}
+
+// Budgets on what a process's /proc files may make the scan read.
+const (
+	maxMapsBytes    = 8 << 20
+	maxCmdlineBytes = 64 << 10
+)
+
+// Ruby lists the processes of the host (through proc, normally "/proc")
+// whose mappings hold a Ruby image and, when match is set, whose command
+// line it matches; rbscope's own process is left out. Processes that end
+// or cannot be read meanwhile are left out too.
+func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	self := os.Getpid()
+	var out []Process
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		dir := filepath.Join(proc, e.Name())
+		args := cmdline(dir)
+		if match != nil && !match.MatchString(args) {
+			continue
+		}
+		if !mapsRuby(dir) {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
+		out = append(out, Process{PID: pid, Args: args, Comm: strings.TrimSpace(string(comm))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+// mapsRuby tells whether the process in dir maps a Ruby image.
+func mapsRuby(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, maxMapsBytes))
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for sc.Scan() {
+		line := sc.Bytes()
+		i := bytes.IndexByte(line, '/')
+		if i < 0 || !bytes.Contains(line[:i], []byte("x")) { // code only
+			continue
+		}
+		if IsRubyImage(string(line[i:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsRubyImage tells whether a mapped file's path names a Ruby image:
+// libruby.so*, libruby-X.Y.so*, or an executable ruby, rubyX.Y, ruby-X.Y.
+func IsRubyImage(path string) bool {
+	base := filepath.Base(strings.TrimSuffix(path, " (deleted)"))
+	if strings.HasPrefix(base, "libruby.so") || strings.HasPrefix(base, "libruby-") && strings.Contains(base, ".so") {
+		return true
+	}
+	return base == "ruby" || strings.HasPrefix(base, "ruby") && len(base) > 4 && (base[4] == '-' || base[4] >= '0' && base[4] <= '9')
+}
+
+// cmdline reads a process's command line, arguments joined by spaces.
+func cmdline(dir string) string {
+	f, err := os.Open(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxCmdlineBytes))
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// ServiceName derives a service name from a command line, for a process
+// given none: a script run by ruby names it (`ruby bin/rails server` ->
+// "rails"), else the program does (`puma: cluster worker 0: 12 [app]` ->
+// "puma", `sidekiq 7.1.0 app [0 of 5 busy]` -> "sidekiq").
+func ServiceName(args string) string {
+	fields := strings.Fields(args)
+	if len(fields) == 0 {
+		return "ruby"
+	}
+	name := strings.TrimSuffix(filepath.Base(fields[0]), ":")
+	if IsRubyImage(name) {
+		for _, f := range fields[1:] {
+			if !strings.HasPrefix(f, "-") {
+				name = strings.TrimSuffix(filepath.Base(f), ".rb")
+				break
+			}
+		}
+	}
+	if name == "" {
+		return "ruby"
+	}
+	return name
+}
