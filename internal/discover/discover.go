@@ -117,10 +117,17 @@ func ServiceName(args string) string {
 	}
 	name := strings.TrimSuffix(filepath.Base(fields[0]), ":")
 	if IsRubyImage(name) {
-		for _, f := range fields[1:] {
-			if !strings.HasPrefix(f, "-") {
+		name = "ruby" // code given with -e, or read from stdin
+	scan:
+		for i := 1; i < len(fields); i++ {
+			switch f := fields[i]; {
+			case f == "-e":
+				break scan
+			case f == "-r" || f == "-I" || f == "-C" || f == "-E":
+				i++ // the option's value
+			case !strings.HasPrefix(f, "-"):
 				name = strings.TrimSuffix(filepath.Base(f), ".rb")
-				break
+				break scan
 			}
 		}
 	}
