@@ -37,9 +37,10 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-# wasm fetches the npm packages of CRuby 3.2 and 4.0 for wasm32-wasi, whose
-# DWARF the built-in 3.2 and 4.0 tables are made from (tools/layoutgen's
-# tests make them again and compare).
+# wasm fetches the npm packages of CRuby 3.2, 3.3, 3.4 and 4.0 for
+# wasm32-wasi: the built-in 3.2 and 4.0 tables are made from their DWARF
+# (tools/layoutgen's tests make them again and compare, and check the
+# re-layout on 3.3 and 3.4 against the x86_64 debug builds).
 wasm:
 	@scripts/fetch-wasm.sh
 

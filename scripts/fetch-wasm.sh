@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# fetch-wasm.sh fetches the npm packages @ruby/3.2-wasm-wasi and
-# @ruby/4.0-wasm-wasi (CRuby 3.2.4 and 4.0.0 built for wasm32-wasi, with
-# DWARF) into ${RBSCOPE_WASM_DIR:-/var/cache/rbscope/wasm}/X.Y/package, where
-# tools/layoutgen's tests regenerate the built-in 3.2 and 4.0 tables from
-# them. Each tarball is checked against the sha1 npm published for it.
+# fetch-wasm.sh fetches the npm packages @ruby/X.Y-wasm-wasi (CRuby built
+# for wasm32-wasi, with DWARF) of 3.2, 3.3, 3.4 and 4.0 into
+# ${RBSCOPE_WASM_DIR:-/var/cache/rbscope/wasm}/X.Y/package, where
+# tools/layoutgen's tests make the built-in 3.2 and 4.0 tables again from
+# them, and check the re-layout on 3.3 and 3.4 against x86_64 debug builds.
+# Each tarball is checked against the sha1 npm published for it.
 set -euo pipefail
 dir=${RBSCOPE_WASM_DIR:-/var/cache/rbscope/wasm}
 version=2.10.1
 declare -A sha1=(
   [3.2]=3bae47bb7da6c9d2e5a71dba3c074a277b8d5f95
+  [3.3]=61e7ca641d0407a99cee2db7342049fd3be0b42f
+  [3.4]=f397c7adb3496b6657b67daf775ba30ccacaf860
   [4.0]=3ea6537a35dbeaf7a17fc1ac2687247b89071052
 )
-for fam in 3.2 4.0; do
+for fam in 3.2 3.3 3.4 4.0; do
   dest=$dir/$fam
   [ -f "$dest/package/dist/ruby.debug+stdlib.wasm" ] && continue
   mkdir -p "$dest"
