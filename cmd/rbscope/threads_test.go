@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/rbscope/rbscope/internal/threadwatch"
 	"os"
 	"os/exec"
 	"strconv"
@@ -145,7 +146,7 @@ func TestThreadsFollow(t *testing.T) {
 				born, exited := map[string]int{}, map[string]int{}
 				sc := bufio.NewScanner(strings.NewReader(stdout.String()))
 				for sc.Scan() {
-					var ev followEvent
+					var ev threadwatch.Event
 					if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 						t.Fatalf("bad event line %q: %v", sc.Text(), err)
 					}
