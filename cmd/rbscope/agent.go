@@ -1,26 +1,137 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rbscope/rbscope/internal/agent"
 )
 
+// agentSettings are the agent's flags.
+type agentSettings struct {
+	server, serviceName, match, passwordFile, metricsAddr string
+	tenantID, basicAuthUser                               string
+	tags, pids                                            []string
+	interval                                              time.Duration
+	rate                                                  float64
+	pause                                                 bool
+}
+
+// defineAgentFlags defines the agent's flags on fs, into s, with s's
+// values as defaults (so that a --config file overrides the command line).
+func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
+	fs.StringVar(&s.server, "server", s.server, "the Pyroscope server's URL")
+	fs.StringVar(&s.serviceName, "service-name", s.serviceName, "service_name of every profile (default: from each process's command line)")
+	fs.StringArrayVar(&s.tags, "tag", s.tags, "a label key=value on every profile (repeatable)")
+	durationFlag(fs, &s.interval, "upload-interval", "", s.interval, "how long each profile covers")
+	fs.Float64Var(&s.rate, "rate", s.rate, "samples per second per process")
+	fs.StringArrayVar(&s.pids, "pid", s.pids, "profile this process only (repeatable); default: every Ruby process of the host")
+	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
+	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
+	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
+	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
+	fs.StringVar(&s.passwordFile, "basic-auth-password-file", s.passwordFile, "file holding the HTTP basic auth password")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", s.metricsAddr, "serve the agent's own metrics (Prometheus text) at this address, e.g. :9464")
+}
+
+// withConfig returns s overridden by the flags of the file at path: flags
+// as on the command line, any number a line, '#' starting a comment.
+func (s agentSettings) withConfig(path string) (agentSettings, error) {
+	if path == "" {
+		return s, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("--config: %w", err)
+	}
+	var args []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		args = append(args, strings.Fields(line)...)
+	}
+	s.tags, s.pids = slices.Clone(s.tags), slices.Clone(s.pids)
+	fs := pflag.NewFlagSet("config", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	defineAgentFlags(fs, &s)
+	if err := fs.Parse(args); err != nil {
+		return s, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("--config %s: unexpected %q (flags only)", path, fs.Arg(0))
+	}
+	return s, nil
+}
+
+// config checks the settings and makes the agent's configuration.
+func (s agentSettings) config() (agent.Config, error) {
+	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause,
+		TenantID: s.tenantID, BasicAuthUser: s.basicAuthUser, UploadInterval: s.interval, Tags: map[string]string{}}
+	if cfg.Server == "" {
+		return cfg, usageError{fmt.Errorf("--server URL is required (see 'rbscope agent --help')")}
+	}
+	if u, err := url.Parse(cfg.Server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return cfg, usageError{fmt.Errorf("--server %q: want an http:// or https:// URL (see 'rbscope agent --help')", cfg.Server)}
+	}
+	for _, t := range s.tags {
+		k, v, ok := strings.Cut(t, "=")
+		if !ok || k == "" {
+			return cfg, usageError{fmt.Errorf("--tag %q: want key=value", t)}
+		}
+		cfg.Tags[k] = v
+	}
+	for _, p := range s.pids {
+		var pid int
+		if _, err := fmt.Sscan(p, &pid); err != nil || pid <= 0 {
+			return cfg, usageError{fmt.Errorf("--pid %q: want a process ID", p)}
+		}
+		cfg.PIDs = append(cfg.PIDs, pid)
+	}
+	if s.match != "" {
+		re, err := regexp.Compile(s.match)
+		if err != nil {
+			return cfg, usageError{fmt.Errorf("--match %q: %w", s.match, err)}
+		}
+		cfg.Match = re
+	}
+	if (s.basicAuthUser == "") != (s.passwordFile == "") {
+		return cfg, usageError{fmt.Errorf("--basic-auth-user and --basic-auth-password-file go together")}
+	}
+	if s.passwordFile != "" {
+		b, err := os.ReadFile(s.passwordFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--basic-auth-password-file: %w", err)
+		}
+		cfg.BasicAuthPassword = strings.TrimRight(string(b), "\r\n")
+	}
+	if cfg.Rate < 1 || cfg.Rate > 1000 {
+		return cfg, usageError{fmt.Errorf("--rate %v: give 1 to 1000 samples per second", cfg.Rate)}
+	}
+	if cfg.UploadInterval <= 0 {
+		return cfg, usageError{fmt.Errorf("--upload-interval %v: give a positive duration", cfg.UploadInterval)}
+	}
+	cfg.Log = os.Stderr
+	cfg.VM = vmOptions
+	return cfg, nil
+}
+
 func newAgentCmd() *cobra.Command {
-	var cfg agent.Config
-	var tags, pids []string
-	var match, passwordFile, metricsAddr string
-	var interval time.Duration
+	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate}
+	var configPath string
 	c := &cobra.Command{
 		Use:   "agent --server URL",
 		Short: "Profile every Ruby process of the host without end, pushing to Pyroscope",
@@ -39,60 +150,27 @@ puma, 'sidekiq 7.1.0 app' -> sidekiq).
 
 While the server is away, profiles wait in a queue of 256 (the oldest
 dropped first, counted); retries back off up to 30 s; sampling never waits.
-SIGINT or SIGTERM flushes what is held (for at most 10 s) and exits.`,
+SIGINT or SIGTERM flushes what is held (for at most 10 s) and exits. --config
+FILE holds more flags (as on the command line, '#' for comments), which
+override the command line's; SIGHUP reads it again and restarts the
+profiling with it (--metrics-addr keeps its first value).`,
 		Example: `  rbscope agent --server http://pyroscope:4040
   rbscope agent --server https://profiles.example.com --service-name billing --tag env=prod --match puma
-  rbscope agent --server http://pyroscope:4040 --pid 4242 --metrics-addr :9464`,
-		Annotations: map[string]string{stopsOnSignal: "yes"},
+  rbscope agent --config /etc/rbscope/agent.flags --metrics-addr :9464`,
+		Annotations: map[string]string{stopsOnSignal: "yes", reloadsOnSIGHUP: "yes"},
 		Args:        noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if cfg.Server == "" {
-				return usageError{fmt.Errorf("--server URL is required (see 'rbscope agent --help')")}
+			settings, err := s.withConfig(configPath)
+			if err != nil {
+				return usageError{err}
 			}
-			if u, err := url.Parse(cfg.Server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return usageError{fmt.Errorf("--server %q: want an http:// or https:// URL (see 'rbscope agent --help')", cfg.Server)}
+			cfg, err := settings.config()
+			if err != nil {
+				return err
 			}
-			cfg.Tags = map[string]string{}
-			for _, t := range tags {
-				k, v, ok := strings.Cut(t, "=")
-				if !ok || k == "" {
-					return usageError{fmt.Errorf("--tag %q: want key=value", t)}
-				}
-				cfg.Tags[k] = v
-			}
-			for _, p := range pids {
-				var pid int
-				if _, err := fmt.Sscan(p, &pid); err != nil || pid <= 0 {
-					return usageError{fmt.Errorf("--pid %q: want a process ID", p)}
-				}
-				cfg.PIDs = append(cfg.PIDs, pid)
-			}
-			if match != "" {
-				re, err := regexp.Compile(match)
-				if err != nil {
-					return usageError{fmt.Errorf("--match %q: %w", match, err)}
-				}
-				cfg.Match = re
-			}
-			if (cfg.BasicAuthUser == "") != (passwordFile == "") {
-				return usageError{fmt.Errorf("--basic-auth-user and --basic-auth-password-file go together")}
-			}
-			if passwordFile != "" {
-				b, err := os.ReadFile(passwordFile)
-				if err != nil {
-					return fmt.Errorf("--basic-auth-password-file: %w", err)
-				}
-				cfg.BasicAuthPassword = strings.TrimRight(string(b), "\r\n")
-			}
-			if cfg.Rate < 1 || cfg.Rate > 1000 {
-				return usageError{fmt.Errorf("--rate %v: give 1 to 1000 samples per second", cfg.Rate)}
-			}
-			cfg.UploadInterval = interval
-			cfg.Log = os.Stderr
-			cfg.VM = vmOptions
 			metrics := agent.NewMetrics()
-			if metricsAddr != "" {
-				ln, err := net.Listen("tcp", metricsAddr)
+			if settings.metricsAddr != "" {
+				ln, err := net.Listen("tcp", settings.metricsAddr)
 				if err != nil {
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}
@@ -104,22 +182,38 @@ SIGINT or SIGTERM flushes what is held (for at most 10 s) and exits.`,
 				}()
 				defer srv.Close()
 			}
-			fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v\n", cfg.Server, cfg.UploadInterval)
-			return agent.New(cfg, metrics).Run(c.Context(), 10*time.Second)
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v\n", cfg.Server, cfg.UploadInterval)
+				runCtx, stop := context.WithCancel(c.Context())
+				done := make(chan error, 1)
+				go func() { done <- agent.New(cfg, metrics).Run(runCtx, 10*time.Second) }()
+				select {
+				case err := <-done:
+					stop()
+					return err
+				case <-hup:
+					stop()
+					<-done // what it held is pushed
+					next, err := s.withConfig(configPath)
+					if err == nil {
+						var ncfg agent.Config
+						if ncfg, err = next.config(); err == nil {
+							cfg = ncfg
+						}
+					}
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "rbscope agent: SIGHUP: %v; going on with the configuration before\n", err)
+					} else {
+						fmt.Fprintln(os.Stderr, "rbscope agent: SIGHUP: configuration read again")
+					}
+				}
+			}
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&cfg.Server, "server", "", "the Pyroscope server's URL")
-	f.StringVar(&cfg.ServiceName, "service-name", "", "service_name of every profile (default: from each process's command line)")
-	f.StringArrayVar(&tags, "tag", nil, "a label key=value on every profile (repeatable)")
-	durationFlag(f, &interval, "upload-interval", "", agent.DefaultUploadInterval, "how long each profile covers")
-	f.Float64Var(&cfg.Rate, "rate", agent.DefaultRate, "samples per second per process")
-	f.StringArrayVar(&pids, "pid", nil, "profile this process only (repeatable); default: every Ruby process of the host")
-	f.StringVar(&match, "match", "", "profile only the processes whose command line matches this regular expression")
-	f.BoolVar(&cfg.Pause, "pause", false, "stop each process for each sample (exact stacks, more overhead)")
-	f.StringVar(&cfg.TenantID, "tenant-id", "", "X-Scope-OrgID of every upload")
-	f.StringVar(&cfg.BasicAuthUser, "basic-auth-user", "", "HTTP basic auth user")
-	f.StringVar(&passwordFile, "basic-auth-password-file", "", "file holding the HTTP basic auth password")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve the agent's own metrics (Prometheus text) at this address, e.g. :9464")
+	defineAgentFlags(c.Flags(), &s)
+	c.Flags().StringVar(&configPath, "config", "", "a file of more flags (overriding the command line's), read again on SIGHUP")
 	return c
 }

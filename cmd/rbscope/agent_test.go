@@ -130,7 +130,8 @@ func (f *fakePyroscope) waitFor(t time.Time, what string, cond func([]received) 
 // (no --pid), pushes each one's profile with the gem's labels, the tenant
 // and the credentials; it keeps profiling while the server is away and
 // resumes when it is back (the failures counted), goes on when a target is
-// killed, and flushes and exits on SIGTERM.
+// killed, reads its --config file again on SIGHUP, and flushes and exits on
+// SIGTERM.
 func TestAgentPushesToPyroscope(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	srv := &fakePyroscope{t: t}
@@ -153,8 +154,10 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	metricsAddr := ln.Addr().String()
 	ln.Close()
+	config := filepath.Join(t.TempDir(), "agent.flags")
+	os.WriteFile(config, []byte("# flags read again on SIGHUP\n--tag env=test --rate 50\n"), 0o600)
 	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", marker,
-		"--upload-interval", "1s", "--rate", "50", "--tag", "env=test", "--tenant-id", "t1",
+		"--upload-interval", "1s", "--rate", "20", "--config", config, "--tenant-id", "t1",
 		"--basic-auth-user", "u", "--basic-auth-password-file", pw, "--metrics-addr", metricsAddr)
 	var agentErr strings.Builder
 	agentCmd.Stderr = &agentErr
@@ -234,6 +237,19 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 		t.Errorf("processes after a kill:\n%s", grepLines(m, "rbscope_agent_processes"))
 	}
 
+	// SIGHUP: the --config file is read again.
+	os.WriteFile(config, []byte("--tag env=changed\n"), 0o600)
+	hup := time.Now()
+	agentCmd.Process.Signal(syscall.SIGHUP)
+	srv.waitFor(hup, "profile with the tag of the config read again", func(rs []received) bool {
+		for _, r := range from(rs, "alpha") {
+			if r.labels["env"] == "changed" {
+				return true
+			}
+		}
+		return false
+	})
+
 	// SIGTERM: what is held is pushed, and the agent exits.
 	term := time.Now()
 	agentCmd.Process.Signal(syscall.SIGTERM)
@@ -261,4 +277,27 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestAgentBadFlags: each mistake is one line naming the flag, exit 2.
+func TestAgentBadFlags(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.flags")
+	os.WriteFile(bad, []byte("--rate fast\n"), 0o600)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent"}, "--server URL is required"},
+		{[]string{"agent", "--server", "ftp://x"}, "want an http:// or https:// URL"},
+		{[]string{"agent", "--server", "http://x", "--tag", "novalue"}, "--tag"},
+		{[]string{"agent", "--server", "http://x", "--match", "("}, "--match"},
+		{[]string{"agent", "--server", "http://x", "--basic-auth-user", "u"}, "go together"},
+		{[]string{"agent", "--server", "http://x", "--config", bad}, "--config"},
+		{[]string{"agent", "--server", "http://x", "--config", "/nonexistent/flags"}, "--config"},
+	} {
+		_, errOut, code := rbscope(t, c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want exit 2 and one line saying %q", c.args, code, errOut, c.want)
+		}
+	}
 }

@@ -23,6 +23,10 @@ import (
 // when the run's context is canceled (SIGINT, SIGTERM, SIGHUP).
 const stopsOnSignal = "stops-on-signal"
 
+// reloadsOnSIGHUP is the annotation of the commands that take SIGHUP as a
+// request to re-read their configuration, not to end.
+const reloadsOnSIGHUP = "reloads-on-sighup"
+
 // interruptGrace is how long a command that does not watch the context
 // has, after a signal, before rbscope exits.
 const interruptGrace = 100 * time.Millisecond
@@ -76,8 +80,15 @@ func run(args []string) (code int) {
 	// turns tracing off); any other is ended after interruptGrace, as the
 	// signal would have ended it, its temporary outputs removed. (A target
 	// standing still meanwhile is let go at once: see target.WhilePaused.)
+	root := newRootCmd()
+	root.SetArgs(args)
+	cmd, _, findErr := root.Find(args)
+	ends := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+	if findErr == nil && cmd.Annotations[reloadsOnSIGHUP] != "" {
+		ends = ends[:2] // the command handles SIGHUP itself
+	}
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(signals, ends...)
 	defer signal.Stop(signals)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -86,9 +97,7 @@ func run(args []string) (code int) {
 			cancel(receivedSignal{s})
 		}
 	}()
-	root := newRootCmd()
-	root.SetArgs(args)
-	if c, _, err := root.Find(args); err == nil && c.Annotations[stopsOnSignal] == "" {
+	if findErr == nil && cmd.Annotations[stopsOnSignal] == "" {
 		go func() {
 			<-ctx.Done()
 			if context.Cause(ctx) == context.Canceled {
