@@ -127,23 +127,34 @@ type coreDump struct {
 	census *censusResult
 }
 
-func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, error) {
+// openCore opens a core and the Ruby VM it holds, saying on stderr what
+// the core lacks and how the VM was found when not the ordinary way. The
+// returned close releases both.
+func openCore(path string, opts target.CoreOptions) (*target.Core, *rubyvm.VM, func(), error) {
 	t, err := target.OpenCore(path, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	defer t.Close()
 	if w := t.Truncated(); w != "" {
 		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
 	}
 	vm, err := rubyvm.OpenWith(t, vmOptions)
 	if err != nil {
-		return nil, coreError(t, err)
+		t.Close()
+		return nil, nil, nil, coreError(t, err)
 	}
-	defer vm.Close()
 	if fb := vm.Fallbacks(); fb != "" {
 		fmt.Fprintln(os.Stderr, "rbscope:", fb)
 	}
+	return t, vm, func() { vm.Close(); t.Close() }, nil
+}
+
+func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, error) {
+	t, vm, closeAll, err := openCore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
 	threads, err := vm.Threads()
 	if err != nil {
 		return nil, coreError(t, err)
@@ -186,22 +197,11 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 		return err
 	}
 	defer out.Abort()
-	t, err := target.OpenCore(path, opts)
+	t, vm, closeAll, err := openCore(path, opts)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
-	if w := t.Truncated(); w != "" {
-		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
-	}
-	vm, err := rubyvm.OpenWith(t, vmOptions)
-	if err != nil {
-		return coreError(t, err)
-	}
-	defer vm.Close()
-	if fb := vm.Fallbacks(); fb != "" {
-		fmt.Fprintln(os.Stderr, "rbscope:", fb)
-	}
+	defer closeAll()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
 	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact})
@@ -238,22 +238,11 @@ type coreNativeDump struct {
 // readCoreNative reads a core's Ruby stacks and every thread's native
 // stack, from the registers its notes hold.
 func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNativeDump, error) {
-	t, err := target.OpenCore(path, opts)
+	t, vm, closeAll, err := openCore(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	defer t.Close()
-	if w := t.Truncated(); w != "" {
-		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
-	}
-	vm, err := rubyvm.OpenWith(t, vmOptions)
-	if err != nil {
-		return nil, coreError(t, err)
-	}
-	defer vm.Close()
-	if fb := vm.Fallbacks(); fb != "" {
-		fmt.Fprintln(os.Stderr, "rbscope:", fb)
-	}
+	defer closeAll()
 	vm.MarkExecBoundaries = true
 	threads, err := vm.Threads()
 	if err != nil {

@@ -198,21 +198,28 @@ func TestCrashCoreLimitZero(t *testing.T) {
 	}
 }
 
-// checkCore decompresses a kept core and checks it is an ELF core.
-// compareCrashWithGDB checks the crashing thread's native frames in the
-// report against gdb's on the kept core: the same pc, frame by frame.
-func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst string) {
+// openZst opens a kept core.zst for reading, decompressed; both are closed
+// when the test ends.
+func openZst(t *testing.T, path string) io.Reader {
 	t.Helper()
-	f, err := os.Open(zst)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	zr, err := zstd.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer zr.Close()
+	t.Cleanup(zr.Close)
+	return zr
+}
+
+// compareCrashWithGDB checks the crashing thread's native frames in the
+// report against gdb's on the kept core: the same pc, frame by frame.
+func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst string) {
+	t.Helper()
+	zr := openZst(t, zst)
 	core := filepath.Join(t.TempDir(), "core")
 	out, err := os.Create(core)
 	if err != nil {
@@ -264,18 +271,10 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst st
 	t.Errorf("core --native lists no thread %d", r.TID)
 }
 
+// checkCore decompresses a kept core and checks it is an ELF core.
 func checkCore(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := zstd.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
+	zr := openZst(t, path)
 	head := make([]byte, 18)
 	if _, err := io.ReadFull(zr, head); err != nil {
 		t.Fatalf("core.zst: %v", err)

@@ -65,6 +65,25 @@ func gdbFrames(t *testing.T, args ...string) map[int][]gdbFrame {
 	return stacks
 }
 
+// startNativeStack starts testdata/native_stack.rb on rb (calling the C
+// library lib, unless it is "") and reads it with stack --native --json
+// and the flags extra.
+func startNativeStack(t *testing.T, rb testruby.Ruby, lib string, extra ...string) (*testruby.Process, nativeDump) {
+	t.Helper()
+	p := testruby.Start(t, rb, "native_stack.rb", nil, lib)
+	var rep struct{ PID int }
+	p.WaitReport(t, &rep, 60*time.Second)
+	out, errOut, code := rbscope(t, append([]string{"stack", "--native", "--json", "-p", strconv.Itoa(p.PID())}, extra...)...)
+	if code != 0 {
+		t.Fatalf("stack --native %v: exit %d: %s", extra, code, errOut)
+	}
+	var d nativeDump
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	return p, d
+}
+
 // buildBigFrame builds testdata/native/bigframe.c without frame pointers.
 func buildBigFrame(t *testing.T) string {
 	t.Helper()
@@ -93,17 +112,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 			if withC {
 				arg = lib
 			}
-			p := testruby.Start(t, rb, "native_stack.rb", nil, arg)
-			var rep struct{ PID int }
-			p.WaitReport(t, &rep, 60*time.Second)
-			out, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(p.PID()))
-			if code != 0 {
-				t.Fatalf("stack --native: exit %d: %s", code, errOut)
-			}
-			var d nativeDump
-			if err := json.Unmarshal([]byte(out), &d); err != nil {
-				t.Fatal(err)
-			}
+			p, d := startNativeStack(t, rb, arg)
 			gdb := gdbStacks(t, p.PID())
 			byTID := map[int]nativeThread{}
 			for _, th := range d.Threads {
@@ -156,7 +165,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 				t.Errorf("largest frame of the fiddle thread: %d", fiddle.LargestFrame)
 			}
 			// threads shows each thread's largest frame beside its stack.
-			out, errOut, code = rbscope(t, "threads", "-p", strconv.Itoa(p.PID()), "--json", "--interval", "10ms")
+			out, errOut, code := rbscope(t, "threads", "-p", strconv.Itoa(p.PID()), "--json", "--interval", "10ms")
 			var doc struct{ Threads []threadRow }
 			if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
 				t.Fatalf("threads: exit %d, %v: %s", code, err, errOut)
@@ -307,17 +316,7 @@ func TestRecordNative(t *testing.T) {
 			continue // the C library needs Fiddle's need_gvl:
 		}
 		t.Run(rb.Name, func(t *testing.T) {
-			p := testruby.Start(t, rb, "native_stack.rb", nil, lib)
-			var rep struct{ PID int }
-			p.WaitReport(t, &rep, 60*time.Second)
-			out, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(p.PID()))
-			if code != 0 {
-				t.Fatalf("stack --native: exit %d: %s", code, errOut)
-			}
-			var d nativeDump
-			if err := json.Unmarshal([]byte(out), &d); err != nil {
-				t.Fatal(err)
-			}
+			p, d := startNativeStack(t, rb, lib)
 			collapsed := filepath.Join(t.TempDir(), "native.collapsed")
 			if _, errOut, code := rbscope(t, "record", "-p", strconv.Itoa(p.PID()), "--native", "--idle", "--threads", "-d", "0.5", "-f", "collapsed", "-o", collapsed); code != 0 {
 				t.Fatalf("record --native: exit %d: %s", code, errOut)
@@ -389,17 +388,7 @@ func TestStackNativeLines(t *testing.T) {
 			continue // the debug builds: their libruby has DWARF
 		}
 		t.Run(rb.Name, func(t *testing.T) {
-			p := testruby.Start(t, rb, "native_stack.rb", nil, "")
-			var rep struct{ PID int }
-			p.WaitReport(t, &rep, 60*time.Second)
-			out, errOut, code := rbscope(t, "stack", "--native", "--lines", "--json", "-p", strconv.Itoa(p.PID()))
-			if code != 0 {
-				t.Fatalf("stack --native --lines: exit %d: %s", code, errOut)
-			}
-			var d nativeDump
-			if err := json.Unmarshal([]byte(out), &d); err != nil {
-				t.Fatal(err)
-			}
+			_, d := startNativeStack(t, rb, "", "--lines")
 			n := 0
 			for _, f := range threadNamed(d, "main").Frames {
 				if f.Kind != mixedstack.KindNative || !strings.Contains(filepath.Base(f.Object), "libruby") {

@@ -107,23 +107,7 @@ func printStacks(w io.Writer, d *stackDump) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		name := th.Name
-		if name == "" && th.Main {
-			name = "main"
-		}
-		status := th.Status
-		if status == "run" && !th.GVL {
-			status = "runnable"
-		}
-		tid := fmt.Sprint(th.TID)
-		if th.TID == 0 {
-			tid = "none" // M:N threads: not on a native thread now
-		}
-		fmt.Fprintf(w, "Thread %q tid=%s status=%s", name, tid, status) // %q quotes what is not printable
-		if th.GVL {
-			fmt.Fprint(w, " (holds GVL)")
-		}
-		fmt.Fprintln(w)
+		printThreadHeader(w, th.Name, th.Main, true, th.TID, th.Status, th.GVL)
 		width := 0
 		for _, f := range th.Frames {
 			width = max(width, len(textsafe.Clean(f.Label)))
@@ -141,4 +125,34 @@ func printStacks(w io.Writer, d *stackDump) {
 			fmt.Fprintf(w, "  (stack incomplete: %s)\n", textsafe.Clean(th.Error))
 		}
 	}
+}
+
+// printThreadHeader prints the line that opens a thread's stack: its name
+// ("main" for the unnamed main thread; %q quotes what is not printable),
+// "(native)" for a thread that runs no Ruby, its TID ("none" for an M:N
+// thread on no native thread now), its Ruby status ("runnable" for a
+// running thread without the GVL) and whether it holds the GVL.
+func printThreadHeader(w io.Writer, name string, main, ruby bool, tid int, status string, gvl bool) {
+	if name == "" && main {
+		name = "main"
+	}
+	kind := ""
+	if !ruby {
+		kind = " (native)"
+	}
+	t := fmt.Sprint(tid)
+	if tid == 0 {
+		t = "none"
+	}
+	fmt.Fprintf(w, "Thread %q%s tid=%s", name, kind, t)
+	if status == "run" && !gvl {
+		status = "runnable"
+	}
+	if status != "" {
+		fmt.Fprintf(w, " status=%s", status)
+	}
+	if gvl {
+		fmt.Fprint(w, " (holds GVL)")
+	}
+	fmt.Fprintln(w)
 }

@@ -152,22 +152,7 @@ func printNativeStacks(w io.Writer, d *nativeDump) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		name := th.Name
-		if name == "" && th.Main {
-			name = "main"
-		}
-		kind := ""
-		if !th.Ruby {
-			kind = " (native)"
-		}
-		fmt.Fprintf(w, "Thread %q%s tid=%d", name, kind, th.TID)
-		if th.Status != "" {
-			fmt.Fprintf(w, " status=%s", th.Status)
-		}
-		if th.GVL {
-			fmt.Fprint(w, " (holds GVL)")
-		}
-		fmt.Fprintln(w)
+		printThreadHeader(w, th.Name, th.Main, th.Ruby, th.TID, th.Status, th.GVL)
 		width := 0
 		for _, f := range th.Frames {
 			width = max(width, len(textsafe.Clean(f.Name())))
