@@ -12,6 +12,9 @@ per mode, in an order rotated every cycle:
     alone         nothing attached
     paused        rbscope record -p PID --rate 100 (the default mode)
     nonblocking   rbscope record -p PID --rate 100 --nonblocking
+    agent         rbscope agent --pid PID --rate 100 (its sampling, and its
+                  uploads to a server that does not answer: what a host's
+                  agent costs each process)
     stackprof     stackprof in-process, :cpu at 10 ms (100 Hz), the peer
 
 A window's rate is the rounds that end inside it, less its first 0.5 s and
@@ -37,7 +40,7 @@ import sys
 import time
 
 TRIM_START, TRIM_END = 0.1, 0.05
-MODES = ["alone", "paused", "nonblocking", "stackprof"]
+MODES = ["alone", "paused", "nonblocking", "agent", "stackprof"]
 
 
 def wait_file(path, seconds):
@@ -81,6 +84,18 @@ def main():
                     target.send_signal(signal.SIGUSR1)
                     time.sleep(window)
                     target.send_signal(signal.SIGUSR2)
+                elif mode == "agent":
+                    a = subprocess.Popen([rbscope, "agent", "--pid", str(target.pid), "--rate", "100",
+                                          "--server", "http://127.0.0.1:9", "--upload-interval", "1s"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(window)
+                    a.terminate()
+                    try:
+                        a.wait(15)
+                    except subprocess.TimeoutExpired:
+                        a.kill()
+                        a.wait()
+                        failures.append(f"rbscope agent (cycle {c + 1}) did not end on SIGTERM")
                 else:
                     cmd = [rbscope, "record", "-p", str(target.pid), "--rate", "100",
                            "--duration", f"{window}s", "-f", "collapsed",
@@ -176,6 +191,7 @@ def main():
     for mode, v in out["modes"].items():
         label = {"alone": "alone vs alone (the noise floor)", "paused": "rbscope --rate 100 (paused)",
                  "nonblocking": "rbscope --rate 100 --nonblocking",
+                 "agent": "rbscope agent --rate 100",
                  "stackprof": "stackprof :cpu 10 ms (peer)"}[mode]
         smp = f"{statistics.median(v['samples']):.0f}" if v["samples"] else "-"
         def pts(k):

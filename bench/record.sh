@@ -382,6 +382,9 @@ else:
             ok, how = v["direct"] <= lim and lo <= lim, "direct; wall interval admits it"
         goals.append((f"slowdown, rbscope {mode} at 100 Hz <= {lim:g}% ({how})",
                       f"{v['direct']:+.2f}% / {v['median']:+.1f}%", verdict(ok)))
+    if "agent" in il["modes"] and "direct" in il["modes"]["agent"]:
+        v = il["modes"]["agent"]
+        goals.append(("slowdown, rbscope agent at 100 Hz (direct / wall)", f"{v['direct']:+.2f}% / {v['median']:+.1f}%", "info"))
     if "stackprof" in il["modes"]:
         v = il["modes"]["stackprof"]
         goals.append(("slowdown, stackprof 100 Hz (peer; direct / wall)", f"{v.get('direct', 0):+.2f}% / {v['median']:+.1f}%", "info"))
