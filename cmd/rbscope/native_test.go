@@ -144,6 +144,13 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 				}
 			}
 			main := threadNamed(d, "main")
+			for i, f := range main.Frames {
+				// Where the VM's call of the C method is named, the C
+				// method's frame sits beside its C function.
+				if f.Label == "Kernel#sleep" && i+1 < len(main.Frames) && hasAnyPrefix(main.Frames[i+1].Function, rubyvm.CFuncCallPrefixes) && (i == 0 || main.Frames[i-1].Function != "rb_f_sleep") {
+					t.Errorf("Kernel#sleep is not beside rb_f_sleep: after %s", main.Frames[i-1].Name())
+				}
+			}
 			labels := rubyLabels(main)
 			if i := slices.Index(labels, "Object#level3"); i < 0 || !slices.Equal(labels[i:i+2], []string{"Object#level3", "Object#level2"}) {
 				t.Errorf("main thread's Ruby frames: %q", labels)
@@ -216,21 +223,34 @@ func frameList(fs []mixedstack.Frame) string {
 }
 
 // checkPlacement: each run of Ruby frames is followed by an exec-loop
-// native frame (the call of the VM that runs them).
+// native frame (the call of the VM that runs them), or, for a C method's
+// frame, by the VM's call of its C function, whose frame is just before.
 func checkPlacement(t *testing.T, th nativeThread) {
 	t.Helper()
 	for i, f := range th.Frames {
 		if f.Kind == mixedstack.KindNative || (i+1 < len(th.Frames) && th.Frames[i+1].Kind != mixedstack.KindNative) {
 			continue
 		}
-		if i+1 == len(th.Frames) || !slices.Contains(rubyvm.ExecLoopFunctions, th.Frames[i+1].Function) {
-			next := "nothing"
-			if i+1 < len(th.Frames) {
-				next = th.Frames[i+1].Name()
-			}
-			t.Errorf("thread %d (%s): Ruby frame %q is followed by %s, not an exec-loop frame", th.TID, th.Name, f.Label, next)
+		next := "nothing"
+		if i+1 < len(th.Frames) {
+			next = th.Frames[i+1].Name()
+		}
+		switch {
+		case i+1 < len(th.Frames) && slices.Contains(rubyvm.ExecLoopFunctions, th.Frames[i+1].Function):
+		case f.Kind == rubyvm.KindCFunc && i+1 < len(th.Frames) && hasAnyPrefix(th.Frames[i+1].Function, rubyvm.CFuncCallPrefixes):
+		default:
+			t.Errorf("thread %d (%s): Ruby frame %q is followed by %s, not an exec-loop frame nor the call of a C method", th.TID, th.Name, f.Label, next)
 		}
 	}
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func threadNamed(d nativeDump, name string) nativeThread {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -48,7 +49,10 @@ type Merged struct {
 // rubyvm.VM.MarkExecBoundaries set) and its native frames. Each group of
 // Ruby frames that one call of the exec loop runs (ending at a frame
 // marked ExecEnds) goes just inside the native frame of that call, where a
-// debugger would show the interpreter running them.
+// debugger would show the interpreter running them; a C method's frame at
+// the group's start goes beside its C function instead, just inside the
+// VM's call of it (rubyvm.CFuncCallPrefixes), where the native frames name
+// that call.
 func Merge(ruby []rubyvm.Frame, native []unwind.Frame) Merged {
 	var groups [][]rubyvm.Frame
 	start := 0
@@ -61,20 +65,53 @@ func Merge(ruby []rubyvm.Frame, native []unwind.Frame) Merged {
 	if start < len(ruby) {
 		groups = append(groups, ruby[start:])
 	}
-	out := Merged{Frames: make([]Frame, 0, len(ruby)+len(native))}
-	g := 0
+	before := map[int][]rubyvm.Frame{} // native index -> Ruby frames just inside it
+	g, segment := 0, 0
 	for i, nf := range native {
-		if execLoop(nf) && (i == 0 || !execLoop(native[i-1])) && g < len(groups) {
-			out.Frames = append(out.Frames, rubyFrames(groups[g])...)
+		if !execLoop(nf) {
+			continue
+		}
+		if i > 0 && execLoop(native[i-1]) {
+			segment = i + 1
+			continue // one call that shows as two frames
+		}
+		if g < len(groups) {
+			group := groups[g]
+			var calls []int // the VM's calls of C functions in this segment, innermost first
+			for k := segment; k < i; k++ {
+				if cfuncCall(native[k]) {
+					calls = append(calls, k)
+				}
+			}
+			n := 0
+			for n < len(group) && n < len(calls) && group[n].Kind == rubyvm.KindCFunc {
+				before[calls[n]] = append(before[calls[n]], group[n])
+				n++
+			}
+			before[i] = append(before[i], group[n:]...)
 			g++
 		}
+		segment = i + 1
+	}
+	out := Merged{Frames: make([]Frame, 0, len(ruby)+len(native)), Aligned: g == len(groups)}
+	for i, nf := range native {
+		out.Frames = append(out.Frames, rubyFrames(before[i])...)
 		out.Frames = append(out.Frames, nativeFrame(nf))
 	}
-	out.Aligned = g == len(groups)
 	for ; g < len(groups); g++ {
 		out.Frames = append(out.Frames, rubyFrames(groups[g])...)
 	}
 	return out
+}
+
+// cfuncCall tells whether a native frame is the VM calling a C method.
+func cfuncCall(f unwind.Frame) bool {
+	for _, p := range rubyvm.CFuncCallPrefixes {
+		if strings.HasPrefix(f.Function, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // execLoop tells whether a native frame is a call of the VM's exec loop.

@@ -570,3 +570,8 @@ const guardedPtrBits = 3
 // frames up to one marked Frame.ExecEnds: vm_exec (static before 3.0) and
 // rb_vm_exec.
 var ExecLoopFunctions = []string{"rb_vm_exec", "vm_exec"}
+
+// CFuncCallPrefixes begin the names of the VM's functions that call a C
+// method's function (vm_call_cfunc_with_frame, vm_call0_cfunc_with_frame,
+// ...): the C function's native frame lies just inside theirs.
+var CFuncCallPrefixes = []string{"vm_call_cfunc", "vm_call0_cfunc"}
