@@ -18,6 +18,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // Config is what the agent does.
@@ -262,5 +263,6 @@ func (a *Agent) say(key, format string, args ...any) {
 		return
 	}
 	a.said[key] = true
-	fmt.Fprintf(a.cfg.Log, format+"\n", args...)
+	// Errors name the targets' files: what reaches a terminal is escaped.
+	fmt.Fprintln(a.cfg.Log, textsafe.Clean(fmt.Sprintf(format, args...)))
 }
