@@ -301,3 +301,76 @@ func TestAgentBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// refusingPusher answers every push with an error of one code.
+type refusingPusher struct {
+	code  connect.Code
+	mu    sync.Mutex
+	calls int
+}
+
+func (r *refusingPusher) Push(context.Context, *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
+	r.mu.Lock()
+	r.calls++
+	r.mu.Unlock()
+	return nil, connect.NewError(r.code, errors.New("refused by the test"))
+}
+
+// TestAgentServerRefuses: a server that refuses the credentials, or fails,
+// is said once; the agent keeps sampling and backs off instead of spinning.
+func TestAgentServerRefuses(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	marker := fmt.Sprintf("agentrefuse%d", time.Now().UnixNano())
+	work := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "gamma", marker)
+	out, _ := work.StdoutPipe()
+	if err := work.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { work.Process.Kill(); work.Wait() }()
+	bufio.NewReader(out).ReadString('\n')
+	for _, c := range []struct {
+		code connect.Code
+		say  string
+	}{
+		{connect.CodeUnauthenticated, "refuses the credentials"},
+		{connect.CodeUnavailable, "cannot upload to"},
+	} {
+		t.Run(c.code.String(), func(t *testing.T) {
+			p := &refusingPusher{code: c.code}
+			mux := http.NewServeMux()
+			path, h := pushv1connect.NewPusherServiceHandler(p)
+			mux.Handle(path, h)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: mux}
+			go srv.Serve(ln)
+			defer srv.Close()
+			agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+ln.Addr().String(), "--pid", strconv.Itoa(work.Process.Pid),
+				"--upload-interval", "500ms", "--rate", "50")
+			var stderr strings.Builder
+			agentCmd.Stderr = &stderr
+			if err := agentCmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(6 * time.Second)
+			agentCmd.Process.Signal(syscall.SIGTERM)
+			agentCmd.Wait()
+			p.mu.Lock()
+			calls := p.calls
+			p.mu.Unlock()
+			if calls == 0 {
+				t.Fatalf("setup: the agent never reached the server; stderr:\n%s", stderr.String())
+			}
+			// 12 profiles came in 6 s; a backoff from 0.5 s doubling lets
+			// about 5 attempts through, and the flush at SIGTERM a few more.
+			if calls > 12 {
+				t.Errorf("%d attempts in 6 s: the agent does not back off", calls)
+			}
+			if n := strings.Count(stderr.String(), c.say); n != 1 {
+				t.Errorf("said %q %d times, want once:\n%s", c.say, n, stderr.String())
+			}
+		})
+	}
+}
