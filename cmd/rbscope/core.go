@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -68,11 +69,7 @@ reads no file of this machine.`,
 				if asJSON {
 					return writeJSON(os.Stdout, d)
 				}
-				fmt.Fprintf(os.Stdout, "core %s: pid %d (%s)", d.Core, d.PID, d.Command)
-				if d.Signal != "" {
-					fmt.Fprintf(os.Stdout, ", signal %s in tid %d", d.Signal, d.SignalTID)
-				}
-				fmt.Fprintf(os.Stdout, ", Ruby %s\n", d.RubyVersion)
+				d.print(os.Stdout, d.PID, d.RubyVersion)
 				if d.Fault != "" {
 					fmt.Fprintf(os.Stdout, "fault: %s\n", textsafe.Clean(d.Fault))
 				}
@@ -87,11 +84,8 @@ reads no file of this machine.`,
 			if asJSON {
 				return writeJSON(os.Stdout, d)
 			}
-			fmt.Fprintf(os.Stdout, "core %s: pid %d (%s)", d.Core, d.PID, d.Command)
-			if d.Signal != "" {
-				fmt.Fprintf(os.Stdout, ", signal %s in tid %d", d.Signal, d.SignalTID)
-			}
-			fmt.Fprintf(os.Stdout, ", Ruby %s\n\n", d.RubyVersion)
+			d.print(os.Stdout, d.PID, d.RubyVersion)
+			fmt.Fprintln(os.Stdout)
 			printStacks(os.Stdout, d.stackDump)
 			if d.census != nil {
 				fmt.Fprintln(os.Stdout)
@@ -115,12 +109,38 @@ reads no file of this machine.`,
 	return c
 }
 
-// coreDump is what `rbscope core --json` prints.
-type coreDump struct {
+// coreInfo is what every core document says of the core first.
+type coreInfo struct {
 	Core      string `json:"core"`
 	Command   string `json:"command"`
 	Signal    string `json:"signal,omitempty"`
 	SignalTID int    `json:"signal_tid,omitempty"`
+}
+
+func newCoreInfo(path string, t *target.Core) coreInfo {
+	comm, args := t.Command()
+	if args == "" {
+		args = comm
+	}
+	c := coreInfo{Core: path, Command: args}
+	if sig, tid := t.Signal(); sig > 0 {
+		c.Signal, c.SignalTID = crash.SignalName(sig), tid
+	}
+	return c
+}
+
+// print writes the line that opens rbscope core's text output.
+func (c coreInfo) print(w io.Writer, pid int, rubyVersion string) {
+	fmt.Fprintf(w, "core %s: pid %d (%s)", textsafe.Clean(c.Core), pid, textsafe.Clean(c.Command))
+	if c.Signal != "" {
+		fmt.Fprintf(w, ", signal %s in tid %d", c.Signal, c.SignalTID)
+	}
+	fmt.Fprintf(w, ", Ruby %s\n", rubyVersion)
+}
+
+// coreDump is what `rbscope core --json` prints.
+type coreDump struct {
+	coreInfo
 	*stackDump
 	Census any `json:"census,omitempty"` // []rubyvm.CensusRow with --census
 
@@ -159,17 +179,9 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 	if err != nil {
 		return nil, coreError(t, err)
 	}
-	comm, args := t.Command()
-	if args == "" {
-		args = comm
-	}
 	d := &coreDump{
-		Core:      path,
-		Command:   args,
+		coreInfo:  newCoreInfo(path, t),
 		stackDump: &stackDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads},
-	}
-	if sig, tid := t.Signal(); sig > 0 {
-		d.Signal, d.SignalTID = crash.SignalName(sig), tid
 	}
 	if census {
 		start := time.Now()
@@ -226,10 +238,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 
 // coreNativeDump is what `rbscope core --native --json` prints.
 type coreNativeDump struct {
-	Core      string `json:"core"`
-	Command   string `json:"command"`
-	Signal    string `json:"signal,omitempty"`
-	SignalTID int    `json:"signal_tid,omitempty"`
+	coreInfo
 	// Fault names the fault beneath a signal handler (crash.Fault).
 	Fault string `json:"fault,omitempty"`
 	*nativeDump
@@ -263,14 +272,9 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNati
 			}
 		}
 	}
-	comm, args := t.Command()
-	if args == "" {
-		args = comm
-	}
-	d := &coreNativeDump{Core: path, Command: args, nativeDump: &nativeDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description,
+	d := &coreNativeDump{coreInfo: newCoreInfo(path, t), nativeDump: &nativeDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description,
 		Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted, Threads: mixThreads(threads, tids, native, nativeErr, nil)}}
 	if sig, tid := t.Signal(); sig > 0 {
-		d.Signal, d.SignalTID = crash.SignalName(sig), tid
 		d.Fault = crash.Fault(native[tid], sig)
 	}
 	noteAdjusted(vm)

@@ -170,9 +170,8 @@ func (a *Agent) startNew(ctx context.Context, wg *sync.WaitGroup) {
 // start attaches to pid and samples it in its own goroutine until it
 // exits or ctx is done.
 func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, pid int, args string) {
-	if args == "" {
-		b, _ := os.ReadFile(fmt.Sprintf("%s/%d/cmdline", a.cfg.Proc, pid))
-		args = string(b)
+	if args == "" { // given by --pid: not read by the scan
+		args = discover.Cmdline(a.cfg.Proc, pid)
 	}
 	labels := a.labels(pid, args)
 	opts := sampler.Options{
@@ -205,11 +204,14 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, pid int, args str
 
 // refuse remembers a process not to try again and says why, once per kind.
 func (a *Agent) refuse(pid int, err error) {
+	if errors.Is(err, target.ErrExited) || errors.Is(err, target.ErrNoProcess) {
+		return // gone: its PID may name a Ruby process later
+	}
 	a.mu.Lock()
 	a.refused[pid] = err.Error()
 	a.mu.Unlock()
 	switch {
-	case errors.Is(err, rubyvm.ErrNotRuby), errors.Is(err, target.ErrExited), errors.Is(err, target.ErrNoProcess):
+	case errors.Is(err, rubyvm.ErrNotRuby):
 	case errors.Is(err, target.ErrPermission):
 		a.say("permission", "rbscope agent: pid %d: %v (other processes refused so too are skipped silently)", pid, err)
 	case errors.Is(err, rubyvm.ErrUnsupported):

@@ -147,32 +147,7 @@ int main(void) { printf("%p\n", (void *)ruby_version); fflush(stdout); pause(); 
 			if out, err := exec.Command("gcc", append(c.flags, "-o", bin, src)...).CombinedOutput(); err != nil {
 				t.Fatalf("gcc: %v\n%s", err, out)
 			}
-			cmd := exec.Command(bin)
-			out, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
-			sc := bufio.NewScanner(out)
-			sc.Scan()
-			want, err := strconv.ParseUint(strings.TrimPrefix(sc.Text(), "0x"), 16, 64)
-			if err != nil {
-				t.Fatalf("program printed %q", sc.Text())
-			}
-			tg, err := target.Attach(cmd.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tg.Close()
-			maps, err := tg.Mappings()
-			if err != nil {
-				t.Fatal(err)
-			}
-			im, err := rbinary.Open(tg, maps, bin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
+			want, tg, im := runAndOpen(t, bin)
 			if im.File.Type != c.typ {
 				t.Fatalf("gcc made a %v, want %v", im.File.Type, c.typ)
 			}
@@ -229,29 +204,7 @@ int main(void) { hidden_work(); return 0; }
 	run("objcopy", "--strip-all", full, plain)
 	run("objcopy", "--strip-all", "--add-section", ".gnu_debugdata="+mini+".xz", full, withMini)
 	name := func(bin string) string {
-		cmd := exec.Command(bin)
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		sc := bufio.NewScanner(out)
-		sc.Scan()
-		addr, err := strconv.ParseUint(strings.TrimPrefix(sc.Text(), "0x"), 16, 64)
-		if err != nil {
-			t.Fatalf("setup: the program printed %q", sc.Text())
-		}
-		tg, err := target.Attach(cmd.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tg.Close()
-		maps, _ := tg.Mappings()
-		im, err := rbinary.Open(tg, maps, bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer im.Close()
+		addr, _, im := runAndOpen(t, bin)
 		fn, _, _, _ := im.FunctionAt(addr + 1)
 		return fn
 	}
@@ -261,4 +214,38 @@ int main(void) { hidden_work(); return 0; }
 	if got := name(plain); got == "hidden_work" {
 		t.Error("setup: the stripped file without .gnu_debugdata names the static function")
 	}
+}
+
+// runAndOpen runs bin, a program that prints an address of its own and
+// waits, attaches to it and opens bin's image in it; all three end with
+// the test.
+func runAndOpen(t *testing.T, bin string) (uint64, *target.Live, *rbinary.Image) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Scan()
+	addr, err := strconv.ParseUint(strings.TrimPrefix(sc.Text(), "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("setup: the program printed %q", sc.Text())
+	}
+	tg, err := target.Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	maps, err := tg.Mappings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := rbinary.Open(tg, maps, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { im.Close() })
+	return addr, tg, im
 }

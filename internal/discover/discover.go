@@ -49,7 +49,7 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 			continue
 		}
 		dir := filepath.Join(proc, e.Name())
-		args := cmdline(dir)
+		args := Cmdline(proc, pid)
 		if match != nil && !match.MatchString(args) {
 			continue
 		}
@@ -95,9 +95,10 @@ func IsRubyImage(path string) bool {
 	return base == "ruby" || strings.HasPrefix(base, "ruby") && len(base) > 4 && (base[4] == '-' || base[4] >= '0' && base[4] <= '9')
 }
 
-// cmdline reads a process's command line, arguments joined by spaces.
-func cmdline(dir string) string {
-	f, err := os.Open(filepath.Join(dir, "cmdline"))
+// Cmdline reads the command line of process pid (through proc, normally
+// "/proc"), arguments joined by spaces, at most 64 KiB of it.
+func Cmdline(proc string, pid int) string {
+	f, err := os.Open(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
 	if err != nil {
 		return ""
 	}
