@@ -258,7 +258,7 @@ func (t *cfiTable) row(addr uint64) (r *row, fr *fdeRange, err error) {
 }
 
 // cfa computes the frame's CFA from its registers.
-func (r *row) cfa(regs *Regs, mem reader) (uint64, error) {
+func (r *row) cfa(regs *Regs, mem target.Reader) (uint64, error) {
 	switch r.cfaRule.Rule {
 	case frame.RuleCFA:
 		v, ok := regs.get(r.cfaRule.Reg)
@@ -279,7 +279,7 @@ var calleeSaved = []int{regRBX, regRBP, regR12, 13, 14, regR15}
 // caller computes the caller's registers from the frame's (regs) and its
 // CFA. The caller's pc (the return address) is unknown, ending the walk,
 // when its column is undefined: the outermost frame.
-func (r *row) caller(regs *Regs, cfa uint64, mem reader) (Regs, error) {
+func (r *row) caller(regs *Regs, cfa uint64, mem target.Reader) (Regs, error) {
 	var next Regs
 	for _, n := range calleeSaved {
 		if v, ok := regs.get(uint64(n)); ok {
@@ -338,17 +338,9 @@ func (r *row) caller(regs *Regs, cfa uint64, mem reader) (Regs, error) {
 	return next, nil
 }
 
-// reader reads the target's memory (target.Target, or a stackMem over it).
-type reader interface {
-	ReadAt(p []byte, addr uint64) (int, error)
-}
-
-func read8(mem reader, addr uint64) (uint64, error) {
+func read8(mem target.Reader, addr uint64) (uint64, error) {
 	var b [8]byte
-	if n, err := mem.ReadAt(b[:], addr); n < len(b) {
-		if err == nil {
-			err = fmt.Errorf("short read at %#x", addr)
-		}
+	if err := target.ReadFull(mem, b[:], addr); err != nil {
 		return 0, err
 	}
 	return encbin.LittleEndian.Uint64(b[:]), nil

@@ -2,6 +2,8 @@ package unwind
 
 import (
 	"fmt"
+
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // DWARF expression operations the CFI of x86_64 code uses: register-based
@@ -43,7 +45,7 @@ const maxExprStack = 64
 // With cfa set, the CFA is pushed first (DW_CFA_expression and
 // DW_CFA_val_expression); without, the stack starts empty
 // (DW_CFA_def_cfa_expression). It returns the value on top at the end.
-func evalExpr(expr []byte, regs *Regs, mem reader, cfa *uint64) (uint64, error) {
+func evalExpr(expr []byte, regs *Regs, mem target.Reader, cfa *uint64) (uint64, error) {
 	var st []uint64
 	if cfa != nil {
 		st = append(st, *cfa)

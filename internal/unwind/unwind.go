@@ -8,6 +8,7 @@ package unwind
 
 import (
 	"debug/dwarf"
+	encbin "encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -349,7 +350,7 @@ func (u *Unwinder) mapping(addr uint64) (target.Mapping, bool) {
 const sizeofUcontext = 304
 
 // signalAt reads the siginfo of the signal frame whose registers are regs.
-func signalAt(regs *Regs, mem reader) *Signal {
+func signalAt(regs *Regs, mem target.Reader) *Signal {
 	sp, ok := regs.get(regRSP)
 	if !ok {
 		return nil
@@ -358,11 +359,11 @@ func signalAt(regs *Regs, mem reader) *Signal {
 	if n, _ := mem.ReadAt(b[:], sp+sizeofUcontext); n < len(b) {
 		return nil
 	}
-	signo := int(int32(le32(b[0:])))
+	signo := int(int32(encbin.LittleEndian.Uint32(b[0:])))
 	if signo <= 0 || signo > 64 {
 		return nil
 	}
-	return &Signal{Number: signo, Addr: le64(b[16:])}
+	return &Signal{Number: signo, Addr: encbin.LittleEndian.Uint64(b[16:])}
 }
 
 // object is one mapped file's CFI and symbols.
@@ -398,20 +399,4 @@ func (u *Unwinder) object(m target.Mapping) *object {
 	o := &object{im: im, cfi: cfi, pcs: map[uint64]*pcInfo{}}
 	u.objs[m.Path] = o
 	return o
-}
-
-func le32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
-
-func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
-
-// Preload reads the CFI of every mapped file with code, so that
-// unwinding a stopped thread reads only its stack.
-func (u *Unwinder) Preload() {
-	for _, m := range u.maps {
-		if strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
-			u.object(m)
-		}
-	}
 }
