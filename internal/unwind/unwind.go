@@ -400,3 +400,13 @@ func (u *Unwinder) object(m target.Mapping) *object {
 	u.objs[m.Path] = o
 	return o
 }
+
+// Preload reads the CFI of every mapped file with code, so that
+// unwinding a stopped thread reads only its stack.
+func (u *Unwinder) Preload() {
+	for _, m := range u.maps {
+		if strings.Contains(m.Perms, "x") && strings.HasPrefix(m.Path, "/") {
+			u.object(m)
+		}
+	}
+}
