@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // Limits that keep a dump of changing or corrupt memory finite.
@@ -90,26 +91,58 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
 		d.shapeList = v.findShapeList()
 	}
+	d.stats.SkippedPages += d.copyPages()
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
 		if err := d.flush(false); err != nil {
 			return &d.stats, err
 		}
 	}
-	skipped, err := v.eachPage(pages, func(i int, p heapPage, body []byte) error {
+	for i, p := range pages {
+		body := d.bodies[i]
 		for off := int64(0); off+p.slotSize <= int64(len(body)); off += p.slotSize {
 			d.object(p.start+uint64(off), body[off:off+p.slotSize])
 		}
 		if opt.Progress != nil {
 			opt.Progress(i+1, len(pages))
 		}
-		return d.flush(false)
-	})
-	d.stats.SkippedPages += skipped
-	if err != nil {
-		return &d.stats, err
+		if err := d.flush(false); err != nil {
+			return &d.stats, err
+		}
 	}
 	return &d.stats, d.flush(true)
+}
+
+// copyPages copies every heap page into memory before anything is
+// decoded, so that whether a word points at a live object is answered
+// from the copy (the conservative scans ask it of every word), and
+// returns how many pages could not be read (their bodies stay nil).
+func (d *dumper) copyPages() (skipped int) {
+	d.bodies = make([][]byte, len(d.pages))
+	for i, p := range d.pages {
+		body := make([]byte, int(p.slotSize*p.total))
+		if target.ReadFull(d.v.m.t, body, p.start) != nil {
+			skipped++
+			continue
+		}
+		d.bodies[i] = body
+	}
+	return skipped
+}
+
+// slotAt returns the copy of the slot that starts at addr, or nil when
+// addr is not the start of a slot of a page that was read.
+func (d *dumper) slotAt(addr uint64) []byte {
+	i := sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	if i == len(d.pages) || addr < d.pages[i].start || d.bodies[i] == nil {
+		return nil
+	}
+	p := d.pages[i]
+	off := addr - p.start
+	if off%uint64(p.slotSize) != 0 {
+		return nil
+	}
+	return d.bodies[i][off : off+uint64(p.slotSize)]
 }
 
 // dumper holds the state of one HeapDump.
@@ -118,8 +151,10 @@ type dumper struct {
 	L     *layout.Layout
 	w     io.Writer
 	pages []heapPage
-	opt   DumpOptions
-	stats DumpStats
+	// bodies are the copies of the pages' slots (nil: not readable)
+	bodies [][]byte
+	opt    DumpOptions
+	stats  DumpStats
 
 	buf     []byte     // JSON not yet written
 	refs    []uint64   // references of the current object
@@ -215,27 +250,12 @@ func (d *dumper) read(addr uint64, n int) ([]byte, error) {
 	return b, nil
 }
 
-// findPage returns the page holding addr.
-func (d *dumper) findPage(addr uint64) (heapPage, bool) {
-	i := sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
-	if i < len(d.pages) && addr >= d.pages[i].start {
-		return d.pages[i], true
-	}
-	return heapPage{}, false
-}
-
-// isSlot reports whether addr is the start of a slot of a heap page.
-func (d *dumper) isSlot(addr uint64) bool {
-	p, ok := d.findPage(addr)
-	return ok && (addr-p.start)%uint64(p.slotSize) == 0
-}
-
 // ref adds a reference if val is a heap object other than the class.
 func (d *dumper) ref(val uint64) {
 	if !d.v.isHeapObject(val) || val == d.klass {
 		return
 	}
-	if d.opt.Nonblocking && !d.isSlot(val) {
+	if d.opt.Nonblocking && d.slotAt(val) == nil {
 		return
 	}
 	d.refs = append(d.refs, val)
@@ -375,16 +395,16 @@ func (d *dumper) rootLine(name string, refs []uint64) {
 	d.stats.Roots++
 }
 
-// live reports whether addr is a slot holding a live object.
+// live reports whether addr is the start of a slot holding a live object.
 func (d *dumper) live(addr uint64) bool {
-	if !d.v.isHeapObject(addr) || !d.isSlot(addr) {
+	if !d.v.isHeapObject(addr) {
 		return false
 	}
-	flags, err := d.v.m.u64(at(addr, d.L.RBasicFlags))
-	if err != nil {
+	slot := d.slotAt(addr)
+	if slot == nil {
 		return false
 	}
-	t := flags & d.tmask
+	t := le64(slot, d.L.RBasicFlags) & d.tmask
 	return t != d.tNone && t != d.tZombie && t != d.tMoved
 }
 
@@ -636,13 +656,9 @@ func (d *dumper) symbol(slot []byte) error {
 	if !d.v.isHeapObject(fstr) {
 		return nil
 	}
-	p, ok := d.findPage(fstr)
-	if !ok {
+	b := d.slotAt(fstr)
+	if b == nil {
 		return nil
-	}
-	b, err := d.read(fstr, int(p.slotSize))
-	if err != nil {
-		return err
 	}
 	s := append([]byte(nil), b...)
 	flags := le64(s, d.L.RBasicFlags)

@@ -178,6 +178,43 @@ type Layout struct {
 	ImemoSvar  int64 `dwarf:"enum:imemo_svar"`
 	SvarCrefME int64 `dwarf:"off:vm_svar.cref_or_me"`
 
+	// the object graph of a heap dump beyond the core types: typed data
+	// (its type's name says which decoder applies), Procs and their
+	// environments, method definitions, instruction sequences' literals
+	// and call data, method tables, fiber-local storage, generic instance
+	// variables (gc.c's gc_mark_children and the types' mark functions)
+	RTypedDataType      int64 `dwarf:"off:RTypedData.type,optional" need:"dump"`
+	RTypedDataTypedFlag int64 `dwarf:"off:RTypedData.typed_flag,optional" need:"dump"`
+	DataTypeName        int64 `dwarf:"off:rb_data_type_struct.wrap_struct_name,optional" need:"dump"`
+	ProcSize            int64 `dwarf:"size:rb_proc_t,optional" need:"dump"`
+	ProcEP              int64 `dwarf:"off:rb_proc_t.block.as.captured.ep,optional" need:"dump"`
+	// EnvIndexEnv is VM_ENV_DATA_INDEX_ENV: ep[1] holds the env object
+	// of an environment that has moved to the heap.
+	EnvIndexEnv      int64 `macro:"1"`
+	ImemoEnv         int64 `dwarf:"enum:imemo_env,optional" need:"dump"`
+	EnvEP            int64 `dwarf:"off:rb_env_t.ep,optional" need:"dump"`
+	EnvEnv           int64 `dwarf:"off:rb_env_t.env,optional" need:"dump"`
+	EnvEnvSize       int64 `dwarf:"off:rb_env_t.env_size,optional" need:"dump"`
+	MethodDefSize    int64 `dwarf:"size:rb_method_definition_struct,optional" need:"dump"`
+	BodySize         int64 `dwarf:"size:rb_iseq_constant_body,optional" need:"dump"`
+	BodyCallData     int64 `dwarf:"off:rb_iseq_constant_body.call_data,optional" need:"dump"`
+	BodyCISize       int64 `dwarf:"off:rb_iseq_constant_body.ci_size,optional" need:"dump"`
+	BodyCatchTable   int64 `dwarf:"off:rb_iseq_constant_body.catch_table,optional" need:"dump"`
+	BodyISEntries    int64 `dwarf:"off:rb_iseq_constant_body.is_entries,optional" need:"dump"`
+	CallDataSize     int64 `dwarf:"size:rb_call_data,optional" need:"dump"`
+	CatchTableSize   int64 `dwarf:"off:iseq_catch_table.size,optional" need:"dump"`
+	CatchTableEntry0 int64 `dwarf:"off:iseq_catch_table.entries,optional" need:"dump"`
+	CatchEntrySize   int64 `dwarf:"size:iseq_catch_table_entry,optional" need:"dump"`
+	// the method table: in struct RClass (3.3+) or its extension
+	RClassMTbl      int64 `dwarf:"off:RClass.m_tbl,optional" need:"dump"`
+	ClassExtMTbl    int64 `dwarf:"off:rb_classext_struct.m_tbl,optional" need:"dump"`
+	ECLocalStorage  int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	ECStorage       int64 `dwarf:"off:rb_execution_context_struct.storage,optional" need:"dump"`
+	ECMachineStart  int64 `dwarf:"off:rb_execution_context_struct.machine.stack_start,optional" need:"dump"`
+	GenIVNumIV      int64 `dwarf:"off:gen_ivtbl.numiv|gen_ivtbl.as.shape.numiv,optional" need:"dump"`
+	GenIVPtr        int64 `dwarf:"off:gen_ivtbl.ivptr|gen_ivtbl.as.shape.ivptr,optional" need:"dump"`
+	SymbolsDsymHash int64 `dwarf:"off:rb_symbols_t.dsymbol_fstr_hash,optional" need:"dump"`
+
 	// objects; a Thread object is typed data whose data is its rb_thread_t
 	RTypedDataData int64 `dwarf:"off:RTypedData.data"`
 	RBasicFlags    int64 `dwarf:"off:RBasic.flags"`
