@@ -85,13 +85,14 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt, shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}}
+	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt, shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.stats.SkippedPages = badHeaders
 	d.init()
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
 		d.shapeList = v.findShapeList()
 	}
 	d.stats.SkippedPages += d.copyPages()
+	d.genIV = d.genericIvars()
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
 		if err := d.flush(false); err != nil {
@@ -156,11 +157,15 @@ type dumper struct {
 	opt    DumpOptions
 	stats  DumpStats
 
-	buf     []byte     // JSON not yet written
-	refs    []uint64   // references of the current object
-	scratch []byte     // out-of-slot reads
-	chunks  chunkCache // serves them
-	klass   uint64     // the current object's class (left out of references)
+	buf       []byte              // JSON not yet written
+	refs      []uint64            // references of the current object
+	cons      []uint64            // its conservative references (see dump_graph.go)
+	body      []byte              // the iseq body being decoded
+	genIV     map[uint64][]uint64 // generic instance variables by object
+	dataTypes map[uint64]string   // rb_data_type_t -> wrap_struct_name
+	scratch   []byte              // out-of-slot reads
+	chunks    chunkCache          // serves them
+	klass     uint64              // the current object's class (left out of references)
 
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
 	shapes    map[uint64]shapeInfo
@@ -435,8 +440,9 @@ func (d *dumper) roots() []dumpRoot {
 			}
 		}
 	}
-	keep("vm", vmRefs)
+	keep("vm", append(vmRefs, d.vmRoots()...))
 	keep("global_tbl", d.v.globalValues())
+	keep("global_symbols", d.symbolRoots())
 	seen := map[uint64]bool{}
 	for _, th := range ths {
 		for _, val := range d.v.vmStackValues(th.Addr) {
@@ -472,6 +478,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	L := d.L
 	v := d.v
 	d.refs = d.refs[:0]
+	d.cons = d.cons[:0]
 	d.klass = le64(slot, L.RBasicKlass)
 	if typ == d.tImemo || typ == d.tNode {
 		d.klass = 0
@@ -528,13 +535,28 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	case L.TMatch:
 		d.ref(le64(slot, L.RMatchRegexp))
 		d.ref(le64(slot, L.RMatchStr))
+	case L.TData:
+		d.data(slot)
+	case L.TImemo:
+		d.imemo(slot, flags)
 	}
 	if err != nil {
 		return err
 	}
-	if len(d.refs) > 0 {
+	d.refs = append(d.refs, d.genIV[addr]...)
+	cons := consOnly(d.refs, d.cons)
+	if len(d.refs)+len(cons) > 0 {
 		d.buf = append(d.buf, `, "references":[`...)
 		d.buf = appendAddrs(d.buf, d.refs)
+		if len(d.refs) > 0 && len(cons) > 0 {
+			d.buf = append(d.buf, ", "...)
+		}
+		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(cons) > 0 {
+		d.buf = append(d.buf, `, "conservative_references":[`...)
+		d.buf = appendAddrs(d.buf, cons)
 		d.buf = append(d.buf, ']')
 	}
 	d.field("memsize", memsize)
@@ -925,6 +947,9 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 		if singleton {
 			d.flag("singleton")
 		}
+	}
+	if typ != L.TIClass {
+		d.methodTable(slot, ext)
 	}
 	if ext == 0 {
 		return nil // 3.1: a class without extension marks only its superclass

@@ -190,8 +190,19 @@ type Layout struct {
 	ProcEP              int64 `dwarf:"off:rb_proc_t.block.as.captured.ep,optional" need:"dump"`
 	// EnvIndexEnv is VM_ENV_DATA_INDEX_ENV: ep[1] holds the env object
 	// of an environment that has moved to the heap.
-	EnvIndexEnv      int64 `macro:"1"`
-	ImemoEnv         int64 `dwarf:"enum:imemo_env,optional" need:"dump"`
+	EnvIndexEnv int64 `macro:"1"`
+	ImemoEnv    int64 `dwarf:"enum:imemo_env,optional" need:"dump"`
+	// the other imemo types, for the names a dump gives them
+	ImemoThrowData   int64 `dwarf:"enum:imemo_throw_data,optional" need:"dump"`
+	ImemoIfunc       int64 `dwarf:"enum:imemo_ifunc,optional" need:"dump"`
+	ImemoMemo        int64 `dwarf:"enum:imemo_memo,optional" need:"dump"`
+	ImemoTmpbuf      int64 `dwarf:"enum:imemo_tmpbuf,optional" need:"dump"`
+	ImemoAST         int64 `dwarf:"enum:imemo_ast,optional" need:"dump"`
+	ImemoStrterm     int64 `dwarf:"enum:imemo_parser_strterm,optional" need:"dump"`
+	ImemoCallinfo    int64 `dwarf:"enum:imemo_callinfo,optional" need:"dump"`
+	ImemoCallcache   int64 `dwarf:"enum:imemo_callcache,optional" need:"dump"`
+	ImemoConstcache  int64 `dwarf:"enum:imemo_constcache,optional" need:"dump"`
+	ImemoFields      int64 `dwarf:"enum:imemo_fields,optional" need:"dump"`
 	EnvEP            int64 `dwarf:"off:rb_env_t.ep,optional" need:"dump"`
 	EnvEnv           int64 `dwarf:"off:rb_env_t.env,optional" need:"dump"`
 	EnvEnvSize       int64 `dwarf:"off:rb_env_t.env_size,optional" need:"dump"`

@@ -1,0 +1,586 @@
+package rubyvm
+
+import (
+	"encoding/binary"
+)
+
+// The decoders of the references that live outside the core types' slots:
+// typed data (Procs, Threads, Methods, Enumerators, ...), IMEMO objects
+// (environments, instruction sequences, method entries, crefs, call
+// caches), method tables and generic instance variables, as gc.c's
+// gc_mark_children and the types' mark functions follow them.
+//
+// An edge is exact when it was read from a field the layout names, or
+// from a struct all of whose words that point at a live object are
+// VALUEs (a method definition, an instruction sequence's body and code).
+// It is conservative when a word was found by scanning memory whose
+// layout rbscope does not know (the data of typed data of an unknown
+// type, sized by malloc's chunk header): such a word may be a stale
+// value or an integer that happens to look like a pointer. Conservative
+// edges are written among the references and listed again in
+// "conservative_references", so that a reader can tell them apart.
+
+// maxScanBytes bounds one conservative scan of a malloc'd block.
+const maxScanBytes = 64 << 10
+
+// refLive adds an exact reference if val is the start of a live slot.
+func (d *dumper) refLive(val uint64) {
+	if val != d.klass && d.live(val) {
+		d.refs = append(d.refs, val)
+	}
+}
+
+// refCons adds a conservative reference if val is the start of a live
+// slot.
+func (d *dumper) refCons(val uint64) {
+	if val != d.klass && d.live(val) {
+		d.cons = append(d.cons, val)
+	}
+}
+
+// scan calls add with each aligned word of b.
+func scan(b []byte, add func(uint64)) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		add(binary.LittleEndian.Uint64(b[i:]))
+	}
+}
+
+// scanMem calls add with each word of the n bytes at addr, read in chunks.
+func (d *dumper) scanMem(addr uint64, n uint64, add func(uint64)) error {
+	if n > maxDumpElems*8 {
+		return errTorn
+	}
+	for n >= 8 {
+		k := min(n&^7, dumpChunk*8)
+		b, err := d.read(addr, int(k))
+		if err != nil {
+			return err
+		}
+		scan(b, add)
+		addr += k
+		n -= k
+	}
+	return nil
+}
+
+// mallocSize returns the usable size of the block glibc's malloc returned
+// at addr, from the chunk header before it, bounded by maxScanBytes; ok
+// is false when the header does not look like one (another allocator).
+func (d *dumper) mallocSize(addr uint64) (n uint64, ok bool) {
+	if addr&7 != 0 || addr < 16 {
+		return 0, false
+	}
+	b, err := d.read(addr-8, 8)
+	if err != nil {
+		return 0, false
+	}
+	hdr := binary.LittleEndian.Uint64(b)
+	size := hdr &^ 7
+	if size < 32 || size&15 != 0 || size > 1<<40 {
+		return 0, false
+	}
+	if hdr&2 != 0 { // IS_MMAPPED: the header takes two words
+		size -= 8
+	}
+	return min(size-8, maxScanBytes), true
+}
+
+// scanBlock adds, conservatively, every word of the malloc'd block at addr
+// that points at a live object.
+func (d *dumper) scanBlock(addr uint64) {
+	if n, ok := d.mallocSize(addr); ok {
+		d.scanMem(addr, n, d.refCons) //nolint:errcheck // a block that cannot be read adds nothing
+	}
+}
+
+// typeName returns the wrap_struct_name of the rb_data_type_t at addr
+// ("proc", "VM/thread"), or "" when it does not look like one.
+func (d *dumper) typeName(addr uint64) string {
+	if n, ok := d.dataTypes[addr]; ok {
+		return n
+	}
+	name := ""
+	if addr != 0 && addr&7 == 0 {
+		if b, err := d.read(at(addr, d.L.DataTypeName), 8); err == nil {
+			if p := binary.LittleEndian.Uint64(b); p != 0 {
+				if s, err := d.read(p, 1); err == nil && s[0] != 0 {
+					name = d.cString(p)
+				}
+			}
+		}
+	}
+	if len(d.dataTypes) < 1<<16 {
+		d.dataTypes[addr] = name
+	}
+	return name
+}
+
+// cString reads a short identifier-like C string at p ("" if it is not
+// one).
+func (d *dumper) cString(p uint64) string {
+	const maxName = 64
+	var out []byte
+	for len(out) < maxName {
+		b, err := d.read(p+uint64(len(out)), 1)
+		if err != nil {
+			return ""
+		}
+		c := b[0]
+		if c == 0 {
+			return string(out)
+		}
+		if c < 0x21 || c > 0x7e {
+			return ""
+		}
+		out = append(out, c)
+	}
+	return ""
+}
+
+// dataKinds are typed data whose struct holds only VALUEs and integers:
+// every word of it that points at a live object is a reference.
+var dataKinds = map[string]bool{
+	"method": true, "enumerator": true, "generator": true, "yielder": true,
+	"queue": true, "sized_queue": true, "arithmetic_sequence": true, "chain": true,
+	"product": true, "lazy": true,
+}
+
+// data decodes a T_DATA object: its kind (written as "struct", as
+// dump_all does) and its references.
+func (d *dumper) data(slot []byte) {
+	L := d.L
+	if L.RTypedDataType < 0 || L.RTypedDataData < 0 {
+		return
+	}
+	var typePtr uint64
+	typed, embedded := false, false
+	if L.RTypedDataTypedFlag >= 0 {
+		switch le64(slot, L.RTypedDataTypedFlag) {
+		case 1:
+			typed = true
+		case 3: // TYPED_DATA_EMBEDDED (3.3+): the data is in the slot
+			typed, embedded = true, true
+		}
+		typePtr = le64(slot, L.RTypedDataType)
+	} else { // no typed_flag (4.0): flags in the type pointer's low bits
+		tp := le64(slot, L.RTypedDataType)
+		typePtr = tp &^ 7
+		typed = d.typeName(typePtr) != ""
+		embedded = typed && tp&1 != 0
+	}
+	if !typed {
+		d.scanBlock(le64(slot, L.RTypedDataData))
+		return
+	}
+	name := d.typeName(typePtr)
+	if name != "" {
+		d.strField("struct", name)
+	}
+	var block []byte // the data, or its first words
+	dataAddr := le64(slot, L.RTypedDataData)
+	if embedded {
+		block = slot[L.RTypedDataData:]
+		dataAddr = 0
+	}
+	switch {
+	case name == "proc" || name == "binding":
+		// rb_proc_t and rb_binding_t begin with the struct rb_block
+		if block == nil {
+			b, err := d.read(dataAddr, int(max(L.ProcSize, L.ProcEP+8)))
+			if err != nil {
+				return
+			}
+			block = b
+		}
+		d.block(append([]byte(nil), block...))
+	case name == "VM/thread":
+		d.thread(dataAddr)
+	case dataKinds[name]:
+		if block != nil {
+			scan(block, d.refLive)
+		} else if n, ok := d.mallocSize(dataAddr); ok {
+			d.scanMem(dataAddr, n, d.refLive) //nolint:errcheck // an unreadable struct adds nothing
+		}
+	default:
+		if block != nil {
+			scan(block, d.refCons)
+		} else {
+			d.scanBlock(dataAddr)
+		}
+	}
+}
+
+// block adds what a struct rb_block (of a Proc or Binding) holds: the
+// captured self (or the Symbol or Proc it is), the code, and the
+// environment its ep points into.
+func (d *dumper) block(b []byte) {
+	L := d.L
+	if L.ProcEP < 0 || int64(len(b)) < L.ProcEP+16 {
+		return
+	}
+	d.refLive(le64(b, 0))          // captured.self, or as.symbol / as.proc
+	d.refLive(le64(b, L.ProcEP+8)) // captured.code: the iseq or ifunc
+	d.envOf(le64(b, L.ProcEP))
+}
+
+// envOf adds the env object of the environment whose ep is given (ep[1],
+// VM_ENV_DATA_INDEX_ENV, once the environment has moved to the heap).
+func (d *dumper) envOf(ep uint64) {
+	if ep == 0 || ep&7 != 0 {
+		return
+	}
+	b, err := d.read(at(ep, d.L.EnvIndexEnv*8), 8)
+	if err != nil {
+		return
+	}
+	env := binary.LittleEndian.Uint64(b)
+	if s := d.slotAt(env); s != nil && d.isImemo(s, d.L.ImemoEnv) {
+		d.refLive(env)
+	}
+}
+
+// isImemo reports whether slot holds an IMEMO of the given kind.
+func (d *dumper) isImemo(slot []byte, kind int64) bool {
+	flags := le64(slot, d.L.RBasicFlags)
+	return flags&d.tmask == d.tImemo && kind >= 0 && d.imemoKind(flags) == kind
+}
+
+func (d *dumper) imemoKind(flags uint64) int64 {
+	return int64(flags>>uint64(d.L.FlUShift)) & d.L.ImemoMask
+}
+
+// thread adds what a Thread's rb_thread_t holds (conservatively: its
+// VALUE fields among pointers and native handles), its fiber-local
+// storage (exactly), and the values on its VM stack (conservatively, as
+// Ruby's GC marks them: every word that points at a live object).
+func (d *dumper) thread(th uint64) {
+	L := d.L
+	d.scanBlock(th)
+	b, err := d.read(at(th, L.ThreadEC), 8)
+	if err != nil {
+		return
+	}
+	ec := binary.LittleEndian.Uint64(b)
+	if ec == 0 {
+		return
+	}
+	if L.ECLocalStorage >= 0 {
+		if b, err := d.read(at(ec, L.ECLocalStorage), 8); err == nil {
+			if tbl := binary.LittleEndian.Uint64(b); tbl != 0 {
+				if head, err := d.read(tbl, int(L.StEntries)+8); err == nil {
+					d.stEntries(append([]byte(nil), head...), false) //nolint:errcheck // a torn table adds what was read
+				}
+			}
+		}
+	}
+	if L.ECStorage >= 0 {
+		if b, err := d.read(at(ec, L.ECStorage), 8); err == nil {
+			d.refLive(binary.LittleEndian.Uint64(b))
+		}
+	}
+	for _, val := range d.v.vmStackValues(th) {
+		d.refCons(val)
+	}
+}
+
+// imemoNames are the names dump_all gives the imemo types.
+func (d *dumper) imemoName(kind int64) string {
+	L := d.L
+	for _, n := range []struct {
+		v    int64
+		name string
+	}{
+		{L.ImemoEnv, "env"}, {L.ImemoCref, "cref"}, {L.ImemoSvar, "svar"}, {L.ImemoThrowData, "throw_data"},
+		{L.ImemoIfunc, "ifunc"}, {L.ImemoMemo, "memo"}, {L.ImemoMent, "ment"}, {L.ImemoIseq, "iseq"},
+		{L.ImemoTmpbuf, "tmpbuf"}, {L.ImemoAST, "ast"}, {L.ImemoStrterm, "parser_strterm"},
+		{L.ImemoCallinfo, "callinfo"}, {L.ImemoCallcache, "callcache"}, {L.ImemoConstcache, "constcache"},
+		{L.ImemoFields, "fields"},
+	} {
+		if n.v >= 0 && n.v == kind {
+			return n.name
+		}
+	}
+	return ""
+}
+
+// imemo decodes an IMEMO object: its kind (written as "imemo_type", as
+// dump_all does) and its references. The words of its slot are VALUEs or
+// pointers to malloc'd memory for every kind; environments, method
+// entries and instruction sequences hold more behind pointers.
+func (d *dumper) imemo(slot []byte, flags uint64) {
+	L := d.L
+	kind := d.imemoKind(flags)
+	if name := d.imemoName(kind); name != "" {
+		d.strField("imemo_type", name)
+	}
+	if kind == L.ImemoTmpbuf {
+		return // a buffer of the C stack's kind: not decoded
+	}
+	words := slot[8:]
+	if kind != L.ImemoFields && int64(len(slot)) > L.BaseSlotSize {
+		words = slot[8:L.BaseSlotSize] // the struct; the rest of a bigger slot is stale
+	}
+	scan(words, d.refLive)
+	switch {
+	case kind == L.ImemoEnv && L.EnvEnv >= 0:
+		d.env(slot)
+	case kind == L.ImemoMent && L.MethodDefSize > 0:
+		if def := le64(slot, L.MEDef); def != 0 {
+			d.scanMem(def, uint64(L.MethodDefSize), d.refLive) //nolint:errcheck // an unreadable definition adds nothing
+		}
+	case kind == L.ImemoIseq && L.BodySize > 0:
+		d.iseq(le64(slot, L.IseqBody))
+	}
+}
+
+// env adds an environment's values and the environment it continues
+// (rb_vm_env_prev_env).
+func (d *dumper) env(slot []byte) {
+	L := d.L
+	vals, n := le64(slot, L.EnvEnv), uint64(le32(slot, L.EnvEnvSize))
+	if vals != 0 && n > 0 {
+		d.scanMem(vals, n*8, d.refLive) //nolint:errcheck // a torn environment adds what was read
+	}
+	ep := le64(slot, L.EnvEP)
+	if ep == 0 || ep&7 != 0 {
+		return
+	}
+	b, err := d.read(at(ep, L.EnvIndexSpecval*8), 16) // specval, flags
+	if err != nil {
+		return
+	}
+	specval, envFlags := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	if envFlags&uint64(L.EnvFlagLocal) == 0 {
+		d.envOf(specval &^ 3) // VM_ENV_PREV_EP: the guarded pointer
+	}
+}
+
+// iseq adds what an instruction sequence's body holds: its VALUE fields
+// (path, labels, parent, coverage, ...), the operands of its instructions,
+// the call data (call infos and caches), the iseqs of its catch table,
+// and (conservatively) its inline caches.
+func (d *dumper) iseq(body uint64) {
+	L := d.L
+	if body == 0 {
+		return
+	}
+	b, err := d.read(body, int(L.BodySize))
+	if err != nil {
+		return
+	}
+	bd := append(d.body[:0], b...)
+	d.body = bd
+	scan(bd, d.refLive)
+	if enc, n := le64(bd, L.BodyIseqEncoded), uint64(le32(bd, L.BodyIseqSize)); enc != 0 && n > 0 {
+		d.scanMem(enc, n*8, d.refLive) //nolint:errcheck // a torn iseq adds what was read
+	}
+	if L.BodyCallData >= 0 && L.CallDataSize > 0 {
+		if cd, n := le64(bd, L.BodyCallData), uint64(le32(bd, L.BodyCISize)); cd != 0 && n > 0 {
+			d.scanMem(cd, n*uint64(L.CallDataSize), d.refLive) //nolint:errcheck // as above
+		}
+	}
+	if L.BodyCatchTable >= 0 && L.CatchEntrySize > 0 {
+		if ct := le64(bd, L.BodyCatchTable); ct != 0 {
+			if h, err := d.read(at(ct, L.CatchTableSize), 4); err == nil {
+				n := uint64(binary.LittleEndian.Uint32(h))
+				d.scanMem(at(ct, L.CatchTableEntry0)&^7, (n*uint64(L.CatchEntrySize)+15)&^7, d.refLive) //nolint:errcheck // as above
+			}
+		}
+	}
+	if L.BodyISEntries >= 0 {
+		d.scanBlock(le64(bd, L.BodyISEntries))
+	}
+}
+
+// methodTable adds the method entries of a class's method table.
+func (d *dumper) methodTable(slot []byte, ext uint64) {
+	L := d.L
+	var tbl uint64
+	switch {
+	case L.RClassMTbl >= 0:
+		tbl = le64(slot, L.RClassMTbl)
+	case L.ClassExtMTbl >= 0 && ext != 0:
+		b, err := d.read(at(ext, L.ClassExtMTbl), 8)
+		if err != nil {
+			return
+		}
+		tbl = binary.LittleEndian.Uint64(b)
+	}
+	raw, capa, ok := d.v.idTable(tbl)
+	if !ok {
+		return
+	}
+	for i := range capa {
+		it := raw[i*int(L.IDItemSize):]
+		if le32(it, L.IDItemKey) != 0 {
+			d.refLive(le64(it, L.IDItemVal))
+		}
+	}
+}
+
+// genericIvarTables are the names of the table of generic instance
+// variables (variable.c) over the versions: object -> its ivars.
+var genericIvarTables = []string{"generic_iv_tbl_", "generic_iv_tbl", "generic_fields_tbl_"}
+
+// genericIvars reads the generic instance variables of every object that
+// has them (Strings, Arrays, typed data such as a Thread's variables...):
+// object -> the values. The table is a static variable, found through
+// the symbols; a stripped build without them gets none.
+func (d *dumper) genericIvars() map[uint64][]uint64 {
+	L := d.L
+	var tblAddr uint64
+	for _, name := range genericIvarTables {
+		if a, _, err := d.v.Image.Symbol(name); err == nil && a != 0 {
+			tblAddr = a
+			break
+		}
+	}
+	if tblAddr == 0 {
+		return nil
+	}
+	b, err := d.read(tblAddr, 8)
+	if err != nil {
+		return nil
+	}
+	tbl := binary.LittleEndian.Uint64(b)
+	if tbl == 0 {
+		return nil
+	}
+	h, err := d.read(tbl, int(L.StEntries)+8)
+	if err != nil {
+		return nil
+	}
+	head := append([]byte(nil), h...)
+	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
+	entries := le64(head, L.StEntries)
+	if bound < start || bound-start > maxDumpElems/3 {
+		return nil
+	}
+	type pair struct{ obj, rec uint64 }
+	var pairs []pair
+	esz := uint64(L.StEntrySize)
+	for i := start; i < bound; i++ {
+		e, err := d.read(entries+i*esz, int(esz))
+		if err != nil {
+			break
+		}
+		if le64(e, L.StEntryHash) == ^uint64(0) {
+			continue
+		}
+		pairs = append(pairs, pair{le64(e, L.StEntryKey), le64(e, L.StEntryRecord)})
+	}
+	out := make(map[uint64][]uint64, len(pairs))
+	for _, p := range pairs {
+		if !d.live(p.obj) {
+			continue
+		}
+		if d.live(p.rec) { // 4.0: the record is a fields object
+			out[p.obj] = append(out[p.obj], p.rec)
+			continue
+		}
+		if L.GenIVNumIV < 0 || L.GenIVPtr < 0 || p.rec == 0 {
+			continue
+		}
+		nb, err := d.read(at(p.rec, L.GenIVNumIV), 4)
+		if err != nil {
+			continue
+		}
+		n := uint64(binary.LittleEndian.Uint32(nb))
+		if n > 1<<16 {
+			continue // a too-complex shape's table, or torn
+		}
+		var vals []uint64
+		d.scanMem(at(p.rec, L.GenIVPtr), n*8, func(v uint64) { //nolint:errcheck // a torn record adds what was read
+			if d.live(v) {
+				vals = append(vals, v)
+			}
+		})
+		out[p.obj] = vals
+	}
+	return out
+}
+
+// vmRoots returns what the rb_vm_t and the main ractor hold among their
+// words that point at live objects (the load path, loaded features, the
+// mark_object_ary of objects C code registered, special exceptions...),
+// found by scanning the structs as malloc sized them.
+func (d *dumper) vmRoots() []uint64 {
+	var out []uint64
+	add := func(v uint64) {
+		if d.live(v) {
+			out = append(out, v)
+		}
+	}
+	vm, err := d.v.vmPtr()
+	if err != nil {
+		return nil
+	}
+	if n, ok := d.mallocSize(vm); ok {
+		d.scanMem(vm, n, add) //nolint:errcheck // what was read is kept
+	}
+	if L := d.L; L.VMRactorMainRactor >= 0 {
+		if b, err := d.read(at(vm, L.VMRactorMainRactor), 8); err == nil {
+			if r := binary.LittleEndian.Uint64(b); r != 0 {
+				if n, ok := d.mallocSize(r); ok {
+					d.scanMem(r, n, add) //nolint:errcheck // as above
+				}
+			}
+		}
+	}
+	return out
+}
+
+// symbolRoots returns the global symbol table's objects: the Array of
+// every symbol's String and the dynamic symbols' Hash.
+func (d *dumper) symbolRoots() []uint64 {
+	L := d.L
+	sym := d.v.globalSymbols()
+	if sym == 0 {
+		return nil
+	}
+	var out []uint64
+	for _, off := range []int64{L.SymbolsIDs, L.SymbolsDsymHash} {
+		if off < 0 {
+			continue
+		}
+		if b, err := d.read(at(sym, off), 8); err == nil {
+			out = append(out, binary.LittleEndian.Uint64(b))
+		}
+	}
+	return out
+}
+
+// consOnly returns the conservative references that are not also exact
+// ones.
+func consOnly(refs, cons []uint64) []uint64 {
+	if len(cons) == 0 {
+		return nil
+	}
+	var out []uint64
+	if len(refs)*len(cons) <= 4096 {
+		for _, c := range cons {
+			dup := false
+			for _, r := range refs {
+				dup = dup || r == c
+			}
+			for _, o := range out {
+				dup = dup || o == c
+			}
+			if !dup {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	seen := make(map[uint64]bool, len(refs)+len(cons))
+	for _, r := range refs {
+		seen[r] = true
+	}
+	for _, c := range cons {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}

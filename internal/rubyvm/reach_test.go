@@ -1,0 +1,206 @@
+package rubyvm_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
+)
+
+// reachReport is what testdata/heap_reach.rb writes about itself.
+type reachReport struct {
+	PID     int               `json:"pid"`
+	Version string            `json:"version"`
+	Markers map[string]string `json:"markers"`
+}
+
+// reachable returns the objects reachable from g's roots, by address.
+func reachable(g *heap.Graph) map[uint64]bool {
+	seen := make([]bool, g.Len())
+	var queue []uint32
+	for _, r := range g.Roots {
+		for _, i := range r.Refs {
+			if !seen[i] {
+				seen[i] = true
+				queue = append(queue, i)
+			}
+		}
+	}
+	for len(queue) > 0 {
+		i := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, j := range g.Refs(int(i)) {
+			if !seen[j] {
+				seen[j] = true
+				queue = append(queue, j)
+			}
+		}
+	}
+	out := make(map[uint64]bool, g.Len())
+	for i, ok := range seen {
+		if ok {
+			out[g.Address(i)] = true
+		}
+	}
+	return out
+}
+
+// reachShare is the share of the objects Ruby's own dump reaches from its
+// roots (and that are still in rbscope's dump) that rbscope's dump reaches
+// from its roots, each Ruby's target beside it.
+var reachShare = map[string]float64{"2.7": 0.99, "3.1": 0.99, "3.3": 0.99, "3.4": 0.99}
+
+// TestHeapDumpReachesWhatDumpAllReaches dumps a program that holds
+// markers only through closures, method and enumerator receivers, queues,
+// generic instance variables, fiber-locals, thread variables, a sleeping
+// thread's locals, class variables, method literals and an anonymous
+// class's constants, and checks, object by object against Ruby's own
+// dump_all, that rbscope's roots reach what Ruby's do, and that `heap
+// path` names the holder chains.
+func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			t.Parallel()
+			rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
+			p := testruby.Start(t, rb, "heap_reach.rb", nil, rubyDump)
+			var rep reachReport
+			p.WaitReport(t, &rep, 60*time.Second)
+			vm, _ := readThreads(t, p.PID(), true)
+			var out bytes.Buffer
+			err := testvm.Paused(t, vm, func() (err error) {
+				_, err = vm.HeapDump(&out, rubyvm.DumpOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine, err := heap.Load(bytes.NewReader(out.Bytes()), "rbscope dump")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(rubyDump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			theirs, err := heap.Load(f, rubyDump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			myReach, theirReach := reachable(mine), reachable(theirs)
+			// Ruby's dump allocated while it ran, and what only its own
+			// stack held is gone: compare the objects both dumps have.
+			want, got := 0, 0
+			missing := map[string]int{}
+			for i := 0; i < theirs.Len(); i++ {
+				a := theirs.Address(i)
+				if !theirReach[a] {
+					continue
+				}
+				if _, ok := mine.Lookup(a); !ok {
+					continue
+				}
+				want++
+				if myReach[a] {
+					got++
+				} else {
+					missing[kindOf(theirs, i)]++
+				}
+			}
+			share := float64(got) / float64(max(want, 1))
+			t.Logf("Ruby %s: rbscope's roots reach %d of the %d objects dump_all's reach (%.2f%%); missed: %s",
+				rep.Version, got, want, 100*share, topKinds(missing, 12))
+			if target := reachShare[family(rep.Version)]; share < target {
+				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*share, 100*target)
+			}
+			for name, a := range rep.Markers {
+				addr := parseAddr(t, a)
+				if !theirReach[addr] {
+					t.Errorf("marker %s %s: not reachable in dump_all's dump (the program holds it wrong)", name, a)
+					continue
+				}
+				i, ok := mine.Lookup(addr)
+				if !ok {
+					t.Errorf("marker %s %s: not in rbscope's dump", name, a)
+					continue
+				}
+				if !myReach[addr] {
+					t.Errorf("marker %s %s (%s): not reachable from rbscope's roots", name, a, mine.Describe(i))
+				}
+			}
+			for _, k := range []string{"proc", "literal"} {
+				if _, ok := rep.Markers[k]; !ok {
+					t.Errorf("the program did not report marker %s", k)
+				}
+			}
+			// heap path names the chain Proc -> env -> String.
+			if i, ok := mine.Lookup(parseAddr(t, rep.Markers["proc"])); ok {
+				paths := heap.Paths(mine, i, 3)
+				var chains []string
+				found := false
+				for _, p := range paths {
+					var hops []string
+					for _, h := range p.Hops {
+						hops = append(hops, h.Type+" "+h.Desc)
+					}
+					chain := strings.Join(hops, " -> ")
+					chains = append(chains, p.Root+": "+chain)
+					found = found || strings.Contains(chain, "DATA proc -> IMEMO env -> STRING")
+				}
+				if !found {
+					t.Errorf("no path through DATA proc -> IMEMO env to the proc's marker: %q", chains)
+				}
+			}
+		})
+	}
+}
+
+// kindOf names an object's type as the dumps do (IMEMO and DATA with their
+// kind).
+func kindOf(g *heap.Graph, i int) string {
+	switch t := g.Type(i); t {
+	case "IMEMO", "DATA":
+		return t + " " + g.Describe(i)
+	default:
+		return t
+	}
+}
+
+// topKinds formats the n most frequent kinds of counts.
+func topKinds(counts map[string]int, n int) string {
+	type kc struct {
+		k string
+		c int
+	}
+	var all []kc
+	for k, c := range counts {
+		all = append(all, kc{k, c})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].c > all[j].c || all[i].c == all[j].c && all[i].k < all[j].k })
+	var parts []string
+	for i, e := range all {
+		if i == n {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", e.k, e.c))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// family returns "3.4" of "3.4.5".
+func family(version string) string {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return version
+	}
+	return parts[0] + "." + parts[1]
+}
