@@ -85,9 +85,8 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt, shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
+	d := v.newDumper(w, pages, opt)
 	d.stats.SkippedPages = badHeaders
-	d.init()
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
 		d.shapeList = v.findShapeList()
 	}
@@ -135,7 +134,7 @@ func (d *dumper) copyPages() (skipped int) {
 // addr is not the start of a slot of a page that was read.
 func (d *dumper) slotAt(addr uint64) []byte {
 	i := sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
-	if i == len(d.pages) || addr < d.pages[i].start || d.bodies[i] == nil {
+	if i == len(d.pages) || addr < d.pages[i].start || i >= len(d.bodies) || d.bodies[i] == nil {
 		return nil
 	}
 	p := d.pages[i]
@@ -184,6 +183,15 @@ type shapeInfo struct {
 	ivs, capa  uint64
 	tooComplex bool
 	ok         bool
+}
+
+// newDumper returns a dumper of the given pages; their copies (bodies)
+// are for the caller to fill.
+func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
+	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
+		shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
+	d.init()
+	return d
 }
 
 func (d *dumper) init() {
@@ -537,6 +545,10 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		d.ref(le64(slot, L.RMatchStr))
 	case L.TData:
 		d.data(slot)
+	case L.TFile:
+		if L.RFileFptr >= 0 {
+			d.scanBlock(le64(slot, L.RFileFptr)) // rb_io_t: its path, encodings' converters, ...
+		}
 	case L.TImemo:
 		d.imemo(slot, flags)
 	}
@@ -948,9 +960,8 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 			d.flag("singleton")
 		}
 	}
-	if typ != L.TIClass {
-		d.methodTable(slot, ext)
-	}
+	d.methodTable(slot, ext)
+	d.classCaches(ext)
 	if ext == 0 {
 		return nil // 3.1: a class without extension marks only its superclass
 	}

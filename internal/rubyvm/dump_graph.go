@@ -266,12 +266,22 @@ func (d *dumper) thread(th uint64) {
 	}
 	if L.ECLocalStorage >= 0 {
 		if b, err := d.read(at(ec, L.ECLocalStorage), 8); err == nil {
-			if tbl := binary.LittleEndian.Uint64(b); tbl != 0 {
+			tbl := binary.LittleEndian.Uint64(b)
+			switch {
+			case tbl == 0:
+			case L.ECLocalStorageST == 1:
 				if head, err := d.read(tbl, int(L.StEntries)+8); err == nil {
 					d.stEntries(append([]byte(nil), head...), false) //nolint:errcheck // a torn table adds what was read
 				}
+			default:
+				d.idTableValues(tbl)
 			}
 		}
+	}
+	if L.ECMachineStart > 0 {
+		// the execution context's VALUE fields (errinfo, the recursion
+		// hashes, ...) and pointers, up to its machine registers
+		d.scanMem(ec, uint64(L.ECMachineStart), d.refCons) //nolint:errcheck // as above
 	}
 	if L.ECStorage >= 0 {
 		if b, err := d.read(at(ec, L.ECStorage), 8); err == nil {
@@ -328,7 +338,7 @@ func (d *dumper) imemo(slot []byte, flags uint64) {
 		if def := le64(slot, L.MEDef); def != 0 {
 			d.scanMem(def, uint64(L.MethodDefSize), d.refLive) //nolint:errcheck // an unreadable definition adds nothing
 		}
-	case kind == L.ImemoIseq && L.BodySize > 0:
+	case kind == L.ImemoIseq:
 		d.iseq(le64(slot, L.IseqBody))
 	}
 }
@@ -357,14 +367,21 @@ func (d *dumper) env(slot []byte) {
 
 // iseq adds what an instruction sequence's body holds: its VALUE fields
 // (path, labels, parent, coverage, ...), the operands of its instructions,
-// the call data (call infos and caches), the iseqs of its catch table,
-// and (conservatively) its inline caches.
+// the call data (call infos and caches), the iseqs of its catch table and
+// its inline storage (constant caches, once-values).
 func (d *dumper) iseq(body uint64) {
 	L := d.L
 	if body == 0 {
 		return
 	}
-	b, err := d.read(body, int(L.BodySize))
+	// The body is malloc'd; without a chunk header to size it, read up to
+	// the last field the layout names.
+	n, ok := d.mallocSize(body)
+	if !ok {
+		n = uint64(max(L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyParentIseq, L.BodyIseqEncoded,
+			L.BodyCallData, L.BodyCatchTable, L.BodyISEntries) + 8)
+	}
+	b, err := d.read(body, int(n))
 	if err != nil {
 		return
 	}
@@ -375,20 +392,42 @@ func (d *dumper) iseq(body uint64) {
 		d.scanMem(enc, n*8, d.refLive) //nolint:errcheck // a torn iseq adds what was read
 	}
 	if L.BodyCallData >= 0 && L.CallDataSize > 0 {
+		// Call infos and caches (method entries in 2.7's inline caches).
+		// A cache may name a slot freed and reused since, which Ruby's
+		// GC does not follow: only IMEMOs of those kinds count.
 		if cd, n := le64(bd, L.BodyCallData), uint64(le32(bd, L.BodyCISize)); cd != 0 && n > 0 {
-			d.scanMem(cd, n*uint64(L.CallDataSize), d.refLive) //nolint:errcheck // as above
+			d.scanMem(cd, n*uint64(L.CallDataSize), func(v uint64) { //nolint:errcheck // as above
+				if s := d.slotAt(v); s != nil && (d.isImemo(s, L.ImemoCallinfo) || d.isImemo(s, L.ImemoCallcache) || d.isImemo(s, L.ImemoMent)) {
+					d.refLive(v)
+				}
+			})
 		}
 	}
 	if L.BodyCatchTable >= 0 && L.CatchEntrySize > 0 {
 		if ct := le64(bd, L.BodyCatchTable); ct != 0 {
 			if h, err := d.read(at(ct, L.CatchTableSize), 4); err == nil {
+				// The table is packed: its entries start unaligned.
 				n := uint64(binary.LittleEndian.Uint32(h))
-				d.scanMem(at(ct, L.CatchTableEntry0)&^7, (n*uint64(L.CatchEntrySize)+15)&^7, d.refLive) //nolint:errcheck // as above
+				d.scanMem(at(ct, L.CatchTableEntry0), n*uint64(L.CatchEntrySize), d.refLive) //nolint:errcheck // as above
 			}
 		}
 	}
-	if L.BodyISEntries >= 0 {
-		d.scanBlock(le64(bd, L.BodyISEntries))
+	if is := le64(bd, L.BodyISEntries); L.BodyISEntries >= 0 && is != 0 && L.ISEntrySize > 0 {
+		var n uint64
+		for _, off := range []int64{L.BodyISSize, L.BodyICSize, L.BodyISESize, L.BodyIVCSize, L.BodyICVARCSize} {
+			if off >= 0 {
+				n += uint64(le32(bd, off))
+			}
+		}
+		// constant caches, once-values: VALUEs or pointers to malloc'd
+		// memory
+		pos := uint64(0)
+		d.scanMem(is, n*uint64(L.ISEntrySize), func(v uint64) { //nolint:errcheck // as above
+			if int64(pos%uint64(L.ISEntrySize)) != L.ISEntryUnmarked {
+				d.refLive(v)
+			}
+			pos += 8
+		})
 	}
 }
 
@@ -406,6 +445,57 @@ func (d *dumper) methodTable(slot []byte, ext uint64) {
 		}
 		tbl = binary.LittleEndian.Uint64(b)
 	}
+	d.idTableValues(tbl)
+}
+
+// classCaches adds what a class's callable method table and call-cache
+// table hold: method entries and, for each, the call caches made for it.
+func (d *dumper) classCaches(ext uint64) {
+	L := d.L
+	if ext == 0 {
+		return
+	}
+	if L.ClassExtCallableMTbl >= 0 {
+		if b, err := d.read(at(ext, L.ClassExtCallableMTbl), 8); err == nil {
+			d.idTableValues(binary.LittleEndian.Uint64(b))
+		}
+	}
+	if L.ClassExtCCTbl < 0 || L.CCEntriesEntries < 0 || L.CCEntrySize <= 0 {
+		return
+	}
+	b, err := d.read(at(ext, L.ClassExtCCTbl), 8)
+	if err != nil {
+		return
+	}
+	raw, capa, ok := d.v.idTable(binary.LittleEndian.Uint64(b))
+	if !ok {
+		return
+	}
+	ccs := make([]uint64, 0, capa)
+	for i := range capa {
+		it := raw[i*int(L.IDItemSize):]
+		if le32(it, L.IDItemKey) != 0 {
+			ccs = append(ccs, le64(it, L.IDItemVal))
+		}
+	}
+	for _, c := range ccs { // struct rb_class_cc_entries
+		h, err := d.read(c, int(L.CCEntriesEntries)+8)
+		if err != nil {
+			continue
+		}
+		n := uint64(int32(le32(h, L.CCEntriesLen)))
+		cme, entries := le64(h, L.CCEntriesCME), le64(h, L.CCEntriesEntries)
+		d.refLive(cme)
+		if entries != 0 && n <= 1<<16 {
+			d.scanMem(entries, n*uint64(L.CCEntrySize), d.refLive) //nolint:errcheck // a torn table adds what was read
+		}
+	}
+}
+
+// idTableValues adds the values of the rb_id_table at tbl that are live
+// objects.
+func (d *dumper) idTableValues(tbl uint64) {
+	L := d.L
 	raw, capa, ok := d.v.idTable(tbl)
 	if !ok {
 		return
@@ -425,14 +515,17 @@ var genericIvarTables = []string{"generic_iv_tbl_", "generic_iv_tbl", "generic_f
 // genericIvars reads the generic instance variables of every object that
 // has them (Strings, Arrays, typed data such as a Thread's variables...):
 // object -> the values. The table is a static variable, found through
-// the symbols; a stripped build without them gets none.
+// the symbols or, in a stripped build, through the code of the exported
+// functions that look it up.
 func (d *dumper) genericIvars() map[uint64][]uint64 {
 	L := d.L
-	var tblAddr uint64
-	for _, name := range genericIvarTables {
-		if a, _, err := d.v.Image.Symbol(name); err == nil && a != 0 {
-			tblAddr = a
+	tblAddr := d.v.locate("generic_iv_tbl_")
+	for _, name := range genericIvarTables[1:] {
+		if tblAddr != 0 {
 			break
+		}
+		if a, _, err := d.v.Image.Symbol(name); err == nil {
+			tblAddr = a
 		}
 	}
 	if tblAddr == 0 {
@@ -583,4 +676,42 @@ func consOnly(refs, cons []uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// plausibleGenericTbl checks that c holds a pointer to a non-empty
+// st_table whose first entries map heap objects to non-NULL records.
+func (v *VM) plausibleGenericTbl(c uint64) bool {
+	L := v.Layout
+	tbl, err := v.m.u64(c)
+	if err != nil || tbl == 0 || tbl&7 != 0 {
+		return false
+	}
+	head, err := v.m.read(tbl, int(L.StEntries)+8)
+	if err != nil {
+		return false
+	}
+	num, start, bound := le64(head, L.StNumEntries), le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
+	entries := le64(head, L.StEntries)
+	if num == 0 || bound < start || num > bound-start || bound-start > maxDumpElems || entries == 0 {
+		return false
+	}
+	checked := 0
+	for i := start; i < bound && checked < 4; i++ {
+		e, err := v.m.read(entries+i*uint64(L.StEntrySize), int(L.StEntrySize))
+		if err != nil {
+			return false
+		}
+		if le64(e, L.StEntryHash) == ^uint64(0) {
+			continue
+		}
+		key, rec := le64(e, L.StEntryKey), le64(e, L.StEntryRecord)
+		if !v.isHeapObject(key) || rec == 0 || rec&7 != 0 {
+			return false
+		}
+		if _, _, err := v.objType(key); err != nil {
+			return false
+		}
+		checked++
+	}
+	return checked > 0
 }

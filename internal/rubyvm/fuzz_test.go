@@ -106,9 +106,8 @@ func FuzzHeapDump(f *testing.F) {
 					continue
 				}
 				var out bytes.Buffer
-				d := &dumper{v: v, L: v.Layout, w: &out, pages: []heapPage{{start: base, slotSize: slotSize, total: n}},
-					shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}, opt: DumpOptions{Nonblocking: slotSize == 80}}
-				d.init()
+				d := v.newDumper(&out, []heapPage{{start: base, slotSize: slotSize, total: n}}, DumpOptions{Nonblocking: slotSize == 80})
+				d.bodies = [][]byte{data[:n*slotSize]}
 				if v.Layout.ShapeSize > 0 {
 					d.shapeList = base
 				}

@@ -58,6 +58,10 @@ func init() {
 		// The global variables' table.
 		"rb_global_tbl": {via: []string{"rb_gv_get", "rb_gv_set", "rb_define_hooked_variable"}, depth: 3,
 			accept: func(v *VM, c uint64) (uint64, bool) { return c, v.plausibleGlobalTbl(c) }},
+		// The generic instance variables' table (a static variable;
+		// 2.7 and 4.0 name it otherwise, see genericIvarTables).
+		"generic_iv_tbl_": {via: []string{"rb_mark_generic_ivar", "rb_free_generic_ivar", "rb_copy_generic_ivar"}, depth: 2,
+			accept: func(v *VM, c uint64) (uint64, bool) { return c, v.plausibleGenericTbl(c) }},
 		// The object shapes' tree (3.2+).
 		"rb_shape_tree_ptr": {via: []string{"rb_shape_get_shape_by_id"}, depth: 1,
 			accept: func(v *VM, c uint64) (uint64, bool) { _, ok := v.shapeListAt(c); return c, ok }},

@@ -119,6 +119,31 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			share := float64(got) / float64(max(want, 1))
 			t.Logf("Ruby %s: rbscope's roots reach %d of the %d objects dump_all's reach (%.2f%%); missed: %s",
 				rep.Version, got, want, 100*share, topKinds(missing, 12))
+			// Where the misses start: objects both reach whose references
+			// in dump_all lead to a missed object.
+			frontier := map[string]int{}
+			for i := 0; i < theirs.Len(); i++ {
+				if !myReach[theirs.Address(i)] {
+					continue
+				}
+				for _, j := range theirs.Refs(i) {
+					a := theirs.Address(int(j))
+					if _, ok := mine.Lookup(a); ok && !myReach[a] {
+						frontier[kindOf(theirs, i)+" -> "+kindOf(theirs, int(j))]++
+					}
+				}
+			}
+			for _, r := range theirs.Roots {
+				for _, j := range r.Refs {
+					a := theirs.Address(int(j))
+					if _, ok := mine.Lookup(a); ok && !myReach[a] {
+						frontier["root "+r.Name+" -> "+kindOf(theirs, int(j))]++
+					}
+				}
+			}
+			if len(frontier) > 0 {
+				t.Logf("edges dump_all follows and rbscope does not: %s", topKinds(frontier, 15))
+			}
 			if target := reachShare[family(rep.Version)]; share < target {
 				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*share, 100*target)
 			}

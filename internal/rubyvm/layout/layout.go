@@ -193,38 +193,60 @@ type Layout struct {
 	EnvIndexEnv int64 `macro:"1"`
 	ImemoEnv    int64 `dwarf:"enum:imemo_env,optional" need:"dump"`
 	// the other imemo types, for the names a dump gives them
-	ImemoThrowData   int64 `dwarf:"enum:imemo_throw_data,optional" need:"dump"`
-	ImemoIfunc       int64 `dwarf:"enum:imemo_ifunc,optional" need:"dump"`
-	ImemoMemo        int64 `dwarf:"enum:imemo_memo,optional" need:"dump"`
-	ImemoTmpbuf      int64 `dwarf:"enum:imemo_tmpbuf,optional" need:"dump"`
-	ImemoAST         int64 `dwarf:"enum:imemo_ast,optional" need:"dump"`
-	ImemoStrterm     int64 `dwarf:"enum:imemo_parser_strterm,optional" need:"dump"`
-	ImemoCallinfo    int64 `dwarf:"enum:imemo_callinfo,optional" need:"dump"`
-	ImemoCallcache   int64 `dwarf:"enum:imemo_callcache,optional" need:"dump"`
-	ImemoConstcache  int64 `dwarf:"enum:imemo_constcache,optional" need:"dump"`
-	ImemoFields      int64 `dwarf:"enum:imemo_fields,optional" need:"dump"`
-	EnvEP            int64 `dwarf:"off:rb_env_t.ep,optional" need:"dump"`
-	EnvEnv           int64 `dwarf:"off:rb_env_t.env,optional" need:"dump"`
-	EnvEnvSize       int64 `dwarf:"off:rb_env_t.env_size,optional" need:"dump"`
-	MethodDefSize    int64 `dwarf:"size:rb_method_definition_struct,optional" need:"dump"`
-	BodySize         int64 `dwarf:"size:rb_iseq_constant_body,optional" need:"dump"`
-	BodyCallData     int64 `dwarf:"off:rb_iseq_constant_body.call_data,optional" need:"dump"`
-	BodyCISize       int64 `dwarf:"off:rb_iseq_constant_body.ci_size,optional" need:"dump"`
-	BodyCatchTable   int64 `dwarf:"off:rb_iseq_constant_body.catch_table,optional" need:"dump"`
-	BodyISEntries    int64 `dwarf:"off:rb_iseq_constant_body.is_entries,optional" need:"dump"`
+	ImemoThrowData  int64 `dwarf:"enum:imemo_throw_data,optional" need:"dump"`
+	ImemoIfunc      int64 `dwarf:"enum:imemo_ifunc,optional" need:"dump"`
+	ImemoMemo       int64 `dwarf:"enum:imemo_memo,optional" need:"dump"`
+	ImemoTmpbuf     int64 `dwarf:"enum:imemo_tmpbuf,optional" need:"dump"`
+	ImemoAST        int64 `dwarf:"enum:imemo_ast,optional" need:"dump"`
+	ImemoStrterm    int64 `dwarf:"enum:imemo_parser_strterm,optional" need:"dump"`
+	ImemoCallinfo   int64 `dwarf:"enum:imemo_callinfo,optional" need:"dump"`
+	ImemoCallcache  int64 `dwarf:"enum:imemo_callcache,optional" need:"dump"`
+	ImemoConstcache int64 `dwarf:"enum:imemo_constcache,optional" need:"dump"`
+	ImemoFields     int64 `dwarf:"enum:imemo_fields,optional" need:"dump"`
+	EnvEP           int64 `dwarf:"off:rb_env_t.ep,optional" need:"dump"`
+	EnvEnv          int64 `dwarf:"off:rb_env_t.env,optional" need:"dump"`
+	EnvEnvSize      int64 `dwarf:"off:rb_env_t.env_size,optional" need:"dump"`
+	MethodDefSize   int64 `dwarf:"size:rb_method_definition_struct,optional" need:"dump"`
+	BodyCallData    int64 `dwarf:"off:rb_iseq_constant_body.call_data,optional" need:"dump"`
+	BodyCISize      int64 `dwarf:"off:rb_iseq_constant_body.ci_size,optional" need:"dump"`
+	BodyCatchTable  int64 `dwarf:"off:rb_iseq_constant_body.catch_table,optional" need:"dump"`
+	BodyISEntries   int64 `dwarf:"off:rb_iseq_constant_body.is_entries,optional" need:"dump"`
+	// how many inline storage entries is_entries holds: is_size (before
+	// 3.2), or the sum of the inline caches' counts
+	BodyISSize     int64 `dwarf:"off:rb_iseq_constant_body.is_size,optional" need:"dump"`
+	BodyICSize     int64 `dwarf:"off:rb_iseq_constant_body.ic_size,optional" need:"dump"`
+	BodyISESize    int64 `dwarf:"off:rb_iseq_constant_body.ise_size,optional" need:"dump"`
+	BodyIVCSize    int64 `dwarf:"off:rb_iseq_constant_body.ivc_size,optional" need:"dump"`
+	BodyICVARCSize int64 `dwarf:"off:rb_iseq_constant_body.icvarc_size,optional" need:"dump"`
+	ISEntrySize    int64 `dwarf:"size:iseq_inline_storage_entry,optional" need:"dump"`
+	// ISEntryUnmarked is the offset in an inline storage entry of a word
+	// Ruby's GC does not mark: 2.7's constant caches keep the constant's
+	// value there (-1: none).
+	ISEntryUnmarked  int64 `macro:"-1,2.7=16"`
 	CallDataSize     int64 `dwarf:"size:rb_call_data,optional" need:"dump"`
 	CatchTableSize   int64 `dwarf:"off:iseq_catch_table.size,optional" need:"dump"`
 	CatchTableEntry0 int64 `dwarf:"off:iseq_catch_table.entries,optional" need:"dump"`
 	CatchEntrySize   int64 `dwarf:"size:iseq_catch_table_entry,optional" need:"dump"`
 	// the method table: in struct RClass (3.3+) or its extension
-	RClassMTbl      int64 `dwarf:"off:RClass.m_tbl,optional" need:"dump"`
-	ClassExtMTbl    int64 `dwarf:"off:rb_classext_struct.m_tbl,optional" need:"dump"`
-	ECLocalStorage  int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
-	ECStorage       int64 `dwarf:"off:rb_execution_context_struct.storage,optional" need:"dump"`
-	ECMachineStart  int64 `dwarf:"off:rb_execution_context_struct.machine.stack_start,optional" need:"dump"`
-	GenIVNumIV      int64 `dwarf:"off:gen_ivtbl.numiv|gen_ivtbl.as.shape.numiv,optional" need:"dump"`
-	GenIVPtr        int64 `dwarf:"off:gen_ivtbl.ivptr|gen_ivtbl.as.shape.ivptr,optional" need:"dump"`
-	SymbolsDsymHash int64 `dwarf:"off:rb_symbols_t.dsymbol_fstr_hash,optional" need:"dump"`
+	RClassMTbl   int64 `dwarf:"off:RClass.m_tbl,optional" need:"dump"`
+	ClassExtMTbl int64 `dwarf:"off:rb_classext_struct.m_tbl,optional" need:"dump"`
+	// the call caches and callable method entries a class keeps (3.0+)
+	ClassExtCCTbl        int64 `dwarf:"off:rb_classext_struct.cc_tbl,optional" need:"dump"`
+	ClassExtCallableMTbl int64 `dwarf:"off:rb_classext_struct.callable_m_tbl,optional" need:"dump"`
+	CCEntriesLen         int64 `dwarf:"off:rb_class_cc_entries.len,optional" need:"dump"`
+	CCEntriesCME         int64 `dwarf:"off:rb_class_cc_entries.cme,optional" need:"dump"`
+	CCEntriesEntries     int64 `dwarf:"off:rb_class_cc_entries.entries,optional" need:"dump"`
+	CCEntrySize          int64 `dwarf:"size:rb_class_cc_entries_entry,optional" need:"dump"`
+	RFileFptr            int64 `dwarf:"off:RFile.fptr,optional" need:"dump"`
+	ECLocalStorage       int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	// ECLocalStorageST: the fiber-locals are an st_table (2.7), not an
+	// rb_id_table
+	ECLocalStorageST int64 `macro:"0,2.7=1"`
+	ECStorage        int64 `dwarf:"off:rb_execution_context_struct.storage,optional" need:"dump"`
+	ECMachineStart   int64 `dwarf:"off:rb_execution_context_struct.machine.stack_start,optional" need:"dump"`
+	GenIVNumIV       int64 `dwarf:"off:gen_ivtbl.numiv|gen_ivtbl.as.shape.numiv,optional" need:"dump"`
+	GenIVPtr         int64 `dwarf:"off:gen_ivtbl.ivptr|gen_ivtbl.as.shape.ivptr,optional" need:"dump"`
+	SymbolsDsymHash  int64 `dwarf:"off:rb_symbols_t.dsymbol_fstr_hash,optional" need:"dump"`
 
 	// objects; a Thread object is typed data whose data is its rb_thread_t
 	RTypedDataData int64 `dwarf:"off:RTypedData.data"`
