@@ -178,7 +178,7 @@ func (d *dumper) data(slot []byte) {
 	}
 	var block []byte // the data, or its first words
 	dataAddr := le64(slot, L.RTypedDataData)
-	if embedded {
+	if embedded { // the data starts where the data pointer would be
 		block = slot[L.RTypedDataData:]
 		dataAddr = 0
 	}
@@ -195,6 +195,23 @@ func (d *dumper) data(slot []byte) {
 		d.block(append([]byte(nil), block...))
 	case name == "VM/thread":
 		d.thread(dataAddr)
+	case name == "VM/pin_array_list" && L.PinListArray >= 0:
+		size := int(max(L.PinListNext, L.PinListLen, L.PinListArray) + 8)
+		b := block
+		if b == nil {
+			var err error
+			if b, err = d.read(dataAddr, size); err != nil {
+				return
+			}
+		}
+		if len(b) < size {
+			return
+		}
+		next, n, arr := le64(b, L.PinListNext), le64(b, L.PinListLen), le64(b, L.PinListArray)
+		d.refLive(next)
+		if arr != 0 && n <= maxDumpElems {
+			d.scanMem(arr, n*8, d.refLive) //nolint:errcheck // a torn list adds what was read
+		}
 	case dataKinds[name]:
 		if block != nil {
 			scan(block, d.refLive)
