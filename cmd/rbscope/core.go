@@ -216,7 +216,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	defer closeAll()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact})
+	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, Registers: t.Registers})
 	if err == nil {
 		err = bw.Flush()
 	}

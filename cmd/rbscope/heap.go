@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // censusTopClasses is how many class rows the text census prints without --all.
@@ -253,7 +254,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	var st *rubyvm.DumpStats
 	var took time.Duration
 	vm.PrepareHeapDump()
-	err = whilePaused(t, pause, func() (err error) {
+	dump := func() (err error) {
 		start := time.Now()
 		st, err = vm.HeapDump(bw, opts)
 		if err == nil {
@@ -261,7 +262,18 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 		}
 		took = time.Since(start)
 		return err
-	})
+	}
+	if pause {
+		err = t.WhilePaused(nil, func(s *target.Stopped) error {
+			opts.Registers = func(tid int) (target.Regs, bool) {
+				r, err := s.Regs(tid)
+				return r, err == nil
+			}
+			return dump()
+		})
+	} else {
+		err = dump()
+	}
 	if opts.Progress != nil {
 		fmt.Fprintln(os.Stderr)
 	}

@@ -44,6 +44,11 @@ type DumpOptions struct {
 	// encoding stay), for a dump that leaves the machine. Symbols keep
 	// their names.
 	RedactStrings bool
+	// Registers, when set, gives a stopped thread's registers (a paused
+	// process's or a core's): the machine_context root then holds what
+	// each thread's machine stack and registers point at, as Ruby's GC
+	// scans them. Without it that root is left out.
+	Registers func(tid int) (target.Regs, bool)
 }
 
 // DumpStats says what HeapDump wrote.
@@ -63,20 +68,21 @@ type DumpStats struct {
 // process should be paused (see HeapCensus).
 //
 // References are what Ruby's GC marks from each object (its class left
-// out, as dump_all does), decoded for OBJECT, ARRAY, HASH, STRUCT, STRING,
-// REGEXP, MATCH, RATIONAL and COMPLEX; for CLASS and MODULE the superclass,
-// the attached object of a singleton class, instance variables, constants
-// and (3.2+) the class path, not the method, call-cache and class-variable
-// caches; for ICLASS the superclass (and includer on 3.2+). DATA, FILE and
-// IMEMO objects have no references, and the generic instance variables of
-// non-OBJECT types are left out.
+// out, as dump_all does): for OBJECT, ARRAY, HASH, STRUCT, STRING,
+// REGEXP, MATCH, RATIONAL and COMPLEX exactly as dump_all writes them; for
+// CLASS and MODULE the superclass, the attached object of a singleton
+// class, instance variables (and class variables), constants, the class
+// path, the method table and the call caches; for ICLASS the superclass,
+// includer and method table; the generic instance variables of any object;
+// DATA, IMEMO and FILE as dump_graph.go decodes them. References found by
+// a conservative scan are listed again in "conservative_references".
 //
-// Roots: "vm" holds the Thread objects and Object, BasicObject and Kernel
-// (through which every named class and constant is reached);
-// "global_tbl" the values of global variables; "machine_context" every
-// heap pointer found on the threads' VM stacks (a conservative scan of the
-// value stack and the control frames, as Ruby scans machine stacks). The
-// machine stacks and registers of native threads are not scanned.
+// Roots: "vm" holds the Thread objects, Object, BasicObject and Kernel
+// (through which every named class and constant is reached) and what the
+// rb_vm_t and main ractor hold; "global_tbl" the values of global
+// variables; "global_symbols" the symbol table; "machine_context" what
+// the threads' machine stacks and registers point at (with
+// opt.Registers). Each Thread references the values on its VM stack.
 func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if err := v.Supports(layout.FeatureDump); err != nil {
 		return nil, err
@@ -436,7 +442,7 @@ func (d *dumper) roots() []dumpRoot {
 			out = append(out, dumpRoot{name, refs})
 		}
 	}
-	var vmRefs, stackRefs []uint64
+	var vmRefs []uint64
 	ths, _ := d.v.ReadThreads(nil)
 	for _, th := range ths {
 		vmRefs = append(vmRefs, th.Self)
@@ -451,16 +457,7 @@ func (d *dumper) roots() []dumpRoot {
 	keep("vm", append(vmRefs, d.vmRoots()...))
 	keep("global_tbl", d.v.globalValues())
 	keep("global_symbols", d.symbolRoots())
-	seen := map[uint64]bool{}
-	for _, th := range ths {
-		for _, val := range d.v.vmStackValues(th.Addr) {
-			if !seen[val] {
-				seen[val] = true
-				stackRefs = append(stackRefs, val)
-			}
-		}
-	}
-	keep("machine_context", stackRefs)
+	keep("machine_context", d.machineContext(ths))
 	return out
 }
 
@@ -1066,4 +1063,50 @@ func appendCG(b []byte, f float64, alt bool) []byte {
 		out = append(append([]byte(nil), mant...), exp...)
 	}
 	return append(b, out...)
+}
+
+// maxMachineStack bounds the bytes of one thread's machine stack scanned.
+const maxMachineStack = 64 << 20
+
+// redZone is the bytes below a thread's stack pointer a leaf function may
+// use without moving it (the x86_64 System V ABI).
+const redZone = 128
+
+// machineContext returns what the threads' machine stacks (from each
+// stopped thread's stack pointer, less the red zone, to the stack start
+// Ruby recorded in its execution context) and registers point at among
+// live objects, as Ruby's GC marks them conservatively.
+func (d *dumper) machineContext(ths []Thread) []uint64 {
+	L := d.L
+	if d.opt.Registers == nil || L.ECMachineStart < 0 {
+		return nil
+	}
+	var out []uint64
+	seen := map[uint64]bool{}
+	add := func(v uint64) {
+		if !seen[v] && d.live(v) {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	for _, th := range ths {
+		regs, ok := d.opt.Registers(th.TID)
+		if !ok {
+			continue
+		}
+		for _, r := range regs.Values() {
+			add(r)
+		}
+		ec, err := d.v.m.u64(at(th.Addr, L.ThreadEC))
+		if err != nil || ec == 0 {
+			continue
+		}
+		start, err := d.v.m.u64(at(ec, L.ECMachineStart))
+		lo := (regs.RSP - redZone) &^ 7
+		if err != nil || start <= lo || start-lo > maxMachineStack {
+			continue
+		}
+		d.scanMem(lo, start-lo, add) //nolint:errcheck // an unreadable stack adds what was read
+	}
+	return out
 }

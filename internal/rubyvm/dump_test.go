@@ -14,6 +14,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
@@ -98,9 +99,9 @@ func TestHeapDumpMatchesDumpAll(t *testing.T) {
 			var out bytes.Buffer
 			var st *rubyvm.DumpStats
 			var took time.Duration
-			err := testvm.Paused(t, vm, func() (err error) {
+			err := testvm.PausedWithRegisters(t, vm, func(regs func(int) (target.Regs, bool)) (err error) {
 				start := time.Now()
-				st, err = vm.HeapDump(&out, rubyvm.DumpOptions{})
+				st, err = vm.HeapDump(&out, rubyvm.DumpOptions{Registers: regs})
 				took = time.Since(start)
 				return err
 			})
