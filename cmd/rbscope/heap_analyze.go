@@ -165,10 +165,13 @@ type heapHopJSON struct {
 	Class   string `json:"class"`
 	Desc    string `json:"desc"`
 	Memsize uint64 `json:"memsize"`
+	// Conservative: the previous hop holds this one only through a word
+	// a conservative scan found.
+	Conservative bool `json:"conservative,omitempty"`
 }
 
 func toHeapHopJSON(g *heap.Graph, h heap.Hop) heapHopJSON {
-	return heapHopJSON{heapHex(h.Address), h.Type, h.Class, h.Desc, g.Memsize(h.Index)}
+	return heapHopJSON{heapHex(h.Address), h.Type, h.Class, h.Desc, g.Memsize(h.Index), h.Conservative}
 }
 
 func newHeapPathCmd() *cobra.Command {
@@ -243,7 +246,11 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 				fmt.Fprintf(w, "\npath %d: %d objects from root %s\n", k+1, len(p.Hops), p.Root)
 				var rows [][]string
 				for _, h := range p.Hops {
-					rows = append(rows, []string{heapHex(h.Address), h.Type, heapOrNone(h.Class), h.Desc})
+					desc := h.Desc
+					if h.Conservative {
+						desc = "(conservative) " + desc
+					}
+					rows = append(rows, []string{heapHex(h.Address), h.Type, heapOrNone(h.Class), desc})
 				}
 				var b strings.Builder
 				printTable(&b, []string{"ADDRESS", "TYPE", "CLASS", "DESC"}, rows, []bool{false, false, false, false})
@@ -257,7 +264,7 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 		},
 	}
 	c.Flags().IntVar(&n, "all", 1, "print up to N paths, one per holder, shortest first")
-	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"address", "type", "class", "desc", "memsize", "holders", "paths": [{"root", "hops": [{"address", "type", "class", "desc", "memsize"}]}]}`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"address", "type", "class", "desc", "memsize", "holders", "paths": [{"root", "hops": [{"address", "type", "class", "desc", "memsize", "conservative"}]}]}`)
 	return c
 }
 

@@ -34,6 +34,9 @@ type Graph struct {
 	bigMem   map[uint32]uint64
 	refStart []uint32 // Len()+1 entries
 	refs     []uint32
+	// cons holds the references found by a conservative scan, as
+	// from<<32|to
+	cons map[uint64]struct{}
 
 	types     []string
 	classAddr []uint64 // class slot -> address
@@ -92,6 +95,7 @@ func Load(r io.Reader, name string) (*Graph, error) {
 	siteIndex := map[Site]uint32{}
 	var refAddrs []uint64
 	var rootRefs [][]uint64
+	consAddrs := map[uint32][]uint64{} // object -> its conservative references
 	var lastType string
 	var lastCode uint8
 	var lastClass uint64
@@ -221,6 +225,9 @@ func Load(r io.Reader, name string) (*Graph, error) {
 		}
 
 		refAddrs = append(refAddrs, rec.References...)
+		if len(rec.Conservative) > 0 {
+			consAddrs[uint32(n)] = append([]uint64(nil), rec.Conservative...)
+		}
 		if len(refAddrs) >= math.MaxUint32 {
 			return nil, &Error{File: name, Line: rd.Line(), Msg: "too many references"}
 		}
@@ -254,6 +261,16 @@ func Load(r io.Reader, name string) (*Graph, error) {
 	refAddrs = nil
 	for k, addrs := range rootRefs {
 		g.Roots[k].Refs = resolve(make([]uint32, 0, len(addrs)), addrs)
+	}
+	if len(consAddrs) > 0 {
+		g.cons = map[uint64]struct{}{}
+		for i, addrs := range consAddrs {
+			for _, a := range addrs {
+				if j, ok := g.Lookup(a); ok {
+					g.cons[uint64(i)<<32|uint64(j)] = struct{}{}
+				}
+			}
+		}
 	}
 
 	// Name the classes.
@@ -399,6 +416,19 @@ func (g *Graph) Memsize(i int) uint64 {
 
 // Refs returns the objects object i references (do not modify).
 func (g *Graph) Refs(i int) []uint32 { return g.refs[g.refStart[i]:g.refStart[i+1]] }
+
+// Conservative reports whether object from references object to only
+// through a word a conservative scan found (see Record.Conservative).
+func (g *Graph) Conservative(from, to int) bool {
+	if g.cons == nil {
+		return false
+	}
+	_, ok := g.cons[uint64(from)<<32|uint64(to)]
+	return ok
+}
+
+// NumConservative returns how many references are conservative.
+func (g *Graph) NumConservative() int { return len(g.cons) }
 
 // NumRefs returns the number of references between objects.
 func (g *Graph) NumRefs() int { return len(g.refs) }

@@ -12,6 +12,9 @@ type Hop struct {
 	Type    string `json:"type"`
 	Class   string `json:"class"`
 	Desc    string `json:"desc"`
+	// Conservative says the previous hop references this one only
+	// through a word a conservative scan found.
+	Conservative bool `json:"conservative,omitempty"`
 }
 
 // Path is a chain from a root to an object: Root (the ROOT line's name,
@@ -42,30 +45,79 @@ func (g *Graph) Holders(target int) []int {
 // Paths answers "who holds this": up to n shortest paths from the roots to
 // object target, one per direct holder (a root set that references the
 // object itself, or an object that does), shortest first. The path to a
-// holder never passes through the target itself. Paths returns nothing
-// when no root reaches the target (garbage not yet collected).
+// holder never passes through the target itself. Paths go through exact
+// references where they can: a path needs a conservative reference (see
+// Graph.Conservative) only when no other reaches that holder, and its hops
+// say so. Paths returns nothing when no root reaches the target (garbage
+// not yet collected).
 func Paths(g *Graph, target, n int) []Path {
 	if n <= 0 {
 		return nil
 	}
-	const unseen = math.MaxUint32
 	N := g.Len()
-	// parent[i]: the object i was reached from, or N+k for root k.
+	var direct []Path
+	for _, r := range g.Roots {
+		if slices.Contains(r.Refs, uint32(target)) && !slices.ContainsFunc(direct, func(p Path) bool { return p.Root == r.Name }) {
+			direct = append(direct, Path{Root: r.Name, Hops: []Hop{g.Hop(target)}})
+		}
+	}
+	exact := g.parents(target, false)
+	var all []uint32 // computed when a holder needs it
+	paths := direct
+	for _, h := range g.Holders(target) {
+		if len(paths) >= n && len(paths[0].Hops) == 1 {
+			break // enough paths of length 1 already
+		}
+		if h == target {
+			continue
+		}
+		parent := exact
+		if exact[h] == unseen || g.Conservative(h, target) {
+			if all == nil {
+				all = g.parents(target, true)
+			}
+			parent = all
+		}
+		if parent[h] == unseen {
+			continue
+		}
+		chain := []int{target}
+		x := uint32(h)
+		for x < uint32(N) {
+			chain = append(chain, int(x))
+			x = parent[x]
+		}
+		p := Path{Root: g.Roots[int(x)-N].Name}
+		for i := len(chain) - 1; i >= 0; i-- {
+			hop := g.Hop(chain[i])
+			hop.Conservative = i < len(chain)-1 && g.Conservative(chain[i+1], chain[i])
+			p.Hops = append(p.Hops, hop)
+		}
+		paths = append(paths, p)
+	}
+	slices.SortStableFunc(paths, func(a, b Path) int { return len(a.Hops) - len(b.Hops) })
+	if len(paths) > n {
+		paths = paths[:n]
+	}
+	return paths
+}
+
+const unseen = math.MaxUint32
+
+// parents runs a breadth-first search from the roots that never enters
+// target and returns, for each object, the object it was first reached
+// from (N+k for root k; unseen if none), following conservative
+// references only when withConservative is set.
+func (g *Graph) parents(target int, withConservative bool) []uint32 {
+	N := g.Len()
 	parent := make([]uint32, N)
 	for i := range parent {
 		parent[i] = unseen
 	}
-	var direct []Path
 	queue := make([]uint32, 0, 1024)
 	for k, r := range g.Roots {
 		for _, o := range r.Refs {
-			if int(o) == target {
-				if !slices.ContainsFunc(direct, func(p Path) bool { return p.Root == r.Name }) {
-					direct = append(direct, Path{Root: r.Name, Hops: []Hop{g.Hop(target)}})
-				}
-				continue
-			}
-			if parent[o] == unseen {
+			if int(o) != target && parent[o] == unseen {
 				parent[o] = uint32(N + k)
 				queue = append(queue, o)
 			}
@@ -74,37 +126,11 @@ func Paths(g *Graph, target, n int) []Path {
 	for q := 0; q < len(queue); q++ {
 		v := queue[q]
 		for _, w := range g.Refs(int(v)) {
-			if int(w) != target && parent[w] == unseen {
+			if int(w) != target && parent[w] == unseen && (withConservative || !g.Conservative(int(v), int(w))) {
 				parent[w] = v
 				queue = append(queue, w)
 			}
 		}
 	}
-	queue = nil
-	paths := direct
-	for _, h := range g.Holders(target) {
-		if len(paths) >= n && len(paths[0].Hops) == 1 {
-			break // enough paths of length 1 already
-		}
-		if h == target || parent[h] == unseen {
-			continue
-		}
-		var chain []int
-		x := uint32(h)
-		for x < uint32(N) {
-			chain = append(chain, int(x))
-			x = parent[x]
-		}
-		p := Path{Root: g.Roots[int(x)-N].Name}
-		for i := len(chain) - 1; i >= 0; i-- {
-			p.Hops = append(p.Hops, g.Hop(chain[i]))
-		}
-		p.Hops = append(p.Hops, g.Hop(target))
-		paths = append(paths, p)
-	}
-	slices.SortStableFunc(paths, func(a, b Path) int { return len(a.Hops) - len(b.Hops) })
-	if len(paths) > n {
-		paths = paths[:n]
-	}
-	return paths
+	return parent
 }

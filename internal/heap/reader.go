@@ -35,7 +35,11 @@ type Record struct {
 	// (IMEMO, hidden objects).
 	Class      uint64
 	References []uint64
-	Memsize    uint64
+	// Conservative lists the references found by a conservative scan
+	// (rbscope's "conservative_references": words that point at an object
+	// in memory whose layout is not known, which may be stale).
+	Conservative []uint64
+	Memsize      uint64
 	// Name is a CLASS or MODULE's name (absent for anonymous ones).
 	Name string
 	// RealClassName is what a singleton class's instances answer to
@@ -59,8 +63,8 @@ type Record struct {
 }
 
 func (r *Record) reset() {
-	refs, val := r.References[:0], r.Value[:0]
-	*r = Record{References: refs, Value: val}
+	refs, cons, val := r.References[:0], r.Conservative[:0], r.Value[:0]
+	*r = Record{References: refs, Conservative: cons, Value: val}
 }
 
 // Reader reads the records of a dump_all file one line at a time.
@@ -376,11 +380,17 @@ func (p *parser) field(key []byte) string {
 			rec.Generation = n
 		}
 	case "references":
+		rec.References = rec.References[:0]
 		if p.isNull() {
-			rec.References = rec.References[:0]
 			return ""
 		}
-		return p.references()
+		return p.addresses("references", &rec.References)
+	case "conservative_references":
+		rec.Conservative = rec.Conservative[:0]
+		if p.isNull() {
+			return ""
+		}
+		return p.addresses("conservative_references", &rec.Conservative)
 	default:
 		if !p.skipValue() {
 			return errSyntax
@@ -405,14 +415,13 @@ func (p *parser) strField(key []byte) (s []byte, ok bool, msg string) {
 	return s, true, ""
 }
 
-func (p *parser) references() string {
-	rec := p.rec
-	rec.References = rec.References[:0]
+// addresses parses a list of addresses (the field key) into dst.
+func (p *parser) addresses(key string, dst *[]uint64) string {
 	if p.pos >= len(p.buf) || p.buf[p.pos] != '[' {
 		if !p.skipValue() {
 			return errSyntax
 		}
-		return "references is not a list"
+		return key + " is not a list"
 	}
 	p.pos++
 	return p.members(']', func() string {
@@ -421,13 +430,13 @@ func (p *parser) references() string {
 			return errSyntax
 		}
 		if !isStr {
-			return "references: not a string"
+			return key + ": not a string"
 		}
 		a, err := parseAddress(s)
 		if err != nil {
 			return fmt.Sprintf("bad reference %q", s)
 		}
-		rec.References = append(rec.References, a)
+		*dst = append(*dst, a)
 		return ""
 	})
 }

@@ -1,0 +1,57 @@
+package heap
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPathsPreferExactReferences: a path goes through a conservative
+// reference only when no exact one reaches the holder, and says so.
+func TestPathsPreferExactReferences(t *testing.T) {
+	// vm -> 0x10 (thread) -conservative-> 0x40 (target's holder) -> 0x50
+	// vm -> 0x20 -> 0x30 -> 0x40: longer, but exact.
+	// 0x60 holds 0x70 only conservatively, and 0x70 holds 0x50.
+	dump := `{"type":"ROOT", "root":"vm", "references":["0x10", "0x20", "0x60"]}
+{"address":"0x10", "type":"DATA", "references":["0x40"], "conservative_references":["0x40"], "memsize":40}
+{"address":"0x20", "type":"ARRAY", "references":["0x30"], "memsize":40}
+{"address":"0x30", "type":"HASH", "references":["0x40"], "memsize":40}
+{"address":"0x40", "type":"OBJECT", "references":["0x50"], "memsize":40}
+{"address":"0x50", "type":"STRING", "value":"target", "memsize":40}
+{"address":"0x60", "type":"DATA", "references":["0x70"], "conservative_references":["0x70"], "memsize":40}
+{"address":"0x70", "type":"OBJECT", "references":["0x50"], "memsize":40}
+`
+	g, err := Load(strings.NewReader(dump), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := func(a uint64) int {
+		i, ok := g.Lookup(a)
+		if !ok {
+			t.Fatalf("%#x not loaded", a)
+		}
+		return i
+	}
+	if g.NumConservative() != 2 || !g.Conservative(idx(0x10), idx(0x40)) || g.Conservative(idx(0x30), idx(0x40)) {
+		t.Fatalf("conservative references: %d, 0x10->0x40 %v, 0x30->0x40 %v",
+			g.NumConservative(), g.Conservative(idx(0x10), idx(0x40)), g.Conservative(idx(0x30), idx(0x40)))
+	}
+	paths := Paths(g, idx(0x50), 5)
+	var got []string
+	for _, p := range paths {
+		var hops []string
+		for _, h := range p.Hops {
+			s := strings.ToLower(h.Type)
+			if h.Conservative {
+				s = "~" + s
+			}
+			hops = append(hops, s)
+		}
+		got = append(got, p.Root+": "+strings.Join(hops, " "))
+	}
+	want := []string{"vm: data ~object string", "vm: array hash object string"}
+	// One path per holder: 0x70 is reached only conservatively (from 0x60);
+	// 0x40 through the exact chain, though the conservative one is shorter.
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("paths = %q, want %q", got, want)
+	}
+}
