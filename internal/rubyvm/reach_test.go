@@ -175,22 +175,32 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 					t.Errorf("the program did not report marker %s", k)
 				}
 			}
-			// heap path names the chain Proc -> env -> String.
-			if i, ok := mine.Lookup(parseAddr(t, rep.Markers["proc"])); ok {
-				paths := heap.Paths(mine, i, 3)
+			// heap path names the holder chains.
+			for _, c := range []struct{ marker, chain string }{
+				{"proc", "DATA proc -> IMEMO env -> STRING"},
+				{"fiber_local", "DATA VM/thread -> STRING"},
+				{"thread_var", "DATA VM/thread -> HASH size 1 -> STRING"},
+				{"cvar", "CLASS CvarHolder -> STRING"},
+				{"generic_ivar", `STRING "marker carrier" -> STRING`},
+				{"literal", "IMEMO iseq -> STRING"},
+			} {
+				i, ok := mine.Lookup(parseAddr(t, rep.Markers[c.marker]))
+				if !ok {
+					continue // said above
+				}
 				var chains []string
 				found := false
-				for _, p := range paths {
+				for _, p := range heap.Paths(mine, i, 3) {
 					var hops []string
 					for _, h := range p.Hops {
-						hops = append(hops, h.Type+" "+h.Desc)
+						hops = append(hops, strings.TrimSpace(h.Type+" "+h.Desc))
 					}
 					chain := strings.Join(hops, " -> ")
 					chains = append(chains, p.Root+": "+chain)
-					found = found || strings.Contains(chain, "DATA proc -> IMEMO env -> STRING")
+					found = found || strings.Contains(chain, c.chain)
 				}
 				if !found {
-					t.Errorf("no path through DATA proc -> IMEMO env to the proc's marker: %q", chains)
+					t.Errorf("%s: no path through %s: %q", c.marker, c.chain, chains)
 				}
 			}
 		})
