@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -195,18 +196,27 @@ classes and modules, superclass), after ROOT lines. 'rbscope heap diff/path/
 top' and other dump_all tools read it.
 
 References are what Ruby's GC marks from each object (its class left out,
-as dump_all does), decoded fully for OBJECT, ARRAY, HASH, STRUCT, STRING,
-SYMBOL, REGEXP, MATCH, RATIONAL and COMPLEX; for classes and modules the
-superclass, instance variables and constants, not method tables; DATA,
-FILE and IMEMO objects have none. Roots: "vm" (the Thread objects, Object,
-BasicObject, Kernel), "global_tbl" (global variables) and
-"machine_context" (heap pointers found on the threads' VM stacks).
+as dump_all does): the core types exactly as dump_all writes them; classes'
+superclass, instance and class variables, constants, method tables and call
+caches; generic instance variables; Procs and Bindings through their
+environments; Threads' fiber-locals and VM stacks; method entries,
+instruction sequences (their literals, call data and inline caches), and
+typed data of other kinds by a conservative scan of their struct. Words
+found by a conservative scan are listed again in "conservative_references";
+'rbscope heap path' goes through them only when nothing else holds the
+object, and says so. Roots: "vm" (the Thread objects, Object, BasicObject,
+Kernel, what the VM struct holds), "global_tbl" (global variables),
+"global_symbols" (the symbol table) and "machine_context" (what the
+threads' machine stacks and registers point at).
 
 The file is written under a temporary name and renamed when complete; a
 path that cannot be written is refused before the process is touched. The
-process is paused (ptrace) for the walk and always resumed; --nonblocking
-walks without pausing it, skipping (and counting) objects torn by the
-running program. A one-line summary goes to stderr.`,
+process stands still (ptrace) only while its writable memory is copied,
+then runs again while the copy is decoded; the summary on stderr says how
+long it stood still ("paused N ms") and how much was copied. A copy that
+would not fit in the machine's available memory is refused before the
+process stops: --nonblocking then walks the running process without a
+copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to stderr.`,
 		Example: `  rbscope heap dump -p 4242 -o heap.json
   rbscope heap top heap.json`,
 		Args: noArgs,
@@ -252,30 +262,23 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	}
 	bw := bufio.NewWriterSize(out, 1<<20)
 	var st *rubyvm.DumpStats
-	var took time.Duration
-	vm.PrepareHeapDump()
-	dump := func() (err error) {
-		start := time.Now()
-		st, err = vm.HeapDump(bw, opts)
-		if err == nil {
-			err = bw.Flush()
-		}
-		took = time.Since(start)
-		return err
-	}
+	var ss rubyvm.SnapshotStats
+	start := time.Now()
 	if pause {
-		err = t.WhilePaused(nil, func(s *target.Stopped) error {
-			opts.Registers = func(tid int) (target.Regs, bool) {
-				r, err := s.Regs(tid)
-				return r, err == nil
-			}
-			return dump()
-		})
+		st, ss, err = vm.HeapDumpSnapshot(t, bw, opts)
 	} else {
-		err = dump()
+		vm.PrepareHeapDump()
+		st, err = vm.HeapDump(bw, opts)
 	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	took := time.Since(start)
 	if opts.Progress != nil {
 		fmt.Fprintln(os.Stderr)
+	}
+	if errors.Is(err, target.ErrSnapshotTooBig) {
+		return fmt.Errorf("pid %d: %w; --nonblocking dumps it without a copy", pid, err)
 	}
 	if err != nil {
 		return fmt.Errorf("pid %d: %w", pid, err)
@@ -284,7 +287,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 		return err
 	}
 	noteAdjusted(vm)
-	paused := "paused " + took.Round(time.Millisecond).String()
+	paused := fmt.Sprintf("paused %d ms to copy %d MB, decoded in %v", ss.Paused.Milliseconds(), ss.Bytes>>20, took.Round(time.Millisecond))
 	if !pause {
 		paused = fmt.Sprintf("not paused (took %v), %d objects skipped as torn", took.Round(time.Millisecond), st.Skipped)
 	} else if st.Skipped > 0 {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
@@ -125,7 +126,16 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 // returns how many pages could not be read (their bodies stay nil).
 func (d *dumper) copyPages() (skipped int) {
 	d.bodies = make([][]byte, len(d.pages))
+	sl, isSnap := d.v.m.t.(interface {
+		Slice(addr uint64, n int) ([]byte, bool)
+	})
 	for i, p := range d.pages {
+		if isSnap { // already a copy: use it in place
+			if b, ok := sl.Slice(p.start, int(p.slotSize*p.total)); ok {
+				d.bodies[i] = b
+				continue
+			}
+		}
 		body := make([]byte, int(p.slotSize*p.total))
 		if target.ReadFull(d.v.m.t, body, p.start) != nil {
 			skipped++
@@ -1109,4 +1119,42 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 		d.scanMem(lo, start-lo, add) //nolint:errcheck // an unreadable stack adds what was read
 	}
 	return out
+}
+
+// SnapshotStats says what HeapDumpSnapshot's copy cost the process.
+type SnapshotStats struct {
+	Paused time.Duration // how long its threads stood still
+	Bytes  int64         // the memory copied meanwhile
+}
+
+// HeapDumpSnapshot is HeapDump of a live process that stands still only
+// while its memory is copied (target.Live.Snapshot): it runs again before
+// anything is decoded, and the dump is decoded from the copy, with the
+// machine_context root from the registers the copy kept. v must read l.
+func (v *VM) HeapDumpSnapshot(l *target.Live, w io.Writer, opt DumpOptions) (*DumpStats, SnapshotStats, error) {
+	if err := v.Supports(layout.FeatureDump); err != nil {
+		return nil, SnapshotStats{}, err
+	}
+	v.PrepareHeapDump()
+	snap, err := l.Snapshot()
+	if err != nil {
+		return nil, SnapshotStats{}, err
+	}
+	defer snap.Close()
+	ss := SnapshotStats{Paused: snap.Paused, Bytes: snap.Bytes}
+	opt.Registers = snap.Registers
+	st, err := v.WithTarget(snap).HeapDump(w, opt)
+	return st, ss, err
+}
+
+// WithTarget returns a VM that reads the same process through t (a
+// snapshot of it): it keeps what v found (the layout, the globals it
+// located), not what it cached of memory.
+func (v *VM) WithTarget(t target.Target) *VM {
+	w := *v
+	w.T = t
+	w.m = mem{t: t}
+	w.fsBases = nil
+	w.ForgetCaches()
+	return &w
 }

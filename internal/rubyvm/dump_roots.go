@@ -131,10 +131,12 @@ func (v *VM) findGlobalTbl() uint64 { return v.locate("rb_global_tbl") }
 
 // PrepareHeapDump finds, before the process is paused, what HeapDump
 // would otherwise look for (by reading machine code) while it is: the
-// global variable table and the global symbols.
+// global variable table, the global symbols and the generic instance
+// variables' table.
 func (v *VM) PrepareHeapDump() {
 	v.findGlobalTbl()
 	v.globalSymbols()
+	v.locate("generic_iv_tbl_")
 }
 
 // plausibleGlobalTbl checks that addr holds an rb_id_table whose first

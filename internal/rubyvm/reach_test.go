@@ -15,7 +15,6 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
-	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // reachReport is what testdata/heap_reach.rb writes about itself.
@@ -82,10 +81,7 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			p.WaitReport(t, &rep, 60*time.Second)
 			vm, _ := readThreads(t, p.PID(), true)
 			var out bytes.Buffer
-			err := testvm.PausedWithRegisters(t, vm, func(regs func(int) (target.Regs, bool)) (err error) {
-				_, err = vm.HeapDump(&out, rubyvm.DumpOptions{Registers: regs})
-				return err
-			})
+			_, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

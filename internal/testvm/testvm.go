@@ -42,22 +42,3 @@ func Paused(t testing.TB, vm *rubyvm.VM, read func() error) error {
 	}
 	return l.WhilePaused(nil, func(*target.Stopped) error { return read() })
 }
-
-// PausedWithRegisters is Paused whose read also gets the stopped threads'
-// registers (for rubyvm.DumpOptions.Registers).
-func PausedWithRegisters(t testing.TB, vm *rubyvm.VM, read func(regs func(tid int) (target.Regs, bool)) error) error {
-	t.Helper()
-	l, ok := vm.T.(*target.Live)
-	if !ok {
-		t.Fatalf("%T is not a live target", vm.T)
-	}
-	return l.WhilePaused(nil, func(s *target.Stopped) error { return read(Registers(s)) })
-}
-
-// Registers returns the register reader of a stopped session.
-func Registers(s *target.Stopped) func(tid int) (target.Regs, bool) {
-	return func(tid int) (target.Regs, bool) {
-		r, err := s.Regs(tid)
-		return r, err == nil
-	}
-}

@@ -1,0 +1,172 @@
+package target
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// bigString starts a Ruby process holding a 48 MB String of 'A's and
+// returns it once it says so.
+func bigString(t *testing.T) *exec.Cmd {
+	t.Helper()
+	rb := testruby.Rubies(t)[0]
+	cmd := exec.Command(rb.Bin, "-e", `$big = "A" * (48 << 20); puts "ready"; $stdout.flush; sleep`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the program said %q, %v", line, err)
+	}
+	return cmd
+}
+
+// procStatus returns a field of /proc/PID/status.
+func procStatus(t *testing.T, pid int, field string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// TestSnapshotCopiesWritableMemory: the copy holds the program's String,
+// reads of untouched memory give the zeros the process reads, read-only
+// mappings are read through, and the process runs again.
+func TestSnapshotCopiesWritableMemory(t *testing.T) {
+	cmd := bigString(t)
+	l, err := Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// The process is stopped (SIGSTOP) around the snapshot so that its
+	// memory cannot change before it is compared with the copy.
+	if err := unix.Kill(cmd.Process.Pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Logf("paused %v to copy %d MB in %d ranges", s.Paused, s.Bytes>>20, len(s.runs))
+	if s.Bytes < 48<<20 || s.Paused <= 0 {
+		t.Errorf("copied %d bytes, paused %v", s.Bytes, s.Paused)
+	}
+	if tr := procStatus(t, cmd.Process.Pid, "TracerPid"); tr != "0" {
+		t.Errorf("process still traced by %s", tr)
+	}
+	// Every mapping reads the same through the snapshot as from the
+	// process: writable ones from the copy or as zeros, read-only ones
+	// through.
+	maps, _ := s.Mappings()
+	var sawString, sawReadOnly bool
+	for _, m := range maps {
+		if !strings.Contains(m.Perms, "r") || m.Path == "[vvar]" || m.Path == "[vsyscall]" || m.End-m.Start > 256<<20 {
+			continue
+		}
+		want := make([]byte, m.End-m.Start)
+		got := make([]byte, m.End-m.Start)
+		if _, err := l.ReadAt(want, m.Start); err != nil {
+			continue // a guard page or the like
+		}
+		if _, err := s.ReadAt(got, m.Start); err != nil {
+			t.Errorf("%x-%x %s %s: %v", m.Start, m.End, m.Perms, m.Path, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%x-%x %s %s reads otherwise through the snapshot", m.Start, m.End, m.Perms, m.Path)
+		}
+		sawString = sawString || bytes.Contains(got, bytes.Repeat([]byte("A"), 1<<20))
+		sawReadOnly = sawReadOnly || (!strings.Contains(m.Perms, "w") && bytes.Equal(got, want))
+	}
+	if !sawString || !sawReadOnly {
+		t.Errorf("the String in the copy: %v; a read-only mapping read through: %v", sawString, sawReadOnly)
+	}
+	if err := unix.Kill(cmd.Process.Pid, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.HasPrefix(procStatus(t, cmd.Process.Pid, "State"), "T") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := procStatus(t, cmd.Process.Pid, "State"); strings.HasPrefix(st, "t") || strings.HasPrefix(st, "T") {
+		t.Errorf("process left stopped after SIGCONT: %s", st)
+	}
+}
+
+// TestSnapshotTooBig: a copy that would not fit is refused before the
+// process stops.
+func TestSnapshotTooBig(t *testing.T) {
+	cmd := bigString(t)
+	l, err := Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	availableMemory = func() (int64, bool) { return 16 << 20, true }
+	defer func() { availableMemory = memAvailable }()
+	stops := 0
+	beforeCopyBatch = func() { stops++ }
+	defer func() { beforeCopyBatch = nil }()
+	_, err = l.Snapshot()
+	if !errors.Is(err, ErrSnapshotTooBig) {
+		t.Fatalf("err = %v, want ErrSnapshotTooBig", err)
+	}
+	t.Log(err)
+	if stops != 0 {
+		t.Errorf("%d copies began", stops)
+	}
+	if tr := procStatus(t, cmd.Process.Pid, "TracerPid"); tr != "0" {
+		t.Errorf("process traced by %s", tr)
+	}
+}
+
+// TestSnapshotTargetDies: a process that ends during the copy leaves no
+// snapshot and an error that says so.
+func TestSnapshotTargetDies(t *testing.T) {
+	cmd := bigString(t)
+	pid := cmd.Process.Pid
+	l, err := Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	beforeCopyBatch = func() {
+		unix.Kill(pid, unix.SIGKILL)
+		// Wait until its memory is gone (a zombie).
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && !strings.HasPrefix(procStatus(t, pid, "State"), "Z") {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { beforeCopyBatch = nil }()
+	s, err := l.Snapshot()
+	if s != nil || !errors.Is(err, ErrExited) {
+		t.Fatalf("snapshot %v, err %v; want none and ErrExited", s != nil, err)
+	}
+	t.Log(err)
+}
