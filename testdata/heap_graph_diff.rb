@@ -4,13 +4,26 @@
 # (the dumps' paths, ARGV[1] and ARGV[2]), "leaky" (how many), "site"
 # ("file:line" where the Leaky objects were allocated)}.
 #
-#   ruby testdata/heap_graph_diff.rb REPORT BEFORE AFTER
+#   ruby testdata/heap_graph_diff.rb REPORT BEFORE AFTER [EXTRA]
+#
+# EXTRA (default 0) adds that many more objects (Strings, small Arrays and
+# Objects, a third each, all in $extra) before the first dump, for
+# bench/heap_scale.sh's dumps of millions of objects; "last_leaky" reports
+# the address of the last Leaky object, for `heap path`.
 #
 # Allocation tracing is on from the start, so the dumps carry file/line.
 require "objspace"
 require "json"
 
 report, before, after = ARGV.fetch(0), ARGV.fetch(1), ARGV.fetch(2)
+extra = Integer(ARGV.fetch(3, "0"))
+$extra = Array.new(extra) do |i|
+  case i % 3
+  when 0 then "extra #{i}"
+  when 1 then [i, i]
+  else Object.new
+  end
+end
 
 class Leaky
   def initialize(i)
@@ -30,5 +43,6 @@ File.open(after, "w") { |f| ObjectSpace.dump_all(output: f) }
 
 tmp = report + ".tmp"
 File.write(tmp, JSON.generate({ "pid" => Process.pid, "version" => RUBY_VERSION, "before" => before,
-                                "after" => after, "leaky" => LEAKY, "site" => site }))
+                                "after" => after, "leaky" => LEAKY, "site" => site,
+                                "last_leaky" => JSON.parse(ObjectSpace.dump($leak.last)).fetch("address") }))
 File.rename(tmp, report)

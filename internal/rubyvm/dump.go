@@ -55,6 +55,7 @@ type DumpOptions struct {
 // DumpStats says what HeapDump wrote.
 type DumpStats struct {
 	Objects uint64 // object lines
+	Shapes  uint64 // SHAPE lines (3.3+)
 	Roots   int    // ROOT lines
 	// Skipped are objects left out because their memory did not hold
 	// together (only expected when the process runs during the walk).
@@ -102,6 +103,11 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
 		if err := d.flush(false); err != nil {
+			return &d.stats, err
+		}
+	}
+	if d.L.DumpShapes == 1 && d.shapeList != 0 {
+		if err := d.shapeLines(); err != nil {
 			return &d.stats, err
 		}
 	}
@@ -1157,4 +1163,92 @@ func (v *VM) WithTarget(t target.Target) *VM {
 	w.fsBases = nil
 	w.ForgetCaches()
 	return &w
+}
+
+// shapeLines writes a SHAPE line for every object shape, as dump_all does
+// (3.3+): id, parent_id (not for a root), depth, shape_type, edge_name
+// (an instance variable's), edges and memsize (the shape and its table of
+// edges, unless it has a single child kept in place).
+func (d *dumper) shapeLines() error {
+	L := d.L
+	if L.ShapeTreeNextID < 0 || L.ShapeParentID < 0 || L.ShapeEdges < 0 {
+		return nil
+	}
+	tree, err := d.v.m.u64(d.v.locate("rb_shape_tree_ptr"))
+	if err != nil || tree == 0 {
+		return nil
+	}
+	b, err := d.read(at(tree, L.ShapeTreeNextID), 4)
+	if err != nil {
+		return nil
+	}
+	n := uint64(binary.LittleEndian.Uint32(b))
+	if n > maxShapeID {
+		return nil
+	}
+	size := uint64(L.ShapeSize)
+	all, err := d.read(d.shapeList, int(n*size))
+	if err != nil {
+		return nil
+	}
+	shapes := append([]byte(nil), all...)
+	shape := func(id uint64) []byte { return shapes[id*size : (id+1)*size] }
+	for id := uint64(0); id < n; id++ {
+		s := shape(id)
+		typ := int64(s[L.ShapeType])
+		d.buf = append(d.buf, `{"address":`...)
+		d.buf = appendAddr(d.buf, d.shapeList+id*size)
+		d.buf = append(d.buf, `, "type":"SHAPE"`...)
+		d.field("id", id)
+		if typ != L.ShapeRoot {
+			d.field("parent_id", uint64(le32(s, L.ShapeParentID)))
+		}
+		depth := uint64(1)
+		for p := uint64(le32(s, L.ShapeParentID)); p < n && depth <= n; p = uint64(le32(shape(p), L.ShapeParentID)) {
+			depth++
+		}
+		d.field("depth", depth)
+		name := ""
+		switch typ {
+		case L.ShapeRoot:
+			name = "ROOT"
+		case L.ShapeIvar:
+			name = "IVAR"
+		case L.ShapeFrozen:
+			name = "FROZEN"
+		case L.ShapeTObject:
+			name = "T_OBJECT"
+		case L.ShapeTooComplex:
+			name = "OBJ_TOO_COMPLEX"
+		}
+		d.strField("shape_type", name)
+		if typ == L.ShapeIvar {
+			id := le64(s, L.ShapeEdgeName)
+			ivar, err := d.v.idName(id)
+			if err != nil {
+				ivar = "ID_INTERNAL(" + strconv.FormatUint(id>>uint64(L.IDScopeShift), 10) + ")"
+			}
+			d.buf = append(d.buf, `,"edge_name":`...) // sic: dump_all writes no space here
+			d.buf = appendJSONString(d.buf, []byte(ivar))
+		}
+		edges, memsize := uint64(0), size
+		switch e := le64(s, L.ShapeEdges); {
+		case e == 0:
+		case e&1 != 0: // a single child, tagged in place of a table
+			edges = 1
+		default:
+			if h, err := d.read(e, int(max(L.IDTableNum, L.IDTableCapa)+4)); err == nil {
+				edges = uint64(le32(h, L.IDTableNum))
+				memsize += uint64(L.IDTableSize) + uint64(le32(h, L.IDTableCapa))*uint64(L.IDItemSize)
+			}
+		}
+		d.field("edges", edges)
+		d.field("memsize", memsize)
+		d.buf = append(d.buf, "}\n"...)
+		d.stats.Shapes++
+		if err := d.flush(false); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,10 +2,12 @@ package rubyvm_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,16 +120,18 @@ func TestHeapDumpMatchesDumpAll(t *testing.T) {
 			}
 			defer f.Close()
 			theirs, _ := readDump(t, f, rubyDump)
-			if uint64(len(mine)) != st.Objects {
-				t.Errorf("%d object lines, stats say %d", len(mine), st.Objects)
+			if uint64(len(mine)) != st.Objects+st.Shapes {
+				t.Errorf("%d object and shape lines, stats say %d and %d", len(mine), st.Objects, st.Shapes)
 			}
 
 			// Nearly the same objects overall (the dump and the report
 			// allocate, the GC after them frees).
 			common := 0
+			compareShapes(t, out.Bytes(), rubyDump)
 			for a, o := range theirs {
-				if o.Type == "SHAPE" { // Ruby 3.3 dumps its object shapes too
+				if o.Type == "SHAPE" { // compared above
 					delete(theirs, a)
+					delete(mine, a)
 				}
 			}
 			for a := range theirs {
@@ -312,4 +316,50 @@ func checkGraph(t *testing.T, dump []byte, rep *dumpReport, rubyDump string) {
 	if !found {
 		t.Errorf("the hash of arrays is not among the 200 biggest retainers")
 	}
+}
+
+// shapeLines returns a dump's SHAPE lines (3.3+) by shape id.
+func shapeLines(t *testing.T, dump []byte) map[uint64]map[string]any {
+	t.Helper()
+	out := map[uint64]map[string]any{}
+	for _, line := range bytes.Split(dump, []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"type":"SHAPE"`)) {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("SHAPE line %q: %v", line, err)
+		}
+		out[uint64(m["id"].(float64))] = m
+	}
+	return out
+}
+
+// compareShapes checks that every shape of Ruby's own dump has a SHAPE
+// line in rbscope's with the same fields (the program may have made
+// more shapes since).
+func compareShapes(t *testing.T, mine []byte, rubyDump string) {
+	t.Helper()
+	b, err := os.ReadFile(rubyDump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, ours := shapeLines(t, b), shapeLines(t, mine)
+	if len(theirs) == 0 {
+		if len(ours) > 0 {
+			t.Errorf("%d SHAPE lines, dump_all wrote none", len(ours))
+		}
+		return
+	}
+	bad := 0
+	for id, want := range theirs {
+		got := ours[id]
+		if !reflect.DeepEqual(got, want) {
+			bad++
+			if bad <= 5 {
+				t.Errorf("shape %d: %v, dump_all %v", id, got, want)
+			}
+		}
+	}
+	t.Logf("%d of dump_all's %d SHAPE lines compared, %d differ (rbscope wrote %d)", len(theirs), len(theirs), bad, len(ours))
 }

@@ -325,6 +325,19 @@ type Layout struct {
 	ShapeTreeList    int64 `dwarf:"off:rb_shape_tree_t.shape_list,optional" need:"dump"`
 	ShapeTooComplex  int64 `dwarf:"enum:SHAPE_OBJ_TOO_COMPLEX,optional" need:"dump"`
 	ShapeFlagShift   int64 `macro:"32"`
+	// what dump_all's SHAPE lines say of each shape (3.3+)
+	ShapeParentID   int64 `dwarf:"off:rb_shape.parent_id,optional" need:"dump"`
+	ShapeEdgeName   int64 `dwarf:"off:rb_shape.edge_name,optional" need:"dump"`
+	ShapeEdges      int64 `dwarf:"off:rb_shape.edges,optional" need:"dump"`
+	ShapeTreeNextID int64 `dwarf:"off:rb_shape_tree_t.next_shape_id,optional" need:"dump"`
+	ShapeRoot       int64 `dwarf:"enum:SHAPE_ROOT,optional" need:"dump"`
+	ShapeIvar       int64 `dwarf:"enum:SHAPE_IVAR,optional" need:"dump"`
+	ShapeFrozen     int64 `dwarf:"enum:SHAPE_FROZEN,optional" need:"dump"`
+	ShapeTObject    int64 `dwarf:"enum:SHAPE_T_OBJECT,optional" need:"dump"`
+	// DumpShapes: dump_all writes SHAPE lines (3.3+)
+	DumpShapes  int64 `macro:"1,2.7=0,3.0=0,3.1=0,3.2=0"`
+	IDTableNum  int64 `dwarf:"off:rb_id_table.num" need:"dump"`
+	IDTableSize int64 `dwarf:"size:rb_id_table" need:"dump"`
 
 	// hashes: an ar_table (up to 8 pairs) behind a pointer (3.1) or in the
 	// slot right after struct RHash (3.3), or an st_table
