@@ -21,8 +21,12 @@
 #   literal       a String literal inside a method's instructions
 #   const_in_cls  a constant of an anonymous class held by a Proc
 #
+# It also keeps an ObjectSpace::WeakMap with one entry whose key and value
+# an Array holds.
+#
 # The program writes DUMP after a full GC, then REPORT (renamed into place)
-# as JSON: {"pid", "version", "markers": {name: address}}. Then GC is
+# as JSON: {"pid", "version", "markers": {name: address}, "weak": {"map",
+# "key", "value"}}. Then GC is
 # disabled and the main thread sleeps for good.
 require "objspace"
 require "json"
@@ -114,6 +118,15 @@ def make_anon(markers)
 end
 $keep_anon = make_anon(markers)
 
+# A WeakMap's entries are weak references: reported apart, not held by it.
+wm_key = +"weak map key"
+wm_val = +"weak map value"
+$weak_map = ObjectSpace::WeakMap.new
+$weak_map[wm_key] = wm_val
+$weak_held = [wm_key, wm_val]
+weak = { "map" => addr($weak_map), "key" => addr(wm_key), "value" => addr(wm_val) }
+wm_key = wm_val = nil
+
 5.times { JSON.generate(markers) } # churn the C stack
 GC.start
 File.open(dump, "w") { |f| ObjectSpace.dump_all(output: f) }
@@ -126,7 +139,7 @@ end
 lit = nil
 
 tmp = report + ".tmp"
-File.write(tmp, JSON.generate({ "pid" => Process.pid, "version" => RUBY_VERSION, "markers" => markers }))
+File.write(tmp, JSON.generate({ "pid" => Process.pid, "version" => RUBY_VERSION, "markers" => markers, "weak" => weak }))
 File.rename(tmp, report)
 GC.start
 GC.disable

@@ -181,6 +181,7 @@ type dumper struct {
 	buf       []byte              // JSON not yet written
 	refs      []uint64            // references of the current object
 	cons      []uint64            // its conservative references (see dump_graph.go)
+	weak      []uint64            // its weak references (a WeakMap's keys and values)
 	body      []byte              // the iseq body being decoded
 	genIV     map[uint64][]uint64 // generic instance variables by object
 	dataTypes map[uint64]string   // rb_data_type_t -> wrap_struct_name
@@ -500,6 +501,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	v := d.v
 	d.refs = d.refs[:0]
 	d.cons = d.cons[:0]
+	d.weak = d.weak[:0]
 	d.klass = le64(slot, L.RBasicKlass)
 	if typ == d.tImemo || typ == d.tNode {
 		d.klass = 0
@@ -582,6 +584,11 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	if len(cons) > 0 {
 		d.buf = append(d.buf, `, "conservative_references":[`...)
 		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(d.weak) > 0 {
+		d.buf = append(d.buf, `, "weak_references":[`...)
+		d.buf = appendAddrs(d.buf, d.weak)
 		d.buf = append(d.buf, ']')
 	}
 	d.field("memsize", memsize)

@@ -212,6 +212,8 @@ func (d *dumper) data(slot []byte) {
 		if arr != 0 && n <= maxDumpElems {
 			d.scanMem(arr, n*8, d.refLive) //nolint:errcheck // a torn list adds what was read
 		}
+	case name == "weakmap":
+		d.weakMap(block, dataAddr)
 	case dataKinds[name]:
 		if block != nil {
 			scan(block, d.refLive)
@@ -731,4 +733,65 @@ func (v *VM) plausibleGenericTbl(c uint64) bool {
 		checked++
 	}
 	return checked > 0
+}
+
+// weakMap adds an ObjectSpace::WeakMap's keys and values as weak
+// references: they do not keep the objects alive.
+func (d *dumper) weakMap(block []byte, data uint64) {
+	L := d.L
+	off, indirect := L.WeakMapTable, true // 3.3+: the entries point at the VALUEs
+	if off < 0 {
+		off, indirect = L.WeakMapWmap2Obj, false
+	}
+	if off < 0 {
+		return
+	}
+	var tbl uint64
+	if block != nil { // embedded in the slot
+		if int64(len(block)) < off+8 {
+			return
+		}
+		tbl = le64(block, off)
+	} else {
+		b, err := d.read(at(data, off), 8)
+		if err != nil {
+			return
+		}
+		tbl = binary.LittleEndian.Uint64(b)
+	}
+	if tbl == 0 {
+		return
+	}
+	h, err := d.read(tbl, int(L.StEntries)+8)
+	if err != nil {
+		return
+	}
+	head := append([]byte(nil), h...)
+	start, bound, entries := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound), le64(head, L.StEntries)
+	if bound < start || bound-start > maxDumpElems/3 {
+		return
+	}
+	esz := uint64(L.StEntrySize)
+	var words []uint64
+	for i := start; i < bound; i++ {
+		e, err := d.read(entries+i*esz, int(esz))
+		if err != nil {
+			return
+		}
+		if le64(e, L.StEntryHash) != ^uint64(0) {
+			words = append(words, le64(e, L.StEntryKey), le64(e, L.StEntryRecord))
+		}
+	}
+	for _, w := range words {
+		if indirect {
+			v, err := d.read(w, 8)
+			if err != nil {
+				continue
+			}
+			w = binary.LittleEndian.Uint64(v)
+		}
+		if w != d.klass && d.live(w) {
+			d.weak = append(d.weak, w)
+		}
+	}
 }

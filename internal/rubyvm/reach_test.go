@@ -2,6 +2,7 @@ package rubyvm_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ type reachReport struct {
 	PID     int               `json:"pid"`
 	Version string            `json:"version"`
 	Markers map[string]string `json:"markers"`
+	Weak    map[string]string `json:"weak"`
 }
 
 // reachable returns the objects reachable from g's roots, by address,
@@ -169,6 +171,24 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			for _, k := range []string{"proc", "literal"} {
 				if _, ok := rep.Markers[k]; !ok {
 					t.Errorf("the program did not report marker %s", k)
+				}
+			}
+			// The WeakMap's key and value are weak references of it, not
+			// references.
+			var wm struct {
+				References []string `json:"references"`
+				Weak       []string `json:"weak_references"`
+			}
+			for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+				if bytes.HasPrefix(line, []byte(`{"address":"`+rep.Weak["map"]+`"`)) {
+					if err := json.Unmarshal(line, &wm); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, k := range []string{"key", "value"} {
+				if !slices.Contains(wm.Weak, rep.Weak[k]) || slices.Contains(wm.References, rep.Weak[k]) {
+					t.Errorf("WeakMap %s: its %s %s is not among its weak references %v alone (references %v)", rep.Weak["map"], k, rep.Weak[k], wm.Weak, wm.References)
 				}
 			}
 			// heap path names the holder chains.

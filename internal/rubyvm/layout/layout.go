@@ -239,11 +239,15 @@ type Layout struct {
 	CCEntrySize          int64 `dwarf:"size:rb_class_cc_entries_entry,optional" need:"dump"`
 	// 3.4+: the VM's lists of objects C code pinned (typed data
 	// "VM/pin_array_list": a chain of VALUE arrays)
-	PinListNext    int64 `dwarf:"off:pin_array_list.next,optional" need:"dump"`
-	PinListLen     int64 `dwarf:"off:pin_array_list.len,optional" need:"dump"`
-	PinListArray   int64 `dwarf:"off:pin_array_list.array,optional" need:"dump"`
-	RFileFptr      int64 `dwarf:"off:RFile.fptr,optional" need:"dump"`
-	ECLocalStorage int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	PinListNext  int64 `dwarf:"off:pin_array_list.next,optional" need:"dump"`
+	PinListLen   int64 `dwarf:"off:pin_array_list.len,optional" need:"dump"`
+	PinListArray int64 `dwarf:"off:pin_array_list.array,optional" need:"dump"`
+	// ObjectSpace::WeakMap: one table of pointers to (key, value) pairs
+	// (3.3+), or wmap2obj mapping keys to values directly
+	WeakMapTable    int64 `dwarf:"off:weakmap.table,optional" need:"dump"`
+	WeakMapWmap2Obj int64 `dwarf:"off:weakmap.wmap2obj,optional" need:"dump"`
+	RFileFptr       int64 `dwarf:"off:RFile.fptr,optional" need:"dump"`
+	ECLocalStorage  int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
 	// ECLocalStorageST: the fiber-locals are an st_table (2.7), not an
 	// rb_id_table
 	ECLocalStorageST int64 `macro:"0,2.7=1"`

@@ -153,6 +153,8 @@ func init() {
 		PinListNext:            -1,
 		PinListLen:             -1,
 		PinListArray:           -1,
+		WeakMapTable:           -1,
+		WeakMapWmap2Obj:        8,
 		RFileFptr:              16,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,

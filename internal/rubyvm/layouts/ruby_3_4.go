@@ -153,6 +153,8 @@ func init() {
 		PinListNext:            0,
 		PinListLen:             8,
 		PinListArray:           16,
+		WeakMapTable:           0,
+		WeakMapWmap2Obj:        -1,
 		RFileFptr:              16,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,
