@@ -20,6 +20,7 @@
 #   cvar          a class variable
 #   literal       a String literal inside a method's instructions
 #   const_in_cls  a constant of an anonymous class held by a Proc
+#   finalizer     a local captured by a finalizer's Proc
 #
 # It also keeps an ObjectSpace::WeakMap with one entry whose key and value
 # an Array holds.
@@ -117,6 +118,14 @@ def make_anon(markers)
   proc { anon }
 end
 $keep_anon = make_anon(markers)
+
+def add_finalizer(markers)
+  held = +"marker held by a finalizer"
+  markers["finalizer"] = addr(held)
+  $finalized = Object.new
+  ObjectSpace.define_finalizer($finalized, proc { held.size })
+end
+add_finalizer(markers)
 
 # A WeakMap's entries are weak references: reported apart, not held by it.
 wm_key = +"weak map key"

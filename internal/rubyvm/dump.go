@@ -474,6 +474,7 @@ func (d *dumper) roots() []dumpRoot {
 	keep("vm", append(vmRefs, d.vmRoots()...))
 	keep("global_tbl", d.v.globalValues())
 	keep("global_symbols", d.symbolRoots())
+	keep("finalizers", d.finalizers())
 	keep("machine_context", d.machineContext(ths))
 	return out
 }

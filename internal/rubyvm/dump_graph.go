@@ -795,3 +795,35 @@ func (d *dumper) weakMap(block []byte, data uint64) {
 		}
 	}
 }
+
+// finalizers returns the finalizers ObjectSpace.define_finalizer
+// registered: the values of the objspace's finalizer table (the objects
+// they finalize are its keys, not held by it).
+func (d *dumper) finalizers() []uint64 {
+	L := d.L
+	if L.ObjspaceFinalizerTable < 0 {
+		return nil
+	}
+	os, err := d.v.objspace()
+	if err != nil {
+		return nil
+	}
+	b, err := d.read(at(os, L.ObjspaceFinalizerTable), 8)
+	if err != nil {
+		return nil
+	}
+	tbl := binary.LittleEndian.Uint64(b)
+	if tbl == 0 {
+		return nil
+	}
+	h, err := d.read(tbl, int(L.StEntries)+8)
+	if err != nil {
+		return nil
+	}
+	saved := d.refs
+	d.refs = nil
+	d.stEntries(append([]byte(nil), h...), false) //nolint:errcheck // a torn table gives what was read
+	vals := d.refs
+	d.refs = saved
+	return vals
+}

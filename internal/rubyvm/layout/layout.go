@@ -268,7 +268,10 @@ type Layout struct {
 	// the GC heap (gc.c): objspace->heap_pages.sorted lists every page, of
 	// every size pool, allocated_pages of them; a page holds total_slots
 	// slots of slot_size bytes (both shorts) from start
-	ObjspaceSortedPages    int64 `dwarf:"off:rb_objspace.heap_pages.sorted" need:"census"`
+	ObjspaceSortedPages int64 `dwarf:"off:rb_objspace.heap_pages.sorted" need:"census"`
+	// the finalizers ObjectSpace.define_finalizer registered: object ->
+	// an Array of them (the "finalizers" root)
+	ObjspaceFinalizerTable int64 `dwarf:"off:rb_objspace.finalizer_table,optional" need:"dump"`
 	ObjspaceAllocatedPages int64 `dwarf:"off:rb_objspace.heap_pages.allocated_pages" need:"census"`
 	// Since 3.4 heap_pages.sorted points at a darray (a length, a capacity,
 	// then the page pointers) instead of a plain array; -1 before.

@@ -168,6 +168,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    248,
+		ObjspaceFinalizerTable: 320,
 		ObjspaceAllocatedPages: 256,
 		SortedDarrayData:       -1,
 		SortedDarrayLen:        -1,

@@ -168,6 +168,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    256,
+		ObjspaceFinalizerTable: 328,
 		ObjspaceAllocatedPages: 264,
 		SortedDarrayData:       -1,
 		SortedDarrayLen:        -1,

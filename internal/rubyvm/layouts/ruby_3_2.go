@@ -168,6 +168,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    1096,
+		ObjspaceFinalizerTable: 1168,
 		ObjspaceAllocatedPages: 1104,
 		SortedDarrayData:       -1,
 		SortedDarrayLen:        -1,

@@ -168,6 +168,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    1208,
+		ObjspaceFinalizerTable: 1280,
 		ObjspaceAllocatedPages: 1216,
 		SortedDarrayData:       -1,
 		SortedDarrayLen:        -1,

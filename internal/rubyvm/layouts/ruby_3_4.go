@@ -168,6 +168,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    832,
+		ObjspaceFinalizerTable: 896,
 		ObjspaceAllocatedPages: 840,
 		SortedDarrayData:       16,
 		SortedDarrayLen:        0,

@@ -169,6 +169,7 @@ func init() {
 		RBasicKlass:            8,
 		BaseSlotSize:           40,
 		ObjspaceSortedPages:    872,
+		ObjspaceFinalizerTable: 936,
 		ObjspaceAllocatedPages: 880,
 		SortedDarrayData:       16,
 		SortedDarrayLen:        0,
