@@ -204,10 +204,12 @@ instruction sequences (their literals, call data and inline caches), and
 typed data of other kinds by a conservative scan of their struct. Words
 found by a conservative scan are listed again in "conservative_references";
 'rbscope heap path' goes through them only when nothing else holds the
-object, and says so. Roots: "vm" (the Thread objects, Object, BasicObject,
-Kernel, what the VM struct holds), "global_tbl" (global variables),
-"global_symbols" (the symbol table) and "machine_context" (what the
-threads' machine stacks and registers point at).
+object, and says so. A WeakMap's entries are "weak_references". On 3.3+
+the object shapes are written as SHAPE lines, as dump_all does. Roots:
+"vm" (the Thread objects, Object, BasicObject, Kernel, what the VM struct
+holds), "global_tbl" (global variables), "global_symbols" (the symbol
+table), "finalizers" and "machine_context" (what the threads' machine
+stacks and registers point at).
 
 The file is written under a temporary name and renamed when complete; a
 path that cannot be written is refused before the process is touched. The

@@ -77,14 +77,17 @@ type DumpStats struct {
 // path, the method table and the call caches; for ICLASS the superclass,
 // includer and method table; the generic instance variables of any object;
 // DATA, IMEMO and FILE as dump_graph.go decodes them. References found by
-// a conservative scan are listed again in "conservative_references".
+// a conservative scan are listed again in "conservative_references"; a
+// WeakMap's entries are "weak_references". On 3.3+ SHAPE lines follow the
+// ROOT lines, as dump_all writes them.
 //
 // Roots: "vm" holds the Thread objects, Object, BasicObject and Kernel
 // (through which every named class and constant is reached) and what the
 // rb_vm_t and main ractor hold; "global_tbl" the values of global
-// variables; "global_symbols" the symbol table; "machine_context" what
-// the threads' machine stacks and registers point at (with
-// opt.Registers). Each Thread references the values on its VM stack.
+// variables; "global_symbols" the symbol table; "finalizers" the
+// finalizer table's values; "machine_context" what the threads' machine
+// stacks and registers point at (with opt.Registers). Each Thread
+// references the values on its VM stack.
 func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if err := v.Supports(layout.FeatureDump); err != nil {
 		return nil, err
