@@ -828,6 +828,18 @@ func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 // stEntries adds the live entries of the st_table whose head is given:
 // keys and values (or only values).
 func (d *dumper) stEntries(head []byte, keys bool) error {
+	return d.stEach(head, func(key, rec uint64) {
+		if keys {
+			d.ref(key)
+		}
+		d.ref(rec)
+	})
+}
+
+// stEach calls fn with the key and record of each live entry of the
+// st_table whose head is given, reading the entries in chunks; fn must not
+// read memory (the chunk is the dumper's scratch buffer).
+func (d *dumper) stEach(head []byte, fn func(key, rec uint64)) error {
 	L := d.L
 	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
 	entries := le64(head, L.StEntries)
@@ -846,14 +858,35 @@ func (d *dumper) stEntries(head []byte, keys bool) error {
 			if le64(e, L.StEntryHash) == ^uint64(0) { // deleted
 				continue
 			}
-			if keys {
-				d.ref(le64(e, L.StEntryKey))
-			}
-			d.ref(le64(e, L.StEntryRecord))
+			fn(le64(e, L.StEntryKey), le64(e, L.StEntryRecord))
 		}
 		i += k
 	}
 	return nil
+}
+
+// stPairs returns the live entries of the st_table whose address is held
+// at ptr (key, record pairs), for tables whose entries lead to more reads.
+func (d *dumper) stPairs(ptr uint64) [][2]uint64 {
+	b, err := d.read(ptr, 8)
+	if err != nil {
+		return nil
+	}
+	return d.stPairsAt(binary.LittleEndian.Uint64(b))
+}
+
+// stPairsAt returns the live entries of the st_table at tbl.
+func (d *dumper) stPairsAt(tbl uint64) [][2]uint64 {
+	if tbl == 0 {
+		return nil
+	}
+	h, err := d.read(tbl, int(d.L.StEntries)+8)
+	if err != nil {
+		return nil
+	}
+	var pairs [][2]uint64
+	d.stEach(append([]byte(nil), h...), func(key, rec uint64) { pairs = append(pairs, [2]uint64{key, rec}) }) //nolint:errcheck // a torn table gives what was read
+	return pairs
 }
 
 // maxShapeID bounds the shape ids read from objects, which may be torn:

@@ -550,50 +550,21 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 	if tblAddr == 0 {
 		return nil
 	}
-	b, err := d.read(tblAddr, 8)
-	if err != nil {
-		return nil
-	}
-	tbl := binary.LittleEndian.Uint64(b)
-	if tbl == 0 {
-		return nil
-	}
-	h, err := d.read(tbl, int(L.StEntries)+8)
-	if err != nil {
-		return nil
-	}
-	head := append([]byte(nil), h...)
-	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
-	entries := le64(head, L.StEntries)
-	if bound < start || bound-start > maxDumpElems/3 {
-		return nil
-	}
-	type pair struct{ obj, rec uint64 }
-	var pairs []pair
-	esz := uint64(L.StEntrySize)
-	for i := start; i < bound; i++ {
-		e, err := d.read(entries+i*esz, int(esz))
-		if err != nil {
-			break
-		}
-		if le64(e, L.StEntryHash) == ^uint64(0) {
-			continue
-		}
-		pairs = append(pairs, pair{le64(e, L.StEntryKey), le64(e, L.StEntryRecord)})
-	}
+	pairs := d.stPairs(tblAddr)
 	out := make(map[uint64][]uint64, len(pairs))
 	for _, p := range pairs {
-		if !d.live(p.obj) {
+		obj, rec := p[0], p[1]
+		if !d.live(obj) {
 			continue
 		}
-		if d.live(p.rec) { // 4.0: the record is a fields object
-			out[p.obj] = append(out[p.obj], p.rec)
+		if d.live(rec) { // 4.0: the record is a fields object
+			out[obj] = append(out[obj], rec)
 			continue
 		}
-		if L.GenIVNumIV < 0 || L.GenIVPtr < 0 || p.rec == 0 {
+		if L.GenIVNumIV < 0 || L.GenIVPtr < 0 || rec == 0 {
 			continue
 		}
-		nb, err := d.read(at(p.rec, L.GenIVNumIV), 4)
+		nb, err := d.read(at(rec, L.GenIVNumIV), 4)
 		if err != nil {
 			continue
 		}
@@ -602,12 +573,12 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 			continue // a too-complex shape's table, or torn
 		}
 		var vals []uint64
-		d.scanMem(at(p.rec, L.GenIVPtr), n*8, func(v uint64) { //nolint:errcheck // a torn record adds what was read
+		d.scanMem(at(rec, L.GenIVPtr), n*8, func(v uint64) { //nolint:errcheck // a torn record adds what was read
 			if d.live(v) {
 				vals = append(vals, v)
 			}
 		})
-		out[p.obj] = vals
+		out[obj] = vals
 	}
 	return out
 }
@@ -746,41 +717,16 @@ func (d *dumper) weakMap(block []byte, data uint64) {
 	if off < 0 {
 		return
 	}
-	var tbl uint64
-	if block != nil { // embedded in the slot
-		if int64(len(block)) < off+8 {
-			return
-		}
-		tbl = le64(block, off)
-	} else {
-		b, err := d.read(at(data, off), 8)
-		if err != nil {
-			return
-		}
-		tbl = binary.LittleEndian.Uint64(b)
+	var pairs [][2]uint64
+	switch {
+	case block == nil:
+		pairs = d.stPairs(at(data, off))
+	case int64(len(block)) >= off+8: // embedded in the slot
+		pairs = d.stPairsAt(le64(block, off))
 	}
-	if tbl == 0 {
-		return
-	}
-	h, err := d.read(tbl, int(L.StEntries)+8)
-	if err != nil {
-		return
-	}
-	head := append([]byte(nil), h...)
-	start, bound, entries := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound), le64(head, L.StEntries)
-	if bound < start || bound-start > maxDumpElems/3 {
-		return
-	}
-	esz := uint64(L.StEntrySize)
 	var words []uint64
-	for i := start; i < bound; i++ {
-		e, err := d.read(entries+i*esz, int(esz))
-		if err != nil {
-			return
-		}
-		if le64(e, L.StEntryHash) != ^uint64(0) {
-			words = append(words, le64(e, L.StEntryKey), le64(e, L.StEntryRecord))
-		}
+	for _, p := range pairs {
+		words = append(words, p[0], p[1])
 	}
 	for _, w := range words {
 		if indirect {
@@ -808,22 +754,9 @@ func (d *dumper) finalizers() []uint64 {
 	if err != nil {
 		return nil
 	}
-	b, err := d.read(at(os, L.ObjspaceFinalizerTable), 8)
-	if err != nil {
-		return nil
+	var vals []uint64
+	for _, p := range d.stPairs(at(os, L.ObjspaceFinalizerTable)) {
+		vals = append(vals, p[1])
 	}
-	tbl := binary.LittleEndian.Uint64(b)
-	if tbl == 0 {
-		return nil
-	}
-	h, err := d.read(tbl, int(L.StEntries)+8)
-	if err != nil {
-		return nil
-	}
-	saved := d.refs
-	d.refs = nil
-	d.stEntries(append([]byte(nil), h...), false) //nolint:errcheck // a torn table gives what was read
-	vals := d.refs
-	d.refs = saved
 	return vals
 }
