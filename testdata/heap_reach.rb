@@ -23,11 +23,12 @@
 #   finalizer     a local captured by a finalizer's Proc
 #
 # It also keeps an ObjectSpace::WeakMap with one entry whose key and value
-# an Array holds.
+# an Array holds, and a class ReachSub < ReachBase (a superclass's list of
+# subclasses is weak).
 #
 # The program writes DUMP after a full GC, then REPORT (renamed into place)
 # as JSON: {"pid", "version", "markers": {name: address}, "weak": {"map",
-# "key", "value"}}. Then GC is
+# "key", "value", "base", "sub"}}. Then GC is
 # disabled and the main thread sleeps for good.
 require "objspace"
 require "json"
@@ -133,7 +134,10 @@ wm_val = +"weak map value"
 $weak_map = ObjectSpace::WeakMap.new
 $weak_map[wm_key] = wm_val
 $weak_held = [wm_key, wm_val]
-weak = { "map" => addr($weak_map), "key" => addr(wm_key), "value" => addr(wm_val) }
+class ReachBase; end
+class ReachSub < ReachBase; end
+weak = { "map" => addr($weak_map), "key" => addr(wm_key), "value" => addr(wm_val),
+         "base" => addr(ReachBase), "sub" => addr(ReachSub) }
 wm_key = wm_val = nil
 
 5.times { JSON.generate(markers) } # churn the C stack

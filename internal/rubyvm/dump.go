@@ -1019,6 +1019,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 	}
 	d.methodTable(slot, ext)
 	d.classCaches(ext)
+	d.subclasses(ext)
 	if ext == 0 {
 		return nil // 3.1: a class without extension marks only its superclass
 	}

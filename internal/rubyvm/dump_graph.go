@@ -760,3 +760,30 @@ func (d *dumper) finalizers() []uint64 {
 	}
 	return vals
 }
+
+// maxSubclasses bounds the subclass list walked for one class.
+const maxSubclasses = 1 << 20
+
+// subclasses adds a class's subclasses (and the iclasses of the classes
+// that include a module) as weak references: the list does not keep them.
+func (d *dumper) subclasses(ext uint64) {
+	L := d.L
+	if ext == 0 || L.ClassExtSubclasses < 0 || L.SubclassKlass < 0 || L.SubclassNext < 0 {
+		return
+	}
+	b, err := d.read(at(ext, L.ClassExtSubclasses), 8)
+	if err != nil {
+		return
+	}
+	size := int(max(L.SubclassKlass, L.SubclassNext) + 8)
+	for e, n := binary.LittleEndian.Uint64(b), 0; e != 0 && e&7 == 0 && n < maxSubclasses; n++ {
+		entry, err := d.read(e, size)
+		if err != nil {
+			return
+		}
+		if k := le64(entry, L.SubclassKlass); k != d.klass && d.live(k) { // 3.1+: the head entry has none
+			d.weak = append(d.weak, k)
+		}
+		e = le64(entry, L.SubclassNext)
+	}
+}

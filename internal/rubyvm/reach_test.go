@@ -174,22 +174,22 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 					t.Errorf("the program did not report marker %s", k)
 				}
 			}
-			// The WeakMap's key and value are weak references of it, not
-			// references.
-			var wm struct {
-				References []string `json:"references"`
-				Weak       []string `json:"weak_references"`
-			}
-			for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
-				if bytes.HasPrefix(line, []byte(`{"address":"`+rep.Weak["map"]+`"`)) {
-					if err := json.Unmarshal(line, &wm); err != nil {
-						t.Fatal(err)
+			// The WeakMap's key and value, and the superclass's subclass,
+			// are weak references, not references.
+			for _, c := range []struct{ holder, held string }{{"map", "key"}, {"map", "value"}, {"base", "sub"}} {
+				var line struct {
+					References []string `json:"references"`
+					Weak       []string `json:"weak_references"`
+				}
+				for _, l := range bytes.Split(out.Bytes(), []byte("\n")) {
+					if bytes.HasPrefix(l, []byte(`{"address":"`+rep.Weak[c.holder]+`"`)) {
+						if err := json.Unmarshal(l, &line); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
-			}
-			for _, k := range []string{"key", "value"} {
-				if !slices.Contains(wm.Weak, rep.Weak[k]) || slices.Contains(wm.References, rep.Weak[k]) {
-					t.Errorf("WeakMap %s: its %s %s is not among its weak references %v alone (references %v)", rep.Weak["map"], k, rep.Weak[k], wm.Weak, wm.References)
+				if a := rep.Weak[c.held]; !slices.Contains(line.Weak, a) || slices.Contains(line.References, a) {
+					t.Errorf("%s %s: its %s %s is not among its weak references %v alone (references %v)", c.holder, rep.Weak[c.holder], c.held, a, line.Weak, line.References)
 				}
 			}
 			// heap path names the holder chains.

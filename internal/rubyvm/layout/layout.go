@@ -242,6 +242,10 @@ type Layout struct {
 	PinListNext  int64 `dwarf:"off:pin_array_list.next,optional" need:"dump"`
 	PinListLen   int64 `dwarf:"off:pin_array_list.len,optional" need:"dump"`
 	PinListArray int64 `dwarf:"off:pin_array_list.array,optional" need:"dump"`
+	// a class's subclasses: a list of entries (weak references)
+	ClassExtSubclasses int64 `dwarf:"off:rb_classext_struct.subclasses,optional" need:"dump"`
+	SubclassKlass      int64 `dwarf:"off:rb_subclass_entry.klass,optional" need:"dump"`
+	SubclassNext       int64 `dwarf:"off:rb_subclass_entry.next,optional" need:"dump"`
 	// ObjectSpace::WeakMap: one table of pointers to (key, value) pairs
 	// (3.3+), or wmap2obj mapping keys to values directly
 	WeakMapTable    int64 `dwarf:"off:weakmap.table,optional" need:"dump"`
