@@ -204,7 +204,8 @@ instruction sequences (their literals, call data and inline caches), and
 typed data of other kinds by a conservative scan of their struct. Words
 found by a conservative scan are listed again in "conservative_references";
 'rbscope heap path' goes through them only when nothing else holds the
-object, and says so. A WeakMap's entries are "weak_references". On 3.3+
+object, and says so. A WeakMap's entries and a class's subclasses are
+"weak_references". On 3.3+
 the object shapes are written as SHAPE lines, as dump_all does. Roots:
 "vm" (the Thread objects, Object, BasicObject, Kernel, what the VM struct
 holds), "global_tbl" (global variables), "global_symbols" (the symbol

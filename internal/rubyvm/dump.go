@@ -78,7 +78,7 @@ type DumpStats struct {
 // includer and method table; the generic instance variables of any object;
 // DATA, IMEMO and FILE as dump_graph.go decodes them. References found by
 // a conservative scan are listed again in "conservative_references"; a
-// WeakMap's entries are "weak_references". On 3.3+ SHAPE lines follow the
+// WeakMap's entries and a class's subclasses are "weak_references". On 3.3+ SHAPE lines follow the
 // ROOT lines, as dump_all writes them.
 //
 // Roots: "vm" holds the Thread objects, Object, BasicObject and Kernel
