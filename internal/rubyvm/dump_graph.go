@@ -20,8 +20,19 @@ import (
 // edges are written among the references and listed again in
 // "conservative_references", so that a reader can tell them apart.
 
-// maxScanBytes bounds one conservative scan of a malloc'd block.
-const maxScanBytes = 64 << 10
+// Bounds on what one object's decoding reads, far above what Ruby makes
+// (a method has hundreds of locals at most, an instruction sequence
+// thousands of instructions), so that torn or hostile lengths cost little.
+const (
+	// maxScanBytes bounds one conservative scan of a malloc'd block.
+	maxScanBytes = 64 << 10
+	// maxEnvWords bounds an environment's values.
+	maxEnvWords = 1 << 16
+	// maxIseqWords bounds an instruction sequence's code.
+	maxIseqWords = 1 << 22
+	// maxIseqEntries bounds its call data, catch table and inline caches.
+	maxIseqEntries = 1 << 20
+)
 
 // refLive adds an exact reference if val is the start of a live slot.
 func (d *dumper) refLive(val uint64) {
@@ -367,7 +378,7 @@ func (d *dumper) imemo(slot []byte, flags uint64) {
 func (d *dumper) env(slot []byte) {
 	L := d.L
 	vals, n := le64(slot, L.EnvEnv), uint64(le32(slot, L.EnvEnvSize))
-	if vals != 0 && n > 0 {
+	if vals != 0 && n > 0 && n <= maxEnvWords {
 		d.scanMem(vals, n*8, d.refLive) //nolint:errcheck // a torn environment adds what was read
 	}
 	ep := le64(slot, L.EnvEP)
@@ -407,14 +418,14 @@ func (d *dumper) iseq(body uint64) {
 	bd := append(d.body[:0], b...)
 	d.body = bd
 	scan(bd, d.refLive)
-	if enc, n := le64(bd, L.BodyIseqEncoded), uint64(le32(bd, L.BodyIseqSize)); enc != 0 && n > 0 {
+	if enc, n := le64(bd, L.BodyIseqEncoded), uint64(le32(bd, L.BodyIseqSize)); enc != 0 && n > 0 && n <= maxIseqWords {
 		d.scanMem(enc, n*8, d.refLive) //nolint:errcheck // a torn iseq adds what was read
 	}
 	if L.BodyCallData >= 0 && L.CallDataSize > 0 {
 		// Call infos and caches (method entries in 2.7's inline caches).
 		// A cache may name a slot freed and reused since, which Ruby's
 		// GC does not follow: only IMEMOs of those kinds count.
-		if cd, n := le64(bd, L.BodyCallData), uint64(le32(bd, L.BodyCISize)); cd != 0 && n > 0 {
+		if cd, n := le64(bd, L.BodyCallData), uint64(le32(bd, L.BodyCISize)); cd != 0 && n > 0 && n <= maxIseqEntries {
 			d.scanMem(cd, n*uint64(L.CallDataSize), func(v uint64) { //nolint:errcheck // as above
 				if s := d.slotAt(v); s != nil && (d.isImemo(s, L.ImemoCallinfo) || d.isImemo(s, L.ImemoCallcache) || d.isImemo(s, L.ImemoMent)) {
 					d.refLive(v)
@@ -426,8 +437,9 @@ func (d *dumper) iseq(body uint64) {
 		if ct := le64(bd, L.BodyCatchTable); ct != 0 {
 			if h, err := d.read(at(ct, L.CatchTableSize), 4); err == nil {
 				// The table is packed: its entries start unaligned.
-				n := uint64(binary.LittleEndian.Uint32(h))
-				d.scanMem(at(ct, L.CatchTableEntry0), n*uint64(L.CatchEntrySize), d.refLive) //nolint:errcheck // as above
+				if n := uint64(binary.LittleEndian.Uint32(h)); n <= maxIseqEntries {
+					d.scanMem(at(ct, L.CatchTableEntry0), n*uint64(L.CatchEntrySize), d.refLive) //nolint:errcheck // as above
+				}
 			}
 		}
 	}
@@ -440,6 +452,7 @@ func (d *dumper) iseq(body uint64) {
 		}
 		// constant caches, once-values: VALUEs or pointers to malloc'd
 		// memory
+		n = min(n, maxIseqEntries)
 		pos := uint64(0)
 		d.scanMem(is, n*uint64(L.ISEntrySize), func(v uint64) { //nolint:errcheck // as above
 			if int64(pos%uint64(L.ISEntrySize)) != L.ISEntryUnmarked {
