@@ -197,13 +197,17 @@ func (d *dumper) data(slot []byte) {
 	case name == "proc" || name == "binding":
 		// rb_proc_t and rb_binding_t begin with the struct rb_block
 		if block == nil {
-			b, err := d.read(dataAddr, int(max(L.ProcSize, L.ProcEP+8)))
+			b, err := d.read(dataAddr, int(max(L.ProcSize, L.ProcEP+8, L.BindingPathObj+8)))
 			if err != nil {
 				return
 			}
 			block = b
 		}
-		d.block(append([]byte(nil), block...))
+		b := append([]byte(nil), block...)
+		d.block(b)
+		if name == "binding" && L.BindingPathObj >= 0 && int64(len(b)) >= L.BindingPathObj+8 {
+			d.refLive(le64(b, L.BindingPathObj))
+		}
 	case name == "VM/thread":
 		d.thread(dataAddr)
 	case name == "VM/pin_array_list" && L.PinListArray >= 0:

@@ -188,6 +188,8 @@ type Layout struct {
 	DataTypeName        int64 `dwarf:"off:rb_data_type_struct.wrap_struct_name,optional" need:"dump"`
 	ProcSize            int64 `dwarf:"size:rb_proc_t,optional" need:"dump"`
 	ProcEP              int64 `dwarf:"off:rb_proc_t.block.as.captured.ep,optional" need:"dump"`
+	// a Binding: its block, then the path of the code it was made in
+	BindingPathObj int64 `dwarf:"off:rb_binding_t.pathobj,optional" need:"dump"`
 	// EnvIndexEnv is VM_ENV_DATA_INDEX_ENV: ep[1] holds the env object
 	// of an environment that has moved to the heap.
 	EnvIndexEnv int64 `macro:"1"`

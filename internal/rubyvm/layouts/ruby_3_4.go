@@ -111,6 +111,7 @@ func init() {
 		DataTypeName:           0,
 		ProcSize:               40,
 		ProcEP:                 8,
+		BindingPathObj:         32,
 		EnvIndexEnv:            1,
 		ImemoEnv:               0,
 		ImemoThrowData:         3,
