@@ -478,6 +478,7 @@ func (d *dumper) roots() []dumpRoot {
 	keep("global_tbl", d.v.globalValues())
 	keep("global_symbols", d.symbolRoots())
 	keep("finalizers", d.finalizers())
+	keep("global_list", d.globalList())
 	keep("machine_context", d.machineContext(ths))
 	return out
 }

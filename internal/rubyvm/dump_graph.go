@@ -325,6 +325,15 @@ func (d *dumper) thread(th uint64) {
 	for _, val := range d.v.vmStackValues(th) {
 		d.refCons(val)
 	}
+	if L.ThreadRootFiber >= 0 && L.FiberSelf >= 0 {
+		if b, err := d.read(at(th, L.ThreadRootFiber), 8); err == nil {
+			if f := binary.LittleEndian.Uint64(b); f != 0 {
+				if b, err := d.read(at(f, L.FiberSelf), 8); err == nil {
+					d.refLive(binary.LittleEndian.Uint64(b))
+				}
+			}
+		}
+	}
 }
 
 // imemoNames are the names dump_all gives the imemo types.
@@ -803,4 +812,51 @@ func (d *dumper) subclasses(ext uint64) {
 		}
 		e = le64(entry, L.SubclassNext)
 	}
+}
+
+// maxGlobalList bounds the registered addresses read.
+const maxGlobalList = 1 << 20
+
+// globalList returns what the addresses C code registered with
+// rb_gc_register_address hold.
+func (d *dumper) globalList() []uint64 {
+	L := d.L
+	if L.GCListVarptr < 0 || L.GCListNext < 0 {
+		return nil
+	}
+	var head uint64
+	switch {
+	case L.VMGlobalObjectList >= 0:
+		vm, err := d.v.vmPtr()
+		if err != nil {
+			return nil
+		}
+		head = at(vm, L.VMGlobalObjectList)
+	case L.ObjspaceGlobalList >= 0:
+		os, err := d.v.objspace()
+		if err != nil {
+			return nil
+		}
+		head = at(os, L.ObjspaceGlobalList)
+	default:
+		return nil
+	}
+	b, err := d.read(head, 8)
+	if err != nil {
+		return nil
+	}
+	var out []uint64
+	size := int(max(L.GCListVarptr, L.GCListNext) + 8)
+	for e, n := binary.LittleEndian.Uint64(b), 0; e != 0 && e&7 == 0 && n < maxGlobalList; n++ {
+		entry, err := d.read(e, size)
+		if err != nil {
+			break
+		}
+		ptr, next := le64(entry, L.GCListVarptr), le64(entry, L.GCListNext)
+		if v, err := d.read(ptr, 8); err == nil {
+			out = append(out, binary.LittleEndian.Uint64(v))
+		}
+		e = next
+	}
+	return out
 }

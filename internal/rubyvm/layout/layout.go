@@ -248,6 +248,15 @@ type Layout struct {
 	ClassExtSubclasses int64 `dwarf:"off:rb_classext_struct.subclasses,optional" need:"dump"`
 	SubclassKlass      int64 `dwarf:"off:rb_subclass_entry.klass,optional" need:"dump"`
 	SubclassNext       int64 `dwarf:"off:rb_subclass_entry.next,optional" need:"dump"`
+	// the addresses C code registered with rb_gc_register_address: a list
+	// in the objspace (before 3.4) or the VM (3.4+) of VALUE pointers
+	ObjspaceGlobalList int64 `dwarf:"off:rb_objspace.global_list,optional" need:"dump"`
+	VMGlobalObjectList int64 `dwarf:"off:rb_vm_struct.global_object_list,optional" need:"dump"`
+	GCListVarptr       int64 `dwarf:"off:gc_list.varptr|global_object_list.varptr,optional" need:"dump"`
+	GCListNext         int64 `dwarf:"off:gc_list.next|global_object_list.next,optional" need:"dump"`
+	// a Thread's root Fiber: its object
+	ThreadRootFiber int64 `dwarf:"off:rb_thread_struct.root_fiber,optional" need:"dump"`
+	FiberSelf       int64 `dwarf:"off:rb_fiber_struct.cont.self,optional" need:"dump"`
 	// ObjectSpace::WeakMap: one table of pointers to (key, value) pairs
 	// (3.3+), or wmap2obj mapping keys to values directly
 	WeakMapTable    int64 `dwarf:"off:weakmap.table,optional" need:"dump"`
