@@ -231,6 +231,9 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	if st.Skipped > 0 || st.SkippedPages > 0 {
 		skipped = fmt.Sprintf("; %d objects and %d heap pages unreadable (not in the core?)", st.Skipped, st.SkippedPages)
 	}
+	if st.BudgetSpent {
+		skipped += "; " + budgetSpent
+	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %d bytes%s\n",
 		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, st.Bytes, skipped)
 	return nil

@@ -240,6 +240,9 @@ copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to
 	return c
 }
 
+// budgetSpent is what a dump whose read budget ran out says.
+const budgetSpent = "its read budget ran out: the process's objects claim far more memory than it holds (corrupt or hostile), and what could not be read is left out"
+
 func heapDump(pid int, outPath string, pause, redact bool) error {
 	// Refuse an unwritable output before touching the target.
 	out, err := output.Create(outPath)
@@ -252,7 +255,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 		return err
 	}
 	defer closeAll()
-	opts := rubyvm.DumpOptions{Nonblocking: !pause, RedactStrings: redact}
+	opts := rubyvm.DumpOptions{RedactStrings: redact}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		last := -1
 		opts.Progress = func(done, total int) {
@@ -298,6 +301,9 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	}
 	if st.SkippedPages > 0 {
 		paused += fmt.Sprintf(", %d heap pages unreadable", st.SkippedPages)
+	}
+	if st.BudgetSpent {
+		paused += "; " + budgetSpent
 	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
 		outPath, st.Objects, st.Roots, pid, vm.Version, st.Bytes, paused)

@@ -204,3 +204,24 @@ func TestHeapDumpNonblocking(t *testing.T) {
 		t.Errorf("target stopped (state %s)", st)
 	}
 }
+
+// TestHeapDumpReadBudget: a process whose Arrays claim 128 GB of elements
+// (testdata/heap_budget.rb) is dumped with a bounded number of reads, and
+// the summary says the budget ran out.
+func TestHeapDumpReadBudget(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "heap_budget.rb", nil)
+	var rep struct{ PID int }
+	p.WaitReport(t, &rep, 60*time.Second)
+	out := filepath.Join(t.TempDir(), "dump.json")
+	_, stderr, code := rbscope(t, "heap", "dump", "-p", fmt.Sprint(p.PID()), "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "read budget ran out") {
+		t.Errorf("stderr %q does not say the read budget ran out", stderr)
+	}
+	if _, err := heap.LoadFile(out); err != nil {
+		t.Errorf("the dump does not load: %v", err)
+	}
+}

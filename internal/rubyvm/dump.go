@@ -38,9 +38,6 @@ type DumpOptions struct {
 	// Progress, when set, is called after each heap page with the number
 	// of pages walked and the total.
 	Progress func(done, total int)
-	// Nonblocking says the process runs during the walk: references are
-	// kept only when they point at a slot of a heap page.
-	Nonblocking bool
 	// RedactStrings leaves out every String's value (its bytesize and
 	// encoding stay), for a dump that leaves the machine. Symbols keep
 	// their names.
@@ -62,7 +59,11 @@ type DumpStats struct {
 	Skipped uint64
 	// SkippedPages are heap pages that could not be read.
 	SkippedPages int
-	Bytes        int64 // bytes written
+	// BudgetSpent says the dump's read budget ran out: what the process's
+	// memory claimed was far more than it holds (a hostile or corrupt
+	// process), and the objects read after were cut short.
+	BudgetSpent bool
+	Bytes       int64 // bytes written
 }
 
 // HeapDump writes every live object of the GC heap to w as one JSON object
@@ -88,10 +89,28 @@ type DumpStats struct {
 // finalizer table's values; "machine_context" what the threads' machine
 // stacks and registers point at (with opt.Registers). Each Thread
 // references the values on its VM stack.
+//
+// The dump's reads are bounded by a budget (see readBudget); a dump that
+// spends it says so in DumpStats.BudgetSpent and leaves out what it could
+// not read.
 func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	if err := v.Supports(layout.FeatureDump); err != nil {
 		return nil, err
 	}
+	maps, err := v.T.Mappings()
+	if err != nil {
+		return nil, err
+	}
+	bt := &budgeted{Target: v.T, left: readBudget(maps)}
+	v = v.WithTarget(bt)
+	st, err := v.heapDump(w, opt)
+	if st != nil {
+		st.BudgetSpent = bt.spent
+	}
+	return st, err
+}
+
+func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	pages, badHeaders, err := v.pageHeaders()
 	if err != nil {
 		return nil, err
@@ -158,10 +177,14 @@ func (d *dumper) copyPages() (skipped int) {
 // slotAt returns the copy of the slot that starts at addr, or nil when
 // addr is not the start of a slot of a page that was read.
 func (d *dumper) slotAt(addr uint64) []byte {
-	i := sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	i := d.lastPage // references often point into the page of the last one
+	if i >= len(d.pages) || addr < d.pages[i].start || addr >= d.pages[i].end() {
+		i = sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	}
 	if i == len(d.pages) || addr < d.pages[i].start || i >= len(d.bodies) || d.bodies[i] == nil {
 		return nil
 	}
+	d.lastPage = i
 	p := d.pages[i]
 	off := addr - p.start
 	if off%uint64(p.slotSize) != 0 {
@@ -177,9 +200,10 @@ type dumper struct {
 	w     io.Writer
 	pages []heapPage
 	// bodies are the copies of the pages' slots (nil: not readable)
-	bodies [][]byte
-	opt    DumpOptions
-	stats  DumpStats
+	bodies   [][]byte
+	lastPage int // the page slotAt found last
+	opt      DumpOptions
+	stats    DumpStats
 
 	buf       []byte              // JSON not yet written
 	refs      []uint64            // references of the current object
@@ -290,14 +314,14 @@ func (d *dumper) read(addr uint64, n int) ([]byte, error) {
 }
 
 // ref adds a reference if val is a heap object other than the class.
+//
+// In a heap that holds together every VALUE an object holds is a live
+// object; a word that is not (memory torn by a running process, or a
+// corrupt or hostile one) is left out, so that garbage costs no output.
 func (d *dumper) ref(val uint64) {
-	if !d.v.isHeapObject(val) || val == d.klass {
-		return
+	if val != d.klass && d.live(val) {
+		d.refs = append(d.refs, val)
 	}
-	if d.opt.Nonblocking && d.slotAt(val) == nil {
-		return
-	}
-	d.refs = append(d.refs, val)
 }
 
 // refWords adds the references among n VALUEs at addr, read in chunks.

@@ -34,13 +34,6 @@ const (
 	maxIseqEntries = 1 << 20
 )
 
-// refLive adds an exact reference if val is the start of a live slot.
-func (d *dumper) refLive(val uint64) {
-	if val != d.klass && d.live(val) {
-		d.refs = append(d.refs, val)
-	}
-}
-
 // refCons adds a conservative reference if val is the start of a live
 // slot.
 func (d *dumper) refCons(val uint64) {
@@ -206,7 +199,7 @@ func (d *dumper) data(slot []byte) {
 		b := append([]byte(nil), block...)
 		d.block(b)
 		if name == "binding" && L.BindingPathObj >= 0 && int64(len(b)) >= L.BindingPathObj+8 {
-			d.refLive(le64(b, L.BindingPathObj))
+			d.ref(le64(b, L.BindingPathObj))
 		}
 	case name == "VM/thread":
 		d.thread(dataAddr)
@@ -223,17 +216,17 @@ func (d *dumper) data(slot []byte) {
 			return
 		}
 		next, n, arr := le64(b, L.PinListNext), le64(b, L.PinListLen), le64(b, L.PinListArray)
-		d.refLive(next)
+		d.ref(next)
 		if arr != 0 && n <= maxDumpElems {
-			d.scanMem(arr, n*8, d.refLive) //nolint:errcheck // a torn list adds what was read
+			d.scanMem(arr, n*8, d.ref) //nolint:errcheck // a torn list adds what was read
 		}
 	case name == "weakmap":
 		d.weakMap(block, dataAddr)
 	case dataKinds[name]:
 		if block != nil {
-			scan(block, d.refLive)
+			scan(block, d.ref)
 		} else if n, ok := d.mallocSize(dataAddr); ok {
-			d.scanMem(dataAddr, n, d.refLive) //nolint:errcheck // an unreadable struct adds nothing
+			d.scanMem(dataAddr, n, d.ref) //nolint:errcheck // an unreadable struct adds nothing
 		}
 	default:
 		if block != nil {
@@ -252,8 +245,8 @@ func (d *dumper) block(b []byte) {
 	if L.ProcEP < 0 || int64(len(b)) < L.ProcEP+16 {
 		return
 	}
-	d.refLive(le64(b, 0))          // captured.self, or as.symbol / as.proc
-	d.refLive(le64(b, L.ProcEP+8)) // captured.code: the iseq or ifunc
+	d.ref(le64(b, 0))          // captured.self, or as.symbol / as.proc
+	d.ref(le64(b, L.ProcEP+8)) // captured.code: the iseq or ifunc
 	d.envOf(le64(b, L.ProcEP))
 }
 
@@ -269,7 +262,7 @@ func (d *dumper) envOf(ep uint64) {
 	}
 	env := binary.LittleEndian.Uint64(b)
 	if s := d.slotAt(env); s != nil && d.isImemo(s, d.L.ImemoEnv) {
-		d.refLive(env)
+		d.ref(env)
 	}
 }
 
@@ -319,7 +312,7 @@ func (d *dumper) thread(th uint64) {
 	}
 	if L.ECStorage >= 0 {
 		if b, err := d.read(at(ec, L.ECStorage), 8); err == nil {
-			d.refLive(binary.LittleEndian.Uint64(b))
+			d.ref(binary.LittleEndian.Uint64(b))
 		}
 	}
 	for _, val := range d.v.vmStackValues(th) {
@@ -329,7 +322,7 @@ func (d *dumper) thread(th uint64) {
 		if b, err := d.read(at(th, L.ThreadRootFiber), 8); err == nil {
 			if f := binary.LittleEndian.Uint64(b); f != 0 {
 				if b, err := d.read(at(f, L.FiberSelf), 8); err == nil {
-					d.refLive(binary.LittleEndian.Uint64(b))
+					d.ref(binary.LittleEndian.Uint64(b))
 				}
 			}
 		}
@@ -373,13 +366,13 @@ func (d *dumper) imemo(slot []byte, flags uint64) {
 	if kind != L.ImemoFields && int64(len(slot)) > L.BaseSlotSize {
 		words = slot[8:L.BaseSlotSize] // the struct; the rest of a bigger slot is stale
 	}
-	scan(words, d.refLive)
+	scan(words, d.ref)
 	switch {
 	case kind == L.ImemoEnv && L.EnvEnv >= 0:
 		d.env(slot)
 	case kind == L.ImemoMent && L.MethodDefSize > 0:
 		if def := le64(slot, L.MEDef); def != 0 {
-			d.scanMem(def, uint64(L.MethodDefSize), d.refLive) //nolint:errcheck // an unreadable definition adds nothing
+			d.scanMem(def, uint64(L.MethodDefSize), d.ref) //nolint:errcheck // an unreadable definition adds nothing
 		}
 	case kind == L.ImemoIseq:
 		d.iseq(le64(slot, L.IseqBody))
@@ -392,7 +385,7 @@ func (d *dumper) env(slot []byte) {
 	L := d.L
 	vals, n := le64(slot, L.EnvEnv), uint64(le32(slot, L.EnvEnvSize))
 	if vals != 0 && n > 0 && n <= maxEnvWords {
-		d.scanMem(vals, n*8, d.refLive) //nolint:errcheck // a torn environment adds what was read
+		d.scanMem(vals, n*8, d.ref) //nolint:errcheck // a torn environment adds what was read
 	}
 	ep := le64(slot, L.EnvEP)
 	if ep == 0 || ep&7 != 0 {
@@ -430,9 +423,9 @@ func (d *dumper) iseq(body uint64) {
 	}
 	bd := append(d.body[:0], b...)
 	d.body = bd
-	scan(bd, d.refLive)
+	scan(bd, d.ref)
 	if enc, n := le64(bd, L.BodyIseqEncoded), uint64(le32(bd, L.BodyIseqSize)); enc != 0 && n > 0 && n <= maxIseqWords {
-		d.scanMem(enc, n*8, d.refLive) //nolint:errcheck // a torn iseq adds what was read
+		d.scanMem(enc, n*8, d.ref) //nolint:errcheck // a torn iseq adds what was read
 	}
 	if L.BodyCallData >= 0 && L.CallDataSize > 0 {
 		// Call infos and caches (method entries in 2.7's inline caches).
@@ -441,7 +434,7 @@ func (d *dumper) iseq(body uint64) {
 		if cd, n := le64(bd, L.BodyCallData), uint64(le32(bd, L.BodyCISize)); cd != 0 && n > 0 && n <= maxIseqEntries {
 			d.scanMem(cd, n*uint64(L.CallDataSize), func(v uint64) { //nolint:errcheck // as above
 				if s := d.slotAt(v); s != nil && (d.isImemo(s, L.ImemoCallinfo) || d.isImemo(s, L.ImemoCallcache) || d.isImemo(s, L.ImemoMent)) {
-					d.refLive(v)
+					d.ref(v)
 				}
 			})
 		}
@@ -451,7 +444,7 @@ func (d *dumper) iseq(body uint64) {
 			if h, err := d.read(at(ct, L.CatchTableSize), 4); err == nil {
 				// The table is packed: its entries start unaligned.
 				if n := uint64(binary.LittleEndian.Uint32(h)); n <= maxIseqEntries {
-					d.scanMem(at(ct, L.CatchTableEntry0), n*uint64(L.CatchEntrySize), d.refLive) //nolint:errcheck // as above
+					d.scanMem(at(ct, L.CatchTableEntry0), n*uint64(L.CatchEntrySize), d.ref) //nolint:errcheck // as above
 				}
 			}
 		}
@@ -469,7 +462,7 @@ func (d *dumper) iseq(body uint64) {
 		pos := uint64(0)
 		d.scanMem(is, n*uint64(L.ISEntrySize), func(v uint64) { //nolint:errcheck // as above
 			if int64(pos%uint64(L.ISEntrySize)) != L.ISEntryUnmarked {
-				d.refLive(v)
+				d.ref(v)
 			}
 			pos += 8
 		})
@@ -530,9 +523,9 @@ func (d *dumper) classCaches(ext uint64) {
 		}
 		n := uint64(int32(le32(h, L.CCEntriesLen)))
 		cme, entries := le64(h, L.CCEntriesCME), le64(h, L.CCEntriesEntries)
-		d.refLive(cme)
+		d.ref(cme)
 		if entries != 0 && n <= 1<<16 {
-			d.scanMem(entries, n*uint64(L.CCEntrySize), d.refLive) //nolint:errcheck // a torn table adds what was read
+			d.scanMem(entries, n*uint64(L.CCEntrySize), d.ref) //nolint:errcheck // a torn table adds what was read
 		}
 	}
 }
@@ -548,7 +541,7 @@ func (d *dumper) idTableValues(tbl uint64) {
 	for i := range capa {
 		it := raw[i*int(L.IDItemSize):]
 		if le32(it, L.IDItemKey) != 0 {
-			d.refLive(le64(it, L.IDItemVal))
+			d.ref(le64(it, L.IDItemVal))
 		}
 	}
 }

@@ -106,7 +106,7 @@ func FuzzHeapDump(f *testing.F) {
 					continue
 				}
 				var out bytes.Buffer
-				d := v.newDumper(&out, []heapPage{{start: base, slotSize: slotSize, total: n}}, DumpOptions{Nonblocking: slotSize == 80})
+				d := v.newDumper(&out, []heapPage{{start: base, slotSize: slotSize, total: n}}, DumpOptions{})
 				d.bodies = [][]byte{data[:n*slotSize]}
 				if v.Layout.ShapeSize > 0 {
 					d.shapeList = base
