@@ -1304,7 +1304,7 @@ func (d *dumper) shapeLines() error {
 		edges, memsize := uint64(0), size
 		switch e := le64(s, L.ShapeEdges); {
 		case e == 0:
-		case e&1 != 0: // a single child, tagged in place of a table
+		case e&uint64(L.ShapeSingleChild) != 0: // a single child in place of a table
 			edges = 1
 		default:
 			if h, err := d.read(e, int(max(L.IDTableNum, L.IDTableCapa)+4)); err == nil {

@@ -30,9 +30,21 @@ const (
 	maxEnvWords = 1 << 16
 	// maxIseqWords bounds an instruction sequence's code.
 	maxIseqWords = 1 << 22
-	// maxIseqEntries bounds its call data, catch table and inline caches.
+	// maxIseqEntries bounds its call data, catch table and inline caches,
+	// and a class's call caches for one method.
 	maxIseqEntries = 1 << 20
+	// maxIvars bounds one object's generic instance variables.
+	maxIvars = 1 << 16
 )
+
+// word reads one word.
+func (d *dumper) word(addr uint64) (uint64, error) {
+	b, err := d.read(addr, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
 
 // refCons adds a conservative reference if val is the start of a live
 // slot.
@@ -74,11 +86,10 @@ func (d *dumper) mallocSize(addr uint64) (n uint64, ok bool) {
 	if addr&7 != 0 || addr < 16 {
 		return 0, false
 	}
-	b, err := d.read(addr-8, 8)
+	hdr, err := d.word(addr - 8)
 	if err != nil {
 		return 0, false
 	}
-	hdr := binary.LittleEndian.Uint64(b)
 	size := hdr &^ 7
 	if size < 32 || size&15 != 0 || size > 1<<40 {
 		return 0, false
@@ -105,12 +116,8 @@ func (d *dumper) typeName(addr uint64) string {
 	}
 	name := ""
 	if addr != 0 && addr&7 == 0 {
-		if b, err := d.read(at(addr, d.L.DataTypeName), 8); err == nil {
-			if p := binary.LittleEndian.Uint64(b); p != 0 {
-				if s, err := d.read(p, 1); err == nil && s[0] != 0 {
-					name = d.cString(p)
-				}
-			}
+		if p, err := d.word(at(addr, d.L.DataTypeName)); err == nil && p != 0 {
+			name = d.cString(p)
 		}
 	}
 	if len(d.dataTypes) < 1<<16 {
@@ -156,21 +163,20 @@ func (d *dumper) data(slot []byte) {
 	if L.RTypedDataType < 0 || L.RTypedDataData < 0 {
 		return
 	}
-	var typePtr uint64
+	typePtr := le64(slot, L.RTypedDataType)
 	typed, embedded := false, false
 	if L.RTypedDataTypedFlag >= 0 {
-		switch le64(slot, L.RTypedDataTypedFlag) {
-		case 1:
-			typed = true
-		case 3: // TYPED_DATA_EMBEDDED (3.3+): the data is in the slot
-			typed, embedded = true, true
+		// typed_flag is 1, or 1|TYPED_DATA_EMBEDDED; an untyped RData
+		// has its dfree there instead
+		switch f := uint64(le64(slot, L.RTypedDataTypedFlag)); f {
+		case 1, 1 | uint64(L.TypedDataEmbedded):
+			typed, embedded = true, f != 1
 		}
-		typePtr = le64(slot, L.RTypedDataType)
-	} else { // no typed_flag (4.0): flags in the type pointer's low bits
-		tp := le64(slot, L.RTypedDataType)
-		typePtr = tp &^ 7
+	} else {
+		// No typed_flag (4.0): typed if the type names itself. Where 4.0
+		// keeps its embedded flag the DWARF does not say: a type pointer
+		// with flag bits in it is not decoded.
 		typed = d.typeName(typePtr) != ""
-		embedded = typed && tp&1 != 0
 	}
 	if !typed {
 		d.scanBlock(le64(slot, L.RTypedDataData))
@@ -242,11 +248,11 @@ func (d *dumper) data(slot []byte) {
 // environment its ep points into.
 func (d *dumper) block(b []byte) {
 	L := d.L
-	if L.ProcEP < 0 || int64(len(b)) < L.ProcEP+16 {
+	if L.ProcEP < 0 || L.ProcSelf < 0 || L.ProcCode < 0 || int64(len(b)) < max(L.ProcEP, L.ProcSelf, L.ProcCode)+8 {
 		return
 	}
-	d.ref(le64(b, 0))          // captured.self, or as.symbol / as.proc
-	d.ref(le64(b, L.ProcEP+8)) // captured.code: the iseq or ifunc
+	d.ref(le64(b, L.ProcSelf)) // captured.self, or as.symbol / as.proc
+	d.ref(le64(b, L.ProcCode)) // captured.code: the iseq or ifunc
 	d.envOf(le64(b, L.ProcEP))
 }
 
@@ -256,11 +262,10 @@ func (d *dumper) envOf(ep uint64) {
 	if ep == 0 || ep&7 != 0 {
 		return
 	}
-	b, err := d.read(at(ep, d.L.EnvIndexEnv*8), 8)
+	env, err := d.word(at(ep, d.L.EnvIndexEnv*8))
 	if err != nil {
 		return
 	}
-	env := binary.LittleEndian.Uint64(b)
 	if s := d.slotAt(env); s != nil && d.isImemo(s, d.L.ImemoEnv) {
 		d.ref(env)
 	}
@@ -283,17 +288,15 @@ func (d *dumper) imemoKind(flags uint64) int64 {
 func (d *dumper) thread(th uint64) {
 	L := d.L
 	d.scanBlock(th)
-	b, err := d.read(at(th, L.ThreadEC), 8)
+	ec, err := d.word(at(th, L.ThreadEC))
 	if err != nil {
 		return
 	}
-	ec := binary.LittleEndian.Uint64(b)
 	if ec == 0 {
 		return
 	}
 	if L.ECLocalStorage >= 0 {
-		if b, err := d.read(at(ec, L.ECLocalStorage), 8); err == nil {
-			tbl := binary.LittleEndian.Uint64(b)
+		if tbl, err := d.word(at(ec, L.ECLocalStorage)); err == nil {
 			switch {
 			case tbl == 0:
 			case L.ECLocalStorageST == 1:
@@ -311,19 +314,17 @@ func (d *dumper) thread(th uint64) {
 		d.scanMem(ec, uint64(L.ECMachineStart), d.refCons) //nolint:errcheck // as above
 	}
 	if L.ECStorage >= 0 {
-		if b, err := d.read(at(ec, L.ECStorage), 8); err == nil {
-			d.ref(binary.LittleEndian.Uint64(b))
+		if w, err := d.word(at(ec, L.ECStorage)); err == nil {
+			d.ref(w)
 		}
 	}
 	for _, val := range d.v.vmStackValues(th) {
 		d.refCons(val)
 	}
 	if L.ThreadRootFiber >= 0 && L.FiberSelf >= 0 {
-		if b, err := d.read(at(th, L.ThreadRootFiber), 8); err == nil {
-			if f := binary.LittleEndian.Uint64(b); f != 0 {
-				if b, err := d.read(at(f, L.FiberSelf), 8); err == nil {
-					d.ref(binary.LittleEndian.Uint64(b))
-				}
+		if f, err := d.word(at(th, L.ThreadRootFiber)); err == nil && f != 0 {
+			if self, err := d.word(at(f, L.FiberSelf)); err == nil {
+				d.ref(self)
 			}
 		}
 	}
@@ -362,9 +363,9 @@ func (d *dumper) imemo(slot []byte, flags uint64) {
 	if kind == L.ImemoTmpbuf {
 		return // a buffer of the C stack's kind: not decoded
 	}
-	words := slot[8:]
+	words := slot[L.RBasicFlags+8:] // every word after the flags
 	if kind != L.ImemoFields && int64(len(slot)) > L.BaseSlotSize {
-		words = slot[8:L.BaseSlotSize] // the struct; the rest of a bigger slot is stale
+		words = words[:L.BaseSlotSize-L.RBasicFlags-8] // the struct; the rest of a bigger slot is stale
 	}
 	scan(words, d.ref)
 	switch {
@@ -391,13 +392,12 @@ func (d *dumper) env(slot []byte) {
 	if ep == 0 || ep&7 != 0 {
 		return
 	}
-	b, err := d.read(at(ep, L.EnvIndexSpecval*8), 16) // specval, flags
-	if err != nil {
+	envFlags, err := d.word(at(ep, L.EnvIndexFlags*8))
+	if err != nil || envFlags&uint64(L.EnvFlagLocal) != 0 {
 		return
 	}
-	specval, envFlags := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
-	if envFlags&uint64(L.EnvFlagLocal) == 0 {
-		d.envOf(specval &^ 3) // VM_ENV_PREV_EP: the guarded pointer
+	if specval, err := d.word(at(ep, L.EnvIndexSpecval*8)); err == nil {
+		d.envOf(specval &^ uint64(L.EnvGuardMask)) // VM_ENV_PREV_EP
 	}
 }
 
@@ -477,11 +477,10 @@ func (d *dumper) methodTable(slot []byte, ext uint64) {
 	case L.RClassMTbl >= 0:
 		tbl = le64(slot, L.RClassMTbl)
 	case L.ClassExtMTbl >= 0 && ext != 0:
-		b, err := d.read(at(ext, L.ClassExtMTbl), 8)
-		if err != nil {
+		var err error
+		if tbl, err = d.word(at(ext, L.ClassExtMTbl)); err != nil {
 			return
 		}
-		tbl = binary.LittleEndian.Uint64(b)
 	}
 	d.idTableValues(tbl)
 }
@@ -494,18 +493,18 @@ func (d *dumper) classCaches(ext uint64) {
 		return
 	}
 	if L.ClassExtCallableMTbl >= 0 {
-		if b, err := d.read(at(ext, L.ClassExtCallableMTbl), 8); err == nil {
-			d.idTableValues(binary.LittleEndian.Uint64(b))
+		if w, err := d.word(at(ext, L.ClassExtCallableMTbl)); err == nil {
+			d.idTableValues(w)
 		}
 	}
 	if L.ClassExtCCTbl < 0 || L.CCEntriesEntries < 0 || L.CCEntrySize <= 0 {
 		return
 	}
-	b, err := d.read(at(ext, L.ClassExtCCTbl), 8)
+	tbl, err := d.word(at(ext, L.ClassExtCCTbl))
 	if err != nil {
 		return
 	}
-	raw, capa, ok := d.v.idTable(binary.LittleEndian.Uint64(b))
+	raw, capa, ok := d.v.idTable(tbl)
 	if !ok {
 		return
 	}
@@ -524,7 +523,7 @@ func (d *dumper) classCaches(ext uint64) {
 		n := uint64(int32(le32(h, L.CCEntriesLen)))
 		cme, entries := le64(h, L.CCEntriesCME), le64(h, L.CCEntriesEntries)
 		d.ref(cme)
-		if entries != 0 && n <= 1<<16 {
+		if entries != 0 && n <= maxIseqEntries {
 			d.scanMem(entries, n*uint64(L.CCEntrySize), d.ref) //nolint:errcheck // a torn table adds what was read
 		}
 	}
@@ -588,7 +587,7 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 			continue
 		}
 		n := uint64(binary.LittleEndian.Uint32(nb))
-		if n > 1<<16 {
+		if n > maxIvars {
 			continue // a too-complex shape's table, or torn
 		}
 		var vals []uint64
@@ -621,8 +620,8 @@ func (d *dumper) vmRoots() []uint64 {
 		d.scanMem(vm, n, add) //nolint:errcheck // what was read is kept
 	}
 	if L := d.L; L.VMRactorMainRactor >= 0 {
-		if b, err := d.read(at(vm, L.VMRactorMainRactor), 8); err == nil {
-			if r := binary.LittleEndian.Uint64(b); r != 0 {
+		if w, err := d.word(at(vm, L.VMRactorMainRactor)); err == nil {
+			if r := w; r != 0 {
 				if n, ok := d.mallocSize(r); ok {
 					d.scanMem(r, n, add) //nolint:errcheck // as above
 				}
@@ -645,8 +644,8 @@ func (d *dumper) symbolRoots() []uint64 {
 		if off < 0 {
 			continue
 		}
-		if b, err := d.read(at(sym, off), 8); err == nil {
-			out = append(out, binary.LittleEndian.Uint64(b))
+		if w, err := d.word(at(sym, off)); err == nil {
+			out = append(out, w)
 		}
 	}
 	return out
@@ -749,11 +748,10 @@ func (d *dumper) weakMap(block []byte, data uint64) {
 	}
 	for _, w := range words {
 		if indirect {
-			v, err := d.read(w, 8)
-			if err != nil {
+			var err error
+			if w, err = d.word(w); err != nil {
 				continue
 			}
-			w = binary.LittleEndian.Uint64(v)
 		}
 		if w != d.klass && d.live(w) {
 			d.weak = append(d.weak, w)
@@ -790,12 +788,12 @@ func (d *dumper) subclasses(ext uint64) {
 	if ext == 0 || L.ClassExtSubclasses < 0 || L.SubclassKlass < 0 || L.SubclassNext < 0 {
 		return
 	}
-	b, err := d.read(at(ext, L.ClassExtSubclasses), 8)
+	first, err := d.word(at(ext, L.ClassExtSubclasses))
 	if err != nil {
 		return
 	}
 	size := int(max(L.SubclassKlass, L.SubclassNext) + 8)
-	for e, n := binary.LittleEndian.Uint64(b), 0; e != 0 && e&7 == 0 && n < maxSubclasses; n++ {
+	for e, n := first, 0; e != 0 && e&7 == 0 && n < maxSubclasses; n++ {
 		entry, err := d.read(e, size)
 		if err != nil {
 			return
@@ -834,20 +832,20 @@ func (d *dumper) globalList() []uint64 {
 	default:
 		return nil
 	}
-	b, err := d.read(head, 8)
+	first, err := d.word(head)
 	if err != nil {
 		return nil
 	}
 	var out []uint64
 	size := int(max(L.GCListVarptr, L.GCListNext) + 8)
-	for e, n := binary.LittleEndian.Uint64(b), 0; e != 0 && e&7 == 0 && n < maxGlobalList; n++ {
+	for e, n := first, 0; e != 0 && e&7 == 0 && n < maxGlobalList; n++ {
 		entry, err := d.read(e, size)
 		if err != nil {
 			break
 		}
 		ptr, next := le64(entry, L.GCListVarptr), le64(entry, L.GCListNext)
-		if v, err := d.read(ptr, 8); err == nil {
-			out = append(out, binary.LittleEndian.Uint64(v))
+		if v, err := d.word(ptr); err == nil {
+			out = append(out, v)
 		}
 		e = next
 	}

@@ -188,6 +188,18 @@ type Layout struct {
 	DataTypeName        int64 `dwarf:"off:rb_data_type_struct.wrap_struct_name,optional" need:"dump"`
 	ProcSize            int64 `dwarf:"size:rb_proc_t,optional" need:"dump"`
 	ProcEP              int64 `dwarf:"off:rb_proc_t.block.as.captured.ep,optional" need:"dump"`
+	// captured.self shares its word with as.symbol and as.proc
+	ProcSelf int64 `dwarf:"off:rb_proc_t.block.as.captured.self,optional" need:"dump"`
+	ProcCode int64 `dwarf:"off:rb_proc_t.block.as.captured.code,optional" need:"dump"`
+	// TypedDataEmbedded is TYPED_DATA_EMBEDDED (3.3+), a bit of
+	// typed_flag (whose other bit says typed): the data is in the slot.
+	TypedDataEmbedded int64 `macro:"2"`
+	// EnvGuardMask is what GC_GUARDED_PTR_REF clears of a guarded pointer
+	// (the previous ep in an environment's specval).
+	EnvGuardMask int64 `macro:"3"`
+	// ShapeSingleChild tags a shape's edges word that holds its one child
+	// in place of a table (SINGLE_CHILD_TAG, 3.3+).
+	ShapeSingleChild int64 `macro:"1"`
 	// a Binding: its block, then the path of the code it was made in
 	BindingPathObj int64 `dwarf:"off:rb_binding_t.pathobj,optional" need:"dump"`
 	// EnvIndexEnv is VM_ENV_DATA_INDEX_ENV: ep[1] holds the env object
