@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,7 +212,19 @@ func TestHeapDumpNonblocking(t *testing.T) {
 // the summary says the budget ran out.
 func TestHeapDumpReadBudget(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "heap_budget.rb", nil)
+	v, err := exec.Command(rb.Bin, "-e", "print RUBY_VERSION").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fam, err := rubyvm.Family(string(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := layouts.For(fam)
+	if L == nil {
+		t.Fatalf("no layout for Ruby %s", v)
+	}
+	p := testruby.Start(t, rb, "heap_budget.rb", nil, fmt.Sprint(L.RArrayHeapLen), fmt.Sprint(L.RArrayHeapPtr))
 	var rep struct{ PID int }
 	p.WaitReport(t, &rep, 60*time.Second)
 	out := filepath.Join(t.TempDir(), "dump.json")
