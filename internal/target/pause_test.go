@@ -1,10 +1,7 @@
 package target
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"strings"
 	"testing"
 )
 
@@ -26,15 +23,7 @@ func TestPauseNeverStopsOtherProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	tracer := func(pid int) string {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-		return "?"
-	}
+	tracer := func(pid int) string { return procStatus(t, pid, "TracerPid") }
 	err = l.WhilePaused([]int{target.Process.Pid, other.Process.Pid, -1, 0}, func(s *Stopped) error {
 		if !s.Threads[target.Process.Pid] {
 			t.Error("setup: the target's own thread was not stopped")
