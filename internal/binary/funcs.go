@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ulikunitz/xz"
+	"github.com/xi2/xz"
 )
 
 // funcSym is one function symbol: its link-time range and its name, kept
@@ -128,6 +128,9 @@ func (im *Image) funcBefore(addr uint64) (funcSym, bool) {
 const (
 	maxMiniDebugBytes    = 8 << 20
 	maxMiniDebugInflated = 32 << 20
+	// maxMiniDebugDict bounds the dictionary its xz stream may ask for
+	// (xz's largest preset uses 64 MB).
+	maxMiniDebugDict = 64 << 20
 )
 
 // miniDebugInfo returns the ELF file a stripped file carries, xz-compressed,
@@ -143,7 +146,9 @@ func (im *Image) miniDebugInfo() *elf.File {
 	if err != nil {
 		return nil
 	}
-	r, err := xz.NewReader(bytes.NewReader(data))
+	// The stream names its dictionary's size, which the decoder allocates:
+	// a few bytes may ask for gigabytes. The decoder refuses past dictMax.
+	r, err := xz.NewReader(bytes.NewReader(data), maxMiniDebugDict)
 	if err != nil {
 		return nil
 	}

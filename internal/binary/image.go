@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -591,10 +590,11 @@ func dwarfOf(ef *elf.File, file any) (*dwarf.Data, string) {
 	return d, ""
 }
 
-// Limits on what debug sections may declare beyond MaxDebugBytes: data
-// the file stores in full must be on its disk (a sparse file claiming a
-// gigabyte of zeros is refused), and a compressed section may expand at
-// most maxDebugInflation times (real DWARF compresses 3 to 8 times).
+// Limits on what debug sections may declare beyond MaxDebugBytes: a
+// section larger than sparseSlack must have no hole (a sparse file
+// claiming a gigabyte of zeros is refused), and a compressed section may
+// expand at most maxDebugInflation times (real DWARF compresses 3 to 8
+// times).
 const (
 	maxDebugInflation = 64
 	sparseSlack       = 1 << 20
@@ -606,7 +606,9 @@ const (
 // returns "" when they are within budget. file is what ef reads (an
 // *os.File gives its allocated size; other readers are in memory).
 func debugOverBudget(ef *elf.File, file any) string {
-	var declared, stored uint64
+	var declared uint64
+	var sparse string
+	f, onDisk := file.(*os.File)
 	for _, s := range ef.Sections {
 		if !debugSection(s.Name) {
 			continue
@@ -620,22 +622,21 @@ func debugOverBudget(ef *elf.File, file any) string {
 				return fmt.Sprintf("%s declares %d bytes from %d compressed (at most %d times)", s.Name, size, s.FileSize, maxDebugInflation)
 			}
 		}
-		if s.Type != elf.SHT_NOBITS {
-			stored += min(s.FileSize, math.MaxUint64-stored)
+		if onDisk && sparse == "" && s.Type != elf.SHT_NOBITS && s.FileSize > sparseSlack && s.Offset <= math.MaxInt64 {
+			// A hole inside the section: zeros the disk does not hold.
+			// (Allocated blocks are no measure: a compressing file system
+			// stores real DWARF in a fraction of its size.) A file system
+			// without holes puts the first one at the end of the file.
+			if hole, err := unix.Seek(int(f.Fd()), int64(s.Offset), unix.SEEK_HOLE); err == nil && uint64(hole) < s.Offset+s.FileSize {
+				sparse = fmt.Sprintf("%s has a hole at offset %d (a sparse file)", s.Name, hole)
+			}
 		}
 		declared += min(size, math.MaxUint64-declared)
 	}
 	if declared > MaxDebugBytes {
 		return fmt.Sprintf("%d bytes declared (at most %d read)", declared, MaxDebugBytes)
 	}
-	if f, ok := file.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && stored > uint64(st.Blocks)*512+sparseSlack {
-				return fmt.Sprintf("%d bytes declared, but the file holds %d on disk (a sparse file)", stored, st.Blocks*512)
-			}
-		}
-	}
-	return ""
+	return sparse
 }
 
 // debugSection tells whether ef.DWARF reads a section of that name: the
@@ -649,6 +650,9 @@ func debugSection(name string) bool {
 // its header ("ZLIB" and a big-endian 64-bit size), or its stored size
 // when the header cannot be read.
 func zdebugSize(s *elf.Section) uint64 {
+	if s.Flags&elf.SHF_COMPRESSED != 0 {
+		return s.Size // debug/elf gives such a section no raw reader
+	}
 	var h [12]byte
 	if _, err := s.ReadAt(h[:], 0); err != nil || string(h[:4]) != "ZLIB" {
 		return s.Size

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,6 +214,27 @@ int main(void) { hidden_work(); return 0; }
 	}
 	if got := name(plain); got == "hidden_work" {
 		t.Error("setup: the stripped file without .gnu_debugdata names the static function")
+	}
+	// A stream that asks for a 1.5 GB dictionary is refused before its
+	// decoder allocates one.
+	greedy, withGreedy := filepath.Join(dir, "greedy.xz"), filepath.Join(dir, "withgreedy")
+	out, err := exec.Command("xz", "-c", "--lzma2=dict=1536MiB", mini).Output()
+	if err != nil {
+		t.Fatalf("setup: xz: %v", err)
+	}
+	if err := os.WriteFile(greedy, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("objcopy", "--strip-all", "--add-section", ".gnu_debugdata="+greedy, full, withGreedy)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := name(withGreedy)
+	runtime.ReadMemStats(&after)
+	if got == "hidden_work" {
+		t.Error("a .gnu_debugdata asking for a 1.5 GB dictionary was decoded")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 256<<20 {
+		t.Errorf("reading it allocated %d MB", grew>>20)
 	}
 }
 

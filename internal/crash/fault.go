@@ -2,6 +2,9 @@ package crash
 
 import (
 	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/unwind"
 )
@@ -21,26 +24,17 @@ func Fault(frames []unwind.Frame, final int) string {
 		if i+1 < len(frames) {
 			in = frames[i+1].Name()
 			if frames[i+1].Function != "" {
-				in += " (" + baseName(frames[i+1].Object) + ")"
+				in += " (" + filepath.Base(frames[i+1].Object) + ")"
 			}
 		}
 		s := fmt.Sprintf("%s at %#x in %s", SignalName(f.Signal.Number), f.Signal.Addr, in)
 		if final > 0 && final != f.Signal.Number {
 			s += fmt.Sprintf("; its handler then ended the process with %s", SignalName(final))
-			if final == 6 {
+			if final == int(unix.SIGABRT) {
 				s += " (Ruby's [BUG] handler aborts)"
 			}
 		}
 		return s
 	}
 	return ""
-}
-
-func baseName(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			return p[i+1:]
-		}
-	}
-	return p
 }

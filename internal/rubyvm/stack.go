@@ -471,7 +471,7 @@ func (v *VM) frameOwner(ep uint64) (uint64, error) {
 			v.owners[meCref] = 0 // a cref: code outside any method
 			return 0, nil
 		}
-		if ep = word(L.EnvIndexSpecval) &^ guardedPtrBits; ep == 0 { // VM_ENV_PREV_EP
+		if ep = word(L.EnvIndexSpecval) &^ uint64(L.EnvGuardMask); ep == 0 { // VM_ENV_PREV_EP
 			return 0, nil
 		}
 	}
@@ -560,11 +560,6 @@ func cfpSP(raw []byte, off int64) uint64 {
 	}
 	return le64(raw, off)
 }
-
-// guardedPtrBits are the low bits GC_GUARDED_PTR sets in a pointer kept in
-// an environment's specval slot (the previous environment), which
-// GC_GUARDED_PTR_REF clears.
-const guardedPtrBits = 3
 
 // ExecLoopFunctions are the native functions one call of which runs Ruby
 // frames up to one marked Frame.ExecEnds: vm_exec (static before 3.0) and
