@@ -73,15 +73,39 @@ func startNativeStack(t *testing.T, rb testruby.Ruby, lib string, extra ...strin
 	p := testruby.Start(t, rb, "native_stack.rb", nil, lib)
 	var rep struct{ PID int }
 	p.WaitReport(t, &rep, 60*time.Second)
-	out, errOut, code := rbscope(t, append([]string{"stack", "--native", "--json", "-p", strconv.Itoa(p.PID())}, extra...)...)
-	if code != 0 {
-		t.Fatalf("stack --native %v: exit %d: %s", extra, code, errOut)
-	}
+	// The report is written just before the main thread calls level1: on
+	// a busy machine it may not sleep yet. Read until it does.
 	var d nativeDump
-	if err := json.Unmarshal([]byte(out), &d); err != nil {
-		t.Fatal(err)
+	for i := 0; ; i++ {
+		out, errOut, code := rbscope(t, append([]string{"stack", "--native", "--json", "-p", strconv.Itoa(p.PID())}, extra...)...)
+		if code != 0 {
+			t.Fatalf("stack --native %v: exit %d: %s", extra, code, errOut)
+		}
+		d = nativeDump{}
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		if mainAsleepInLevel3(d) || i == 100 {
+			return p, d
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return p, d
+}
+
+// mainAsleepInLevel3 tells whether the main thread of native_stack.rb has
+// reached its sleep in level3.
+func mainAsleepInLevel3(d nativeDump) bool {
+	for _, th := range d.Threads {
+		if !th.Main || th.Status != "sleep" {
+			continue
+		}
+		for _, f := range th.Frames {
+			if f.Label == "Object#level3" || f.Label == "level3" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // buildBigFrame builds testdata/native/bigframe.c without frame pointers.

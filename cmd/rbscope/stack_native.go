@@ -110,17 +110,25 @@ func mixThreads(threads []rubyvm.Thread, tids []int, native map[int][]unwind.Fra
 	seen := map[int]bool{}
 	for _, th := range threads {
 		nt := nativeThread{TID: th.TID, Name: th.Name, Ruby: true, Main: th.Main, Status: th.Status, GVL: th.GVL, Error: th.Error}
-		if fs, ok := native[th.TID]; ok && th.TID > 0 {
-			seen[th.TID] = true
+		fs, ok := native[th.TID]
+		nerr, failed := nativeErr[th.TID]
+		switch {
+		case ok && th.TID > 0:
 			m := mixedstack.Merge(th.Frames, fs)
 			nt.Frames = m.Frames
 			if !m.Aligned {
 				nt.RubyPlacement = "after the native frames (the exec loop's frames were not found)"
 			}
-			nt.NativeError = errString(nativeErr[th.TID])
-		} else {
+			nt.NativeError = errString(nerr)
+		case failed && th.TID > 0: // stopped, but its registers could not be read
+			nt.Frames = mixedstack.Merge(th.Frames, nil).Frames
+			nt.NativeError = errString(nerr)
+		default:
 			nt.Frames = mixedstack.Merge(th.Frames, nil).Frames
 			nt.NativeError = "not on a native thread now"
+		}
+		if th.TID > 0 && (ok || failed) {
+			seen[th.TID] = true // not listed again as a native thread
 		}
 		out = append(out, withLargest(nt))
 	}

@@ -24,12 +24,17 @@ type funcSym struct {
 	rank        int8  // nameRank
 }
 
+// maxSymbolName bounds a function name read from a string table (C++
+// names run to a few hundred bytes).
+const maxSymbolName = 4096
+
 // name returns f's name from the string tables strtabs.
 func (f funcSym) name(strtabs [][]byte) string {
 	if int(f.table) >= len(strtabs) || int(f.nameOff) >= len(strtabs[f.table]) {
 		return ""
 	}
 	b := strtabs[f.table][f.nameOff:]
+	b = b[:min(len(b), maxSymbolName)] // a name without its NUL ends here
 	for i, c := range b {
 		if c == 0 {
 			return string(b[:i])

@@ -153,7 +153,8 @@ type Notification struct {
 // threads (a hostile process can hold many threads of deep stacks).
 const reportFrameBudget = 200000
 
-// reportFrameBytes bounds what the Ruby frames of one report may hold
+// reportFrameBytes bounds what the Ruby frames of one report may hold,
+// and again what its native frames may
 // (labels and paths): a hostile process can give every one of
 // reportFrameBudget frames a path of the longest string rbscope reads.
 const reportFrameBytes = 32 << 20
@@ -661,7 +662,8 @@ type nativeState struct {
 }
 
 // readNative takes every thread's registers from the core's NT_PRSTATUS
-// notes and scans its stack for return addresses.
+// notes and unwinds its stack with the code's CFI, keeping at most
+// reportFrameBytes of native frames (the crashing thread's first).
 func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 	var ns nativeState
 	threads, err := notes.threads()
@@ -680,7 +682,15 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 		u = unwind.New(t, maps)
 		defer u.Close()
 	}
-	sort.Slice(threads, func(i, j int) bool { return threads[i].TID < threads[j].TID })
+	// The crashing thread first, for the frame budget; the report lists
+	// them by TID.
+	sort.Slice(threads, func(i, j int) bool {
+		if (threads[i].TID == crashed) != (threads[j].TID == crashed) {
+			return threads[i].TID == crashed
+		}
+		return threads[i].TID < threads[j].TID
+	})
+	budget, cut := reportFrameBytes, 0
 	for _, th := range threads {
 		crashing := th.TID == crashed || len(threads) == 1
 		if crashing {
@@ -693,8 +703,13 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 		if u != nil {
 			frames, err := u.Unwind(unwind.FromTarget(th.Regs))
 			u.Symbolize(frames)
-			for _, f := range frames {
-				nt.Frames = append(nt.Frames, NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size, Signal: f.Signal})
+			for k, f := range frames {
+				nf := NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size, Signal: f.Signal}
+				if budget -= len(nf.Symbol) + len(nf.File) + len(nf.Addr) + 64; budget < 0 {
+					cut += len(frames) - k
+					break
+				}
+				nt.Frames = append(nt.Frames, nf)
 			}
 			if err != nil {
 				nt.Error = err.Error()
@@ -704,6 +719,10 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 			}
 		}
 		ns.threads = append(ns.threads, nt)
+	}
+	sort.Slice(ns.threads, func(i, j int) bool { return ns.threads[i].TID < ns.threads[j].TID })
+	if cut > 0 {
+		ns.problems = append(ns.problems, fmt.Sprintf("native threads: %d frames not kept: their names and paths would pass the report's %d MiB", cut, reportFrameBytes>>20))
 	}
 	return ns
 }

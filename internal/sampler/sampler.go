@@ -138,8 +138,11 @@ func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
 			continue
 		}
 		frames, err := p.unwinder.Unwind(unwind.FromTarget(regs))
-		if errors.Is(err, unwind.ErrUnmapped) || errors.Is(err, unwind.ErrNoCFI) {
-			p.mapsStale = true // perhaps code mapped since the unwinder was made
+		if errors.Is(err, unwind.ErrUnmapped) {
+			// perhaps code mapped since the unwinder was made (code
+			// without CFI, such as YJIT's, is in a known mapping: no
+			// reason to remake it)
+			p.mapsStale = true
 		}
 		p.native[tid] = frames
 	}
@@ -148,8 +151,8 @@ func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
 // prepareNative makes (or remakes, when the mappings changed) the
 // unwinder before a sample, outside any pause.
 func (p *proc) prepareNative() {
+	clear(p.native) // the last sample's stacks never join this one's
 	if p.unwinder != nil && !p.mapsStale {
-		clear(p.native)
 		return
 	}
 	maps, err := p.live.Mappings()
