@@ -1201,6 +1201,7 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 type SnapshotStats struct {
 	Paused time.Duration // how long its threads stood still
 	Bytes  int64         // the memory copied meanwhile
+	Held   int64         // what the copy takes (see target.Snapshot)
 }
 
 // HeapDumpSnapshot is HeapDump of a live process that stands still only
@@ -1217,7 +1218,7 @@ func (v *VM) HeapDumpSnapshot(l *target.Live, w io.Writer, opt DumpOptions) (*Du
 		return nil, SnapshotStats{}, err
 	}
 	defer snap.Close()
-	ss := SnapshotStats{Paused: snap.Paused, Bytes: snap.Bytes}
+	ss := SnapshotStats{Paused: snap.Paused, Bytes: snap.Bytes, Held: snap.Held}
 	opt.Registers = snap.Registers
 	st, err := v.WithTarget(snap).HeapDump(w, opt)
 	return st, ss, err

@@ -6,41 +6,54 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // Snapshot is a copy of a live process's writable memory, taken while all
 // its threads stood still (Live.Snapshot), served as a Target: reads of
-// writable memory come from the copy, as it was at that moment; reads of
-// read-only mappings (code, constants), which cannot change, come from the
-// process. The process runs again as soon as the copy is made, so what is
-// decoded from a Snapshot holds together however long the decoding takes.
+// memory the process had touched come from the copy, as it was at that
+// moment; reads of anonymous memory it had not touched give zeros, as
+// they would have; the rest (code, constants, file pages never written)
+// is read from the process. The process runs again as soon as the copy
+// is made, so what is decoded from a Snapshot holds together however long
+// the decoding takes.
 type Snapshot struct {
 	l    *Live
 	maps []Mapping
 	tids []int
 	regs map[int]Regs
 	runs []snapRun // sorted by addr, disjoint
+	bad  []uint64  // pages that could not be copied, sorted
 	// arena holds the runs' data, mapped outside Go's heap
 	arena []byte
-	// Bytes is how many bytes were copied; Paused how long the threads
-	// stood still.
-	Bytes  int64
-	Paused time.Duration
+	// Bytes is how many bytes were copied, Held the memory the copy takes
+	// (its arena's resident pages: the gaps inside runs take none);
+	// Paused how long the threads stood still (from the first stop to the
+	// last resume).
+	Bytes, Held int64
+	Paused      time.Duration
 }
 
-// snapRun is a copied range; data is nil for a range that could not be
-// read (reads of it fail).
+// snapRun is a range of the copy: the pieces the process had touched,
+// which are copied, and in anonymous memory the short gaps between them
+// (zeros), so that what spans a gap (a heap page with untouched slots)
+// stays in one slice. A run of a file mapping has no gaps: its untouched
+// pages hold the file's bytes, read from the process.
 type snapRun struct {
-	addr uint64
-	size uint64
-	data []byte
+	addr, size uint64
+	pieces     []piece // copied, sorted
+	data       []byte  // the run's bytes in the arena
 }
+
+// piece is a touched range of a run.
+type piece struct{ addr, size uint64 }
 
 func (r snapRun) end() uint64 { return r.addr + r.size }
 
@@ -49,35 +62,41 @@ const (
 	// iovMax is how many ranges one process_vm_readv call copies (the
 	// kernel's UIO_MAXIOV).
 	iovMax = 1024
-	// maxCopyIov bounds the bytes of one range of one call, so that a
-	// short read costs little to retry.
+	// maxCopyIov bounds the bytes of one range of one call.
 	maxCopyIov = 64 << 20
-	// maxGap is the longest run of untouched pages between touched ones
-	// that is copied with them (one Ruby heap page).
+	// maxCallBytes bounds the bytes of one call (the kernel copies at most
+	// 2 GiB less a page per call).
+	maxCallBytes = 1 << 30
+	// maxGap is the longest gap of untouched anonymous pages kept inside
+	// a run (as zeros, never read from the process).
 	maxGap = 64 << 10
+	// maxRun bounds a run.
+	maxRun = 1 << 30
 	// memHeadroom is the share of the machine's available memory a
 	// snapshot may take.
 	memHeadroom = 0.8
+	page        = 4096
 )
 
 // ErrSnapshotTooBig says a snapshot would take more memory than the
 // machine has available.
 var ErrSnapshotTooBig = errors.New("not enough memory for a copy of the process")
 
-// Snapshot stops every thread of the process, copies its writable memory
-// (the pages the process has touched: resident or swapped, as
-// /proc/PID/pagemap says, and every page of writable file mappings), and
-// the stopped threads' registers, then lets it run. Memory is allocated
-// and touched before the process stops, so the pause is the copy itself.
-// A copy that would not fit in the machine's available memory is refused
-// before the process stops (ErrSnapshotTooBig); a process that ends
-// during the copy leaves no snapshot.
+// Snapshot stops every thread of the process, copies the writable memory
+// it has touched (the pages /proc/PID/pagemap says are present or
+// swapped) and the stopped threads' registers, then lets it run. The copy
+// is planned, and its memory allocated and warmed up, before the process
+// stops, so the pause is the copy itself. Untouched pages are never read
+// (a read would make the kernel allocate them, charged to the process). A
+// copy that would not fit in the memory available is refused before the
+// process stops (ErrSnapshotTooBig); a process that ends during the copy
+// leaves no snapshot.
 func (l *Live) Snapshot() (*Snapshot, error) {
 	maps, err := l.Mappings()
 	if err != nil {
 		return nil, err
 	}
-	runs, err := l.touchedRuns(maps)
+	runs, err := l.plan(maps)
 	if err != nil {
 		return nil, err
 	}
@@ -96,29 +115,36 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 		return nil, err
 	}
 	s := &Snapshot{l: l, regs: map[int]Regs{}, arena: arena}
-	l.copyRuns(runs, arena, false) //nolint:errcheck // the warm-up's contents do not matter
+	s.copy(runs, true) //nolint:errcheck // the warm-up's contents do not matter
+	warm := runs
+	if afterWarmup != nil {
+		afterWarmup()
+	}
+	start := time.Now()
 	err = l.WhilePaused(nil, func(st *Stopped) error {
-		start := time.Now()
-		defer func() { s.Paused = time.Since(start) }()
 		if s.maps, err = l.Mappings(); err != nil {
 			return err
 		}
-		runs, err := l.touchedRuns(s.maps)
+		runs, err := l.plan(s.maps)
 		if err != nil {
 			return err
 		}
-		if n := runsBytes(runs); n > int64(len(arena)) {
-			if avail, ok := availableMemory(); ok && float64(n-int64(len(arena))) > memHeadroom*float64(avail) {
+		if n := runsBytes(runs); n > int64(len(s.arena)) {
+			if avail, ok := availableMemory(); ok && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
 				return fmt.Errorf("%w: pid %d grew to %d MB of writable memory in use", ErrSnapshotTooBig, l.pid, n>>20)
 			}
-			grown, err := mapArena(n)
+			grown, err := unix.Mremap(s.arena, int(n), unix.MREMAP_MAYMOVE) // keeps the warm pages
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: growing the copy to %d MB: %v", ErrSnapshotTooBig, n>>20, err)
 			}
-			unix.Munmap(s.arena) //nolint:errcheck // nothing points into it yet
-			arena, s.arena = grown, grown
+			s.arena = grown
 		}
-		if err := l.copyRuns(runs, arena, true); err != nil {
+		if !samePlan(runs, warm) {
+			// The warm-up laid the arena out otherwise: what it left in
+			// the new plan's gaps must read as zeros.
+			s.clearGaps(runs)
+		}
+		if err := s.copy(runs, false); err != nil {
 			return err
 		}
 		s.runs = runs
@@ -131,12 +157,71 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 		sort.Ints(s.tids)
 		return nil
 	})
+	s.Paused = time.Since(start)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.Bytes = runsBytes(s.runs)
+	for _, r := range s.runs {
+		for _, pc := range r.pieces {
+			s.Bytes += int64(pc.size)
+		}
+	}
+	s.Bytes -= int64(len(s.bad)) * page
+	s.Held = resident(s.arena)
 	return s, nil
+}
+
+// layOut gives each run its place in the arena, one after the other.
+func (s *Snapshot) layOut(runs []snapRun) {
+	off := uint64(0)
+	for i := range runs {
+		r := &runs[i]
+		r.data = s.arena[off : off+r.size : off+r.size]
+		off += r.size
+	}
+}
+
+// samePlan reports whether two plans lay the arena out alike.
+func samePlan(a, b []snapRun) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].addr != b[i].addr || a[i].size != b[i].size || !slices.Equal(a[i].pieces, b[i].pieces) {
+			return false
+		}
+	}
+	return true
+}
+
+// clearGaps zeros the bytes of the runs' gaps in the arena.
+func (s *Snapshot) clearGaps(runs []snapRun) {
+	s.layOut(runs)
+	for _, r := range runs {
+		at := r.addr
+		for _, p := range r.pieces {
+			clear(r.data[at-r.addr : p.addr-r.addr])
+			at = p.addr + p.size
+		}
+		clear(r.data[at-r.addr:])
+	}
+}
+
+// resident returns how many bytes of b are in memory (mincore).
+func resident(b []byte) int64 {
+	if len(b) == 0 {
+		return 0
+	}
+	vec := make([]byte, (len(b)+page-1)/page)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return int64(len(b))
+	}
+	var n int64
+	for _, v := range vec {
+		n += int64(v & 1)
+	}
+	return n * page
 }
 
 // mapArena maps n bytes of anonymous memory.
@@ -148,6 +233,7 @@ func mapArena(n int64) ([]byte, error) {
 	return b, nil
 }
 
+// runsBytes is what the runs take in the arena.
 func runsBytes(runs []snapRun) int64 {
 	var n int64
 	for _, r := range runs {
@@ -162,47 +248,50 @@ func snapshotted(m Mapping) bool {
 	if !strings.Contains(m.Perms, "w") {
 		return false
 	}
-	if strings.HasPrefix(m.Path, "/dev/") && !strings.HasPrefix(m.Path, "/dev/shm/") && !strings.HasPrefix(m.Path, "/dev/zero") {
-		return false
-	}
-	return m.Path != "[vvar]" && m.Path != "[vsyscall]"
+	return !strings.HasPrefix(m.Path, "/dev/") || strings.HasPrefix(m.Path, "/dev/shm/") || strings.HasPrefix(m.Path, "/dev/zero")
 }
 
-// touchedRuns returns the ranges of the writable mappings the process has
-// touched: for anonymous memory the pages /proc/PID/pagemap says are
-// present or swapped (the others read as zeros), for file mappings every
-// page (an untouched page holds the file's bytes).
-func (l *Live) touchedRuns(maps []Mapping) ([]snapRun, error) {
+// anonymous reports whether a mapping is anonymous memory, whose
+// untouched pages read as zeros.
+func anonymous(m Mapping) bool {
+	return m.Path == "" || m.Path == "[heap]" || m.Path == "[stack]" || strings.HasPrefix(m.Path, "[anon")
+}
+
+// plan returns the runs a copy of the writable mappings takes: the pages
+// /proc/PID/pagemap says the process has touched (present or swapped), in
+// runs that also span gaps of up to maxGap untouched anonymous pages.
+func (l *Live) plan(maps []Mapping) ([]snapRun, error) {
 	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", l.pid))
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: reading which pages are in use: %w", l.pid, err)
 	}
 	defer pm.Close()
-	const page = 4096
 	var runs []snapRun
-	var m Mapping // the mapping being planned
-	add := func(addr, size uint64) {
-		// A short gap of untouched pages inside the same mapping is copied
-		// too (as zeros): runs stay long, and an object spanning the gap
-		// (a heap page with untouched slots) stays in one piece.
-		if n := len(runs); n > 0 && runs[n-1].end() >= m.Start && addr-runs[n-1].end() <= maxGap &&
-			addr+size-runs[n-1].addr <= maxCopyIov {
-			runs[n-1].size = addr + size - runs[n-1].addr
-			return
-		}
-		runs = append(runs, snapRun{addr: addr, size: size})
-	}
 	buf := make([]byte, 8*4096)
-	for _, m = range maps {
+	for _, m := range maps {
 		if !snapshotted(m) || m.End <= m.Start {
 			continue
 		}
-		anon := m.Path == "" || m.Path == "[heap]" || m.Path == "[stack]" || strings.HasPrefix(m.Path, "[anon")
-		if !anon {
-			for a := m.Start; a < m.End; a += min(maxCopyIov, m.End-a) {
-				add(a, min(maxCopyIov, m.End-a))
+		anon := anonymous(m)
+		first := true // the first page of this mapping starts a run
+		add := func(addr uint64) {
+			if n := len(runs); n > 0 && !first {
+				r := &runs[n-1]
+				gap := addr - r.end()
+				if gap == 0 || (anon && gap <= maxGap) {
+					if addr+page-r.addr <= maxRun {
+						r.size = addr + page - r.addr
+						if p := &r.pieces[len(r.pieces)-1]; gap == 0 && p.size < maxCopyIov {
+							p.size += page
+						} else {
+							r.pieces = append(r.pieces, piece{addr, page})
+						}
+						return
+					}
+				}
 			}
-			continue
+			first = false
+			runs = append(runs, snapRun{addr: addr, size: page, pieces: []piece{{addr, page}}})
 		}
 		for a := m.Start; a < m.End; {
 			n := min((m.End-a)/page, uint64(len(buf)/8))
@@ -211,9 +300,8 @@ func (l *Live) touchedRuns(maps []Mapping) ([]snapRun, error) {
 				return nil, fmt.Errorf("pid %d: reading /proc/%d/pagemap at %#x: %v", l.pid, l.pid, a, err)
 			}
 			for i := 0; i+8 <= got; i += 8 {
-				e := binary.LittleEndian.Uint64(buf[i:])
-				if e&(1<<63|1<<62) != 0 { // present or swapped
-					add(a+uint64(i/8)*page, page)
+				if e := binary.LittleEndian.Uint64(buf[i:]); e&(1<<63|1<<62) != 0 { // present or swapped
+					add(a + uint64(i/8)*page)
 				}
 			}
 			a += uint64(got/8) * page
@@ -222,51 +310,92 @@ func (l *Live) touchedRuns(maps []Mapping) ([]snapRun, error) {
 	return runs, nil
 }
 
-// copyRuns copies the runs into arena with process_vm_readv, iovMax
-// ranges per call (paused: the copy that counts, not the warm-up). A range that cannot be read (a mapping gone) is kept
-// without data; the process ending is an error.
-func (l *Live) copyRuns(runs []snapRun, arena []byte, paused bool) error {
-	off := uint64(0)
+// copy lays the runs out in the arena and copies their pieces into it
+// with process_vm_readv: at most iovMax ranges and maxCallBytes per call.
+// A page the kernel will not copy (a mapping shrunk, a file truncated) is
+// kept as unreadable and the copy goes on after it; the process ending is
+// an error. warmup is the copy made before the pause: its contents do not
+// matter.
+func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
+	s.layOut(runs)
+	// The pieces with where they go.
+	type dest struct {
+		addr uint64
+		buf  []byte
+	}
+	var all []dest
 	for i := range runs {
-		runs[i].data = arena[off : off+runs[i].size : off+runs[i].size]
-		off += runs[i].size
+		r := &runs[i]
+		for _, p := range r.pieces {
+			all = append(all, dest{p.addr, r.data[p.addr-r.addr : p.addr-r.addr+p.size]})
+		}
 	}
 	local := make([]unix.Iovec, 0, iovMax)
 	remote := make([]unix.RemoteIovec, 0, iovMax)
-	for i := 0; i < len(runs); {
+	s.bad = s.bad[:0]
+	for i, skip := 0, uint64(0); i < len(all); {
 		local, remote = local[:0], remote[:0]
-		j := i
-		for ; j < len(runs) && j-i < iovMax; j++ {
-			v := unix.Iovec{Base: &runs[j].data[0]}
-			v.SetLen(len(runs[j].data))
+		want := 0
+		for j := i; j < len(all) && len(local) < iovMax && want < maxCallBytes; j++ {
+			d := all[j]
+			if j == i {
+				d = dest{d.addr + skip, d.buf[skip:]}
+			}
+			if len(d.buf) == 0 {
+				continue
+			}
+			v := unix.Iovec{Base: &d.buf[0]}
+			v.SetLen(len(d.buf))
 			local = append(local, v)
-			remote = append(remote, unix.RemoteIovec{Base: uintptr(runs[j].addr), Len: int(runs[j].size)})
+			remote = append(remote, unix.RemoteIovec{Base: uintptr(d.addr), Len: len(d.buf)})
+			want += len(d.buf)
 		}
-		if beforeCopyBatch != nil && paused {
+		if beforeCopyBatch != nil && !warmup {
 			beforeCopyBatch()
 		}
-		n, err := unix.ProcessVMReadv(l.pid, local, remote, 0)
-		if errors.Is(err, unix.ESRCH) || (err != nil && !l.hasThread(l.pid)) {
-			return fmt.Errorf("pid %d ended while its memory was copied: %w", l.pid, ErrExited)
+		n, err := unix.ProcessVMReadv(s.l.pid, local, remote, 0)
+		if errors.Is(err, unix.ESRCH) || (err != nil && Exited(s.l.pid)) {
+			return fmt.Errorf("pid %d ended while its memory was copied: %w", s.l.pid, ErrExited)
 		}
-		// The call stops at the first range it cannot read: mark that
-		// one unreadable and go on after it.
-		done := i
-		for left := n; done < j && left >= int(runs[done].size); done++ {
-			left -= int(runs[done].size)
+		if err != nil && !errors.Is(err, unix.EFAULT) {
+			return fmt.Errorf("pid %d: copying its memory: %w", s.l.pid, err)
 		}
-		if done == j {
-			i = j
+		n = max(n, 0)
+		// Move past what was copied.
+		for left := uint64(n); i < len(all) && left > 0; {
+			rest := uint64(len(all[i].buf)) - skip
+			if left < rest {
+				skip += left
+				break
+			}
+			left -= rest
+			i, skip = i+1, 0
+		}
+		if n >= want || i >= len(all) {
 			continue
 		}
-		runs[done].data = nil
-		i = done + 1
+		// The call stopped short: at the 2 GiB limit of one call, or at a
+		// page it could not read. Only the latter needs a page skipped.
+		if err == nil && n > 0 {
+			continue
+		}
+		pageAt := (all[i].addr + skip) &^ (page - 1)
+		if !warmup {
+			s.bad = append(s.bad, pageAt)
+		}
+		next := pageAt + page - all[i].addr
+		if next >= uint64(len(all[i].buf)) {
+			i, skip = i+1, 0
+		} else {
+			skip = next
+		}
 	}
 	return nil
 }
 
-// beforeCopyBatch, when set (by tests), runs before each copy call.
-var beforeCopyBatch func()
+// beforeCopyBatch and afterWarmup, when set (by tests), run before each
+// copy call of the paused copy, and after the warm-up copy.
+var beforeCopyBatch, afterWarmup func()
 
 // availableMemory is memAvailable (a variable for tests).
 var availableMemory = memAvailable
@@ -356,32 +485,45 @@ func (s *Snapshot) find(addr uint64) int {
 }
 
 // Slice returns the copy of n bytes at addr without copying it again, if
-// one run holds them all (do not modify it).
+// one run holds them all and none of them failed to copy (do not modify
+// it).
 func (s *Snapshot) Slice(addr uint64, n int) ([]byte, bool) {
 	i := s.find(addr)
-	if i < 0 || s.runs[i].data == nil || addr+uint64(n) > s.runs[i].end() {
+	if i < 0 || addr+uint64(n) > s.runs[i].end() || s.hasBad(addr, uint64(n)) {
 		return nil, false
 	}
-	o := addr - s.runs[i].addr
-	return s.runs[i].data[o : o+uint64(n)], true
+	r := s.runs[i]
+	o := addr - r.addr
+	return r.data[o : o+uint64(n)], true
+}
+
+// hasBad reports whether a page of [addr, addr+n) failed to copy.
+func (s *Snapshot) hasBad(addr, n uint64) bool {
+	i := sort.Search(len(s.bad), func(i int) bool { return s.bad[i]+page > addr })
+	return i < len(s.bad) && s.bad[i] < addr+n
 }
 
 // errNotCopied refuses a read of memory the snapshot could not copy.
 var errNotCopied = errors.New("memory not in the snapshot")
 
-// ReadAt reads from the copy; what no run holds is zeros in writable
-// anonymous memory the process had not touched, or read from the process
-// in a read-only mapping.
+// ReadAt reads from the copy; untouched anonymous memory reads as zeros,
+// and the rest (read-only mappings, file pages never written) from the
+// process.
 func (s *Snapshot) ReadAt(p []byte, addr uint64) (int, error) {
 	done := 0
 	for done < len(p) {
 		a := addr + uint64(done)
+		if s.hasBad(a, 1) {
+			return done, errNotCopied
+		}
+		// The longest stretch from a that one source serves.
 		if i := s.find(a); i >= 0 {
 			r := s.runs[i]
-			if r.data == nil {
-				return done, errNotCopied
+			n := int(min(uint64(len(p)-done), r.end()-a))
+			if j := sort.Search(len(s.bad), func(j int) bool { return s.bad[j] > a }); j < len(s.bad) {
+				n = int(min(uint64(n), s.bad[j]-a))
 			}
-			done += copy(p[done:], r.data[a-r.addr:])
+			done += copy(p[done:done+n], r.data[a-r.addr:])
 			continue
 		}
 		m, ok := FindMapping(s.maps, a)
@@ -389,11 +531,11 @@ func (s *Snapshot) ReadAt(p []byte, addr uint64) (int, error) {
 			return done, errNotCopied
 		}
 		end := m.End
-		if i := sort.Search(len(s.runs), func(i int) bool { return s.runs[i].addr > a }); i < len(s.runs) {
+		if i := sort.Search(len(s.runs), func(i int) bool { return s.runs[i].end() > a }); i < len(s.runs) {
 			end = min(end, s.runs[i].addr)
 		}
 		n := int(min(uint64(len(p)-done), end-a))
-		if snapshotted(m) { // not touched: zeros
+		if snapshotted(m) && anonymous(m) { // never touched: zeros
 			clear(p[done : done+n])
 			done += n
 			continue

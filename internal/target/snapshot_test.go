@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,12 +39,13 @@ func bigString(t *testing.T) *exec.Cmd {
 	return cmd
 }
 
-// procStatus returns a field of /proc/PID/status.
+// procStatus returns a field of /proc/PID/status ("" when it cannot be
+// read: it may run on the tracer thread, where a test must not fail).
 func procStatus(t *testing.T, pid int, field string) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		t.Fatal(err)
+		return ""
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
@@ -169,4 +172,93 @@ func TestSnapshotTargetDies(t *testing.T) {
 		t.Fatalf("snapshot %v, err %v; want none and ErrExited", s != nil, err)
 	}
 	t.Log(err)
+}
+
+// TestSnapshotIsThePausedCopy: memory the process changes after the
+// warm-up copy (and before the pause) reads as changed, and memory it
+// never touched is never read: the process's own resident memory does not
+// grow by it, and it reads as zeros.
+func TestSnapshotIsThePausedCopy(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testruby.Missing(t, "gcc is not installed")
+	}
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "sparse.c"), filepath.Join(dir, "sparse")
+	// 256 MB mapped, one page in sixteen written (the marker first).
+	prog := `#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(void) {
+	char *p = mmap(0, 256 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	for (long i = 0; i < (256 << 20); i += 16 * 4096) memset(p + i, 'A', 4096);
+	printf("%p\n", (void *)p);
+	fflush(stdout);
+	pause();
+	return 0;
+}
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("setup: gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var base uint64
+	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
+		t.Fatalf("setup: the program's address: %v", err)
+	}
+	pid := cmd.Process.Pid
+	rssKB := func() int {
+		f := strings.Fields(procStatus(t, pid, "RssAnon"))
+		if len(f) == 0 {
+			t.Fatal("setup: no RssAnon")
+		}
+		n, _ := strconv.Atoi(f[0])
+		return n
+	}
+	before := rssKB()
+	l, err := Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	afterWarmup = func() {
+		// Write a new marker after the warm-up, as a running process would.
+		f, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_WRONLY, 0)
+		if err == nil {
+			f.WriteAt([]byte("changed"), int64(base))
+			f.Close()
+		}
+	}
+	defer func() { afterWarmup = nil }()
+	s, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	after := rssKB()
+	t.Logf("RssAnon %d kB before, %d kB after; copied %d MB in %d runs", before, after, s.Bytes>>20, len(s.runs))
+	if after-before > 16<<10 {
+		t.Errorf("the process's resident memory grew by %d kB: untouched pages were read", after-before)
+	}
+	got := make([]byte, 7)
+	if _, err := s.ReadAt(got, base); err != nil || string(got) != "changed" {
+		t.Errorf("the marker reads %q, %v: not the paused copy", got, err)
+	}
+	if _, err := s.ReadAt(got, base+4096); err != nil || string(got) != "\x00\x00\x00\x00\x00\x00\x00" {
+		t.Errorf("an untouched page reads %q, %v; want zeros", got, err)
+	}
+	if _, err := s.ReadAt(got, base+16*4096); err != nil || string(got) != "AAAAAAA" {
+		t.Errorf("a touched page reads %q, %v", got, err)
+	}
 }
