@@ -186,14 +186,23 @@ profiling with it (--metrics-addr keeps its first value).`,
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			for {
+				// A SIGTERM that came with a SIGHUP, while the agent
+				// flushed for it, ends the run here rather than starting
+				// it again.
+				if c.Context().Err() != nil {
+					return nil
+				}
 				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v\n", cfg.Server, cfg.UploadInterval)
 				runCtx, stop := context.WithCancel(c.Context())
-				done := make(chan error, 1)
-				go func() { done <- agent.New(cfg, metrics).Run(runCtx, 10*time.Second) }()
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					agent.New(cfg, metrics).Run(runCtx, 10*time.Second)
+				}()
 				select {
-				case err := <-done:
+				case <-done:
 					stop()
-					return err
+					return nil
 				case <-hup:
 					stop()
 					<-done // what it held is pushed

@@ -159,8 +159,8 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", marker,
 		"--upload-interval", "1s", "--rate", "20", "--config", config, "--tenant-id", "t1",
 		"--basic-auth-user", "u", "--basic-auth-password-file", pw, "--metrics-addr", metricsAddr)
-	var agentErr strings.Builder
-	agentCmd.Stderr = &agentErr
+	agentErr := &lockedBuffer{}
+	agentCmd.Stderr = agentErr
 	if err := agentCmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,23 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 		return false
 	})
 
-	// SIGTERM: what is held is pushed, and the agent exits.
+	// SIGTERM: what is held is pushed, and the agent exits. So that the
+	// profile seen after it is the flush's, not a periodic upload's, the
+	// agent is first made to hold its profiles for an hour.
+	os.WriteFile(config, []byte("--tag env=changed --upload-interval 1h\n"), 0o600)
+	agentCmd.Process.Signal(syscall.SIGHUP)
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(agentErr.String(), "every 1h0m0s"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not take --upload-interval 1h on SIGHUP; stderr:\n%s", agentErr.String())
+		}
+	}
+	// The run before the SIGHUP pushed what it held before the new one
+	// started (and said so): from here on, alpha's profile is held.
+	held := time.Now()
+	time.Sleep(2 * time.Second)
+	if rs := from(srv.since(held), "alpha"); len(rs) > 0 {
+		t.Fatalf("setup: %d profiles of alpha pushed with --upload-interval 1h", len(rs))
+	}
 	term := time.Now()
 	agentCmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
@@ -267,6 +283,24 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 	if len(from(srv.since(term), "alpha")) == 0 {
 		t.Errorf("nothing flushed on SIGTERM; stderr:\n%s", agentErr.String())
 	}
+}
+
+// lockedBuffer is a child's stderr, read while the child writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func grepLines(s, sub string) string {

@@ -86,6 +86,10 @@ func run(args []string) (code int) {
 	ends := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 	if findErr == nil && cmd.Annotations[reloadsOnSIGHUP] != "" {
 		ends = ends[:2] // the command handles SIGHUP itself
+		// Until it subscribes (signal.Notify undoes this), a SIGHUP would
+		// kill the process with its default action: a reload asked early
+		// must not end it.
+		signal.Ignore(syscall.SIGHUP)
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, ends...)

@@ -10,8 +10,11 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/discover"
 	"github.com/rbscope/rbscope/internal/profile"
@@ -35,22 +38,17 @@ type Config struct {
 	// Rate is samples per second per process.
 	Rate float64
 	// PIDs, when set, are the processes to profile; else the host's Ruby
-	// processes are found every ScanInterval, those Match accepts.
-	PIDs         []int
-	Match        *regexp.Regexp
-	ScanInterval time.Duration
+	// processes are found every scanInterval, those Match accepts.
+	PIDs  []int
+	Match *regexp.Regexp
 	// Pause stops the target for each sample (default: read it running).
 	Pause bool
 	// TenantID goes in X-Scope-OrgID; BasicAuthUser and BasicAuthPassword
 	// in the Authorization header.
 	TenantID                         string
 	BasicAuthUser, BasicAuthPassword string
-	// QueueLength bounds the profiles waiting for the server.
-	QueueLength int
 	// Log receives the agent's one-line notices (each kind once).
 	Log io.Writer
-	// Proc is where processes are listed ("/proc").
-	Proc string
 	// VM are the options for finding each process's Ruby VM.
 	VM rubyvm.Options
 }
@@ -59,9 +57,27 @@ type Config struct {
 const (
 	DefaultUploadInterval = 15 * time.Second
 	DefaultRate           = 100
-	DefaultScanInterval   = 5 * time.Second
-	DefaultQueueLength    = 256
 )
+
+const (
+	// scanInterval is how often the host's processes are listed again.
+	scanInterval = 5 * time.Second
+	// queueLength bounds the profiles waiting for the server.
+	queueLength = 256
+	// procRoot is where processes are listed.
+	procRoot = "/proc"
+	// maxLabelValue bounds a label value in bytes: service_name comes from
+	// a command line, which may be 64 KiB, and a server refuses such.
+	maxLabelValue = 128
+)
+
+// process names one process: a PID and its start time (0 if unknown),
+// so that a refusal does not outlive the process to hit a later one with
+// the same PID.
+type process struct {
+	pid   int
+	start uint64
+}
 
 // Agent runs the samplers and the uploader.
 type Agent struct {
@@ -71,12 +87,12 @@ type Agent struct {
 	hostname string
 
 	mu      sync.Mutex
-	running map[int]bool   // pids being sampled
-	refused map[int]string // pids not to try again, and why
-	said    map[string]bool
+	running map[int]bool       // pids being sampled
+	refused map[process]string // processes not to try again, and why
+	said    map[string]bool    // notice kinds already said
 }
 
-// New makes an agent; metrics may be nil.
+// New makes an agent.
 func New(cfg Config, metrics *Metrics) *Agent {
 	if cfg.UploadInterval <= 0 {
 		cfg.UploadInterval = DefaultUploadInterval
@@ -84,41 +100,32 @@ func New(cfg Config, metrics *Metrics) *Agent {
 	if cfg.Rate <= 0 {
 		cfg.Rate = DefaultRate
 	}
-	if cfg.ScanInterval <= 0 {
-		cfg.ScanInterval = DefaultScanInterval
-	}
-	if cfg.QueueLength <= 0 {
-		cfg.QueueLength = DefaultQueueLength
-	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	if cfg.Proc == "" {
-		cfg.Proc = "/proc"
-	}
-	if metrics == nil {
-		metrics = NewMetrics()
-	}
 	host, _ := os.Hostname()
-	return &Agent{cfg: cfg, metrics: metrics, uploads: newQueue(cfg.QueueLength, metrics), hostname: host,
-		running: map[int]bool{}, refused: map[int]string{}, said: map[string]bool{}}
+	return &Agent{cfg: cfg, metrics: metrics, uploads: newQueue(queueLength, metrics), hostname: host,
+		running: map[int]bool{}, refused: map[process]string{}, said: map[string]bool{}}
 }
 
 // Run profiles until ctx is done, then flushes what it holds to the
 // server for at most flushTimeout, and returns.
-func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
+func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) {
 	up := newUploader(a.cfg, a.metrics, a.say)
 	upCtx, stopUploads := context.WithCancel(context.Background())
 	uploaded := make(chan struct{})
 	go func() {
 		defer close(uploaded)
-		up.run(upCtx, a.uploads)
+		// A panic (a bug) loses the upload at hand, not the uploader:
+		// it goes on with the next, as the queue has moved past it.
+		for !up.runSafe(upCtx, a.uploads) {
+		}
 	}()
 	var samplers sync.WaitGroup
-	scan := time.NewTicker(a.cfg.ScanInterval)
+	scan := time.NewTicker(scanInterval)
 	defer scan.Stop()
 	for {
-		a.startNew(ctx, &samplers)
+		a.scanSafe(ctx, &samplers)
 		select {
 		case <-ctx.Done():
 			samplers.Wait() // each pushes what it collected since its last flush
@@ -130,48 +137,80 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 			}
 			stopUploads()
 			<-uploaded
-			return nil
+			return
 		case <-scan.C:
 		}
 	}
 }
 
+// scanSafe is startNew, a panic in it said once and the scan tried again
+// at the next tick rather than ending the agent.
+func (a *Agent) scanSafe(ctx context.Context, wg *sync.WaitGroup) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.say("panic:scan", "rbscope agent: internal error while scanning for processes: %v (tried again)", r)
+		}
+	}()
+	a.startNew(ctx, wg)
+}
+
 // startNew starts a sampler for each process to profile not yet sampled.
 func (a *Agent) startNew(ctx context.Context, wg *sync.WaitGroup) {
-	var pids []int
-	args := map[int]string{}
+	var procs []discover.Process
 	if len(a.cfg.PIDs) > 0 {
-		pids = a.cfg.PIDs
+		for _, pid := range a.cfg.PIDs {
+			procs = append(procs, discover.Process{PID: pid, Start: discover.StartTime(procRoot, pid)})
+		}
 	} else {
-		procs, err := discover.Ruby(a.cfg.Proc, a.cfg.Match)
-		if err != nil {
+		var err error
+		if procs, err = discover.Ruby(procRoot, a.cfg.Match); err != nil {
 			a.say("scan", "rbscope agent: %v", err)
 			return
 		}
-		for _, p := range procs {
-			pids = append(pids, p.PID)
-			args[p.PID] = p.Args
+	}
+	a.mu.Lock()
+	// Refusals of processes gone since (absent from this scan, or their
+	// PID now another process's) are forgotten: the map stays as small as
+	// the host's process table.
+	live := make(map[process]bool, len(procs))
+	for _, p := range procs {
+		live[process{p.PID, p.Start}] = true
+	}
+	for p := range a.refused {
+		if !live[p] {
+			delete(a.refused, p)
 		}
 	}
-	for _, pid := range pids {
+	a.mu.Unlock()
+	for _, p := range procs {
+		if ctx.Err() != nil {
+			return // stopping: attaching now would only delay the flush
+		}
 		a.mu.Lock()
-		skip := a.running[pid] || a.refused[pid] != ""
+		skip := a.running[p.PID] || a.refused[process{p.PID, p.Start}] != ""
 		a.mu.Unlock()
 		if skip {
 			continue
 		}
-		a.start(ctx, wg, pid, args[pid])
+		a.start(ctx, wg, p)
 	}
 	a.mu.Lock()
 	a.metrics.processes.Set(float64(len(a.running)))
 	a.mu.Unlock()
 }
 
-// start attaches to pid and samples it in its own goroutine until it
-// exits or ctx is done.
-func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, pid int, args string) {
+// start attaches to process p and samples it in its own goroutine until
+// it exits or ctx is done.
+func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, p discover.Process) {
+	pid := p.PID
+	defer func() {
+		if r := recover(); r != nil { // a bug attaching to this process: not the others'
+			a.refuse(p, fmt.Errorf("internal error attaching: %v: %w", r, errPanic))
+		}
+	}()
+	args := p.Args
 	if args == "" { // given by --pid: not read by the scan
-		args = discover.Cmdline(a.cfg.Proc, pid)
+		args = discover.Cmdline(procRoot, pid)
 	}
 	labels := a.labels(pid, args)
 	opts := sampler.Options{
@@ -183,41 +222,93 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, pid int, args str
 	opts.Flush = func(p *profile.Profile) { a.push(labels, p) }
 	s, err := sampler.New(pid, opts)
 	if err != nil {
-		a.refuse(pid, err)
+		a.refuse(p, err)
 		return
 	}
-	labels["process.runtime.version"] = s.RubyVersion()
+	labels["process.runtime.version"] = labelValue(s.RubyVersion()) // read from the target's memory
 	a.mu.Lock()
 	a.running[pid] = true
 	a.mu.Unlock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer func() {
+			r := recover()
+			a.mu.Lock()
+			delete(a.running, pid) // exited: a later process with its PID is found anew
+			a.metrics.processes.Set(float64(len(a.running)))
+			a.mu.Unlock()
+			if r != nil {
+				// A bug sampling this process: its profile since the last
+				// flush is lost, the other processes' are not.
+				a.refuse(p, fmt.Errorf("internal error sampling: %v: %w", r, errPanic))
+			}
+		}()
 		last := s.Run(ctx)
 		a.push(labels, last)
-		a.mu.Lock()
-		delete(a.running, pid) // exited: a later process with its PID is found anew
-		a.metrics.processes.Set(float64(len(a.running)))
-		a.mu.Unlock()
 	}()
 }
 
-// refuse remembers a process not to try again and says why, once per kind.
-func (a *Agent) refuse(pid int, err error) {
+// errPanic marks a process refused because rbscope panicked on it.
+var errPanic = errors.New("rbscope bug")
+
+// refuse says why a process cannot be profiled, once per kind, and, when
+// that will not change while it lives, remembers not to try it again;
+// other failures (a Ruby still starting, its memory read mid-change) are
+// tried again at the next scan.
+func (a *Agent) refuse(p discover.Process, err error) {
 	if errors.Is(err, target.ErrExited) || errors.Is(err, target.ErrNoProcess) {
 		return // gone: its PID may name a Ruby process later
 	}
-	a.mu.Lock()
-	a.refused[pid] = err.Error()
-	a.mu.Unlock()
+	permanent := errors.Is(err, rubyvm.ErrNotRuby) || errors.Is(err, rubyvm.ErrUnsupported) ||
+		errors.Is(err, target.ErrPermission) || errors.Is(err, errPanic)
+	if permanent {
+		a.mu.Lock()
+		a.refused[process{p.PID, p.Start}] = err.Error()
+		a.mu.Unlock()
+	}
+	pid := p.PID
 	switch {
 	case errors.Is(err, rubyvm.ErrNotRuby):
 	case errors.Is(err, target.ErrPermission):
 		a.say("permission", "rbscope agent: pid %d: %v (other processes refused so too are skipped silently)", pid, err)
+	case errors.Is(err, errPanic):
+		a.say("panic", "rbscope agent: skipping pid %d: %v (other processes go on)", pid, err)
 	case errors.Is(err, rubyvm.ErrUnsupported):
-		a.say("unsupported:"+err.Error(), "rbscope agent: skipping pid %d: %v", pid, err)
+		a.say("unsupported", "rbscope agent: skipping pid %d: %v (other processes of unsupported versions are skipped silently)", pid, err)
 	default:
-		a.say("attach:"+err.Error(), "rbscope agent: skipping pid %d: %v", pid, err)
+		a.say("attach:"+errorKind(err), "rbscope agent: cannot attach to pid %d yet: %v (tried again at each scan; said once)", pid, err)
+	}
+}
+
+// errorKind names the kind of err for saying it once: the sentinel it
+// wraps, or the type of the error at its root (an errno by its value), never
+// its message, which names PIDs and addresses and would make every
+// failure a kind of its own.
+func errorKind(err error) string {
+	for _, k := range []error{rubyvm.ErrGarbage, rubyvm.ErrFrameBudget, target.ErrReplaced, target.ErrNotRegular, target.ErrUntrusted, target.ErrSnapshotTooBig} {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "errno " + errno.Error()
+	}
+	for {
+		var next error
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			next = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			if es := u.Unwrap(); len(es) > 0 {
+				next = es[0]
+			}
+		}
+		if next == nil {
+			return fmt.Sprintf("%T", err)
+		}
+		err = next
 	}
 }
 
@@ -236,7 +327,25 @@ func (a *Agent) labels(pid int, args string) map[string]string {
 	for k, v := range a.cfg.Tags {
 		l[k] = v
 	}
+	for k, v := range l {
+		l[k] = labelValue(v)
+	}
 	return l
+}
+
+// labelValue makes v a value every server takes: valid UTF-8 (protobuf
+// refuses to encode a string that is not, and a command line may be any
+// bytes) and at most maxLabelValue bytes, cut at a character's boundary.
+func labelValue(v string) string {
+	v = strings.ToValidUTF8(v, "\uFFFD")
+	if len(v) <= maxLabelValue {
+		return v
+	}
+	n := maxLabelValue
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return v[:n]
 }
 
 // push queues one profile for the server (a profile without samples is

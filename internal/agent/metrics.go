@@ -15,7 +15,7 @@ type Metrics struct {
 	processes prometheus.Gauge
 	samples   prometheus.Counter
 	uploads   *prometheus.CounterVec
-	dropped   prometheus.Counter
+	dropped   *prometheus.CounterVec
 	queue     prometheus.Gauge
 }
 
@@ -26,13 +26,16 @@ func NewMetrics() *Metrics {
 		processes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rbscope_agent_processes", Help: "Ruby processes being profiled."}),
 		samples:   prometheus.NewCounter(prometheus.CounterOpts{Name: "rbscope_agent_samples_total", Help: "Samples taken, over all processes."}),
 		uploads:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rbscope_agent_uploads_total", Help: "Profile uploads by outcome (ok, failed: each failed attempt)."}, []string{"result"}),
-		dropped:   prometheus.NewCounter(prometheus.CounterOpts{Name: "rbscope_agent_uploads_dropped_total", Help: "Profiles dropped unsent: the queue was full while the server was away."}),
+		dropped:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rbscope_agent_uploads_dropped_total", Help: "Profiles dropped unsent, by reason: queue_full (the server was away), rejected (refused as invalid), unencodable."}, []string{"reason"}),
 		queue:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "rbscope_agent_upload_queue_length", Help: "Profiles waiting for the server."}),
 	}
 	m.registry.MustRegister(m.processes, m.samples, m.uploads, m.dropped, m.queue,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	m.uploads.WithLabelValues("ok")
 	m.uploads.WithLabelValues("failed")
+	for _, r := range []string{"queue_full", "rejected", "unencodable"} {
+		m.dropped.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -33,7 +33,7 @@ func (q *queue) put(u *upload) {
 	q.mu.Lock()
 	if len(q.items) >= q.max {
 		q.items = q.items[1:]
-		q.metrics.dropped.Inc()
+		q.metrics.dropped.WithLabelValues("queue_full").Inc()
 	}
 	q.items = append(q.items, u)
 	q.metrics.queue.Set(float64(len(q.items)))
@@ -47,7 +47,7 @@ func (q *queue) putBack(u *upload) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) >= q.max {
-		q.metrics.dropped.Inc()
+		q.metrics.dropped.WithLabelValues("queue_full").Inc()
 		return
 	}
 	q.items = append([]*upload{u}, q.items...)

@@ -25,7 +25,7 @@ func TestQueueDropsOldest(t *testing.T) {
 	}
 	q.put(a)
 	q.putBack(b) // full: b is dropped
-	if n := testutil.ToFloat64(m.dropped); n != 2 {
+	if n := testutil.ToFloat64(m.dropped.WithLabelValues("queue_full")); n != 2 {
 		t.Errorf("%v drops counted, want 2", n)
 	}
 	q.close()

@@ -45,6 +45,23 @@ func newUploader(cfg Config, m *Metrics, say func(key, format string, args ...an
 		push: pushv1connect.NewPusherServiceClient(hc, strings.TrimSuffix(cfg.Server, "/"))}
 }
 
+// runSafe is run, a panic in it (a bug) said once: it returns false then,
+// after a pause, for the caller to run it again.
+func (u *uploader) runSafe(ctx context.Context, q *queue) (ended bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			u.say("panic:upload", "rbscope agent: internal error uploading: %v (the profile at hand is lost; uploads go on)", r)
+			select { // a panic that recurs does not spin
+			case <-time.After(minBackoff):
+			case <-ctx.Done():
+			}
+			ended = ctx.Err() != nil
+		}
+	}()
+	u.run(ctx, q)
+	return true
+}
+
 // run uploads until the queue is closed and empty, or ctx is done.
 func (u *uploader) run(ctx context.Context, q *queue) {
 	backoff := time.Duration(0)
@@ -67,7 +84,18 @@ func (u *uploader) run(ctx context.Context, q *queue) {
 			backoff = 0
 			continue
 		}
+		if errors.Is(err, errUnencodable) {
+			u.metrics.dropped.WithLabelValues("unencodable").Inc()
+			continue // no attempt was made: the server is as it was
+		}
 		u.metrics.uploads.WithLabelValues("failed").Inc()
+		if !retryable(err) {
+			// Sending it again would fail again, and being put back at the
+			// queue's front it would hold every other process's profiles
+			// behind it: it is dropped. The server answered, so no backoff.
+			u.metrics.dropped.WithLabelValues("rejected").Inc()
+			continue
+		}
 		it.attempts++
 		q.putBack(it)
 		backoff = min(max(backoff*2, minBackoff), maxBackoff)
@@ -79,11 +107,52 @@ func (u *uploader) run(ctx context.Context, q *queue) {
 	}
 }
 
+// errUnencodable is a profile that cannot be written as pprof.
+var errUnencodable = errors.New("cannot encode the profile")
+
+// statusError is an /ingest upload the server answered with an error
+// status.
+type statusError struct {
+	code   int
+	status string
+}
+
+func (e *statusError) Error() string { return "/ingest: " + e.status }
+
+// retryable tells whether an upload that failed with err may succeed if
+// sent again: when the server was away or failing, or refused the
+// credentials (which may be fixed by a SIGHUP); not when the profile
+// itself was refused as invalid (by the server, or by the client failing
+// to encode the request), which would fail the same way forever.
+func retryable(err error) bool {
+	if errors.Is(err, errUnencodable) {
+		return false
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeInvalidArgument, connect.CodeInternal:
+			return false
+		}
+		return true
+	}
+	var se *statusError
+	if errors.As(err, &se) && se.code >= 400 && se.code < 500 {
+		switch se.code {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusRequestTimeout:
+			return true
+		}
+		return false
+	}
+	return true // unreachable, timed out, 5xx
+}
+
 // send makes one attempt, saying once per kind of failure what went wrong.
 func (u *uploader) send(ctx context.Context, it *upload) error {
 	var pprof bytes.Buffer
 	if err := output.Pprof(&pprof, it.profile); err != nil {
-		return nil // a profile that cannot be encoded is dropped, not retried
+		u.say("unencodable", "rbscope agent: a profile of %s cannot be encoded (%v); dropped (others like it are dropped silently)", it.labels["service_name"], err)
+		return fmt.Errorf("%w: %w", errUnencodable, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
 	defer cancel()
@@ -105,8 +174,10 @@ func (u *uploader) send(ctx context.Context, it *upload) error {
 		case errors.As(err, &ce) && (ce.Code() == connect.CodeUnauthenticated || ce.Code() == connect.CodePermissionDenied),
 			errors.Is(err, errAuth):
 			u.say("auth", "rbscope agent: %s refuses the credentials (%v): check --basic-auth-user, --basic-auth-password-file and --tenant-id; profiling goes on, uploads are retried", u.cfg.Server, err)
+		case !retryable(err):
+			u.say("rejected", "rbscope agent: a profile of %s was refused as invalid (%v); dropped, not retried (others refused so too are dropped silently)", it.labels["service_name"], err)
 		default:
-			u.say("unreachable", "rbscope agent: cannot upload to %s (%v); profiles wait in a queue of %d, the oldest dropped first", u.cfg.Server, err, u.cfg.QueueLength)
+			u.say("unreachable", "rbscope agent: cannot upload to %s (%v); profiles wait in a queue of %d, the oldest dropped first", u.cfg.Server, err, queueLength)
 		}
 	}
 	return err
@@ -168,7 +239,7 @@ func (u *uploader) ingestOne(ctx context.Context, it *upload, pprof []byte) erro
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("/ingest: %s: %w", resp.Status, errAuth)
 	case resp.StatusCode >= 300:
-		return fmt.Errorf("/ingest: %s", resp.Status)
+		return &statusError{code: resp.StatusCode, status: resp.Status}
 	}
 	return nil
 }

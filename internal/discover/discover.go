@@ -22,8 +22,9 @@ type Process struct {
 	PID int
 	// Args is its command line (arguments joined by spaces).
 	Args string
-	// Comm is the kernel's name of it.
-	Comm string
+	// Start is when it started, in clock ticks since boot (0 if unknown):
+	// with PID, it names one process, as a PID alone does not once reused.
+	Start uint64
 }
 
 // Budgets on what a process's /proc files may make the scan read.
@@ -56,8 +57,7 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 		if !mapsRuby(dir) {
 			continue
 		}
-		comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
-		out = append(out, Process{PID: pid, Args: args, Comm: strings.TrimSpace(string(comm))})
+		out = append(out, Process{PID: pid, Args: args, Start: StartTime(proc, pid)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
@@ -105,6 +105,28 @@ func Cmdline(proc string, pid int) string {
 	defer f.Close()
 	b, _ := io.ReadAll(io.LimitReader(f, maxCmdlineBytes))
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// StartTime reads when process pid started (through proc, normally
+// "/proc"), in clock ticks since boot: field 22 of its stat file, or 0 if
+// that cannot be read.
+func StartTime(proc string, pid int) uint64 {
+	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// The name (field 2) may hold spaces and parentheses: count from the
+	// last ')'. After it, field 3 is the first.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
 }
 
 // ServiceName derives a service name from a command line, for a process

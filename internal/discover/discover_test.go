@@ -3,7 +3,10 @@ package discover
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,19 +42,46 @@ func TestRubyFindsRubies(t *testing.T) {
 	if all, err := Ruby("/proc", nil); err != nil || len(all) < 1 {
 		t.Errorf("without match: %v, %v", all, err)
 	}
-	for _, p := range mustRuby(t) {
-		if p.PID == os.Getpid() {
-			t.Error("the scan lists its own process")
-		}
-	}
 }
 
-func mustRuby(t *testing.T) []Process {
-	ps, err := Ruby("/proc", nil)
+// TestRubyFakeProc: the scan reads a proc directory's maps, cmdline and
+// stat: a process mapping libruby is found (with its command line and
+// start time), one that maps none is not, and the scan's own PID is left
+// out even when it maps libruby (as the test binary never does in /proc).
+func TestRubyFakeProc(t *testing.T) {
+	proc := t.TempDir()
+	const libruby = "7f0000000000-7f0000100000 r-xp 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libruby-3.3.so.3.3.0\n"
+	const libc = "7f1000000000-7f1000100000 r-xp 00000000 08:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+	// Only an executable mapping counts: a data mapping of libruby does not.
+	const dataOnly = "7f2000000000-7f2000100000 rw-p 00000000 08:01 1234 /usr/lib/libruby.so.3.4\n"
+	fake := func(pid int, maps, cmdline string) {
+		dir := filepath.Join(proc, strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := strconv.Itoa(pid) + " (ruby (x)) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0\n"
+		for name, data := range map[string]string{"maps": libc + maps, "cmdline": cmdline, "stat": stat} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fake(4242, libruby, "puma: cluster worker 0\x00")
+	fake(4243, "", "sh\x00-c\x00sleep 1\x00")
+	fake(4244, dataOnly, "ruby\x00-e\x00x\x00")
+	fake(os.Getpid(), libruby, "rbscope\x00")
+	os.WriteFile(filepath.Join(proc, "self"), nil, 0o644) // not a PID
+	got, err := Ruby(proc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ps
+	want := []Process{{PID: 4242, Args: "puma: cluster worker 0", Start: 777}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Ruby(fake proc) = %+v, want %+v", got, want)
+	}
+	if got, _ := Ruby(proc, regexp.MustCompile("sidekiq")); len(got) != 0 {
+		t.Errorf("match selects none, got %+v", got)
+	}
 }
 
 func TestIsRubyImageAndServiceName(t *testing.T) {

@@ -137,6 +137,14 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadeve
 			}
 		}
 	}
+	// flush reads the threads a last time and prints every birth not yet
+	// printed.
+	flush := func() {
+		scan()
+		for _, ft := range ruby {
+			printBirth(ft)
+		}
+	}
 	scan()
 	tick := time.NewTicker(RubyPollInterval)
 	defer tick.Stop()
@@ -144,10 +152,7 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadeve
 		select {
 		case ev, ok := <-native:
 			if !ok {
-				scan()
-				for _, ft := range ruby {
-					printBirth(ft)
-				}
+				flush()
 				return ctx.Err() == nil
 			}
 			scan()
@@ -173,6 +178,10 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadeve
 		case <-tick.C:
 			scan()
 		case <-ctx.Done():
+			// Stopping: the births seen but not yet printed (waiting for a
+			// name) are printed, as when native closes, which this case
+			// may win the race against.
+			flush()
 			return false
 		}
 	}
