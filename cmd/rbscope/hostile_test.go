@@ -459,7 +459,9 @@ func TestHeapDumpMode(t *testing.T) {
 // target stopped (state t) until rbscope was continued. Now rbscope stops
 // only once the target runs again, and finishes the dump when continued.
 func TestStopSignalDuringPause(t *testing.T) {
-	h := startHostile(t, `$a = Array.new(600_000) { |i| "s#{i}" }; STDOUT.puts :ready; STDOUT.flush; sleep`)
+	// The dump stands the target still only to copy its memory: 600 MB
+	// of it make the pause long enough (hundreds of milliseconds) to aim at.
+	h := startHostile(t, `$a = Array.new(600_000) { |i| "s#{i}" }; $b = "\xff".b * (600 << 20); STDOUT.puts :ready; STDOUT.flush; sleep`)
 	// The signal must reach rbscope while the target is stopped; if the
 	// pause ended first (a busy machine), the try proves nothing: again.
 	for try := 1; ; try++ {
