@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rbscope/rbscope/internal/heap"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -225,8 +228,12 @@ func TestHeapDumpRedactStrings(t *testing.T) {
 func TestCoreHeapDump(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
-			p := testruby.Start(t, rb, "heap_dump.rb", nil, filepath.Join(t.TempDir(), "own.json"))
-			var rep struct{ PID int }
+			own := filepath.Join(t.TempDir(), "own.json")
+			p := testruby.Start(t, rb, "heap_dump.rb", nil, own)
+			var rep struct {
+				PID   int
+				Known map[string]string
+			}
 			p.WaitReport(t, &rep, 120*time.Second)
 			core := testruby.Gcore(t, p.PID())
 			live := filepath.Join(t.TempDir(), "live.json")
@@ -267,6 +274,49 @@ func TestCoreHeapDump(t *testing.T) {
 			}
 			if len(missing)+len(extra) > 0 {
 				t.Errorf("the core's dump differs from the live one: %d lines only live, %d only from the core; e.g.\n%v\n%v", len(missing), len(extra), first(missing, 3), first(extra, 3))
+			}
+			// And the objects the program knows are in the core's dump as
+			// in the program's own dump_all.
+			type obj struct {
+				typ  string
+				refs []uint64
+			}
+			read := func(path string) map[uint64]obj {
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				out := map[uint64]obj{}
+				rd := heap.NewReader(f, path)
+				for {
+					r, err := rd.Next()
+					if err == io.EOF {
+						return out
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					out[r.Address] = obj{r.Type, append([]uint64(nil), r.References...)}
+				}
+			}
+			theirs, ours := read(own), read(fromCore)
+			for name, a := range rep.Known {
+				addr, err := strconv.ParseUint(strings.TrimPrefix(a, "0x"), 16, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, got := theirs[addr], ours[addr]
+				if want.typ == "" || got.typ != want.typ {
+					t.Errorf("%s %s: %q in the core's dump, %q in dump_all's", name, a, got.typ, want.typ)
+					continue
+				}
+				switch want.typ { // the types whose references are decoded as dump_all writes them
+				case "ARRAY", "HASH", "OBJECT", "STRUCT", "STRING":
+					if !slices.Equal(got.refs, want.refs) {
+						t.Errorf("%s %s: references %x in the core's dump, %x in dump_all's", name, a, got.refs, want.refs)
+					}
+				}
 			}
 		})
 	}
