@@ -154,9 +154,10 @@ func TestDiscardKeepsReusedNumber(t *testing.T) {
 	p, tg, vm := start(t, rb, "sleep")
 	// Discard closes from outside; CloseProgram is the Ruby that alloc's
 	// watchdog and fork hook run inside (and that guards every answer).
-	closers := map[string]func(*rubyexec.Exchange){
-		"Discard": (*rubyexec.Exchange).Discard,
-		"CloseProgram": func(ex *rubyexec.Exchange) {
+	// Each closer fails the subtest it runs in (t), not this one.
+	closers := map[string]func(*testing.T, *rubyexec.Exchange){
+		"Discard": func(_ *testing.T, ex *rubyexec.Exchange) { ex.Discard() },
+		"CloseProgram": func(t *testing.T, ex *rubyexec.Exchange) {
 			defer ex.Close()
 			if _, err := rubyexec.Run(tg, vm, ex.CloseProgram()+"; nil", rubyexec.Options{Timeout: 20 * time.Second}); err != nil {
 				t.Fatal(err)
@@ -173,7 +174,7 @@ func TestDiscardKeepsReusedNumber(t *testing.T) {
 // closeOnlyPipe makes an exchange in pid, has the program put another file
 // under its write end's number when reuse is set, and checks that closeIt
 // closes the number only while it is the pipe.
-func closeOnlyPipe(t *testing.T, tg *target.Live, pid int, reuse bool, closeIt func(*rubyexec.Exchange)) {
+func closeOnlyPipe(t *testing.T, tg *target.Live, pid int, reuse bool, closeIt func(*testing.T, *rubyexec.Exchange)) {
 	linkOf := func(fd int) string {
 		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
 		return l
@@ -198,7 +199,7 @@ func closeOnlyPipe(t *testing.T, tg *target.Live, pid int, reuse bool, closeIt f
 		}
 	}
 	before := linkOf(w)
-	closeIt(ex)
+	closeIt(t, ex)
 	switch after := linkOf(w); {
 	case reuse && after != before:
 		t.Errorf("fd %d (%q), which the program had reused, was closed", w, before)
