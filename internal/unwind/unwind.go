@@ -32,7 +32,7 @@ type Frame struct {
 	// pointer, for the first frame). 0 when unknown.
 	CFA  uint64 `json:"cfa,omitempty"`
 	Size uint64 `json:"frame_size"`
-	// Object is the mapped file the pc lies in ("[anon]", "[jit]", "?"),
+	// Object is the mapped file the pc lies in (or "[jit]" for anonymous code, a "[vdso]"-like name, "?" outside every mapping),
 	// and Offset the pc's place in its link-time address space (what
 	// addr2line and objdump take).
 	Object string `json:"object"`
@@ -191,11 +191,8 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 		f.Object = m.Path
 		o := u.object(m)
 		if o == nil {
-			if m.Path == "" || strings.HasPrefix(m.Path, "[") {
+			if m.Path == "" {
 				f.Object = "[jit]" // executable anonymous memory: generated code
-				if m.Path != "" {
-					f.Object = m.Path
-				}
 			}
 			f.Offset = lookup - m.Start
 			frames = append(frames, f)

@@ -135,9 +135,9 @@ func TestUnwindBadStacks(t *testing.T) {
 			}
 			frames, err := fakeUnwinder(t, mem, cfi).Unwind(regsAt(c.pc, c.sp))
 			if c.name == "endless chain" {
-				// The stack runs out (unreadable) before or at the budget.
-				if err == nil || len(frames) > MaxFrames {
-					t.Errorf("%d frames, %v", len(frames), err)
+				// 512 words of return addresses: the budget ends the walk.
+				if !errors.Is(err, ErrFrameBudget) || len(frames) != MaxFrames {
+					t.Errorf("%d frames, %v; want %d and the frame budget", len(frames), err, MaxFrames)
 				}
 				return
 			}
