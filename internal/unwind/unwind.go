@@ -32,8 +32,9 @@ type Frame struct {
 	// pointer, for the first frame). 0 when unknown.
 	CFA  uint64 `json:"cfa,omitempty"`
 	Size uint64 `json:"frame_size"`
-	// Object is the mapped file the pc lies in (or "[jit]" for anonymous code, a "[vdso]"-like name, "?" outside every mapping),
-	// and Offset the pc's place in its link-time address space (what
+	// Object is the mapped file the pc lies in ("[jit]" for anonymous
+	// code, the kernel's name such as "[vdso]", "?" outside every
+	// mapping), and Offset the pc's place in its link-time address space (what
 	// addr2line and objdump take).
 	Object string `json:"object"`
 	Offset uint64 `json:"offset"`
