@@ -124,7 +124,7 @@ func evalExpr(expr []byte, regs *Regs, mem target.Reader, cfa *uint64) (uint64, 
 			}
 			st = append(st, v+uint64(off))
 		case op >= opConst1u && op <= opConst8s:
-			size := map[byte]int{opConst1u: 1, opConst1s: 1, opConst2u: 2, opConst2s: 2, opConst4u: 4, opConst4s: 4, opConst8u: 8, opConst8s: 8}[op]
+			size := 1 << ((op - opConst1u) / 2) // 1u 1s 2u 2s 4u 4s 8u 8s
 			var v uint64
 			if v, err = fixed(size, (op-opConst1u)%2 == 1); err != nil {
 				return 0, err

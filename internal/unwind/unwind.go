@@ -101,8 +101,9 @@ type Regs struct {
 // FromTarget takes the registers of a stopped thread or a core's thread.
 func FromTarget(r target.Regs) Regs {
 	var out Regs
-	for n, v := range map[int]uint64{0: r.RAX, 1: r.RDX, 2: r.RCX, 3: r.RBX, 4: r.RSI, 5: r.RDI, 6: r.RBP, 7: r.RSP,
-		8: r.R8, 9: r.R9, 10: r.R10, 11: r.R11, 12: r.R12, 13: r.R13, 14: r.R14, 15: r.R15, 16: r.RIP} {
+	// in DWARF's x86-64 numbering
+	for n, v := range [...]uint64{r.RAX, r.RDX, r.RCX, r.RBX, r.RSI, r.RDI, r.RBP, r.RSP,
+		r.R8, r.R9, r.R10, r.R11, r.R12, r.R13, r.R14, r.R15, r.RIP} {
 		out.set(n, v)
 	}
 	return out
