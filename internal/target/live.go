@@ -31,6 +31,9 @@ type Live struct {
 	syscallAt uint64
 	// id pins the process (see CheckSame).
 	id identity
+	// ns maps the thread IDs of a process in a PID namespace of its own
+	// (see LocalTID).
+	ns nsTIDs
 
 	mu          sync.Mutex
 	tracer      *tracer
