@@ -79,7 +79,7 @@ type VM struct {
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
-	env          valueStack           // the value stack of the stack being walked
+	env      valueStack // the value stack of the stack being walked
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
