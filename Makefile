@@ -14,10 +14,11 @@ build:
 	$(GO) build -o $(BIN) ./cmd/rbscope
 
 # deps installs what the demo and the tests need: Debian's Ruby (stripped,
-# the Ruby most users run) and gdb (the peer the benchmark compares with).
+# the Ruby most users run), gdb (the peer the benchmark compares with) and
+# util-linux's unshare, nsenter and setpriv (the container tests).
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind >/dev/null; fi
+	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null || ! command -v setpriv >/dev/null || ! command -v nsenter >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind util-linux >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

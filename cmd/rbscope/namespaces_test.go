@@ -139,6 +139,13 @@ func containerRuby(t *testing.T) (exe, libruby, soname string) {
 func startContainer(t *testing.T, userNS bool) *rubyContainer {
 	t.Helper()
 	needContainerTools(t)
+	if userNS {
+		for _, knob := range []string{"/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"} {
+			if b, err := os.ReadFile(knob); err == nil && strings.TrimSpace(string(b)) == "0" {
+				testruby.Missing(t, "%s is 0: no user namespaces for unprivileged users", knob)
+			}
+		}
+	}
 	exe, libruby, soname := containerRuby(t)
 	share, err := os.MkdirTemp("", "rbscope-container")
 	if err != nil {
