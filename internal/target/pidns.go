@@ -38,8 +38,11 @@ func (l *Live) LocalTID(tid int) int {
 			n.local, n.seen = map[int]int{}, map[int]int{}
 		}
 	}
-	if !n.nested || tid <= 0 {
+	if !n.nested {
 		return tid
+	}
+	if tid <= 0 {
+		return 0
 	}
 	if t, ok := n.local[tid]; ok && l.hasThread(t) {
 		return t
