@@ -22,13 +22,14 @@ import (
 
 // containerSetup runs as PID 1 of the new PID namespace, inside the new
 // mount namespace: it mounts a tmpfs on $1 and makes it a root filesystem
-// (the host's /usr, /etc and /dev bound in, its own /proc), copies Ruby's
-// executable, libruby and the program from $2 into it, where only this
-// mount namespace sees them, and runs Ruby in it: with "chroot", chrooted
-// there, as a child of this shell; with "pivot_root", as a runtime makes a
-// container's root, as PID 1 itself.
+// (the host's /usr, /etc and /dev bound in, and $5, a Ruby build's library
+// directory, at its own path unless "-"; its own /proc), copies Ruby's
+// executable, libruby ($4) and the program from $2 into it, where only
+// this mount namespace sees them, and runs Ruby in it: with "chroot"
+// ($3), chrooted there, as a child of this shell; with "pivot_root", as a
+// runtime makes a container's root, as PID 1 itself.
 const containerSetup = `set -e
-root=$1 share=$2 mode=$3 libruby=$4; shift 4
+root=$1 share=$2 mode=$3 libruby=$4 stdlib=$5; shift 5
 mount -t tmpfs -o mode=0755 tmpfs "$root"
 mkdir -p "$root/usr" "$root/etc" "$root/dev" "$root/proc" "$root/tmp" "$root/app/bin" "$root/app/lib" "$root/app/src" "$root/report"
 for d in usr etc dev; do mount --rbind "/$d" "$root/$d"; done
@@ -36,6 +37,7 @@ for d in bin lib lib64; do
   if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$root/$d"
   elif [ -d "/$d" ]; then mkdir "$root/$d"; mount --rbind "/$d" "$root/$d"; fi
 done
+if [ "$stdlib" != - ]; then mkdir -p "$root$stdlib"; mount --rbind "$stdlib" "$root$stdlib"; fi
 cp "$share/ruby" "$root/app/bin/ruby"
 cp "$share/$libruby" "$root/app/lib/$libruby"
 cp "$share/container.rb" "$root/app/src/container.rb"
@@ -90,21 +92,49 @@ func needContainerTools(t *testing.T) {
 	}
 }
 
-// containerRuby returns Debian's Ruby executable, its libruby and the name
-// the executable loads it by (the Ruby most containers run: stripped, read
-// through the built-in layouts).
-func containerRuby(t *testing.T) (exe, libruby, soname string) {
+// containerRuby is a Ruby to copy into a container.
+type containerRuby struct {
+	name    string
+	exe     string // its executable
+	libruby string // the libruby it maps
+	soname  string // the name the executable loads libruby by
+	stdlib  string // a build's library directory, bound at its own path ("-": none)
+}
+
+// containerRubies returns Debian's Ruby (the Ruby most containers run:
+// stripped, read through the built-in layouts) and the newest shared build
+// of the matrix from 3.3 on (read through its DWARF; the thread ID Ruby
+// keeps in its native thread's struct).
+func containerRubies(t *testing.T) []containerRuby {
 	t.Helper()
-	var rb *testruby.Ruby
+	var debian, built *testruby.Ruby
 	for _, r := range testruby.Rubies(t) {
-		if strings.HasPrefix(r.Name, "debian-") {
-			rb = &r
-			break
+		switch {
+		case strings.HasPrefix(r.Name, "debian-"):
+			debian = &r
+		case strings.HasSuffix(r.Name, "-shared") && !testruby.Older(r, 3, 3):
+			built = &r // sorted by name: the newest last
 		}
 	}
-	if rb == nil {
+	if debian == nil {
 		testruby.Missing(t, "Debian's ruby is not installed")
 	}
+	if built == nil {
+		if os.Getenv(testruby.StrictEnv) != "" {
+			testruby.Missing(t, "no shared Ruby 3.3 or newer built (make rubies)")
+		}
+		t.Log("no shared Ruby 3.3 or newer built (make rubies): Debian's Ruby alone")
+	}
+	out := []containerRuby{describeRuby(t, *debian, "-")}
+	if built != nil {
+		out = append(out, describeRuby(t, *built, filepath.Join(filepath.Dir(filepath.Dir(built.Bin)), "lib")))
+	}
+	return out
+}
+
+// describeRuby finds the files of rb to copy into a container.
+func describeRuby(t *testing.T, rb testruby.Ruby, stdlib string) containerRuby {
+	t.Helper()
 	exe, err := filepath.EvalSymlinks(rb.Bin)
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +152,11 @@ func containerRuby(t *testing.T) (exe, libruby, soname string) {
 	needed, _ := ef.DynString(elf.DT_NEEDED)
 	for _, n := range needed {
 		if strings.HasPrefix(n, "libruby") {
-			return exe, string(mapped), n
+			return containerRuby{name: rb.Name, exe: exe, libruby: string(mapped), soname: n, stdlib: stdlib}
 		}
 	}
 	t.Fatalf("%s needs no libruby (%q)", exe, needed)
-	return "", "", ""
+	return containerRuby{}
 }
 
 // startContainer starts testdata/container.rb as a container would: in new
@@ -136,7 +166,7 @@ func containerRuby(t *testing.T) (exe, libruby, soname string) {
 // by uid 65534, in a user namespace of its own whose root that user is,
 // its root made with pivot_root, Ruby its PID 1; else as root, chrooted,
 // Ruby a child of PID 1.
-func startContainer(t *testing.T, userNS bool) *rubyContainer {
+func startContainer(t *testing.T, rb containerRuby, userNS bool) *rubyContainer {
 	t.Helper()
 	needContainerTools(t)
 	if userNS {
@@ -146,7 +176,6 @@ func startContainer(t *testing.T, userNS bool) *rubyContainer {
 			}
 		}
 	}
-	exe, libruby, soname := containerRuby(t)
 	share, err := os.MkdirTemp("", "rbscope-container")
 	if err != nil {
 		t.Fatal(err)
@@ -161,8 +190,8 @@ func startContainer(t *testing.T, userNS bool) *rubyContainer {
 			t.Fatal(err)
 		}
 	}
-	copyFile(exe, filepath.Join(share, "ruby"))
-	copyFile(libruby, filepath.Join(share, soname))
+	copyFile(rb.exe, filepath.Join(share, "ruby"))
+	copyFile(rb.libruby, filepath.Join(share, rb.soname))
 	copyFile(testruby.Testdata("container.rb"), filepath.Join(share, "container.rb"))
 	if err := os.WriteFile(filepath.Join(share, "setup.sh"), []byte(containerSetup), 0o644); err != nil {
 		t.Fatal(err)
@@ -185,7 +214,7 @@ func startContainer(t *testing.T, userNS bool) *rubyContainer {
 		args = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
 			"unshare", "--user", "--map-root-user"}, args[1:]...)
 	}
-	args = append(args, "sh", filepath.Join(share, "setup.sh"), filepath.Join(share, "root"), share, mode, soname,
+	args = append(args, "sh", filepath.Join(share, "setup.sh"), filepath.Join(share, "root"), share, mode, rb.soname, rb.stdlib,
 		"/app/src/container.rb", "/report/report.json", c.token, "4321")
 	cmd := exec.Command(args[0], args[1:]...)
 	var out bytes.Buffer
@@ -224,9 +253,26 @@ func startContainer(t *testing.T, userNS bool) *rubyContainer {
 	if c.hostPID == c.rep.PID {
 		t.Fatalf("the container's PID %d is the host's too: no PID namespace of its own", c.rep.PID)
 	}
-	// The host cannot open the executable by the path the process shows.
-	if shown, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.hostPID)); err != nil || strings.HasSuffix(shown, "/app/bin/ruby") && fileExists(shown) {
+	// The host cannot open the executable or libruby by the paths the
+	// process shows.
+	if shown, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.hostPID)); err != nil || !strings.HasSuffix(shown, "/app/bin/ruby") || fileExists(shown) {
 		t.Fatalf("the container's executable %q (%v) is open to the host by its path", shown, err)
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", c.hostPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs := 0
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) == 6 && strings.Contains(f[5], "libruby") {
+			libs++
+			if !strings.HasSuffix(f[5], "/app/lib/"+rb.soname) || fileExists(f[5]) {
+				t.Fatalf("the container maps %s, open to the host by its path", f[5])
+			}
+		}
+	}
+	if libs == 0 {
+		t.Fatalf("the container maps no libruby:\n%s", maps)
 	}
 	return c
 }
@@ -761,21 +807,32 @@ func (c *rubyContainer) checkRefused(t *testing.T, run runner, pid int) {
 	}
 }
 
-// TestContainer reads Ruby in containers made with unshare: as root in new
-// mount and PID namespaces (chrooted), and rootless in a user namespace
-// too (pivot_root, Ruby as PID 1), its executable and libruby on a tmpfs
-// only the container sees. Every command runs from the host by the host's
+// TestContainer reads Ruby in containers made with unshare: Debian's Ruby
+// as root in new mount and PID namespaces (chrooted), and rootless in a
+// user namespace too (pivot_root, Ruby as PID 1), as is the newest shared
+// build from 3.3 on; each has its executable and libruby on a tmpfs only
+// the container sees. Every command runs from the host by the host's
 // PID, and from a sidecar that shares the container's PID namespace by the
 // container's PID, with and without CAP_SYS_PTRACE; what each reads is
 // compared with what the program says of itself.
 func TestContainer(t *testing.T) {
-	for _, userNS := range []bool{false, true} {
-		name := "root"
-		if userNS {
-			name = "userns"
-		}
-		t.Run(name, func(t *testing.T) {
-			c := startContainer(t, userNS)
+	needContainerTools(t)
+	rubies := containerRubies(t)
+	type scenario struct {
+		name   string
+		rb     containerRuby
+		userNS bool
+	}
+	cases := []scenario{
+		{"root/" + rubies[0].name, rubies[0], false},
+		{"userns/" + rubies[0].name, rubies[0], true},
+	}
+	for _, rb := range rubies[1:] {
+		cases = append(cases, scenario{"userns/" + rb.name, rb, true})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startContainer(t, tc.rb, tc.userNS)
 			t.Logf("Ruby %s: pid %d inside, %d on the host", c.rep.Version, c.rep.PID, c.hostPID)
 			t.Run("host", func(t *testing.T) {
 				tids := c.hostTIDs(t)
