@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -845,5 +848,92 @@ func TestContainer(t *testing.T) {
 				c.checkRefused(t, c.sidecar(false), c.rep.PID)
 			})
 		})
+	}
+}
+
+// TestHostileImagePathWithoutMapFiles: without CAP_SYS_ADMIN (a sidecar
+// container's lot), /proc/PID/map_files is closed to rbscope, and it opens
+// a Ruby image otherwise. A target running as nobody that replaced its
+// executable by a FIFO or a symlink to a root-only file neither blocks
+// rbscope nor shows it the file: the executable is read through
+// /proc/PID/exe (the mapped inode, though deleted) and libruby at its path
+// (the mapped inode, checked). With libruby replaced too, libruby is
+// refused, in one line that says what map_files needs.
+func TestHostileImagePathWithoutMapFiles(t *testing.T) {
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testruby.Missing(t, "setpriv (util-linux) is not installed")
+	}
+	run := func(t *testing.T, args ...string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--inh-caps=-all", "--bounding-set=-sys_admin,-checkpoint_restore", "--", rbscopeBin}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if ctx.Err() != nil {
+			t.Fatalf("rbscope %v hung:\n%s", args, stderr.String())
+		}
+		return stdout.String(), stderr.String(), err
+	}
+	for _, kind := range []string{"fifo", "symlink"} {
+		t.Run(kind, func(t *testing.T) {
+			secretPath, secret := rootSecret(t)
+			h := startHostile(t, `STDOUT.puts :ready; STDOUT.flush; sleep`)
+			plantAt(t, h.exe, kind, secretPath)
+			h.checkMapped(t)
+			stdout, stderr, err := run(t, "stack", "--native", "--json", "-p", strconv.Itoa(h.pid()))
+			if leaks(stdout+stderr, secret) {
+				t.Errorf("rbscope stack printed the root-only file's bytes:\n%s%s", stdout, stderr)
+			}
+			var doc struct {
+				Threads []struct {
+					Frames []struct {
+						Kind, Function, Object string
+					} `json:"frames"`
+				} `json:"threads"`
+			}
+			if err != nil || json.Unmarshal([]byte(stdout), &doc) != nil || len(doc.Threads) == 0 {
+				t.Fatalf("stack --native with the executable replaced: %v: %s", err, stderr)
+			}
+			// _start is the executable's own symbol: read from its file.
+			start := false
+			for _, f := range doc.Threads[0].Frames {
+				start = start || strings.TrimSuffix(f.Object, " (deleted)") == h.exe && f.Function == "_start"
+			}
+			if !start {
+				t.Errorf("the main thread's native stack has no _start in %s: %+v", h.exe, doc.Threads[0].Frames)
+			}
+
+			plantAt(t, h.lib, kind, secretPath)
+			stdout, stderr, err = run(t, "stack", "-p", strconv.Itoa(h.pid()))
+			if leaks(stdout+stderr, secret) {
+				t.Errorf("rbscope stack printed the root-only file's bytes:\n%s%s", stdout, stderr)
+			}
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 ||
+				!strings.Contains(stderr, "map_files needs CAP_SYS_ADMIN") || !strings.Contains(stderr, h.lib) {
+				t.Errorf("%v: stdout %q, stderr %q; want one line refusing %s", err, stdout, stderr, h.lib)
+			}
+			t.Log(strings.TrimSpace(stderr))
+		})
+	}
+}
+
+// plantAt replaces the file at path, as its owner can: by a FIFO, or by a
+// symlink to secret.
+func plantAt(t *testing.T, path, kind, secret string) {
+	t.Helper()
+	tmp := path + ".new"
+	var err error
+	if kind == "fifo" {
+		err = unix.Mkfifo(tmp, 0o666)
+	} else {
+		err = os.Symlink(secret, tmp)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -170,7 +170,7 @@ func openImage(t target.Target, maps []target.Mapping, path string) (*os.File, e
 		f.Close()
 	}
 	if strings.HasSuffix(m.Path, " (deleted)") {
-		return nil, fmt.Errorf("%s: %w (and the file is deleted)", mapped, err)
+		return nil, fmt.Errorf("%w (and the file is deleted)", err)
 	}
 	// Else open the path inside the process's root, and only if it is the
 	// very file that is mapped. The kernel shows the path from the root of
@@ -182,11 +182,11 @@ func openImage(t target.Target, maps []target.Mapping, path string) (*os.File, e
 	if dir, lerr := os.Readlink(root); lerr == nil && dir != "/" && strings.HasPrefix(dir, "/") && strings.HasPrefix(path, dir+"/") {
 		paths = append(paths, path[len(dir):])
 	}
-	errs := []error{err}
+	// One line, every way tried: map_files's refusal, then each path's.
 	for _, p := range paths {
-		f, err := target.OpenInRoot(root, p, false)
-		if err != nil {
-			errs = append(errs, err)
+		f, perr := target.OpenInRoot(root, p, false)
+		if perr != nil {
+			err = fmt.Errorf("%w; %w", err, perr)
 			continue
 		}
 		if isMapped(f, m) {
@@ -194,10 +194,10 @@ func openImage(t target.Target, maps []target.Mapping, path string) (*os.File, e
 		}
 		var st unix.Stat_t
 		_ = unix.Fstat(int(f.Fd()), &st)
-		errs = append(errs, fmt.Errorf("the file now at %s inside the process's root is not the mapped one (inode %d on device %#x, mapped %d on %#x)", p, st.Ino, st.Dev, m.Inode, m.Dev))
+		err = fmt.Errorf("%w; the file now at %s inside the process's root is not the mapped one (inode %d on device %#x, mapped %d on %#x)", err, p, st.Ino, st.Dev, m.Inode, m.Dev)
 		f.Close()
 	}
-	return nil, errors.Join(errs...)
+	return nil, err
 }
 
 // isMapped reports whether f is the inode m maps.
