@@ -815,23 +815,27 @@ func (c *rubyContainer) checkRefused(t *testing.T, run runner, pid int) {
 // user namespace too (pivot_root, Ruby as PID 1), as is the newest shared
 // build from 3.3 on; each has its executable and libruby on a tmpfs only
 // the container sees. Every command runs from the host by the host's
-// PID, and from a sidecar that shares the container's PID namespace by the
-// container's PID, with and without CAP_SYS_PTRACE; what each reads is
-// compared with what the program says of itself.
+// PID, and (Debian's Ruby) from a sidecar that shares the container's PID
+// namespace by the container's PID, with and without CAP_SYS_PTRACE; what
+// each reads is compared with what the program says of itself.
 func TestContainer(t *testing.T) {
 	needContainerTools(t)
 	rubies := containerRubies(t)
 	type scenario struct {
-		name   string
-		rb     containerRuby
-		userNS bool
+		name    string
+		rb      containerRuby
+		userNS  bool
+		sidecar bool
 	}
 	cases := []scenario{
-		{"root/" + rubies[0].name, rubies[0], false},
-		{"userns/" + rubies[0].name, rubies[0], true},
+		{"root/" + rubies[0].name, rubies[0], false, true},
+		{"userns/" + rubies[0].name, rubies[0], true, true},
 	}
+	// A debug build takes longer to read (its DWARF): from the host only,
+	// where its threads' IDs are translated (in a sidecar they are the
+	// program's own, as with Debian's Ruby).
 	for _, rb := range rubies[1:] {
-		cases = append(cases, scenario{"userns/" + rb.name, rb, true})
+		cases = append(cases, scenario{"userns/" + rb.name, rb, true, false})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -841,9 +845,11 @@ func TestContainer(t *testing.T) {
 				tids := c.hostTIDs(t)
 				c.checkCommands(t, rbscope, c.hostPID, func(tid int) int { return tids[tid] })
 			})
-			t.Run("sidecar", func(t *testing.T) {
-				c.checkCommands(t, c.sidecar(true), c.rep.PID, func(tid int) int { return tid })
-			})
+			if tc.sidecar {
+				t.Run("sidecar", func(t *testing.T) {
+					c.checkCommands(t, c.sidecar(true), c.rep.PID, func(tid int) int { return tid })
+				})
+			}
 			t.Run("sidecar without CAP_SYS_PTRACE", func(t *testing.T) {
 				c.checkRefused(t, c.sidecar(false), c.rep.PID)
 			})
