@@ -13,11 +13,19 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/rbscope
 
-# deps installs what the demo and the tests need: Debian's Ruby (stripped,
-# the Ruby most users run) and gdb (the peer the benchmark compares with).
+# DEBS are the Debian packages the demo and the tests need: Debian's Ruby
+# (stripped, the Ruby most users run), gdb (the peer the benchmark compares
+# with), tmux, valgrind, and the servers the server tests run rbscope on
+# (Puma, Unicorn, Sidekiq with Redis, a Rails application on SQLite, under
+# ab's load and with jemalloc).
+DEBS := ruby gdb tmux valgrind puma unicorn ruby-sidekiq redis-server ruby-railties \
+	ruby-activerecord ruby-actionpack ruby-sqlite3 libjemalloc2 apache2-utils
+
+# deps installs DEBS where any is missing.
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind >/dev/null; fi
+	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

@@ -99,6 +99,14 @@ func readStacks(pid int, pause bool) (*stackDump, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
+	for i := range threads {
+		// A forked child's main thread keeps its parent's TID in Ruby's
+		// books (a Puma or Unicorn worker's names the master's): the
+		// kernel's is the process ID.
+		if th := &threads[i]; th.Main && th.TID != pid && !hasTask(pid, th.TID) {
+			th.TID = pid
+		}
+	}
 	return &stackDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads}, nil
 }
 
@@ -155,4 +163,13 @@ func printThreadHeader(w io.Writer, name string, main, ruby bool, tid int, statu
 		fmt.Fprint(w, " (holds GVL)")
 	}
 	fmt.Fprintln(w)
+}
+
+// hasTask reports whether tid is a thread of process pid.
+func hasTask(pid, tid int) bool {
+	if tid <= 0 {
+		return false
+	}
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid))
+	return err == nil
 }
