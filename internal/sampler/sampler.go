@@ -105,12 +105,12 @@ func (o Options) Validate() error {
 
 // proc is one sampled process.
 type proc struct {
-	pid  int
+	pid int
 	// title is the process's command line as last read (processTitle).
 	title string
-	live *target.Live
-	vm   *rubyvm.VM
-	gone bool
+	live  *target.Live
+	vm    *rubyvm.VM
+	gone  bool
 	// clocks are the CPU-time counters of the threads seen running
 	// (onCPUNow); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
