@@ -108,9 +108,13 @@ type proc struct {
 	pid int
 	// title is the process's command line as last read (processTitle).
 	title string
-	live  *target.Live
-	vm    *rubyvm.VM
-	gone  bool
+	// mainTID is the main thread's TID in Ruby's books as last seen, and
+	// mainForeign whether it is no thread of this process (foreignMain).
+	mainTID     int
+	mainForeign bool
+	live        *target.Live
+	vm          *rubyvm.VM
+	gone        bool
 	// clocks are the CPU-time counters of the threads seen running
 	// (onCPUNow); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
@@ -127,6 +131,18 @@ type proc struct {
 	unwinder  *unwind.Unwinder
 	mapsStale bool
 	native    map[int][]unwind.Frame
+}
+
+// foreignMain reports whether tid, the TID Ruby's books give the main
+// thread, is no thread of p: the parent's, in a forked child (a Puma or
+// Unicorn worker). It is asked when the running threads are not listed
+// (Options.Idle), and the answer for a TID is kept.
+func (p *proc) foreignMain(tid int) bool {
+	if p.mainTID != tid {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.pid, tid))
+		p.mainTID, p.mainForeign = tid, err != nil
+	}
+	return p.mainForeign
 }
 
 // unwindStopped unwinds the native stacks of the threads of s that the
@@ -557,7 +573,7 @@ func (s *Sampler) sample(p *proc) {
 	// The TID rbscope should see for a Ruby thread: a forked child's main
 	// thread keeps its parent's TID in Ruby's books.
 	tidOf := func(th rubyvm.Thread) int {
-		if th.Main && tasks != nil && !tasks[th.TID] {
+		if th.Main && th.TID != p.pid && (tasks != nil && !tasks[th.TID] || tasks == nil && p.foreignMain(th.TID)) {
 			return p.pid
 		}
 		return th.TID
