@@ -75,12 +75,20 @@ func (r Reach) String() string {
 		r.Got, r.Want, 100*r.Share(), TopKinds(r.Missed, 12))
 }
 
-// Compare compares rbscope's dump mine with Ruby's own theirs.
-func Compare(mine, theirs *heap.Graph) Reach {
+// Compare compares rbscope's dump mine with Ruby's own theirs. Each of
+// also is another dump of Ruby's own of the same process, taken after
+// mine while the program ran on: then only the objects the roots of every
+// one of Ruby's dumps reach count (the program's garbage of the moment,
+// reachable in one of them only, does not).
+func Compare(mine, theirs *heap.Graph, also ...*heap.Graph) Reach {
 	r := Reach{Missed: map[string]int{}, Mine: Reachable(mine), Theirs: Reachable(theirs, "machine_context")}
+	var alsoReach []map[uint64]bool
+	for _, g := range also {
+		alsoReach = append(alsoReach, Reachable(g, "machine_context"))
+	}
 	for i := 0; i < theirs.Len(); i++ {
 		a := theirs.Address(i)
-		if !r.Theirs[a] {
+		if !r.Theirs[a] || !reachedByAll(alsoReach, a) {
 			continue
 		}
 		if _, ok := mine.Lookup(a); !ok {
@@ -94,6 +102,15 @@ func Compare(mine, theirs *heap.Graph) Reach {
 		}
 	}
 	return r
+}
+
+func reachedByAll(reach []map[uint64]bool, a uint64) bool {
+	for _, m := range reach {
+		if !m[a] {
+			return false
+		}
+	}
+	return true
 }
 
 // KindOf names an object's type as the dumps do (IMEMO and DATA with their
