@@ -20,10 +20,6 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
-// jemallocPath is where Debian's libjemalloc2 puts the library users
-// preload.
-const jemallocPath = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
-
 // railsBoot is what testdata/railsapp/config.ru writes at boot.
 type railsBoot struct {
 	PID      int    `json:"pid"`
@@ -48,8 +44,8 @@ func startRails(t *testing.T, jemalloc bool) (*server, railsBoot) {
 	t.Helper()
 	needCommand(t, "puma", "ab")
 	if jemalloc {
-		if _, err := os.Stat(jemallocPath); err != nil {
-			testruby.Missing(t, "%s is missing (make deps installs libjemalloc2)", jemallocPath)
+		if _, err := os.Stat(testruby.JemallocLib); err != nil {
+			testruby.Missing(t, "%s is missing (make deps installs libjemalloc2)", testruby.JemallocLib)
 		}
 	}
 	dir := t.TempDir()
@@ -58,7 +54,7 @@ func startRails(t *testing.T, jemalloc bool) (*server, railsBoot) {
 	s.cmd.Dir = dir
 	s.cmd.Env = append(os.Environ(), "RBSCOPE_REPORT_DIR="+dir)
 	if jemalloc {
-		s.cmd.Env = append(s.cmd.Env, "LD_PRELOAD="+jemallocPath)
+		s.cmd.Env = append(s.cmd.Env, "LD_PRELOAD="+testruby.JemallocLib)
 	}
 	s.log = startGroup(t, s.cmd)
 	var boot railsBoot
