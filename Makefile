@@ -3,8 +3,9 @@ GO ?= go
 BIN := bin/rbscope
 # RUBY_BUILDS lists the Rubies of the test matrix as build-ruby.sh
 # arguments, with a comma for a space: a shared debug build of each family,
-# a static one, and a stripped copy read through the built-in table.
-RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static 3.3,--stripped 3.4 3.4,--stripped
+# a static one whose malloc is jemalloc (--with-jemalloc), and a stripped
+# copy read through the built-in table.
+RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped
 
 .PHONY: wasm all build deps rubies demo test vet bench clean
 
@@ -13,19 +14,22 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/rbscope
 
-# DEBS are the Debian packages the demo and the tests need: Debian's Ruby
-# (stripped, the Ruby most users run), gdb (the peer the benchmark compares
-# with), tmux, valgrind, and the servers the server tests run rbscope on
-# (Puma, Unicorn, Sidekiq with Redis, a Rails application on SQLite, under
-# ab's load and with jemalloc).
-DEBS := ruby gdb tmux valgrind puma unicorn ruby-sidekiq redis-server ruby-railties \
-	ruby-activerecord ruby-actionpack ruby-sqlite3 libjemalloc2 apache2-utils
+# DEPS_PACKAGES are the Debian packages the demo and the tests need:
+# Debian's Ruby (stripped, the Ruby most users run), gdb (the peer the
+# benchmark compares with), tmux and valgrind (tests), util-linux's unshare,
+# nsenter and setpriv (the container tests), jemalloc (preloaded under
+# Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
+# and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
+# with Redis, and a Rails application (railties, ActiveRecord on SQLite,
+# ActionPack) under ab's load (apache2-utils).
+DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
+	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
+	ruby-actionpack ruby-sqlite3 apache2-utils
 
-# deps installs DEBS where any is missing.
+# deps installs the DEPS_PACKAGES that are missing.
 deps:
-	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	@missing=$$(for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

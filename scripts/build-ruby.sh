@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-ruby.sh VERSION [--static | --stripped]
+# build-ruby.sh VERSION [--static | --stripped] [--jemalloc]
 #
 # Builds a Ruby with debug info (DWARF) from Debian's source package into
 # $RBSCOPE_RUBIES/<name>/ (default /var/cache/rbscope/rubies), skipping the
@@ -19,21 +19,32 @@
 #               reads it with its built-in layout table. Its ruby runs its
 #               own libruby ($ORIGIN RUNPATH) but loads the standard library
 #               from the shared build, whose prefix libruby has built in.
+#   --jemalloc  ruby-VERSION-KIND-jemalloc: configured --with-jemalloc, so
+#               that Ruby's malloc is jemalloc (Debian's libjemalloc2), as
+#               in builds made for production; not with --stripped.
 set -euo pipefail
 
-usage="usage: build-ruby.sh VERSION [--static | --stripped]"
+usage="usage: build-ruby.sh VERSION [--static | --stripped] [--jemalloc]"
 version=${1:?$usage}
+shift
 kind=shared
-case "${2:-}" in
-  "") ;;
-  --static) kind=static ;;
-  --stripped) kind=stripped ;;
-  *) echo "build-ruby.sh: unknown option ${2} ($usage)" >&2; exit 2 ;;
-esac
+jemalloc=
+for opt in "$@"; do
+  case "$opt" in
+    --static) kind=static ;;
+    --stripped) kind=stripped ;;
+    --jemalloc) jemalloc=-jemalloc ;;
+    *) echo "build-ruby.sh: unknown option $opt ($usage)" >&2; exit 2 ;;
+  esac
+done
+if [ "$kind" = stripped ] && [ -n "$jemalloc" ]; then
+  echo "build-ruby.sh: --jemalloc does not go with --stripped ($usage)" >&2
+  exit 2
+fi
 
 rubies=${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}
 srcdir=${RBSCOPE_RUBY_SRC:-/var/cache/rbscope/src}
-name="ruby-$version-$kind"
+name="ruby-$version-$kind$jemalloc"
 prefix="$rubies/$name"
 
 if [ -x "$prefix/bin/ruby" ] && [ -f "$prefix/.rbscope-complete" ]; then
@@ -123,6 +134,7 @@ fi
 # Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
 # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
 need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
+[ -n "$jemalloc" ] && need libjemalloc-dev
 case "$version" in
   2.* | 3.[0-2]) ;;
   *) command -v rustc >/dev/null || need rustc ;;
@@ -152,11 +164,16 @@ extra=()
 # Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
 # rbscope reads does not need it.
 [ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)
+[ -n "$jemalloc" ] && extra+=(--with-jemalloc)
 rm -rf "$prefix"
 ./configure --prefix="$prefix" "$shared_flag" --disable-install-doc "${extra[@]}" \
   optflags="-O2" debugflags="-ggdb3" >"$work/configure.log" 2>&1 ||
   { tail -20 "$work/configure.log" >&2; exit 1; }
 grep -iE '^ *\* (YJIT|RJIT) support' "$work/configure.log" >&2 || true
+if [ -n "$jemalloc" ] && ! grep -q -- '-ljemalloc' "$work/configure.log" config.status 2>/dev/null; then
+  echo "build-ruby.sh: configure did not take --with-jemalloc (see $work/configure.log)" >&2
+  exit 1
+fi
 make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -30 "$work/make.log" >&2; exit 1; }
 make install >"$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; exit 1; }
 touch "$prefix/.rbscope-complete"

@@ -83,7 +83,7 @@ The process is paused (ptrace) for the walk and always resumed;
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
-	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: a list of {"type", "class", "count", "bytes"}, one per type and class`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"schema_version", "classes": [{"type", "class", "count", "bytes"}, one per type and class]}`)
 	c.Flags().BoolVar(&all, "all", false, fmt.Sprintf("print every class, not only the largest %d", censusTopClasses))
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "walk without pausing the process (counts may be torn)")
 	return c
@@ -304,6 +304,9 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	}
 	if st.BudgetSpent {
 		paused += "; " + budgetSpent
+	}
+	for _, c := range st.Caveats() {
+		paused += "; " + c
 	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
 		outPath, st.Objects, st.Roots, pid, vm.Version, st.Bytes, paused)

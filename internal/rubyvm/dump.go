@@ -9,9 +9,11 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -47,6 +49,9 @@ type DumpOptions struct {
 	// each thread's machine stack and registers point at, as Ruby's GC
 	// scans them. Without it that root is left out.
 	Registers func(tid int) (target.Regs, bool)
+	// failDecode, when set (by tests), makes the decoding of the object
+	// at an address for which it returns true fail as a decoder bug would.
+	failDecode func(addr uint64) bool
 }
 
 // DumpStats says what HeapDump wrote.
@@ -64,7 +69,44 @@ type DumpStats struct {
 	// process), and the objects read after were cut short.
 	BudgetSpent bool
 	Bytes       int64 // bytes written
+	// Partial counts the objects written with less than their decoder
+	// would have read (their header and the references found before it
+	// stopped, and "partial": the reason), by reason; PartialTotal is
+	// their sum. One object that cannot be decoded costs that object
+	// alone.
+	Partial      map[string]uint64
+	PartialTotal uint64
+	// Panicked counts the partial objects whose decoder panicked (a bug
+	// rbscope recovered from; the fuzzer wants none).
+	Panicked uint64
+	// Allocator names the allocator whose metadata sized the blocks that
+	// no layout sizes (the data of typed data of unknown types); when it
+	// is unknown or its metadata did not pass the checks, AllocatorWhy
+	// says why, and those blocks were not scanned.
+	Allocator    malloc.Kind
+	AllocatorWhy string
 }
+
+// Caveats lists, in words, what the dump left out or wrote partially
+// (nothing for a complete dump).
+func (st *DumpStats) Caveats() []string {
+	var out []string
+	if st.PartialTotal > 0 {
+		reasons := make([]string, 0, len(st.Partial))
+		for r, n := range st.Partial {
+			reasons = append(reasons, fmt.Sprintf("%d: %s", n, r))
+		}
+		sort.Strings(reasons)
+		out = append(out, fmt.Sprintf("%d objects written partially (%s)", st.PartialTotal, strings.Join(reasons, "; ")))
+	}
+	if st.AllocatorWhy != "" {
+		out = append(out, fmt.Sprintf("the data of typed data of unknown types was not scanned (allocator %s: %s)", st.Allocator, st.AllocatorWhy))
+	}
+	return out
+}
+
+// maxPartialReasons bounds the reasons DumpStats.Partial keeps apart.
+const maxPartialReasons = 8
 
 // HeapDump writes every live object of the GC heap to w as one JSON object
 // per line in the format of ObjectSpace.dump_all, ROOT lines first. The
@@ -117,10 +159,15 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	}
 	d := v.newDumper(w, pages, opt)
 	d.stats.SkippedPages = badHeaders
+	if d.maps, err = v.T.Mappings(); err != nil {
+		return nil, err
+	}
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
 		d.shapeList = v.findShapeList()
 	}
 	d.stats.SkippedPages += d.copyPages()
+	d.alloc = malloc.Identify(chunkReader{&d.chunks}, d.maps, d.allocProbes())
+	d.stats.Allocator, d.stats.AllocatorWhy = d.alloc.Named, d.alloc.Why
 	d.genIV = d.genericIvars()
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
@@ -146,6 +193,40 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		}
 	}
 	return &d.stats, d.flush(true)
+}
+
+// allocProbes returns blocks of known size the allocator returned, to
+// check its metadata against: the rb_vm_t and the bodies of the first
+// instruction sequences in the heap.
+func (d *dumper) allocProbes() []malloc.Probe {
+	L := d.L
+	var out []malloc.Probe
+	if vm, err := d.v.vmPtr(); err == nil && vm != 0 {
+		out = append(out, malloc.Probe{Addr: vm, Size: uint64(L.VMSize)})
+	}
+	for i, p := range d.pages {
+		body := d.bodies[i]
+		for off := int64(0); off+p.slotSize <= int64(len(body)) && len(out) < 3; off += p.slotSize {
+			slot := body[off : off+p.slotSize]
+			flags := le64(slot, L.RBasicFlags)
+			if flags&d.tmask == d.tImemo && d.imemoKind(flags) == L.ImemoIseq {
+				if b := le64(slot, L.IseqBody); b != 0 {
+					out = append(out, malloc.Probe{Addr: b, Size: uint64(iseqBodyValues(L))})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// chunkReader reads through the dumper's chunk cache.
+type chunkReader struct{ c *chunkCache }
+
+func (r chunkReader) ReadAt(p []byte, addr uint64) (int, error) {
+	if err := r.c.read(p, addr); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // copyPages copies every heap page into memory before anything is
@@ -214,6 +295,8 @@ type dumper struct {
 	dataTypes map[uint64]string   // rb_data_type_t -> wrap_struct_name
 	scratch   []byte              // out-of-slot reads
 	chunks    chunkCache          // serves them
+	maps      []target.Mapping    // the process's mappings
+	alloc     malloc.Identified   // sizes the blocks no layout sizes
 	klass     uint64              // the current object's class (left out of references)
 
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
@@ -252,24 +335,37 @@ func (d *dumper) init() {
 	d.chunks.t = d.v.m.t
 }
 
-// findShapeList returns rb_shape_tree_ptr->shape_list (Ruby 3.2+), or 0.
-// A stripped libruby does not export rb_shape_tree_ptr; the exported
-// rb_shape_get_shape_by_id loads it first thing.
-func (v *VM) findShapeList() uint64 {
-	tree := v.locate("rb_shape_tree_ptr")
-	if tree == 0 {
+// shapeTree returns the address of the object shapes' tree (Ruby 3.2+),
+// or 0: 4.0 keeps it in the global rb_shape_tree, earlier Rubies behind
+// rb_shape_tree_ptr. A stripped libruby does not export
+// rb_shape_tree_ptr; the exported rb_shape_get_shape_by_id loads it first
+// thing.
+func (v *VM) shapeTree() uint64 {
+	if tree := v.locate("rb_shape_tree"); tree != 0 {
+		return tree
+	}
+	c := v.locate("rb_shape_tree_ptr")
+	if c == 0 {
 		return 0
 	}
-	l, _ := v.shapeListAt(tree)
+	tree, err := v.m.u64(c)
+	if err != nil {
+		return 0
+	}
+	return tree
+}
+
+// findShapeList returns the shape tree's shape_list, or 0.
+func (v *VM) findShapeList() uint64 {
+	l, _ := v.shapeListIn(v.shapeTree())
 	return l
 }
 
-// shapeListAt reads the shape list through the rb_shape_tree_ptr at c,
-// checking that its root shape has no instance variables.
-func (v *VM) shapeListAt(c uint64) (uint64, bool) {
+// shapeListIn reads the shape list of the shape tree at tree, checking
+// that its root shape has no instance variables.
+func (v *VM) shapeListIn(tree uint64) (uint64, bool) {
 	L := v.Layout
-	tree, err := v.m.u64(c)
-	if err != nil || tree == 0 || tree&7 != 0 {
+	if tree == 0 || tree&7 != 0 {
 		return 0, false
 	}
 	l, err := v.m.u64(at(tree, L.ShapeTreeList))
@@ -277,7 +373,7 @@ func (v *VM) shapeListAt(c uint64) (uint64, bool) {
 		return 0, false
 	}
 	root, err := v.m.read(l, int(L.ShapeSize))
-	if err != nil || le32(root, L.ShapeNextIVIndex) != 0 {
+	if err != nil || attrIndex(L, root, L.ShapeNextIVIndex) != 0 {
 		return 0, false // the root shape has no instance variables
 	}
 	return l, true
@@ -524,6 +620,33 @@ func (d *dumper) object(addr uint64, slot []byte) {
 	d.stats.Objects++
 }
 
+// partial counts an object written partially for reason.
+func (d *dumper) partial(reason string) {
+	if d.stats.Partial == nil {
+		d.stats.Partial = map[string]uint64{}
+	}
+	if _, ok := d.stats.Partial[reason]; !ok && len(d.stats.Partial) >= maxPartialReasons {
+		reason = "other reasons"
+	}
+	d.stats.Partial[reason]++
+	d.stats.PartialTotal++
+}
+
+// decodeSafely runs decodeBody, turning a panic into an error: a decoder
+// that meets memory it did not expect costs its object, not the dump.
+func (d *dumper) decodeSafely(addr uint64, slot []byte, flags, typ uint64) (memsize uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.stats.Panicked++
+			err = fmt.Errorf("decoder failed: %v", r)
+		}
+	}()
+	if d.opt.failDecode != nil && d.opt.failDecode(addr) {
+		panic(fmt.Sprintf("injected failure at %#x", addr))
+	}
+	return d.decodeBody(addr, slot, flags, typ)
+}
+
 // encode appends one object line.
 func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	L := d.L
@@ -554,6 +677,50 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	if flags&uint64(L.FlFreeze) != 0 {
 		d.flag("frozen")
 	}
+	body := len(d.buf)
+	memsize, err := d.decodeSafely(addr, slot, flags, typ)
+	if err != nil {
+		// What the decoder appended may stop mid-field: keep the header
+		// and the references found so far, and say why.
+		d.buf = d.buf[:body]
+		reason := err.Error()
+		if errors.Is(err, errTorn) {
+			reason = "its memory could not be read or did not hold together"
+		}
+		d.partial(reason)
+		d.strField("partial", reason)
+		memsize = uint64(len(slot))
+	}
+	d.refs = append(d.refs, d.genIV[addr]...)
+	cons := consOnly(d.refs, d.cons)
+	if len(d.refs)+len(cons) > 0 {
+		d.buf = append(d.buf, `, "references":[`...)
+		d.buf = appendAddrs(d.buf, d.refs)
+		if len(d.refs) > 0 && len(cons) > 0 {
+			d.buf = append(d.buf, ", "...)
+		}
+		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(cons) > 0 {
+		d.buf = append(d.buf, `, "conservative_references":[`...)
+		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(d.weak) > 0 {
+		d.buf = append(d.buf, `, "weak_references":[`...)
+		d.buf = appendAddrs(d.buf, d.weak)
+		d.buf = append(d.buf, ']')
+	}
+	d.field("memsize", memsize)
+	d.buf = append(d.buf, "}\n"...)
+	return nil
+}
+
+// decodeBody appends what an object's type holds beyond the header, and
+// returns its memsize.
+func (d *dumper) decodeBody(addr uint64, slot []byte, flags, typ uint64) (uint64, error) {
+	L := d.L
 	memsize := uint64(len(slot))
 	var err error
 	switch int64(typ) {
@@ -590,39 +757,14 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	case L.TData:
 		d.data(slot)
 	case L.TFile:
-		if L.RFileFptr >= 0 {
-			d.scanBlock(le64(slot, L.RFileFptr)) // rb_io_t: its path, encodings' converters, ...
+		if fptr := le64(slot, L.RFileFptr); L.RFileFptr >= 0 && fptr != 0 {
+			// rb_io_t: its path, encodings' converters, ...
+			d.scanMem(fptr, uint64(L.IOSize), d.refCons) //nolint:errcheck // an unreadable rb_io_t adds nothing
 		}
 	case L.TImemo:
 		d.imemo(slot, flags)
 	}
-	if err != nil {
-		return err
-	}
-	d.refs = append(d.refs, d.genIV[addr]...)
-	cons := consOnly(d.refs, d.cons)
-	if len(d.refs)+len(cons) > 0 {
-		d.buf = append(d.buf, `, "references":[`...)
-		d.buf = appendAddrs(d.buf, d.refs)
-		if len(d.refs) > 0 && len(cons) > 0 {
-			d.buf = append(d.buf, ", "...)
-		}
-		d.buf = appendAddrs(d.buf, cons)
-		d.buf = append(d.buf, ']')
-	}
-	if len(cons) > 0 {
-		d.buf = append(d.buf, `, "conservative_references":[`...)
-		d.buf = appendAddrs(d.buf, cons)
-		d.buf = append(d.buf, ']')
-	}
-	if len(d.weak) > 0 {
-		d.buf = append(d.buf, `, "weak_references":[`...)
-		d.buf = appendAddrs(d.buf, d.weak)
-		d.buf = append(d.buf, ']')
-	}
-	d.field("memsize", memsize)
-	d.buf = append(d.buf, "}\n"...)
-	return nil
+	return memsize, err
 }
 
 // Encoding indexes fixed in every Ruby (encindex.h).
@@ -926,13 +1068,15 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	}
 	L := d.L
 	var s shapeInfo
-	if d.shapeList != 0 && id < maxShapeID {
-		if b, err := d.read(d.shapeList+id*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
+	index := shapeIndex(L, id)
+	if d.shapeList != 0 && index < maxShapeID {
+		if b, err := d.read(d.shapeList+index*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
 			s = shapeInfo{
-				ivs:        uint64(le32(b, L.ShapeNextIVIndex)),
-				capa:       uint64(le32(b, L.ShapeCapacity)),
-				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex,
-				ok:         true,
+				ivs:  attrIndex(L, b, L.ShapeNextIVIndex),
+				capa: attrIndex(L, b, L.ShapeCapacity),
+				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex ||
+					(L.ShapeIDFlTooComplex > 0 && id&uint64(L.ShapeIDFlTooComplex) != 0),
+				ok: true,
 			}
 		}
 	}
@@ -942,11 +1086,56 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	return s
 }
 
+// shapeIndex returns the index in the shape list of a shape ID (4.0 keeps
+// flags and a heap index in its high bits).
+func shapeIndex(L *layout.Layout, id uint64) uint64 {
+	var high uint64
+	if L.ShapeIDFlagsMask > 0 {
+		high |= uint64(L.ShapeIDFlagsMask)
+	}
+	if L.ShapeIDHeapIndexMask > 0 {
+		high |= uint64(L.ShapeIDHeapIndexMask)
+	}
+	return id &^ high
+}
+
+// attrIndex reads an attr_index_t of a shape at off.
+func attrIndex(L *layout.Layout, b []byte, off int64) uint64 {
+	if off < 0 {
+		return 0
+	}
+	switch L.AttrIndexSize {
+	case 1:
+		return uint64(b[off])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b[off:]))
+	}
+	return uint64(le32(b, off))
+}
+
+// objectEmbedded reports whether an object's ivars are in its slot.
+func objectEmbedded(L *layout.Layout, flags uint64) (bool, error) {
+	switch {
+	case L.RObjectHeapFlag > 0:
+		return flags&uint64(L.RObjectHeapFlag) == 0, nil
+	case L.RObjectEmbedFlag > 0:
+		return flags&uint64(L.RObjectEmbedFlag) != 0, nil
+	}
+	return false, errNoEmbedFlag
+}
+
+// errNoEmbedFlag: the layout says neither how an object's ivars are
+// embedded nor how they are not.
+var errNoEmbedFlag = errors.New("the layout has neither ROBJECT_EMBED nor ROBJECT_HEAP")
+
 // robject appends embedded and ivars and the instance variables as
 // references.
 func (d *dumper) robject(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
-	embedded := flags&uint64(L.RObjectEmbedFlag) != 0
+	embedded, err := objectEmbedded(L, flags)
+	if err != nil {
+		return 0, err
+	}
 	var n uint64
 	if d.shapeList != 0 {
 		if embedded {
@@ -1245,8 +1434,8 @@ func (d *dumper) shapeLines() error {
 	if L.ShapeTreeNextID < 0 || L.ShapeParentID < 0 || L.ShapeEdges < 0 {
 		return nil
 	}
-	tree, err := d.v.m.u64(d.v.locate("rb_shape_tree_ptr"))
-	if err != nil || tree == 0 {
+	tree := d.v.shapeTree()
+	if tree == 0 {
 		return nil
 	}
 	b, err := d.read(at(tree, L.ShapeTreeNextID), 4)
@@ -1291,6 +1480,8 @@ func (d *dumper) shapeLines() error {
 			name = "T_OBJECT"
 		case L.ShapeTooComplex:
 			name = "OBJ_TOO_COMPLEX"
+		case L.ShapeObjID:
+			name = "OBJ_ID"
 		}
 		d.strField("shape_type", name)
 		if typ == L.ShapeIvar {

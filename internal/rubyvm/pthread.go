@@ -19,10 +19,20 @@ func (v *VM) tidOfPthread(pt uint64) int {
 	}
 	if off, ok := v.pthreadTIDOffset(); ok {
 		if tid, err := v.m.u32(pt + off); err == nil && int32(tid) > 0 {
-			return int(int32(tid))
+			return v.ownTID(int(int32(tid)))
 		}
 	}
 	return v.tidByFSBase()[pt]
+}
+
+// ownTID turns a TID read from the process's memory, which is the thread's
+// ID in the process's own PID namespace (a container's), into the ID its
+// target lists the thread by (see target.Live.LocalTID).
+func (v *VM) ownTID(tid int) int {
+	if v.localTID == nil || tid <= 0 {
+		return tid
+	}
+	return v.localTID(tid)
 }
 
 // tidByFSBase maps each thread's fs_base to its TID, on targets that hold

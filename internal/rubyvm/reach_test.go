@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heap/heaptest"
+	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
@@ -25,6 +26,17 @@ type reachReport struct {
 	Weak    map[string]string `json:"weak"`
 }
 
+// allocatorOf names the allocator a test Ruby runs with.
+func allocatorOf(rb testruby.Ruby) malloc.Kind {
+	switch {
+	case strings.Contains(rb.Name, "jemalloc"):
+		return malloc.Jemalloc
+	case strings.Contains(rb.Name, "musl"):
+		return malloc.Mallocng
+	}
+	return malloc.Glibc
+}
+
 // TestHeapDumpReachesWhatDumpAllReaches dumps a program that holds
 // markers only through closures, method and enumerator receivers, queues,
 // generic instance variables, fiber-locals, thread variables, a sleeping
@@ -33,7 +45,7 @@ type reachReport struct {
 // dump_all, that rbscope's roots reach what Ruby's do, and that `heap
 // path` names the holder chains.
 func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
-	for _, rb := range testruby.Rubies(t) {
+	for _, rb := range testruby.WithJemalloc(t, testruby.Rubies(t)) {
 		t.Run(rb.Name, func(t *testing.T) {
 			t.Parallel()
 			rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
@@ -42,9 +54,17 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			p.WaitReport(t, &rep, 60*time.Second)
 			vm, _ := readThreads(t, p.PID(), true)
 			var out bytes.Buffer
-			_, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The allocator is the one the process runs with, and its
+			// metadata sized the blocks no layout sizes.
+			if st.AllocatorWhy != "" || st.Allocator != allocatorOf(rb) {
+				t.Errorf("allocator %s (%s), want %s", st.Allocator, st.AllocatorWhy, allocatorOf(rb))
+			}
+			if st.PartialTotal > 0 {
+				t.Errorf("%d objects written partially: %v", st.PartialTotal, st.Partial)
 			}
 			mine, err := heap.Load(bytes.NewReader(out.Bytes()), "rbscope dump")
 			if err != nil {

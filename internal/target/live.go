@@ -33,6 +33,9 @@ type Live struct {
 	syscallAt uint64
 	// id pins the process (see CheckSame).
 	id identity
+	// ns maps the thread IDs of a process in a PID namespace of its own
+	// (see LocalTID).
+	ns nsTIDs
 
 	mu          sync.Mutex
 	tracer      *tracer
@@ -97,7 +100,10 @@ func Attach(pid int) (*Live, error) {
 // PermissionError explains why reading pid was refused and what to run.
 func PermissionError(pid int) error {
 	advice := "run rbscope as root or grant it CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep rbscope)"
-	if os.Geteuid() == 0 {
+	switch {
+	case os.Geteuid() == 0 && !HasCapability(unix.CAP_SYS_PTRACE):
+		advice = "rbscope runs as root but without CAP_SYS_PTRACE (a container drops it by default): grant it to rbscope's container (docker run --cap-add SYS_PTRACE; Kubernetes securityContext.capabilities.add: [\"SYS_PTRACE\"])"
+	case os.Geteuid() == 0:
 		advice = "even root was refused: the process may be in another user namespace or a security module (AppArmor, SELinux, seccomp) forbids ptrace; run rbscope inside the process's container or grant it CAP_SYS_PTRACE there"
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
@@ -113,6 +119,23 @@ func PermissionError(pid int) error {
 		}
 	}
 	return fmt.Errorf("pid %d: %w: %s", pid, ErrPermission, advice)
+}
+
+// HasCapability reports whether rbscope holds capability c (a CAP_*
+// number) in its effective set, as /proc/self/status says; true when that
+// cannot be read (the kernel then decides alone).
+func HasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			return err != nil || c < 0 || c > 63 || v&(1<<uint(c)) != 0
+		}
+	}
+	return true
 }
 
 // PID implements Target.

@@ -274,7 +274,23 @@ type Layout struct {
 	WeakMapTable    int64 `dwarf:"off:weakmap.table,optional" need:"dump"`
 	WeakMapWmap2Obj int64 `dwarf:"off:weakmap.wmap2obj,optional" need:"dump"`
 	RFileFptr       int64 `dwarf:"off:RFile.fptr,optional" need:"dump"`
-	ECLocalStorage  int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	// The sizes of the structs the VM allocates whose every word a heap
+	// dump reads (an iseq's body, the rb_vm_t, the main ractor, a File's
+	// rb_io_t, a Thread's rb_thread_t): sized by the layout, never by the
+	// allocator. The iseq body and the rb_vm_t are also the blocks of
+	// known size the allocator's metadata is checked against
+	// (internal/malloc).
+	IseqBodySize int64 `dwarf:"size:rb_iseq_constant_body" need:"dump"`
+	// BodyJITEntry is where the body's JIT fields begin (USE_YJIT,
+	// USE_RJIT, USE_MJIT: configure decides whether they exist; none
+	// holds a VALUE the GC marks): the body's VALUEs lie before it, and a
+	// build without a JIT allocates no more.
+	BodyJITEntry   int64 `dwarf:"off:rb_iseq_constant_body.jit_entry|rb_iseq_constant_body.jit_func,optional" need:"dump"`
+	VMSize         int64 `dwarf:"size:rb_vm_struct" need:"dump"`
+	ThreadSize     int64 `dwarf:"size:rb_thread_struct" need:"dump"`
+	RactorSize     int64 `dwarf:"size:rb_ractor_struct,optional" need:"dump"`
+	IOSize         int64 `dwarf:"size:rb_io_t|rb_io" need:"dump"`
+	ECLocalStorage int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
 	// ECLocalStorageST: the fiber-locals are an st_table (2.7), not an
 	// rb_id_table
 	ECLocalStorageST int64 `macro:"0,2.7=1"`
@@ -344,7 +360,10 @@ type Layout struct {
 	RArraySharedRoot int64 `dwarf:"off:RArray.as.heap.aux.shared_root" need:"dump"`
 	RFloatValue      int64 `dwarf:"off:RFloat.float_value" need:"dump"`
 
-	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED" need:"dump"`
+	// An object's ivars are in its slot when ROBJECT_EMBED is set (to
+	// 3.4), or when ROBJECT_HEAP is clear (4.0): a build has one of them.
+	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED,optional" need:"dump"`
+	RObjectHeapFlag    int64 `dwarf:"enum:ROBJECT_HEAP,optional" need:"dump"`
 	RObjectEmbedAry    int64 `dwarf:"off:RObject.as.ary" need:"dump"`
 	RObjectEmbedLenMax int64 `dwarf:"count:RObject.as.ary" need:"dump"`
 	RObjectHeapNumIV   int64 `dwarf:"off:RObject.as.heap.numiv,optional" need:"dump"`
@@ -368,6 +387,16 @@ type Layout struct {
 	ShapeIvar       int64 `dwarf:"enum:SHAPE_IVAR,optional" need:"dump"`
 	ShapeFrozen     int64 `dwarf:"enum:SHAPE_FROZEN,optional" need:"dump"`
 	ShapeTObject    int64 `dwarf:"enum:SHAPE_T_OBJECT,optional" need:"dump"`
+	ShapeObjID      int64 `dwarf:"enum:SHAPE_OBJ_ID,optional" need:"dump"`
+	// AttrIndexSize is the width of a shape's next_field_index and
+	// capacity (attr_index_t: 4 bytes to 3.4 on 64-bit, 2 on 4.0).
+	AttrIndexSize int64 `dwarf:"size:attr_index_t,optional" need:"dump"`
+	// 4.0 keeps flags in the shape ID's high bits (frozen, has an object
+	// ID, too complex) beside a heap index: the shape list's index is
+	// what the two masks leave.
+	ShapeIDFlagsMask     int64 `dwarf:"enum:SHAPE_ID_FLAGS_MASK,optional" need:"dump"`
+	ShapeIDHeapIndexMask int64 `dwarf:"enum:SHAPE_ID_HEAP_INDEX_MASK,optional" need:"dump"`
+	ShapeIDFlTooComplex  int64 `dwarf:"enum:SHAPE_ID_FL_TOO_COMPLEX,optional" need:"dump"`
 	// DumpShapes: dump_all writes SHAPE lines (3.3+)
 	DumpShapes  int64 `macro:"1,2.7=0,3.0=0,3.1=0,3.2=0"`
 	IDTableNum  int64 `dwarf:"off:rb_id_table.num" need:"dump"`
