@@ -345,6 +345,40 @@ func (s *server) checkSelf(t *testing.T, pid int, want string) {
 	}
 }
 
+// checkNativeMain runs stack --native --json on a forked worker: its main
+// thread is the Ruby thread at the kernel's TID (the pid), with native
+// frames and Ruby frames, and no thread is listed twice.
+func checkNativeMain(t *testing.T, pid int) {
+	t.Helper()
+	out, stderr, code := rbscope(t, "stack", "-p", strconv.Itoa(pid), "--native", "--json")
+	if code != 0 {
+		t.Fatalf("stack --native: exit %d: %s", code, stderr)
+	}
+	var doc nativeDump
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stack --native --json: %v", err)
+	}
+	seen := map[int]int{}
+	for _, th := range doc.Threads {
+		seen[th.TID]++
+		if !th.Main {
+			continue
+		}
+		kinds := map[string]int{}
+		for _, f := range th.Frames {
+			kinds[f.Kind]++
+		}
+		if th.TID != pid || !th.Ruby || kinds["native"] == 0 || kinds["ruby"] == 0 {
+			t.Errorf("worker %d: main thread tid %d ruby %v with frames by kind %v; want tid %d, native and Ruby frames", pid, th.TID, th.Ruby, kinds, pid)
+		}
+	}
+	for tid, n := range seen {
+		if n > 1 {
+			t.Errorf("worker %d: tid %d listed %d times", pid, tid, n)
+		}
+	}
+}
+
 // rootFrames counts the samples of collapsed stacks by root frame.
 func rootFrames(collapsed string) map[string]int {
 	out := map[string]int{}
@@ -478,6 +512,7 @@ func TestForkingServers(t *testing.T) {
 				for _, w := range workers {
 					s.checkSelf(t, w.PID, workerFrame)
 				}
+				checkNativeMain(t, workers[0].PID)
 			})
 			t.Run("record-subprocesses", func(t *testing.T) { s.recordFollowsRespawn(t) })
 			t.Run("alloc", func(t *testing.T) { s.allocOnWorker(t) })
