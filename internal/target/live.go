@@ -506,6 +506,13 @@ func (l *Live) waitStop(tid int) error {
 			_ = unix.Nanosleep(&unix.Timespec{Nsec: int64(stopPoll)}, nil)
 			continue
 		}
+		if l.deadTask(tid) {
+			// A process's leader killed while seized: its exit is not
+			// reported while its other threads wait to be handed back.
+			delete(l.paused, tid)
+			l.exited = append(l.exited, tid)
+			return nil
+		}
 		time.Sleep(delay)
 		if delay < time.Millisecond {
 			delay *= 2
@@ -587,6 +594,17 @@ func (l *Live) releaseExited(tid int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// deadTask reports whether thread tid of l's process has exited (a zombie,
+// or gone).
+func (l *Live) deadTask(tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", l.pid, tid))
+	if err != nil {
+		return true
+	}
+	st := StatState(b)
+	return st == 'Z' || st == 'X'
 }
 
 // parentOf returns the parent process ID of pid (0 if unknown).
