@@ -517,8 +517,56 @@ func TestForkingServers(t *testing.T) {
 			t.Run("record-subprocesses", func(t *testing.T) { s.recordFollowsRespawn(t) })
 			t.Run("alloc", func(t *testing.T) { s.allocOnWorker(t) })
 			t.Run("agent", func(t *testing.T) { s.agentLabelsWorkers(t) })
+			t.Run("exec+heap", func(t *testing.T) { s.execAndHeapOnWorker(t) })
 		})
 	}
+}
+
+// execAndHeapOnWorker runs exec, heap census and heap dump on a worker:
+// exec evaluates inside it (its pid and title are what it reports), the
+// census counts as many live Strings as the worker's own
+// ObjectSpace.count_objects within the churn between the two, and the dump
+// is whole.
+func (s *server) execAndHeapOnWorker(t *testing.T) {
+	w := s.waitWorkers(t, 1, nil)[0]
+	pid := strconv.Itoa(w.PID)
+	out, stderr, code := rbscope(t, "exec", "-p", pid, "--timeout", "60s", "[Process.pid, $0]")
+	if want := fmt.Sprintf("[%d, %q]", w.PID, w.Title); code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exec: exit %d, %q, want %s; stderr %s", code, out, want, stderr)
+	}
+	own, stderr, code := rbscope(t, "exec", "-p", pid, "--timeout", "60s", "ObjectSpace.count_objects[:T_STRING]")
+	if code != 0 {
+		t.Fatalf("exec count_objects: exit %d: %s", code, stderr)
+	}
+	strs, _ := strconv.Atoi(strings.TrimSpace(own))
+	out, stderr, code = rbscope(t, "heap", "census", "-p", pid, "--json", "--all")
+	if code != 0 {
+		t.Fatalf("census: exit %d: %s", code, stderr)
+	}
+	var doc struct {
+		Classes []struct {
+			Type  string `json:"type"`
+			Count int    `json:"count"`
+		} `json:"classes"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, c := range doc.Classes {
+		if c.Type == "STRING" {
+			got += c.Count
+		}
+	}
+	if got < strs*9/10 || got > strs*11/10 {
+		t.Errorf("census counts %d Strings, the worker's count_objects %d", got, strs)
+	}
+	dump := filepath.Join(t.TempDir(), "heap.json")
+	_, stderr, code = rbscope(t, "heap", "dump", "-p", pid, "-o", dump)
+	if code != 0 {
+		t.Fatalf("heap dump: exit %d: %s", code, stderr)
+	}
+	t.Logf("%s worker %d: census %d Strings (count_objects %d); %s", s.kind, w.PID, got, strs, strings.TrimSpace(stderr))
 }
 
 // recordFollowsRespawn records the master with --subprocesses under load,
@@ -717,9 +765,10 @@ func startSidekiq(t *testing.T) *server {
 }
 
 // TestSidekiq runs Sidekiq with three processor threads on a Redis of the
-// test's own: stack and threads against the process's own thread list,
-// and record finds the job's hot method on the processor threads, in most
-// of the samples, as the job spends its time there by its own clock.
+// test's own: stack and threads against the process's own thread list;
+// record finds the job's hot method on the processor threads, in most of
+// the samples, as the job spends its time there by its own clock; exec
+// evaluates inside the busy process.
 func TestSidekiq(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testruby.Missing(t, "needs root to trace the server's process")
@@ -742,5 +791,11 @@ func TestSidekiq(t *testing.T) {
 			}
 		}
 		t.Logf("sidekiq: SpinJob#perform in %d of %d samples; %d on processor threads", hot, total, onProcessor)
+	})
+	t.Run("exec", func(t *testing.T) {
+		out, stderr, code := rbscope(t, "exec", "-p", strconv.Itoa(s.master()), "--timeout", "60s", `[Process.pid, Thread.list.count { |t| t.name == "processor" }]`)
+		if want := fmt.Sprintf("[%d, 3]", s.master()); code != 0 || strings.TrimSpace(out) != want {
+			t.Errorf("exec: exit %d, %q, want %s; stderr %s", code, out, want, stderr)
+		}
 	})
 }
