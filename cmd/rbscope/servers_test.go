@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/heap/heaptest"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -526,7 +528,7 @@ func TestForkingServers(t *testing.T) {
 // exec evaluates inside it (its pid and title are what it reports), the
 // census counts as many live Strings as the worker's own
 // ObjectSpace.count_objects within the churn between the two, and the dump
-// is whole.
+// reaches what the worker's own dump_all reaches.
 func (s *server) execAndHeapOnWorker(t *testing.T) {
 	w := s.waitWorkers(t, 1, nil)[0]
 	pid := strconv.Itoa(w.PID)
@@ -561,12 +563,38 @@ func (s *server) execAndHeapOnWorker(t *testing.T) {
 	if got < strs*9/10 || got > strs*11/10 {
 		t.Errorf("census counts %d Strings, the worker's count_objects %d", got, strs)
 	}
-	dump := filepath.Join(t.TempDir(), "heap.json")
+	// The worker dumps its own heap (ObjectSpace.dump_all, run by exec)
+	// right before and right after rbscope does: what both its dumps
+	// reach, rbscope's must reach.
+	dir := t.TempDir()
+	dumpAll := func(name string) *heap.Graph {
+		path := filepath.Join(dir, name)
+		code := fmt.Sprintf(`require "objspace"; File.open(%q, "w") { |f| ObjectSpace.dump_all(output: f) }; nil`, path)
+		if _, stderr, rc := rbscope(t, "exec", "-p", pid, "--timeout", "60s", code); rc != 0 {
+			t.Fatalf("exec dump_all: exit %d: %s", rc, stderr)
+		}
+		g, err := heap.LoadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	before := dumpAll("before.json")
+	dump := filepath.Join(dir, "rbscope.json")
 	_, stderr, code = rbscope(t, "heap", "dump", "-p", pid, "-o", dump)
 	if code != 0 {
 		t.Fatalf("heap dump: exit %d: %s", code, stderr)
 	}
-	t.Logf("%s worker %d: census %d Strings (count_objects %d); %s", s.kind, w.PID, got, strs, strings.TrimSpace(stderr))
+	after := dumpAll("after.json")
+	mine, err := heap.LoadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reach := heaptest.Compare(mine, before, after)
+	t.Logf("%s worker %d: census %d Strings (count_objects %d); %s; %v", s.kind, w.PID, got, strs, strings.TrimSpace(stderr), reach)
+	if reach.Share() < heaptest.Share {
+		t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*reach.Share(), 100*heaptest.Share)
+	}
 }
 
 // recordFollowsRespawn records the master with --subprocesses under load,
