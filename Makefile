@@ -18,8 +18,13 @@ build:
 # Debian's Ruby (stripped, the Ruby most users run), gdb (the peer the
 # benchmark compares with), tmux and valgrind (tests), util-linux's unshare,
 # nsenter and setpriv (the container tests), jemalloc (preloaded under
-# Rubies, as Rails' Dockerfile does) and musl-gcc (musl programs and Rubies).
-DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools
+# Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
+# and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
+# with Redis, and a Rails application (railties, ActiveRecord on SQLite,
+# ActionPack) under ab's load (apache2-utils).
+DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
+	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
+	ruby-actionpack ruby-sqlite3 apache2-utils
 
 # deps installs the DEPS_PACKAGES that are missing.
 deps:
