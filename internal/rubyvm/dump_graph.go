@@ -221,6 +221,18 @@ func (d *dumper) data(slot []byte) {
 		}
 	case name == "weakmap":
 		d.weakMap(block, dataAddr)
+	case (name == "autoload" || name == "autoload_table") && dataAddr != 0:
+		// A class's autoload table: an st_table of constant names (IDs)
+		// to the autoload_const objects that will define them.
+		for _, kv := range d.stPairsAt(dataAddr) {
+			d.ref(kv[1])
+		}
+	case name == "random/MT" && dataAddr != 0:
+		// rb_random_t begins with its seed (the default generator's
+		// struct is static: no allocator sizes it for a scan).
+		if seed, err := d.word(dataAddr); err == nil {
+			d.ref(seed)
+		}
 	case dataKinds[name]:
 		if block != nil {
 			scan(block, d.ref)
