@@ -110,7 +110,7 @@ func Identify(r Reader, maps []target.Mapping, probes []Probe) Identified {
 	case Jemalloc:
 		a, err = newJemalloc(r, maps, probes)
 	case Mallocng:
-		a, err = newMallocng(r, maps)
+		a, err = newMallocng(r, maps, probes)
 	default:
 		err = fmt.Errorf("no allocator rbscope knows is mapped")
 	}
