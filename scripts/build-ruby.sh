@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-ruby.sh VERSION [--static | --stripped]
+# build-ruby.sh VERSION [--static | --stripped | --musl]
 #
 # Builds a Ruby with debug info (DWARF) from Debian's source package into
 # $RBSCOPE_RUBIES/<name>/ (default /var/cache/rbscope/rubies), skipping the
@@ -19,15 +19,22 @@
 #               reads it with its built-in layout table. Its ruby runs its
 #               own libruby ($ORIGIN RUNPATH) but loads the standard library
 #               from the shared build, whose prefix libruby has built in.
+#   --musl      ruby-VERSION-musl: like the shared build, with musl-gcc
+#               against musl's C library (as Alpine's Rubies run), 3.3+.
+#               Only the extensions that need no other library are built
+#               (no openssl, psych, fiddle, zlib, readline, gdbm: their
+#               libraries exist here for glibc only), and no YJIT (Rust's
+#               standard library would be glibc's).
 set -euo pipefail
 
-usage="usage: build-ruby.sh VERSION [--static | --stripped]"
+usage="usage: build-ruby.sh VERSION [--static | --stripped | --musl]"
 version=${1:?$usage}
 kind=shared
 case "${2:-}" in
   "") ;;
   --static) kind=static ;;
   --stripped) kind=stripped ;;
+  --musl) kind=musl ;;
   *) echo "build-ruby.sh: unknown option ${2} ($usage)" >&2; exit 2 ;;
 esac
 
@@ -120,13 +127,24 @@ if [ -z "$orig" ]; then
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
 fi
 
-# Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
-# finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
-need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
-case "$version" in
-  2.* | 3.[0-2]) ;;
-  *) command -v rustc >/dev/null || need rustc ;;
-esac
+extra=()
+if [ "$kind" = musl ]; then
+  case "$version" in
+    2.* | 3.[0-2]) echo "build-ruby.sh: --musl builds Ruby 3.3 and later only" >&2; exit 2 ;;
+  esac
+  # musl-gcc compiles and links against musl's headers and libc only.
+  need gcc make autoconf bison musl-tools
+  extra+=(CC=musl-gcc --disable-yjit
+    --with-out-ext=openssl,psych,fiddle,zlib,readline,gdbm,dbm)
+else
+  # Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
+  # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
+  need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
+  case "$version" in
+    2.* | 3.[0-2]) ;;
+    *) command -v rustc >/dev/null || need rustc ;;
+  esac
+fi
 
 work=$(mktemp -d "$srcdir/build-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -148,7 +166,6 @@ fi
 [ -x configure ] || ./autogen.sh >"$work/autogen.log" 2>&1 || { tail -20 "$work/autogen.log" >&2; exit 1; }
 shared_flag=--enable-shared
 [ "$kind" = static ] && shared_flag=--disable-shared
-extra=()
 # Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
 # rbscope reads does not need it.
 [ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)
