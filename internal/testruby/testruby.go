@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -24,6 +25,50 @@ type Ruby struct {
 	// Name says which Ruby it is: "debian-3.1.7", "ruby-3.1-shared", ...
 	Name string
 	Bin  string
+	// Env is added to the environment of the programs it runs (an
+	// allocator preloaded: see WithJemalloc).
+	Env []string
+}
+
+// FilterEnv names the environment variable that, when set, is a regular
+// expression a Ruby's name must match for Rubies to list it (to run the
+// tests on some Rubies only, while working on them).
+const FilterEnv = "RBSCOPE_RUBY_FILTER"
+
+// JemallocLib is Debian's libjemalloc2, which Rails' generated Dockerfile
+// and many deployments preload.
+const JemallocLib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+// WithJemalloc returns rubies followed by each of them again with
+// JemallocLib preloaded (named "+jemalloc").
+func WithJemalloc(t testing.TB, rubies []Ruby) []Ruby {
+	t.Helper()
+	if _, err := os.Stat(JemallocLib); err != nil {
+		Missing(t, "%s (make deps installs libjemalloc2)", JemallocLib)
+		return rubies
+	}
+	out := append([]Ruby(nil), rubies...)
+	for _, rb := range rubies {
+		if strings.Contains(rb.Name, "jemalloc") || strings.Contains(rb.Name, "musl") {
+			continue // already on jemalloc, or on a C library it was not built for
+		}
+		rb.Name += "+jemalloc"
+		rb.Env = append(append([]string(nil), rb.Env...), "LD_PRELOAD="+JemallocLib)
+		if matches(rb.Name) {
+			out = append(out, rb)
+		}
+	}
+	return out
+}
+
+// matches reports whether a Ruby's name passes FilterEnv.
+func matches(name string) bool {
+	f := os.Getenv(FilterEnv)
+	if f == "" {
+		return true
+	}
+	ok, err := regexp.MatchString(f, name)
+	return err == nil && ok
 }
 
 // Rubies lists Debian's /usr/bin/ruby and every build under the cache
@@ -34,7 +79,7 @@ func Rubies(t testing.TB) []Ruby {
 	var out []Ruby
 	if _, err := os.Stat("/usr/bin/ruby"); err == nil {
 		v, err := exec.Command("/usr/bin/ruby", "-e", "print RUBY_VERSION").Output()
-		if err == nil {
+		if err == nil && matches("debian-"+string(v)) {
 			out = append(out, Ruby{Name: "debian-" + string(v), Bin: "/usr/bin/ruby"})
 		}
 	}
@@ -52,7 +97,12 @@ func Rubies(t testing.TB) []Ruby {
 		if _, err := os.Stat(filepath.Join(root, ".rbscope-complete")); err != nil {
 			continue
 		}
-		out = append(out, Ruby{Name: filepath.Base(filepath.Dir(filepath.Dir(b))), Bin: b})
+		if name := filepath.Base(root); matches(name) {
+			out = append(out, Ruby{Name: name, Bin: b})
+		}
+	}
+	if len(out) == 0 && os.Getenv(FilterEnv) != "" {
+		t.Fatalf("no Ruby's name matches %s=%q", FilterEnv, os.Getenv(FilterEnv))
 	}
 	if len(out) == 0 {
 		t.Fatal("no Ruby found: install Debian's ruby (apt-get install ruby) or build one with scripts/build-ruby.sh")
@@ -86,7 +136,7 @@ func Start(t testing.TB, rb Ruby, script string, env []string, args ...string) *
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.Stdout = &stderr
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), rb.Env...), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s %s: %v", rb.Bin, script, err)
