@@ -4,6 +4,7 @@
 package libc
 
 import (
+	"encoding/binary"
 	"path/filepath"
 	"strings"
 
@@ -54,11 +55,35 @@ func Name(maps []target.Mapping) Kind {
 
 // musl's struct pthread (src/internal/pthread_impl.h, musl 1.2) on x86_64
 // starts with its own address (self), then dtv, prev, next, sysinfo and
-// the stack canary, each a word, and then the kernel TID as an int. A
-// pthread_t is that struct's address. musl exports no descriptor of it
-// (glibc's _thread_db_* have no counterpart), so the offsets are known
-// here.
+// the stack canary, each a word, and then the kernel TID as an int; after
+// four more ints and map_base and map_size, the top of the thread's stack
+// (0 for the main thread, whose stack is the process's). A pthread_t, and
+// a thread's fs_base, is that struct's address. musl exports no
+// descriptor of it (glibc's _thread_db_* have no counterpart), so the
+// offsets are known here.
 const (
-	MuslPthreadSelf = 0
-	MuslPthreadTID  = 48
+	MuslPthreadSelf  = 0
+	MuslPthreadTID   = 48
+	MuslPthreadStack = 88
 )
+
+// Reader reads a process's memory.
+type Reader interface {
+	ReadAt(p []byte, addr uint64) (int, error)
+}
+
+// MuslStackTop returns the top of the stack of the thread whose struct
+// pthread is at pt (its fs_base), read from musl's struct pthread, whose
+// self pointer must be pt; ok is false for the main thread, whose struct
+// records no stack.
+func MuslStackTop(r Reader, pt uint64) (top uint64, ok bool) {
+	var b [MuslPthreadStack + 8]byte
+	if pt == 0 || target.ReadFull(r, b[:], pt) != nil {
+		return 0, false
+	}
+	if binary.LittleEndian.Uint64(b[MuslPthreadSelf:]) != pt {
+		return 0, false
+	}
+	top = binary.LittleEndian.Uint64(b[MuslPthreadStack:])
+	return top, top != 0
+}

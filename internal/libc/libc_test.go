@@ -18,9 +18,10 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
-// TestMuslPthreadTID reads each thread's TID from musl's struct pthread,
-// from outside, at the offset this package knows, and compares with the
-// TID each thread of a C program built with musl-gcc got from gettid.
+// TestMuslPthreadTID reads each thread's TID and stack top from musl's
+// struct pthread, from outside, at the offsets this package knows, and
+// compares with the TID each thread of a C program built with musl-gcc got
+// from gettid and the stack pthread_getattr_np gave it.
 func TestMuslPthreadTID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testruby.Missing(t, "root (to read another process's memory)")
@@ -43,8 +44,8 @@ func TestMuslPthreadTID(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	type thread struct {
-		pt  uint64
-		tid int
+		pt, top uint64
+		tid     int
 	}
 	var threads []thread
 	done := make(chan error, 1)
@@ -56,17 +57,18 @@ func TestMuslPthreadTID(t *testing.T) {
 				done <- nil
 				return
 			}
-			if len(f) != 2 {
+			if len(f) != 3 {
 				done <- fmt.Errorf("bad line %q", sc.Text())
 				return
 			}
 			pt, err1 := strconv.ParseUint(f[0], 10, 64)
 			tid, err2 := strconv.Atoi(f[1])
-			if err1 != nil || err2 != nil {
+			top, err3 := strconv.ParseUint(f[2], 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil {
 				done <- fmt.Errorf("bad line %q", sc.Text())
 				return
 			}
-			threads = append(threads, thread{pt, tid})
+			threads = append(threads, thread{pt: pt, top: top, tid: tid})
 		}
 		done <- fmt.Errorf("threads ended before it was ready: %v", sc.Err())
 	}()
@@ -103,6 +105,9 @@ func TestMuslPthreadTID(t *testing.T) {
 		}
 		if tid := int(int32(binary.LittleEndian.Uint32(b[libc.MuslPthreadTID:]))); tid != th.tid {
 			t.Errorf("pthread %#x: TID read %d, gettid said %d", th.pt, tid, th.tid)
+		}
+		if top, ok := libc.MuslStackTop(l, th.pt); top != th.top || ok != (th.top != 0) {
+			t.Errorf("pthread %#x: stack top read %#x (ok=%v), pthread_getattr_np said %#x", th.pt, top, ok, th.top)
 		}
 	}
 }
