@@ -21,10 +21,11 @@
 #               from the shared build, whose prefix libruby has built in.
 #   --musl      ruby-VERSION-musl: like the shared build, with musl-gcc
 #               against musl's C library (as Alpine's Rubies run), 3.3+.
-#               Only the extensions that need no other library are built
-#               (no openssl, psych, fiddle, zlib, readline, gdbm: their
-#               libraries exist here for glibc only), and no YJIT (Rust's
-#               standard library would be glibc's).
+#               The extensions that need another library are left out
+#               (openssl, psych, zlib, readline, gdbm: Debian has them for
+#               glibc only), but Fiddle, which the tests use, links a
+#               libffi built here with musl-gcc; no YJIT (Rust's standard
+#               library would be glibc's).
 set -euo pipefail
 
 usage="usage: build-ruby.sh VERSION [--static | --stripped | --musl]"
@@ -127,15 +128,55 @@ if [ -z "$orig" ]; then
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
 fi
 
+# build_ffi_musl builds libffi (Debian's source) with musl-gcc, static and
+# position-independent, into $srcdir/libffi-musl once: Fiddle, which tests
+# use to call and crash in C, links it into its extension.
+build_ffi_musl() {
+  local ffi=$srcdir/libffi-musl
+  if [ -f "$ffi/.rbscope-complete" ]; then
+    return
+  fi
+  local src v
+  src=$(ls "$srcdir"/libffi_*.orig.tar.* 2>/dev/null | sort -V | head -1 || true)
+  if [ -z "$src" ]; then
+    need dpkg-dev
+    # The oldest version the archive serves in full (a failed download
+    # may leave part of one behind: it is removed).
+    for v in $(apt-cache showsrc libffi | awk '/^Version:/{print $2}' | sort -uV); do
+      if (cd "$srcdir" && apt-get source --download-only "libffi=$v" >&2); then
+        src=$(ls "$srcdir"/libffi_"${v%-*}".orig.tar.* 2>/dev/null | head -1 || true)
+        break
+      fi
+      rm -f "$srcdir"/libffi_"${v%-*}"[.-]*
+    done
+    [ -n "$src" ] || { echo "build-ruby.sh: could not download the libffi source package" >&2; exit 1; }
+  fi
+  local w
+  w=$(mktemp -d "$srcdir/build-libffi-musl.XXXXXX")
+  rm -rf "$ffi"
+  tar -C "$w" -xf "$src"
+  (cd "$w"/libffi* &&
+    { [ -x configure ] || { need autoconf automake libtool && autoreconf -fi >"$w/autoreconf.log" 2>&1; }; } &&
+    ./configure CC=musl-gcc CFLAGS="-O2 -g" --prefix="$ffi" --disable-shared --enable-static \
+      --with-pic --disable-docs --disable-multi-os-directory --disable-exec-static-tramp >"$w/configure.log" 2>&1 &&
+    make -j"$(nproc)" >"$w/make.log" 2>&1 && make install >"$w/install.log" 2>&1) ||
+    { tail -n 20 "$w"/*.log >&2; rm -rf "$w"; exit 1; }
+  rm -rf "$w"
+  touch "$ffi/.rbscope-complete"
+}
+
 extra=()
 if [ "$kind" = musl ]; then
   case "$version" in
     2.* | 3.[0-2]) echo "build-ruby.sh: --musl builds Ruby 3.3 and later only" >&2; exit 2 ;;
   esac
-  # musl-gcc compiles and links against musl's headers and libc only.
-  need gcc make autoconf bison musl-tools
-  extra+=(CC=musl-gcc --disable-yjit
-    --with-out-ext=openssl,psych,fiddle,zlib,readline,gdbm,dbm)
+  # musl-gcc compiles and links against musl's headers and libc only, and
+  # pkg-config must find no library built for glibc: only libffi's own.
+  need gcc make autoconf bison musl-tools pkg-config
+  build_ffi_musl
+  export PKG_CONFIG_LIBDIR=$srcdir/libffi-musl/lib/pkgconfig PKG_CONFIG_PATH=
+  extra+=(CC=musl-gcc --disable-yjit --with-libffi-dir="$srcdir/libffi-musl"
+    --with-out-ext=openssl,psych,zlib,readline,gdbm,dbm)
 else
   # Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
   # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
