@@ -3,9 +3,10 @@ GO ?= go
 BIN := bin/rbscope
 # RUBY_BUILDS lists the Rubies of the test matrix as build-ruby.sh
 # arguments, with a comma for a space: a shared debug build of each family,
-# a static one, a stripped copy read through the built-in table, and
-# builds on musl's C library (as Alpine's Rubies run).
-RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
+# a static one whose malloc is jemalloc (--with-jemalloc), a stripped
+# copy read through the built-in table, and builds on musl's C library
+# (as Alpine's Rubies run).
+RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
 .PHONY: wasm all build deps rubies demo test vet bench clean
 
@@ -15,11 +16,11 @@ build:
 	$(GO) build -o $(BIN) ./cmd/rbscope
 
 # deps installs what the demo and the tests need: Debian's Ruby (stripped,
-# the Ruby most users run), gdb (the peer the benchmark compares with) and
-# musl-gcc (the musl builds and the C programs tests run on musl).
+# the Ruby most users run) and gdb (the peer the benchmark compares with).
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null || ! command -v musl-gcc >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind musl-tools >/dev/null; fi
+	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null || \
+	  ! command -v musl-gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind libjemalloc2 musl-tools >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

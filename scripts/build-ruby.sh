@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-ruby.sh VERSION [--static | --stripped | --musl]
+# build-ruby.sh VERSION [--static | --stripped | --musl] [--jemalloc]
 #
 # Builds a Ruby with debug info (DWARF) from Debian's source package into
 # $RBSCOPE_RUBIES/<name>/ (default /var/cache/rbscope/rubies), skipping the
@@ -26,22 +26,33 @@
 #               glibc only), but Fiddle, which the tests use, links a
 #               libffi built here with musl-gcc; no YJIT (Rust's standard
 #               library would be glibc's).
+#   --jemalloc  ruby-VERSION-KIND-jemalloc: configured --with-jemalloc, so
+#               that Ruby's malloc is jemalloc (Debian's libjemalloc2), as
+#               in builds made for production; not with --stripped.
 set -euo pipefail
 
-usage="usage: build-ruby.sh VERSION [--static | --stripped | --musl]"
+usage="usage: build-ruby.sh VERSION [--static | --stripped | --musl] [--jemalloc]"
 version=${1:?$usage}
+shift
 kind=shared
-case "${2:-}" in
-  "") ;;
-  --static) kind=static ;;
-  --stripped) kind=stripped ;;
-  --musl) kind=musl ;;
-  *) echo "build-ruby.sh: unknown option ${2} ($usage)" >&2; exit 2 ;;
-esac
+jemalloc=
+for opt in "$@"; do
+  case "$opt" in
+    --static) kind=static ;;
+    --stripped) kind=stripped ;;
+    --musl) kind=musl ;;
+    --jemalloc) jemalloc=-jemalloc ;;
+    *) echo "build-ruby.sh: unknown option $opt ($usage)" >&2; exit 2 ;;
+  esac
+done
+if [ "$kind" = stripped ] || [ "$kind" = musl ] && [ -n "$jemalloc" ]; then
+  echo "build-ruby.sh: --jemalloc does not go with --$kind ($usage)" >&2
+  exit 2
+fi
 
 rubies=${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}
 srcdir=${RBSCOPE_RUBY_SRC:-/var/cache/rbscope/src}
-name="ruby-$version-$kind"
+name="ruby-$version-$kind$jemalloc"
 prefix="$rubies/$name"
 
 if [ -x "$prefix/bin/ruby" ] && [ -f "$prefix/.rbscope-complete" ]; then
@@ -181,6 +192,7 @@ else
   # Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
   # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
   need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
+  [ -n "$jemalloc" ] && need libjemalloc-dev
   case "$version" in
     2.* | 3.[0-2]) ;;
     *) command -v rustc >/dev/null || need rustc ;;
@@ -210,11 +222,16 @@ shared_flag=--enable-shared
 # Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
 # rbscope reads does not need it.
 [ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)
+[ -n "$jemalloc" ] && extra+=(--with-jemalloc)
 rm -rf "$prefix"
 ./configure --prefix="$prefix" "$shared_flag" --disable-install-doc "${extra[@]}" \
   optflags="-O2" debugflags="-ggdb3" >"$work/configure.log" 2>&1 ||
   { tail -20 "$work/configure.log" >&2; exit 1; }
 grep -iE '^ *\* (YJIT|RJIT) support' "$work/configure.log" >&2 || true
+if [ -n "$jemalloc" ] && ! grep -q -- '-ljemalloc' "$work/configure.log" config.status 2>/dev/null; then
+  echo "build-ruby.sh: configure did not take --with-jemalloc (see $work/configure.log)" >&2
+  exit 1
+fi
 make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -30 "$work/make.log" >&2; exit 1; }
 make install >"$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; exit 1; }
 touch "$prefix/.rbscope-complete"

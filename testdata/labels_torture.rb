@@ -101,9 +101,16 @@ end
 
 using Shouting
 
+# A singleton method of a singleton class: its owner's attached object is
+# a class with no name, so Ruby 3.4 labels it with the bare method name.
+META = Object.new.singleton_class
+def META.meta
+  Class.new.class_exec { Anon.new.anon }
+end
+
 obj = Object.new
 def obj.solo
-  Class.new.class_exec { Anon.new.anon }
+  META.meta
 end
 
 $next = lambda do

@@ -234,6 +234,9 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	if st.BudgetSpent {
 		skipped += "; " + budgetSpent
 	}
+	for _, c := range st.Caveats() {
+		skipped += "; " + c
+	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %d bytes%s\n",
 		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, st.Bytes, skipped)
 	return nil

@@ -305,6 +305,9 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	if st.BudgetSpent {
 		paused += "; " + budgetSpent
 	}
+	for _, c := range st.Caveats() {
+		paused += "; " + c
+	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
 		outPath, st.Objects, st.Roots, pid, vm.Version, st.Bytes, paused)
 	return nil

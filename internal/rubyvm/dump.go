@@ -9,9 +9,11 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -47,6 +49,9 @@ type DumpOptions struct {
 	// each thread's machine stack and registers point at, as Ruby's GC
 	// scans them. Without it that root is left out.
 	Registers func(tid int) (target.Regs, bool)
+	// failDecode, when set (by tests), makes the decoding of the object
+	// at an address for which it returns true fail as a decoder bug would.
+	failDecode func(addr uint64) bool
 }
 
 // DumpStats says what HeapDump wrote.
@@ -64,7 +69,44 @@ type DumpStats struct {
 	// process), and the objects read after were cut short.
 	BudgetSpent bool
 	Bytes       int64 // bytes written
+	// Partial counts the objects written with less than their decoder
+	// would have read (their header and the references found before it
+	// stopped, and "partial": the reason), by reason; PartialTotal is
+	// their sum. One object that cannot be decoded costs that object
+	// alone.
+	Partial      map[string]uint64
+	PartialTotal uint64
+	// Panicked counts the partial objects whose decoder panicked (a bug
+	// rbscope recovered from; the fuzzer wants none).
+	Panicked uint64
+	// Allocator names the allocator whose metadata sized the blocks that
+	// no layout sizes (the data of typed data of unknown types); when it
+	// is unknown or its metadata did not pass the checks, AllocatorWhy
+	// says why, and those blocks were not scanned.
+	Allocator    malloc.Kind
+	AllocatorWhy string
 }
+
+// Caveats lists, in words, what the dump left out or wrote partially
+// (nothing for a complete dump).
+func (st *DumpStats) Caveats() []string {
+	var out []string
+	if st.PartialTotal > 0 {
+		reasons := make([]string, 0, len(st.Partial))
+		for r, n := range st.Partial {
+			reasons = append(reasons, fmt.Sprintf("%d: %s", n, r))
+		}
+		sort.Strings(reasons)
+		out = append(out, fmt.Sprintf("%d objects written partially (%s)", st.PartialTotal, strings.Join(reasons, "; ")))
+	}
+	if st.AllocatorWhy != "" {
+		out = append(out, fmt.Sprintf("the data of typed data of unknown types was not scanned (allocator %s: %s)", st.Allocator, st.AllocatorWhy))
+	}
+	return out
+}
+
+// maxPartialReasons bounds the reasons DumpStats.Partial keeps apart.
+const maxPartialReasons = 8
 
 // HeapDump writes every live object of the GC heap to w as one JSON object
 // per line in the format of ObjectSpace.dump_all, ROOT lines first. The
@@ -117,10 +159,15 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	}
 	d := v.newDumper(w, pages, opt)
 	d.stats.SkippedPages = badHeaders
+	if d.maps, err = v.T.Mappings(); err != nil {
+		return nil, err
+	}
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
 		d.shapeList = v.findShapeList()
 	}
 	d.stats.SkippedPages += d.copyPages()
+	d.alloc = malloc.Identify(chunkReader{&d.chunks}, d.maps, d.allocProbes())
+	d.stats.Allocator, d.stats.AllocatorWhy = d.alloc.Named, d.alloc.Why
 	d.genIV = d.genericIvars()
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
@@ -146,6 +193,40 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		}
 	}
 	return &d.stats, d.flush(true)
+}
+
+// allocProbes returns blocks of known size the allocator returned, to
+// check its metadata against: the rb_vm_t and the bodies of the first
+// instruction sequences in the heap.
+func (d *dumper) allocProbes() []malloc.Probe {
+	L := d.L
+	var out []malloc.Probe
+	if vm, err := d.v.vmPtr(); err == nil && vm != 0 {
+		out = append(out, malloc.Probe{Addr: vm, Size: uint64(L.VMSize)})
+	}
+	for i, p := range d.pages {
+		body := d.bodies[i]
+		for off := int64(0); off+p.slotSize <= int64(len(body)) && len(out) < 3; off += p.slotSize {
+			slot := body[off : off+p.slotSize]
+			flags := le64(slot, L.RBasicFlags)
+			if flags&d.tmask == d.tImemo && d.imemoKind(flags) == L.ImemoIseq {
+				if b := le64(slot, L.IseqBody); b != 0 {
+					out = append(out, malloc.Probe{Addr: b, Size: uint64(iseqBodyValues(L))})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// chunkReader reads through the dumper's chunk cache.
+type chunkReader struct{ c *chunkCache }
+
+func (r chunkReader) ReadAt(p []byte, addr uint64) (int, error) {
+	if err := r.c.read(p, addr); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // copyPages copies every heap page into memory before anything is
@@ -214,6 +295,8 @@ type dumper struct {
 	dataTypes map[uint64]string   // rb_data_type_t -> wrap_struct_name
 	scratch   []byte              // out-of-slot reads
 	chunks    chunkCache          // serves them
+	maps      []target.Mapping    // the process's mappings
+	alloc     malloc.Identified   // sizes the blocks no layout sizes
 	klass     uint64              // the current object's class (left out of references)
 
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
@@ -524,6 +607,33 @@ func (d *dumper) object(addr uint64, slot []byte) {
 	d.stats.Objects++
 }
 
+// partial counts an object written partially for reason.
+func (d *dumper) partial(reason string) {
+	if d.stats.Partial == nil {
+		d.stats.Partial = map[string]uint64{}
+	}
+	if _, ok := d.stats.Partial[reason]; !ok && len(d.stats.Partial) >= maxPartialReasons {
+		reason = "other reasons"
+	}
+	d.stats.Partial[reason]++
+	d.stats.PartialTotal++
+}
+
+// decodeSafely runs decodeBody, turning a panic into an error: a decoder
+// that meets memory it did not expect costs its object, not the dump.
+func (d *dumper) decodeSafely(addr uint64, slot []byte, flags, typ uint64) (memsize uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.stats.Panicked++
+			err = fmt.Errorf("decoder failed: %v", r)
+		}
+	}()
+	if d.opt.failDecode != nil && d.opt.failDecode(addr) {
+		panic(fmt.Sprintf("injected failure at %#x", addr))
+	}
+	return d.decodeBody(addr, slot, flags, typ)
+}
+
 // encode appends one object line.
 func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	L := d.L
@@ -554,6 +664,50 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	if flags&uint64(L.FlFreeze) != 0 {
 		d.flag("frozen")
 	}
+	body := len(d.buf)
+	memsize, err := d.decodeSafely(addr, slot, flags, typ)
+	if err != nil {
+		// What the decoder appended may stop mid-field: keep the header
+		// and the references found so far, and say why.
+		d.buf = d.buf[:body]
+		reason := err.Error()
+		if errors.Is(err, errTorn) {
+			reason = "its memory did not hold together"
+		}
+		d.partial(reason)
+		d.strField("partial", reason)
+		memsize = uint64(len(slot))
+	}
+	d.refs = append(d.refs, d.genIV[addr]...)
+	cons := consOnly(d.refs, d.cons)
+	if len(d.refs)+len(cons) > 0 {
+		d.buf = append(d.buf, `, "references":[`...)
+		d.buf = appendAddrs(d.buf, d.refs)
+		if len(d.refs) > 0 && len(cons) > 0 {
+			d.buf = append(d.buf, ", "...)
+		}
+		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(cons) > 0 {
+		d.buf = append(d.buf, `, "conservative_references":[`...)
+		d.buf = appendAddrs(d.buf, cons)
+		d.buf = append(d.buf, ']')
+	}
+	if len(d.weak) > 0 {
+		d.buf = append(d.buf, `, "weak_references":[`...)
+		d.buf = appendAddrs(d.buf, d.weak)
+		d.buf = append(d.buf, ']')
+	}
+	d.field("memsize", memsize)
+	d.buf = append(d.buf, "}\n"...)
+	return nil
+}
+
+// decodeBody appends what an object's type holds beyond the header, and
+// returns its memsize.
+func (d *dumper) decodeBody(addr uint64, slot []byte, flags, typ uint64) (uint64, error) {
+	L := d.L
 	memsize := uint64(len(slot))
 	var err error
 	switch int64(typ) {
@@ -590,39 +744,14 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	case L.TData:
 		d.data(slot)
 	case L.TFile:
-		if L.RFileFptr >= 0 {
-			d.scanBlock(le64(slot, L.RFileFptr)) // rb_io_t: its path, encodings' converters, ...
+		if fptr := le64(slot, L.RFileFptr); L.RFileFptr >= 0 && fptr != 0 {
+			// rb_io_t: its path, encodings' converters, ...
+			d.scanMem(fptr, uint64(L.IOSize), d.refCons) //nolint:errcheck // an unreadable rb_io_t adds nothing
 		}
 	case L.TImemo:
 		d.imemo(slot, flags)
 	}
-	if err != nil {
-		return err
-	}
-	d.refs = append(d.refs, d.genIV[addr]...)
-	cons := consOnly(d.refs, d.cons)
-	if len(d.refs)+len(cons) > 0 {
-		d.buf = append(d.buf, `, "references":[`...)
-		d.buf = appendAddrs(d.buf, d.refs)
-		if len(d.refs) > 0 && len(cons) > 0 {
-			d.buf = append(d.buf, ", "...)
-		}
-		d.buf = appendAddrs(d.buf, cons)
-		d.buf = append(d.buf, ']')
-	}
-	if len(cons) > 0 {
-		d.buf = append(d.buf, `, "conservative_references":[`...)
-		d.buf = appendAddrs(d.buf, cons)
-		d.buf = append(d.buf, ']')
-	}
-	if len(d.weak) > 0 {
-		d.buf = append(d.buf, `, "weak_references":[`...)
-		d.buf = appendAddrs(d.buf, d.weak)
-		d.buf = append(d.buf, ']')
-	}
-	d.field("memsize", memsize)
-	d.buf = append(d.buf, "}\n"...)
-	return nil
+	return memsize, err
 }
 
 // Encoding indexes fixed in every Ruby (encindex.h).

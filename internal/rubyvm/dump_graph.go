@@ -2,6 +2,8 @@ package rubyvm
 
 import (
 	"encoding/binary"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
 // The decoders of the references that live outside the core types' slots:
@@ -15,7 +17,7 @@ import (
 // VALUEs (a method definition, an instruction sequence's body and code).
 // It is conservative when a word was found by scanning memory whose
 // layout rbscope does not know (the data of typed data of an unknown
-// type, sized by malloc's chunk header): such a word may be a stale
+// type, sized by the allocator's metadata): such a word may be a stale
 // value or an integer that happens to look like a pointer. Conservative
 // edges are written among the references and listed again in
 // "conservative_references", so that a reader can tell them apart.
@@ -79,31 +81,22 @@ func (d *dumper) scanMem(addr uint64, n uint64, add func(uint64)) error {
 	return nil
 }
 
-// mallocSize returns the usable size of the block glibc's malloc returned
-// at addr, from the chunk header before it, bounded by maxScanBytes; ok
-// is false when the header does not look like one (another allocator).
-func (d *dumper) mallocSize(addr uint64) (n uint64, ok bool) {
-	if addr&7 != 0 || addr < 16 {
+// blockSize returns the usable size of the block the process's allocator
+// returned at addr, from that allocator's own metadata (see
+// internal/malloc), bounded by maxScanBytes; ok is false when the
+// allocator is unknown or does not vouch for a block there.
+func (d *dumper) blockSize(addr uint64) (n uint64, ok bool) {
+	if d.alloc.Allocator == nil {
 		return 0, false
 	}
-	hdr, err := d.word(addr - 8)
-	if err != nil {
-		return 0, false
-	}
-	size := hdr &^ 7
-	if size < 32 || size&15 != 0 || size > 1<<40 {
-		return 0, false
-	}
-	if hdr&2 != 0 { // IS_MMAPPED: the header takes two words
-		size -= 8
-	}
-	return min(size-8, maxScanBytes), true
+	n, ok = d.alloc.UsableSize(addr)
+	return min(n, maxScanBytes), ok
 }
 
 // scanBlock adds, conservatively, every word of the malloc'd block at addr
 // that points at a live object.
 func (d *dumper) scanBlock(addr uint64) {
-	if n, ok := d.mallocSize(addr); ok {
+	if n, ok := d.blockSize(addr); ok {
 		d.scanMem(addr, n, d.refCons) //nolint:errcheck // a block that cannot be read adds nothing
 	}
 }
@@ -231,7 +224,7 @@ func (d *dumper) data(slot []byte) {
 	case dataKinds[name]:
 		if block != nil {
 			scan(block, d.ref)
-		} else if n, ok := d.mallocSize(dataAddr); ok {
+		} else if n, ok := d.blockSize(dataAddr); ok {
 			d.scanMem(dataAddr, n, d.ref) //nolint:errcheck // an unreadable struct adds nothing
 		}
 	default:
@@ -287,7 +280,7 @@ func (d *dumper) imemoKind(flags uint64) int64 {
 // Ruby's GC marks them: every word that points at a live object).
 func (d *dumper) thread(th uint64) {
 	L := d.L
-	d.scanBlock(th)
+	d.scanMem(th, uint64(L.ThreadSize), d.refCons) //nolint:errcheck // an unreadable thread adds nothing
 	ec, err := d.word(at(th, L.ThreadEC))
 	if err != nil {
 		return
@@ -410,14 +403,7 @@ func (d *dumper) iseq(body uint64) {
 	if body == 0 {
 		return
 	}
-	// The body is malloc'd; without a chunk header to size it, read up to
-	// the last field the layout names.
-	n, ok := d.mallocSize(body)
-	if !ok {
-		n = uint64(max(L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyParentIseq, L.BodyIseqEncoded,
-			L.BodyCallData, L.BodyCatchTable, L.BodyISEntries) + 8)
-	}
-	b, err := d.read(body, int(n))
+	b, err := d.read(body, int(iseqBodyValues(L)))
 	if err != nil {
 		return
 	}
@@ -467,6 +453,16 @@ func (d *dumper) iseq(body uint64) {
 			pos += 8
 		})
 	}
+}
+
+// iseqBodyValues is how much of an instruction sequence's body a dump
+// reads: up to its JIT fields, which a build without a JIT does not
+// allocate.
+func iseqBodyValues(L *layout.Layout) int64 {
+	if L.BodyJITEntry > 0 {
+		return L.BodyJITEntry
+	}
+	return L.IseqBodySize
 }
 
 // methodTable adds the method entries of a class's method table.
@@ -604,7 +600,7 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 // vmRoots returns what the rb_vm_t and the main ractor hold among their
 // words that point at live objects (the load path, loaded features, the
 // mark_object_ary of objects C code registered, special exceptions...),
-// found by scanning the structs as malloc sized them.
+// found by scanning the structs as the layout sizes them.
 func (d *dumper) vmRoots() []uint64 {
 	var out []uint64
 	add := func(v uint64) {
@@ -616,16 +612,11 @@ func (d *dumper) vmRoots() []uint64 {
 	if err != nil {
 		return nil
 	}
-	if n, ok := d.mallocSize(vm); ok {
-		d.scanMem(vm, n, add) //nolint:errcheck // what was read is kept
-	}
-	if L := d.L; L.VMRactorMainRactor >= 0 {
-		if w, err := d.word(at(vm, L.VMRactorMainRactor)); err == nil {
-			if r := w; r != 0 {
-				if n, ok := d.mallocSize(r); ok {
-					d.scanMem(r, n, add) //nolint:errcheck // as above
-				}
-			}
+	L := d.L
+	d.scanMem(vm, uint64(L.VMSize), add) //nolint:errcheck // what was read is kept
+	if L.VMRactorMainRactor >= 0 && L.RactorSize > 0 {
+		if r, err := d.word(at(vm, L.VMRactorMainRactor)); err == nil && r != 0 {
+			d.scanMem(r, uint64(L.RactorSize), add) //nolint:errcheck // as above
 		}
 	}
 	return out

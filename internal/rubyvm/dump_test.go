@@ -363,3 +363,70 @@ func compareShapes(t *testing.T, mine []byte, rubyDump string) {
 	}
 	t.Logf("%d of dump_all's %d SHAPE lines compared, %d differ (rbscope wrote %d)", len(theirs), len(theirs), bad, len(ours))
 }
+
+// TestHeapDumpOneBadObjectCostsOne makes the decoder of one object of a
+// real dump fail as a bug would, in the middle of the walk: that object
+// is written with its header and "partial" saying why, the summary
+// counts it, and every other object is written as in a clean dump.
+func TestHeapDumpOneBadObjectCostsOne(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	vm, rep, _ := startDumpProgram(t, rb)
+	dump := func(opt rubyvm.DumpOptions) (*rubyvm.DumpStats, []byte) {
+		var out bytes.Buffer
+		st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, out.Bytes()
+	}
+	clean, cleanOut := dump(rubyvm.DumpOptions{})
+	bad := parseAddr(t, rep.Known["path_hash"])
+	st, out := dump(rubyvm.FailDecoding(rubyvm.DumpOptions{}, func(a uint64) bool { return a == bad }))
+	if st.PartialTotal != 1 || st.Panicked != 1 {
+		t.Fatalf("%d partial objects (%d panics), want 1: %v", st.PartialTotal, st.Panicked, st.Partial)
+	}
+	if cv := st.Caveats(); len(cv) == 0 || !strings.Contains(cv[0], "1 objects written partially") || !strings.Contains(cv[0], "injected failure") {
+		t.Errorf("caveats %q do not count the partial object and its reason", cv)
+	}
+	if clean.PartialTotal != 0 {
+		t.Errorf("the clean dump has %d partial objects: %v", clean.PartialTotal, clean.Partial)
+	}
+	if st.Objects != clean.Objects {
+		t.Errorf("%d objects written, %d in the clean dump", st.Objects, clean.Objects)
+	}
+	mine, _ := readDump(t, bytes.NewReader(out), "dump with a failure")
+	want, _ := readDump(t, bytes.NewReader(cleanOut), "clean dump")
+	for a, o := range want {
+		got := mine[a]
+		switch {
+		case got == nil:
+			t.Errorf("%#x (%s) is missing", a, o.Type)
+		case a == bad:
+			if got.Type != "HASH" || got.Class != o.Class {
+				t.Errorf("the partial object is %s of class %#x, want HASH of class %#x", got.Type, got.Class, o.Class)
+			}
+		default:
+			if msg := compareObj(got, o); msg != "" {
+				t.Errorf("%#x: %s", a, msg)
+			}
+		}
+	}
+	line := lineOf(out, bad)
+	if !strings.Contains(line, `"partial":"decoder failed: injected failure`) {
+		t.Errorf("the partial object's line does not say why: %s", line)
+	}
+	if !json.Valid([]byte(line)) {
+		t.Errorf("invalid JSON: %s", line)
+	}
+}
+
+// lineOf returns the line of the object at addr in a dump.
+func lineOf(dump []byte, addr uint64) string {
+	key := fmt.Sprintf(`{"address":"%#x"`, addr)
+	for _, l := range bytes.Split(dump, []byte("\n")) {
+		if bytes.HasPrefix(l, []byte(key)) {
+			return string(l)
+		}
+	}
+	return ""
+}

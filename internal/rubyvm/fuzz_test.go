@@ -117,6 +117,9 @@ func FuzzHeapDump(f *testing.F) {
 				if err := d.flush(true); err != nil {
 					t.Fatal(err)
 				}
+				if d.stats.Panicked > 0 {
+					t.Fatalf("a decoder panicked: %v", d.stats.Partial)
+				}
 				lines := bytes.Count(out.Bytes(), []byte("\n"))
 				if uint64(lines) != d.stats.Objects || d.stats.Objects+d.stats.Skipped > uint64(n) {
 					t.Fatalf("%d lines, %d objects, %d skipped of %d slots", lines, d.stats.Objects, d.stats.Skipped, n)

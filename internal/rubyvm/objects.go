@@ -257,17 +257,24 @@ func (v *VM) attached(klass uint64) (uint64, bool) {
 	return v.classIvar(klass, "__attached__")
 }
 
-// methodLabel names a C method as Class#method, or Class.method for a
-// singleton method.
+// methodLabel names a method as Ruby 3.4 does (gen_method_name in
+// vm_backtrace.c): Class#method, Class.method for a singleton method of a
+// named class or module, and the bare name when the owner, or the object
+// a singleton owner is attached to, has no name of its own (an anonymous
+// class, a singleton class, any other object).
 func (v *VM) methodLabel(owner uint64, name string) string {
 	L := v.Layout
 	_, flags, err := v.objType(owner)
-	if err == nil && flags&uint64(L.FlSingleton) != 0 {
+	if err != nil {
+		return name
+	}
+	if flags&uint64(L.FlSingleton) != 0 {
 		if att, ok := v.attached(owner); ok {
-			if n := v.className(att); n != "" {
+			if n := v.className(att); n != "" && !strings.HasPrefix(n, "#<") {
 				return n + "." + name
 			}
 		}
+		return name
 	}
 	if n := v.className(owner); n != "" && !strings.HasPrefix(n, "#<") {
 		return n + "#" + name

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
@@ -61,6 +62,17 @@ func reachable(g *heap.Graph, skip ...string) map[uint64]bool {
 	return out
 }
 
+// allocatorOf names the allocator a test Ruby runs with.
+func allocatorOf(rb testruby.Ruby) malloc.Kind {
+	switch {
+	case strings.Contains(rb.Name, "jemalloc"):
+		return malloc.Jemalloc
+	case strings.Contains(rb.Name, "musl"):
+		return malloc.Mallocng
+	}
+	return malloc.Glibc
+}
+
 // reachShare is the share of the objects Ruby's own dump reaches from its
 // roots (and that are still in rbscope's dump) that rbscope's dump must
 // reach from its roots, on every Ruby (#18's target).
@@ -74,7 +86,7 @@ const reachShare = 0.99
 // dump_all, that rbscope's roots reach what Ruby's do, and that `heap
 // path` names the holder chains.
 func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
-	for _, rb := range testruby.Rubies(t) {
+	for _, rb := range testruby.WithJemalloc(t, testruby.Rubies(t)) {
 		t.Run(rb.Name, func(t *testing.T) {
 			t.Parallel()
 			rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
@@ -83,9 +95,17 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			p.WaitReport(t, &rep, 60*time.Second)
 			vm, _ := readThreads(t, p.PID(), true)
 			var out bytes.Buffer
-			_, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The allocator is the one the process runs with, and its
+			// metadata sized the blocks no layout sizes.
+			if st.AllocatorWhy != "" || st.Allocator != allocatorOf(rb) {
+				t.Errorf("allocator %s (%s), want %s", st.Allocator, st.AllocatorWhy, allocatorOf(rb))
+			}
+			if st.PartialTotal > 0 {
+				t.Errorf("%d objects written partially: %v", st.PartialTotal, st.Partial)
 			}
 			mine, err := heap.Load(bytes.NewReader(out.Bytes()), "rbscope dump")
 			if err != nil {

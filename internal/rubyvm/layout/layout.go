@@ -274,7 +274,23 @@ type Layout struct {
 	WeakMapTable    int64 `dwarf:"off:weakmap.table,optional" need:"dump"`
 	WeakMapWmap2Obj int64 `dwarf:"off:weakmap.wmap2obj,optional" need:"dump"`
 	RFileFptr       int64 `dwarf:"off:RFile.fptr,optional" need:"dump"`
-	ECLocalStorage  int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	// The sizes of the structs the VM allocates whose every word a heap
+	// dump reads (an iseq's body, the rb_vm_t, the main ractor, a File's
+	// rb_io_t, a Thread's rb_thread_t): sized by the layout, never by the
+	// allocator. The iseq body and the rb_vm_t are also the blocks of
+	// known size the allocator's metadata is checked against
+	// (internal/malloc).
+	IseqBodySize int64 `dwarf:"size:rb_iseq_constant_body" need:"dump"`
+	// BodyJITEntry is where the body's JIT fields begin (USE_YJIT,
+	// USE_RJIT, USE_MJIT: configure decides whether they exist; none
+	// holds a VALUE the GC marks): the body's VALUEs lie before it, and a
+	// build without a JIT allocates no more.
+	BodyJITEntry   int64 `dwarf:"off:rb_iseq_constant_body.jit_entry|rb_iseq_constant_body.jit_func,optional" need:"dump"`
+	VMSize         int64 `dwarf:"size:rb_vm_struct" need:"dump"`
+	ThreadSize     int64 `dwarf:"size:rb_thread_struct" need:"dump"`
+	RactorSize     int64 `dwarf:"size:rb_ractor_struct,optional" need:"dump"`
+	IOSize         int64 `dwarf:"size:rb_io_t|rb_io" need:"dump"`
+	ECLocalStorage int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
 	// ECLocalStorageST: the fiber-locals are an st_table (2.7), not an
 	// rb_id_table
 	ECLocalStorageST int64 `macro:"0,2.7=1"`
