@@ -15,12 +15,22 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/rbscope
 
-# deps installs what the demo and the tests need: Debian's Ruby (stripped,
-# the Ruby most users run) and gdb (the peer the benchmark compares with).
+# DEPS_PACKAGES are the Debian packages the demo and the tests need:
+# Debian's Ruby (stripped, the Ruby most users run), gdb (the peer the
+# benchmark compares with), tmux and valgrind (tests), util-linux's unshare,
+# nsenter and setpriv (the container tests), jemalloc (preloaded under
+# Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
+# and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
+# with Redis, and a Rails application (railties, ActiveRecord on SQLite,
+# ActionPack) under ab's load (apache2-utils).
+DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
+	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
+	ruby-actionpack ruby-sqlite3 apache2-utils
+
+# deps installs the DEPS_PACKAGES that are missing.
 deps:
-	@if ! command -v ruby >/dev/null || ! command -v gdb >/dev/null || ! command -v tmux >/dev/null || ! command -v callgrind_annotate >/dev/null || \
-	  ! command -v musl-gcc >/dev/null || [ ! -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ]; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby gdb tmux valgrind libjemalloc2 musl-tools >/dev/null; fi
+	@missing=$$(for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

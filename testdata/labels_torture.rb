@@ -101,16 +101,22 @@ end
 
 using Shouting
 
-# A singleton method of a singleton class: its owner's attached object is
-# a class with no name, so Ruby 3.4 labels it with the bare method name.
-META = Object.new.singleton_class
-def META.meta
+# Singleton methods of singleton classes: one never named, whose method
+# Ruby 3.4 labels with the bare name, and one assigned to a constant,
+# which names it (META.named).
+$meta = Object.new.singleton_class
+def $meta.meta
   Class.new.class_exec { Anon.new.anon }
+end
+
+META = Object.new.singleton_class
+def META.named
+  $meta.meta
 end
 
 obj = Object.new
 def obj.solo
-  META.meta
+  META.named
 end
 
 $next = lambda do

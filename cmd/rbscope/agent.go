@@ -143,7 +143,10 @@ to a Pyroscope server's Push API (/ingest for an older server).
 
 Profiles carry the labels the Pyroscope Ruby gem sends: __name__=process_cpu,
 service_name, pid, hostname, process.runtime.name=ruby,
-process.runtime.version, and each --tag. service_name is --service-name, or
+process.runtime.version, and each --tag; and process.title, the command line
+as ps shows it when the process was found, which forking servers set per
+process ('puma: cluster worker 0: 4242 [app]', 'unicorn worker[1] ...'), to
+tell a master and its workers apart. service_name is --service-name, or
 derived from the process's command line: the script Ruby runs ('ruby
 bin/rails server' -> rails), else the program ('puma: cluster worker 0' ->
 puma, 'sidekiq 7.1.0 app' -> sidekiq).

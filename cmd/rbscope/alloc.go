@@ -26,7 +26,7 @@ func newAllocCmd() *cobra.Command {
 inside a running process, wait --duration, run a full GC (so garbage does not
 show as retained; --no-gc skips it), and count the objects allocated during
 the window that are still alive by the file, line and class that created
-them, with their bytes (ObjectSpace.memsize_of), largest first:
+them, with their bytes (ObjectSpace.memsize_of), most objects first (then most bytes):
 
       1000   40000 B  test.rb:11:String
        100    4000 B  test.rb:7:String

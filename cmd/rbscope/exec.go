@@ -34,7 +34,8 @@ the program.
 
 rbscope borrows the main thread for a moment with ptrace to queue the code
 as a VM postponed job (restoring every register afterwards), and reads the
-answer from a private directory under the process's /tmp. If every Ruby
+answer from a pipe it makes inside the process (no file is written, so a
+container's read-only or separate /tmp does not matter). If every Ruby
 thread sleeps, it wakes the main thread with a SIGCHLD, which Ruby ignores
 unless the program traps CHLD.
 

@@ -83,7 +83,7 @@ The process is paused (ptrace) for the walk and always resumed;
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
-	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: a list of {"type", "class", "count", "bytes"}, one per type and class`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"schema_version", "classes": [{"type", "class", "count", "bytes"}, one per type and class]}`)
 	c.Flags().BoolVar(&all, "all", false, fmt.Sprintf("print every class, not only the largest %d", censusTopClasses))
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "walk without pausing the process (counts may be torn)")
 	return c

@@ -400,7 +400,8 @@ func TestRecordSubprocesses(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	parent, child := "pid "+fmt.Sprint(rep.PID)+";", "pid "+fmt.Sprint(rep.Child)+";"
+	// Each root frame names the process and its title (its command line).
+	parent, child := "pid "+fmt.Sprint(rep.PID)+" (", "pid "+fmt.Sprint(rep.Child)+" ("
 	if !strings.Contains(out, parent) || !strings.Contains(out, child) {
 		t.Errorf("want root frames %q and %q in:\n%.500s", parent, child, out)
 	}

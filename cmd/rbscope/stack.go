@@ -99,6 +99,7 @@ func readStacks(pid int, pause bool) (*stackDump, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
+	forkedMainTID(pid, threads)
 	return &stackDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads}, nil
 }
 
@@ -155,4 +156,25 @@ func printThreadHeader(w io.Writer, name string, main, ruby bool, tid int, statu
 		fmt.Fprint(w, " (holds GVL)")
 	}
 	fmt.Fprintln(w)
+}
+
+// forkedMainTID gives the main thread of threads, those of process pid,
+// the kernel's TID where Ruby's books keep another: a forked child's main
+// thread keeps its parent's TID there (a Puma or Unicorn worker's names
+// its master's), and the kernel's is the process ID.
+func forkedMainTID(pid int, threads []rubyvm.Thread) {
+	for i := range threads {
+		if th := &threads[i]; th.Main && th.TID != pid && !hasTask(pid, th.TID) {
+			th.TID = pid
+		}
+	}
+}
+
+// hasTask reports whether tid is a thread of process pid.
+func hasTask(pid, tid int) bool {
+	if tid <= 0 {
+		return false
+	}
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid))
+	return err == nil
 }

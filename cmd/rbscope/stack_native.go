@@ -71,6 +71,7 @@ func readNativeStacks(pid int, lines bool) (*nativeDump, error) {
 		if threads, err = vm.Threads(); err != nil {
 			return err
 		}
+		forkedMainTID(pid, threads)
 		for tid := range s.Threads {
 			stopped = append(stopped, tid)
 			regs, err := s.Regs(tid)

@@ -320,6 +320,10 @@ func (a *Agent) labels(pid int, args string) map[string]string {
 		"pid":                  fmt.Sprint(pid),
 		"hostname":             a.hostname,
 		"process.runtime.name": "ruby",
+		// The command line as ps shows it, which servers set per
+		// process ("puma: cluster worker 0: 4242 [app]", "unicorn
+		// worker[1] ..."): what tells a master from its workers.
+		"process.title": args,
 	}
 	if l["service_name"] == "" {
 		l["service_name"] = discover.ServiceName(args)

@@ -158,26 +158,52 @@ func openImage(t target.Target, maps []target.Mapping, path string) (*os.File, e
 	if err == nil {
 		return f, nil
 	}
+	if errors.Is(err, os.ErrPermission) {
+		err = fmt.Errorf("%w (map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE)", err)
+	}
+	// Without map_files: the executable is /proc/PID/exe, which the kernel
+	// resolves to the inode the process runs, whatever its paths say now.
+	if f, err := target.OpenRegular(fmt.Sprintf("/proc/%d/exe", t.PID())); err == nil {
+		if isMapped(f, m) {
+			return f, nil
+		}
+		f.Close()
+	}
 	if strings.HasSuffix(m.Path, " (deleted)") {
-		return nil, fmt.Errorf("%s: %w (and the file is deleted)", mapped, err)
+		return nil, fmt.Errorf("%w (and the file is deleted)", err)
 	}
-	// Without CAP_SYS_ADMIN map_files cannot be opened: open the path, but
-	// only the very file that is mapped.
-	f, err2 := target.OpenInRoot(fmt.Sprintf("/proc/%d/root", t.PID()), path, false)
-	if err2 != nil {
-		return nil, fmt.Errorf("%w; %w", err, err2)
+	// Else open the path inside the process's root, and only if it is the
+	// very file that is mapped. The kernel shows the path from the root of
+	// the process's mount namespace: for a process chrooted below that
+	// root, it starts with the chroot's directory, which the link
+	// /proc/PID/root shows the same way.
+	root := fmt.Sprintf("/proc/%d/root", t.PID())
+	paths := []string{path}
+	if dir, lerr := os.Readlink(root); lerr == nil && dir != "/" && strings.HasPrefix(dir, "/") && strings.HasPrefix(path, dir+"/") {
+		paths = append(paths, path[len(dir):])
 	}
+	// One line, every way tried: map_files's refusal, then each path's.
+	for _, p := range paths {
+		f, perr := target.OpenInRoot(root, p, false)
+		if perr != nil {
+			err = fmt.Errorf("%w; %w", err, perr)
+			continue
+		}
+		if isMapped(f, m) {
+			return f, nil
+		}
+		var st unix.Stat_t
+		_ = unix.Fstat(int(f.Fd()), &st)
+		err = fmt.Errorf("%w; the file now at %s inside the process's root is not the mapped one (inode %d on device %#x, mapped %d on %#x)", err, p, st.Ino, st.Dev, m.Inode, m.Dev)
+		f.Close()
+	}
+	return nil, err
+}
+
+// isMapped reports whether f is the inode m maps.
+func isMapped(f *os.File, m target.Mapping) bool {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("fstat: %w", err)
-	}
-	if st.Ino != m.Inode || st.Dev != m.Dev {
-		f.Close()
-		return nil, fmt.Errorf("%w (%s); the file now at the path is not the mapped one (inode %d on device %#x, mapped %d on %#x)",
-			err, mapped, st.Ino, st.Dev, m.Inode, m.Dev)
-	}
-	return f, nil
+	return unix.Fstat(int(f.Fd()), &st) == nil && st.Ino == m.Inode && st.Dev == m.Dev
 }
 
 // checkHeaders refuses, before the ELF parser reads them, headers that would

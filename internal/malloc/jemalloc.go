@@ -86,14 +86,13 @@ var jeSizeClasses = func() []uint64 {
 
 // newJemalloc finds the rtree's root in jemalloc's writable data: the
 // address from which the first probe's root index leads to a leaf whose
-// word sizes the probe as its size class; the other probes are then
+// word gives the probe a size class it fits; the other probes are then
 // checked by Identify.
 func newJemalloc(r Reader, maps []target.Mapping, probes []Probe) (Allocator, error) {
 	if len(probes) == 0 {
 		return nil, fmt.Errorf("no block of known size to find jemalloc's radix tree with")
 	}
 	p := probes[0]
-	want := jeClassOf(p.Size)
 	i0, i1 := rtreeIndexes(p.Addr)
 	buf := make([]byte, 1<<20)
 	for _, d := range jeData(maps) {
@@ -116,24 +115,13 @@ func newJemalloc(r Reader, maps []target.Mapping, probes []Probe) (Allocator, er
 				if !ok {
 					continue
 				}
-				if size, ok := jeSizeOf(bits); ok && size == want {
+				if size, ok := jeSizeOf(bits); ok && fits(size, p.Size) {
 					return jemalloc{r: r, root: root}, nil
 				}
 			}
 		}
 	}
 	return nil, fmt.Errorf("jemalloc's radix tree was not found in its data (not jemalloc 5 on 48-bit addresses?)")
-}
-
-// jeClassOf returns the size class jemalloc serves a request of n bytes
-// from.
-func jeClassOf(n uint64) uint64 {
-	for _, s := range jeSizeClasses {
-		if s >= n {
-			return s
-		}
-	}
-	return 0
 }
 
 // jeData returns jemalloc's writable data: each writable mapping of a

@@ -98,8 +98,7 @@ func Name(maps []target.Mapping) Kind {
 
 // Identify names the process's allocator from its mappings and checks it
 // against the probes (at least one is needed): every probe's block must
-// be sized by the allocator as at least the probe's size and less than
-// twice it plus a page.
+// be sized by the allocator within fits.
 func Identify(r Reader, maps []target.Mapping, probes []Probe) Identified {
 	named := Name(maps)
 	var a Allocator
@@ -130,11 +129,19 @@ func check(a Allocator, probes []Probe) error {
 	}
 	for _, p := range probes {
 		n, ok := a.UsableSize(p.Addr)
-		if !ok || n < p.Size || n > 2*p.Size+4096 {
+		if !ok || !fits(n, p.Size) {
 			return fmt.Errorf("%s's metadata sizes the %d-byte block at %#x as %d bytes (ok=%v)", a.Kind(), p.Size, p.Addr, n, ok)
 		}
 	}
 	return nil
+}
+
+// fits reports whether a block sized n can hold a struct of size bytes:
+// at least three quarters of it (patch releases grow and shrink structs
+// by a few fields, and a layout made from one serves its whole family)
+// and less than twice it plus a page.
+func fits(n, size uint64) bool {
+	return 4*n >= 3*size && n <= 2*size+4096
 }
 
 // none sizes nothing.

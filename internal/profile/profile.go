@@ -17,7 +17,7 @@ import (
 const (
 	KindRuby    = "ruby"    // a frame running Ruby code
 	KindCFunc   = "cfunc"   // a method implemented in C
-	KindProcess = "process" // a root frame "pid NNN" with --subprocesses
+	KindProcess = "process" // a root frame "pid NNN (TITLE)" with --subprocesses
 	KindThread  = "thread"  // a root frame "thread NAME" with --threads
 	KindGC      = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
 	KindGVL     = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
@@ -167,6 +167,27 @@ func (p *Profile) Add(frames []Frame, count int) int {
 	}
 	p.Samples += count
 	return si
+}
+
+// Relabel gives every frame of kind its label's new name, as rename
+// returns it (the stacks keep their frames); frames that end up alike
+// stay apart in Stacks but are found as one by later samples.
+func (p *Profile) Relabel(kind string, rename func(label string) string) {
+	for i, f := range p.Frames {
+		if f.Kind != kind {
+			continue
+		}
+		if p.frameIDs != nil {
+			delete(p.frameIDs, f)
+		}
+		f.Label = rename(f.Label)
+		p.Frames[i] = f
+		if p.frameIDs != nil {
+			if _, ok := p.frameIDs[f]; !ok {
+				p.frameIDs[f] = i
+			}
+		}
+	}
 }
 
 // stackKey is the map key of a stack of frame indexes.

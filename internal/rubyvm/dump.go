@@ -335,24 +335,37 @@ func (d *dumper) init() {
 	d.chunks.t = d.v.m.t
 }
 
-// findShapeList returns rb_shape_tree_ptr->shape_list (Ruby 3.2+), or 0.
-// A stripped libruby does not export rb_shape_tree_ptr; the exported
-// rb_shape_get_shape_by_id loads it first thing.
-func (v *VM) findShapeList() uint64 {
-	tree := v.locate("rb_shape_tree_ptr")
-	if tree == 0 {
+// shapeTree returns the address of the object shapes' tree (Ruby 3.2+),
+// or 0: 4.0 keeps it in the global rb_shape_tree, earlier Rubies behind
+// rb_shape_tree_ptr. A stripped libruby does not export
+// rb_shape_tree_ptr; the exported rb_shape_get_shape_by_id loads it first
+// thing.
+func (v *VM) shapeTree() uint64 {
+	if tree := v.locate("rb_shape_tree"); tree != 0 {
+		return tree
+	}
+	c := v.locate("rb_shape_tree_ptr")
+	if c == 0 {
 		return 0
 	}
-	l, _ := v.shapeListAt(tree)
+	tree, err := v.m.u64(c)
+	if err != nil {
+		return 0
+	}
+	return tree
+}
+
+// findShapeList returns the shape tree's shape_list, or 0.
+func (v *VM) findShapeList() uint64 {
+	l, _ := v.shapeListIn(v.shapeTree())
 	return l
 }
 
-// shapeListAt reads the shape list through the rb_shape_tree_ptr at c,
-// checking that its root shape has no instance variables.
-func (v *VM) shapeListAt(c uint64) (uint64, bool) {
+// shapeListIn reads the shape list of the shape tree at tree, checking
+// that its root shape has no instance variables.
+func (v *VM) shapeListIn(tree uint64) (uint64, bool) {
 	L := v.Layout
-	tree, err := v.m.u64(c)
-	if err != nil || tree == 0 || tree&7 != 0 {
+	if tree == 0 || tree&7 != 0 {
 		return 0, false
 	}
 	l, err := v.m.u64(at(tree, L.ShapeTreeList))
@@ -360,7 +373,7 @@ func (v *VM) shapeListAt(c uint64) (uint64, bool) {
 		return 0, false
 	}
 	root, err := v.m.read(l, int(L.ShapeSize))
-	if err != nil || le32(root, L.ShapeNextIVIndex) != 0 {
+	if err != nil || attrIndex(L, root, L.ShapeNextIVIndex) != 0 {
 		return 0, false // the root shape has no instance variables
 	}
 	return l, true
@@ -672,7 +685,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		d.buf = d.buf[:body]
 		reason := err.Error()
 		if errors.Is(err, errTorn) {
-			reason = "its memory did not hold together"
+			reason = "its memory could not be read or did not hold together"
 		}
 		d.partial(reason)
 		d.strField("partial", reason)
@@ -1055,13 +1068,15 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	}
 	L := d.L
 	var s shapeInfo
-	if d.shapeList != 0 && id < maxShapeID {
-		if b, err := d.read(d.shapeList+id*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
+	index := shapeIndex(L, id)
+	if d.shapeList != 0 && index < maxShapeID {
+		if b, err := d.read(d.shapeList+index*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
 			s = shapeInfo{
-				ivs:        uint64(le32(b, L.ShapeNextIVIndex)),
-				capa:       uint64(le32(b, L.ShapeCapacity)),
-				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex,
-				ok:         true,
+				ivs:  attrIndex(L, b, L.ShapeNextIVIndex),
+				capa: attrIndex(L, b, L.ShapeCapacity),
+				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex ||
+					(L.ShapeIDFlTooComplex > 0 && id&uint64(L.ShapeIDFlTooComplex) != 0),
+				ok: true,
 			}
 		}
 	}
@@ -1071,11 +1086,56 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	return s
 }
 
+// shapeIndex returns the index in the shape list of a shape ID (4.0 keeps
+// flags and a heap index in its high bits).
+func shapeIndex(L *layout.Layout, id uint64) uint64 {
+	var high uint64
+	if L.ShapeIDFlagsMask > 0 {
+		high |= uint64(L.ShapeIDFlagsMask)
+	}
+	if L.ShapeIDHeapIndexMask > 0 {
+		high |= uint64(L.ShapeIDHeapIndexMask)
+	}
+	return id &^ high
+}
+
+// attrIndex reads an attr_index_t of a shape at off.
+func attrIndex(L *layout.Layout, b []byte, off int64) uint64 {
+	if off < 0 {
+		return 0
+	}
+	switch L.AttrIndexSize {
+	case 1:
+		return uint64(b[off])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b[off:]))
+	}
+	return uint64(le32(b, off))
+}
+
+// objectEmbedded reports whether an object's ivars are in its slot.
+func objectEmbedded(L *layout.Layout, flags uint64) (bool, error) {
+	switch {
+	case L.RObjectHeapFlag > 0:
+		return flags&uint64(L.RObjectHeapFlag) == 0, nil
+	case L.RObjectEmbedFlag > 0:
+		return flags&uint64(L.RObjectEmbedFlag) != 0, nil
+	}
+	return false, errNoEmbedFlag
+}
+
+// errNoEmbedFlag: the layout says neither how an object's ivars are
+// embedded nor how they are not.
+var errNoEmbedFlag = errors.New("the layout has neither ROBJECT_EMBED nor ROBJECT_HEAP")
+
 // robject appends embedded and ivars and the instance variables as
 // references.
 func (d *dumper) robject(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
-	embedded := flags&uint64(L.RObjectEmbedFlag) != 0
+	embedded, err := objectEmbedded(L, flags)
+	if err != nil {
+		return 0, err
+	}
 	var n uint64
 	if d.shapeList != 0 {
 		if embedded {
@@ -1374,8 +1434,8 @@ func (d *dumper) shapeLines() error {
 	if L.ShapeTreeNextID < 0 || L.ShapeParentID < 0 || L.ShapeEdges < 0 {
 		return nil
 	}
-	tree, err := d.v.m.u64(d.v.locate("rb_shape_tree_ptr"))
-	if err != nil || tree == 0 {
+	tree := d.v.shapeTree()
+	if tree == 0 {
 		return nil
 	}
 	b, err := d.read(at(tree, L.ShapeTreeNextID), 4)
@@ -1420,6 +1480,8 @@ func (d *dumper) shapeLines() error {
 			name = "T_OBJECT"
 		case L.ShapeTooComplex:
 			name = "OBJ_TOO_COMPLEX"
+		case L.ShapeObjID:
+			name = "OBJ_ID"
 		}
 		d.strField("shape_type", name)
 		if typ == L.ShapeIvar {

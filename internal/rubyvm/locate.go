@@ -64,7 +64,17 @@ func init() {
 			accept: func(v *VM, c uint64) (uint64, bool) { return c, v.plausibleGenericTbl(c) }},
 		// The object shapes' tree (3.2+).
 		"rb_shape_tree_ptr": {via: []string{"rb_shape_get_shape_by_id"}, depth: 1,
-			accept: func(v *VM, c uint64) (uint64, bool) { _, ok := v.shapeListAt(c); return c, ok }},
+			accept: func(v *VM, c uint64) (uint64, bool) {
+				tree, err := v.m.u64(c)
+				if err != nil {
+					return 0, false
+				}
+				_, ok := v.shapeListIn(tree)
+				return c, ok
+			}},
+		// The object shapes' tree itself, a global of 4.0.
+		"rb_shape_tree": {
+			accept: func(v *VM, c uint64) (uint64, bool) { _, ok := v.shapeListIn(c); return c, ok }},
 	}
 }
 

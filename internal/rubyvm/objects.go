@@ -218,6 +218,14 @@ func (v *VM) classNameUncached(klass uint64, depth int) string {
 		}
 		return ""
 	}
+	return v.classPath(klass)
+}
+
+// classPath returns the path a class or module was named by (Module#name:
+// a constant's name, which a singleton class assigned to a constant has
+// too), or "".
+func (v *VM) classPath(klass uint64) string {
+	L := v.Layout
 	var path uint64
 	if L.ClassExtClassPath >= 0 {
 		ext, err := v.classExt(klass)
@@ -259,9 +267,11 @@ func (v *VM) attached(klass uint64) (uint64, bool) {
 
 // methodLabel names a method as Ruby 3.4 does (gen_method_name in
 // vm_backtrace.c): Class#method, Class.method for a singleton method of a
-// named class or module, and the bare name when the owner, or the object
-// a singleton owner is attached to, has no name of its own (an anonymous
-// class, a singleton class, any other object).
+// class or module with a permanent name (Module#name: a constant's, a
+// singleton class's too when it was assigned to one), and the bare name
+// when the owner, or the object a singleton owner is attached to, has no
+// such name (an anonymous class, a singleton class never assigned to a
+// constant, any object that is not a class).
 func (v *VM) methodLabel(owner uint64, name string) string {
 	L := v.Layout
 	_, flags, err := v.objType(owner)
@@ -270,14 +280,22 @@ func (v *VM) methodLabel(owner uint64, name string) string {
 	}
 	if flags&uint64(L.FlSingleton) != 0 {
 		if att, ok := v.attached(owner); ok {
-			if n := v.className(att); n != "" && !strings.HasPrefix(n, "#<") {
-				return n + "." + name
+			if typ, _, err := v.objType(att); err == nil && (typ == L.TClass || typ == L.TModule) {
+				if n := v.classPath(att); permanentName(n) {
+					return n + "." + name
+				}
 			}
 		}
 		return name
 	}
-	if n := v.className(owner); n != "" && !strings.HasPrefix(n, "#<") {
+	if n := v.classPath(owner); permanentName(n) {
 		return n + "#" + name
 	}
 	return name
+}
+
+// permanentName reports whether a class path is a permanent name, not the
+// temporary "#<Class:0x...>::Foo" of a constant under an anonymous class.
+func permanentName(path string) bool {
+	return path != "" && !strings.HasPrefix(path, "#<")
 }

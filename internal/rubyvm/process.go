@@ -77,7 +77,10 @@ type VM struct {
 	tidOffMusl   bool                 // tidOff is musl's (whose struct pthread starts with its address)
 	tidOffLooked bool                 // pthreadTIDOffset has run
 	fsBases      map[uint64]int       // a core's threads by fs_base (tidByFSBase)
-	env          valueStack           // the value stack of the stack being walked
+	// localTID turns a TID read from the process's memory (its own PID
+	// namespace's) into the one its target lists; nil when they are one.
+	localTID func(int) int
+	env      valueStack // the value stack of the stack being walked
 }
 
 var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
@@ -137,6 +140,9 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
 	v := &VM{T: t, Image: im, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
+	if lt, ok := t.(interface{ LocalTID(int) int }); ok {
+		v.localTID = lt.LocalTID
+	}
 	v.ForgetCaches()
 	if err := v.findVersion(maps, opts); err != nil {
 		im.Close()

@@ -11,8 +11,8 @@ import (
 
 // tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
 // read from the C library's struct pthread (glibc's or musl's), or, where
-// the C library's image cannot
-// be read (a core from another machine), the thread whose thread pointer
+// the C library's image cannot be read (a core from another machine), the
+// thread whose thread pointer
 // (fs_base, which on x86-64 Linux is the pthread_t) is pt. 0 when neither
 // knows.
 func (v *VM) tidOfPthread(pt uint64) int {
@@ -25,11 +25,21 @@ func (v *VM) tidOfPthread(pt uint64) int {
 		self, err := v.m.u64(pt + libc.MuslPthreadSelf)
 		if !v.tidOffMusl || (err == nil && self == pt) {
 			if tid, err := v.m.u32(pt + off); err == nil && int32(tid) > 0 {
-				return int(int32(tid))
+				return v.ownTID(int(int32(tid)))
 			}
 		}
 	}
 	return v.tidByFSBase()[pt]
+}
+
+// ownTID turns a TID read from the process's memory, which is the thread's
+// ID in the process's own PID namespace (a container's), into the ID its
+// target lists the thread by (see target.Live.LocalTID).
+func (v *VM) ownTID(tid int) int {
+	if v.localTID == nil || tid <= 0 {
+		return tid
+	}
+	return v.localTID(tid)
 }
 
 // tidByFSBase maps each thread's fs_base to its TID, on targets that hold

@@ -3,16 +3,15 @@ package rubyvm_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/heap/heaptest"
 	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
@@ -27,41 +26,6 @@ type reachReport struct {
 	Weak    map[string]string `json:"weak"`
 }
 
-// reachable returns the objects reachable from g's roots, by address,
-// leaving out the roots named in skip.
-func reachable(g *heap.Graph, skip ...string) map[uint64]bool {
-	seen := make([]bool, g.Len())
-	var queue []uint32
-	for _, r := range g.Roots {
-		if slices.Contains(skip, r.Name) {
-			continue
-		}
-		for _, i := range r.Refs {
-			if !seen[i] {
-				seen[i] = true
-				queue = append(queue, i)
-			}
-		}
-	}
-	for len(queue) > 0 {
-		i := queue[len(queue)-1]
-		queue = queue[:len(queue)-1]
-		for _, j := range g.Refs(int(i)) {
-			if !seen[j] {
-				seen[j] = true
-				queue = append(queue, j)
-			}
-		}
-	}
-	out := make(map[uint64]bool, g.Len())
-	for i, ok := range seen {
-		if ok {
-			out[g.Address(i)] = true
-		}
-	}
-	return out
-}
-
 // allocatorOf names the allocator a test Ruby runs with.
 func allocatorOf(rb testruby.Ruby) malloc.Kind {
 	switch {
@@ -72,11 +36,6 @@ func allocatorOf(rb testruby.Ruby) malloc.Kind {
 	}
 	return malloc.Glibc
 }
-
-// reachShare is the share of the objects Ruby's own dump reaches from its
-// roots (and that are still in rbscope's dump) that rbscope's dump must
-// reach from its roots, on every Ruby (#18's target).
-const reachShare = 0.99
 
 // TestHeapDumpReachesWhatDumpAllReaches dumps a program that holds
 // markers only through closures, method and enumerator receivers, queues,
@@ -124,27 +83,9 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			// C stack while dump_all itself ran, gone since: compare what
 			// its other roots reach, among the objects both dumps have
 			// (Ruby's dump allocated while it ran).
-			myReach, theirReach := reachable(mine), reachable(theirs, "machine_context")
-			want, got := 0, 0
-			missing := map[string]int{}
-			for i := 0; i < theirs.Len(); i++ {
-				a := theirs.Address(i)
-				if !theirReach[a] {
-					continue
-				}
-				if _, ok := mine.Lookup(a); !ok {
-					continue
-				}
-				want++
-				if myReach[a] {
-					got++
-				} else {
-					missing[kindOf(theirs, i)]++
-				}
-			}
-			share := float64(got) / float64(max(want, 1))
-			t.Logf("Ruby %s: rbscope's roots reach %d of the %d objects dump_all's reach (%.2f%%); missed: %s",
-				rep.Version, got, want, 100*share, topKinds(missing, 12))
+			reach := heaptest.Compare(mine, theirs)
+			myReach, theirReach, share := reach.Mine, reach.Theirs, reach.Share()
+			t.Logf("Ruby %s: %v", rep.Version, reach)
 			// Where the misses start: objects both reach whose references
 			// in dump_all lead to a missed object.
 			frontier := map[string]int{}
@@ -155,7 +96,7 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 				for _, j := range theirs.Refs(i) {
 					a := theirs.Address(int(j))
 					if _, ok := mine.Lookup(a); ok && !myReach[a] {
-						frontier[kindOf(theirs, i)+" -> "+kindOf(theirs, int(j))]++
+						frontier[heaptest.KindOf(theirs, i)+" -> "+heaptest.KindOf(theirs, int(j))]++
 					}
 				}
 			}
@@ -163,15 +104,15 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 				for _, j := range r.Refs {
 					a := theirs.Address(int(j))
 					if _, ok := mine.Lookup(a); ok && !myReach[a] {
-						frontier["root "+r.Name+" -> "+kindOf(theirs, int(j))]++
+						frontier["root "+r.Name+" -> "+heaptest.KindOf(theirs, int(j))]++
 					}
 				}
 			}
 			if len(frontier) > 0 {
-				t.Logf("edges dump_all follows and rbscope does not: %s", topKinds(frontier, 15))
+				t.Logf("edges dump_all follows and rbscope does not: %s", heaptest.TopKinds(frontier, 15))
 			}
-			if share < reachShare {
-				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*share, 100*reachShare)
+			if share < heaptest.Share {
+				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*share, 100*heaptest.Share)
 			}
 			for name, a := range rep.Markers {
 				addr := parseAddr(t, a)
@@ -242,36 +183,4 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			}
 		})
 	}
-}
-
-// kindOf names an object's type as the dumps do (IMEMO and DATA with their
-// kind).
-func kindOf(g *heap.Graph, i int) string {
-	switch t := g.Type(i); t {
-	case "IMEMO", "DATA":
-		return t + " " + g.Describe(i)
-	default:
-		return t
-	}
-}
-
-// topKinds formats the n most frequent kinds of counts.
-func topKinds(counts map[string]int, n int) string {
-	type kc struct {
-		k string
-		c int
-	}
-	var all []kc
-	for k, c := range counts {
-		all = append(all, kc{k, c})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].c > all[j].c || all[i].c == all[j].c && all[i].k < all[j].k })
-	var parts []string
-	for i, e := range all {
-		if i == n {
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", e.k, e.c))
-	}
-	return strings.Join(parts, ", ")
 }

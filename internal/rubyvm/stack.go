@@ -207,11 +207,11 @@ func (v *VM) thread(th uint64) (Thread, uint64) {
 		// No TID of its own (2.7): glibc's struct pthread has it.
 		t.TID = v.tidOfPthread(le64(b, L.ThreadPthread))
 	case L.ThreadTID >= 0:
-		t.TID = int(int32(le32(b, L.ThreadTID)))
+		t.TID = v.ownTID(int(int32(le32(b, L.ThreadTID))))
 	case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
 		if nt := le64(b, L.ThreadNT); nt != 0 {
 			if tid, err := v.m.u32(at(nt, L.NativeThreadTID)); err == nil {
-				t.TID = int(int32(tid))
+				t.TID = v.ownTID(int(int32(tid)))
 			}
 		}
 	}

@@ -14,6 +14,7 @@ package rubyvm_test
 // Either set is skipped when absent.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,8 +187,56 @@ func TestCorePeerCores(t *testing.T) {
 					t.Logf("frame %d (%s): line %d, expected.json %d (the next instruction's)", i, g.Label, g.Line, int(line))
 				}
 			}
+			checkPeerHeap(t, vm)
 		})
 	}
+}
+
+// checkPeerHeap dumps a peer core's heap: every object the census counts
+// is written, and every OBJECT's instance variables are decoded (Ruby 4.0
+// turned ROBJECT_EMBED into ROBJECT_HEAP and moved the shape tree into a
+// global of its own). Objects whose memory the core lacks (a String whose
+// bytes are in a library not on this machine) may be partial.
+func checkPeerHeap(t *testing.T, vm *rubyvm.VM) {
+	t.Helper()
+	c, err := vm.HeapCensus()
+	if err != nil {
+		t.Fatalf("heap census: %v", err)
+	}
+	var out bytes.Buffer
+	st, err := vm.HeapDump(&out, rubyvm.DumpOptions{})
+	if err != nil {
+		t.Fatalf("heap dump: %v", err)
+	}
+	if st.Objects != c.Objects {
+		t.Errorf("heap dump wrote %d objects, the census counts %d", st.Objects, c.Objects)
+	}
+	if st.Panicked > 0 {
+		t.Errorf("%d decoders panicked: %v", st.Panicked, st.Partial)
+	}
+	if vm.Layout.ShapeSize > 0 && st.Shapes == 0 {
+		// A core without its libruby and without the code that loads
+		// the shape tree: an OBJECT's ivars cannot be counted.
+		t.Logf("heap: %d objects; no shape tree found in the core; %v", st.Objects, st.Caveats())
+		return
+	}
+	objects, withIvars := 0, 0
+	for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"type":"OBJECT"`)) {
+			continue
+		}
+		objects++
+		if bytes.Contains(line, []byte(`"partial"`)) {
+			t.Errorf("an OBJECT written partially: %s", line)
+		}
+		if bytes.Contains(line, []byte(`"ivars":`)) && !bytes.Contains(line, []byte(`"ivars":0`)) {
+			withIvars++
+		}
+	}
+	if objects == 0 || withIvars == 0 {
+		t.Errorf("%d OBJECTs, %d with instance variables", objects, withIvars)
+	}
+	t.Logf("heap: %d objects (%d OBJECTs, %d with ivars), %d shapes, %d roots; %v", st.Objects, objects, withIvars, st.Shapes, st.Roots, st.Caveats())
 }
 
 // TestCoreStoredWorkloads reads the cores scripts/gcore-workloads.sh

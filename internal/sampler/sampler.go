@@ -13,13 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
+	"github.com/rbscope/rbscope/internal/discover"
 	"github.com/rbscope/rbscope/internal/mixedstack"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/unwind"
 	"golang.org/x/sys/unix"
 )
@@ -52,7 +55,8 @@ type Options struct {
 	// Threads adds a root frame per thread ("thread NAME").
 	Threads bool
 	// Subprocesses follows the target's descendants, with a root frame per
-	// process ("pid NNN").
+	// process ("pid NNN (TITLE)", TITLE its command line as ps shows it,
+	// which servers set: "puma: cluster worker 0: 4242 [app]").
 	Subprocesses bool
 	// Progress, if set, is called about once a second while recording.
 	Progress func(Progress)
@@ -101,10 +105,16 @@ func (o Options) Validate() error {
 
 // proc is one sampled process.
 type proc struct {
-	pid  int
-	live *target.Live
-	vm   *rubyvm.VM
-	gone bool
+	pid int
+	// title is the process's command line as last read (processTitle).
+	title string
+	// mainTID is the main thread's TID in Ruby's books as last seen, and
+	// mainForeign whether it is no thread of this process (foreignMain).
+	mainTID     int
+	mainForeign bool
+	live        *target.Live
+	vm          *rubyvm.VM
+	gone        bool
 	// clocks are the CPU-time counters of the threads seen running
 	// (onCPUNow); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
@@ -121,6 +131,18 @@ type proc struct {
 	unwinder  *unwind.Unwinder
 	mapsStale bool
 	native    map[int][]unwind.Frame
+}
+
+// foreignMain reports whether tid, the TID Ruby's books give the main
+// thread, is no thread of p: the parent's, in a forked child (a Puma or
+// Unicorn worker). It is asked when the running threads are not listed
+// (Options.Idle), and the answer for a TID is kept.
+func (p *proc) foreignMain(tid int) bool {
+	if p.mainTID != tid {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.pid, tid))
+		p.mainTID, p.mainForeign = tid, err != nil
+	}
+	return p.mainForeign
 }
 
 // unwindStopped unwinds the native stacks of the threads of s that the
@@ -386,7 +408,50 @@ func attach(pid int, vmOpts rubyvm.Options) (*proc, error) {
 		live.Close()
 		return nil, err
 	}
-	return &proc{pid: pid, live: live, vm: vm}, nil
+	return &proc{pid: pid, live: live, vm: vm, title: processTitle(pid)}, nil
+}
+
+// maxTitle bounds a process title in a root frame's label, in bytes.
+const maxTitle = 120
+
+// processTitle is the command line of pid as ps shows it (a server's
+// workers set theirs to say what they are), made printable and cut to
+// maxTitle bytes; "" when it cannot be read.
+func processTitle(pid int) string {
+	t := textsafe.Clean(discover.Cmdline("/proc", pid))
+	if len(t) > maxTitle {
+		n := maxTitle
+		for n > 0 && !utf8.RuneStart(t[n]) {
+			n--
+		}
+		t = t[:n] + "..."
+	}
+	return t
+}
+
+// nameProcesses gives the root frames of processes (Subprocesses) their
+// titles, read again for the processes still running: a worker sets its
+// title after the fork that made it, so that the title read when it was
+// found may be its master's.
+func (s *Sampler) nameProcesses(prof *profile.Profile) *profile.Profile {
+	if !s.opts.Subprocesses {
+		return prof
+	}
+	for _, p := range s.procs {
+		if !p.gone {
+			if t := processTitle(p.pid); t != "" {
+				p.title = t
+			}
+		}
+	}
+	prof.Relabel(profile.KindProcess, func(label string) string {
+		pid, err := strconv.Atoi(strings.TrimPrefix(label, "pid "))
+		if p := s.procs[pid]; err == nil && p != nil && p.title != "" {
+			return label + " (" + p.title + ")"
+		}
+		return label
+	})
+	return prof
 }
 
 // RubyVersion is the Ruby version of the process New attached to.
@@ -424,10 +489,10 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 		select {
 		case <-ctx.Done():
 			prof.Duration = time.Since(prof.Start)
-			return prof
+			return s.nameProcesses(prof)
 		case <-deadline:
 			prof.Duration = time.Since(prof.Start)
-			return prof
+			return s.nameProcesses(prof)
 		case <-ticker.C:
 		}
 		prof.Ticks++
@@ -435,6 +500,11 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			for _, p := range s.procs {
 				if p.vm != nil {
 					p.vm.ForgetCaches()
+				}
+				if s.opts.Subprocesses && !p.gone {
+					if t := processTitle(p.pid); t != "" {
+						p.title = t // kept for when it has exited
+					}
 				}
 			}
 			lastForget = time.Now()
@@ -455,11 +525,11 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 		}
 		if alive == 0 {
 			prof.Duration = time.Since(prof.Start)
-			return prof
+			return s.nameProcesses(prof)
 		}
 		if s.opts.Flush != nil && time.Since(prof.Start) >= s.opts.FlushEvery {
 			prof.Duration = time.Since(prof.Start)
-			s.opts.Flush(prof)
+			s.opts.Flush(s.nameProcesses(prof))
 			prof = newProfile(s.opts)
 			s.profile = prof
 		}
@@ -503,7 +573,7 @@ func (s *Sampler) sample(p *proc) {
 	// The TID rbscope should see for a Ruby thread: a forked child's main
 	// thread keeps its parent's TID in Ruby's books.
 	tidOf := func(th rubyvm.Thread) int {
-		if th.Main && tasks != nil && !tasks[th.TID] {
+		if th.Main && th.TID != p.pid && (tasks != nil && !tasks[th.TID] || tasks == nil && p.foreignMain(th.TID)) {
 			return p.pid
 		}
 		return th.TID

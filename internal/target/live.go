@@ -2,12 +2,14 @@ package target
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,11 +33,19 @@ type Live struct {
 	syscallAt uint64
 	// id pins the process (see CheckSame).
 	id identity
+	// ns maps the thread IDs of a process in a PID namespace of its own
+	// (see LocalTID).
+	ns nsTIDs
 
 	mu          sync.Mutex
 	tracer      *tracer
 	paused      map[int]int // seized TID -> signal to deliver on detach
 	stopSignals chan os.Signal
+	// exited are seized threads seen to exit, to hand back on detach
+	// (releaseExited); ownChild is set when the process is rbscope's own
+	// child (a command it launched), whose exit rbscope waits for itself.
+	exited   []int
+	ownChild bool
 
 	// StopTimeout bounds how long WhilePaused waits for one thread to stop.
 	StopTimeout time.Duration
@@ -55,7 +65,7 @@ func Attach(pid int) (*Live, error) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d/maps", pid)); err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
-	l := &Live{pid: pid, paused: map[int]int{}, StopTimeout: 2 * time.Second}
+	l := &Live{pid: pid, paused: map[int]int{}, StopTimeout: 2 * time.Second, ownChild: parentOf(pid) == os.Getpid()}
 	maps, err := l.Mappings()
 	if err != nil {
 		return nil, err
@@ -90,7 +100,10 @@ func Attach(pid int) (*Live, error) {
 // PermissionError explains why reading pid was refused and what to run.
 func PermissionError(pid int) error {
 	advice := "run rbscope as root or grant it CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep rbscope)"
-	if os.Geteuid() == 0 {
+	switch {
+	case os.Geteuid() == 0 && !HasCapability(unix.CAP_SYS_PTRACE):
+		advice = "rbscope runs as root but without CAP_SYS_PTRACE (a container drops it by default): grant it to rbscope's container (docker run --cap-add SYS_PTRACE; Kubernetes securityContext.capabilities.add: [\"SYS_PTRACE\"])"
+	case os.Geteuid() == 0:
 		advice = "even root was refused: the process may be in another user namespace or a security module (AppArmor, SELinux, seccomp) forbids ptrace; run rbscope inside the process's container or grant it CAP_SYS_PTRACE there"
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
@@ -106,6 +119,23 @@ func PermissionError(pid int) error {
 		}
 	}
 	return fmt.Errorf("pid %d: %w: %s", pid, ErrPermission, advice)
+}
+
+// HasCapability reports whether rbscope holds capability c (a CAP_*
+// number) in its effective set, as /proc/self/status says; true when that
+// cannot be read (the kernel then decides alone).
+func HasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			return err != nil || c < 0 || c > 63 || v&(1<<uint(c)) != 0
+		}
+	}
+	return true
 }
 
 // PID implements Target.
@@ -446,7 +476,8 @@ func (l *Live) waitStop(tid int) error {
 		if info.Signo != 0 { // something to report
 			code := info.Code
 			if code == cldExited || code == cldKilled || code == cldDumped {
-				delete(l.paused, tid) // ended: leave the zombie to its parent
+				delete(l.paused, tid) // ended: its zombie goes back to its parent on detach
+				l.exited = append(l.exited, tid)
 				return nil
 			}
 			var ws unix.WaitStatus
@@ -475,6 +506,13 @@ func (l *Live) waitStop(tid int) error {
 			_ = unix.Nanosleep(&unix.Timespec{Nsec: int64(stopPoll)}, nil)
 			continue
 		}
+		if l.deadTask(tid) {
+			// A process's leader killed while seized: its exit is not
+			// reported while its other threads wait to be handed back.
+			delete(l.paused, tid)
+			l.exited = append(l.exited, tid)
+			return nil
+		}
 		time.Sleep(delay)
 		if delay < time.Millisecond {
 			delay *= 2
@@ -497,12 +535,95 @@ const (
 	cldDumped = 3
 )
 
-// detachLocked runs on the tracer thread and lets every seized thread go.
+// detachLocked runs on the tracer thread and lets every seized thread go,
+// and hands those that exited meanwhile back to their process's parent.
 func (l *Live) detachLocked() {
 	for tid, sig := range l.paused {
-		_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
+		_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
+		if errno == unix.ESRCH {
+			l.exited = append(l.exited, tid) // killed while seized (SIGKILL ends even a stopped thread)
+		}
 		delete(l.paused, tid)
 	}
+	if len(l.exited) == 0 {
+		return
+	}
+	// The leader's exit is reported only once its other threads are gone.
+	slices.SortFunc(l.exited, func(a, b int) int { return cmp.Compare(boolInt(a == l.pid), boolInt(b == l.pid)) })
+	for _, tid := range l.exited {
+		l.releaseExited(tid)
+	}
+	l.exited = l.exited[:0]
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// releaseTimeout bounds how long detachLocked waits for a thread killed
+// while seized to finish exiting.
+const releaseTimeout = time.Second
+
+// releaseExited hands back a seized thread that has exited. A traced
+// thread's exit is reported to its tracer first, and its process's parent
+// is told only once the tracer has waited for it: until then a server's
+// master would not see its killed worker end, and fork no other. The
+// tracer's wait reaps nothing that is not its own child: a process's
+// leader goes back to its parent, a zombie as before, for the parent's own
+// wait. Only the leader of a command rbscope launched, its own child, is
+// left for rbscope's wait for it (which takes it once it is no longer
+// traced).
+func (l *Live) releaseExited(tid int) {
+	if tid == l.pid && l.ownChild {
+		return
+	}
+	deadline := time.Now().Add(releaseTimeout)
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, tid, &info, unix.WEXITED|unix.WNOHANG|unix.WALL, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil || info.Signo != 0:
+			return // handed back, or no longer traced by rbscope
+		case time.Now().After(deadline):
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// deadTask reports whether thread tid of l's process has exited (a zombie,
+// or gone).
+func (l *Live) deadTask(tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", l.pid, tid))
+	if err != nil {
+		return true
+	}
+	st := StatState(b)
+	return st == 'Z' || st == 'X'
+}
+
+// parentOf returns the parent process ID of pid (0 if unknown).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // resume lets go every thread still stopped (none, outside WhilePaused).

@@ -1,8 +1,13 @@
 package target
 
 import (
+	"bufio"
 	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPauseNeverStopsOtherProcesses: thread IDs handed to WhilePaused may
@@ -35,5 +40,53 @@ func TestPauseNeverStopsOtherProcesses(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKilledWhilePausedGoesBackToItsParent: a process killed while its
+// threads stand still (a server's worker killed mid-recording) must reach
+// its own parent as any dead child does, while rbscope stays attached,
+// so that the parent (a server's master) sees it end and forks another.
+func TestKilledWhilePausedGoesBackToItsParent(t *testing.T) {
+	// The shell is the test's child, and the sleep the shell's: the
+	// shell says the sleep's pid, waits for it and then exits.
+	sh := exec.Command("sh", "-c", `sleep 60 & echo $!; wait $!; echo done`)
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	err = l.WhilePaused(nil, func(s *Stopped) error {
+		return syscall.Kill(pid, syscall.SIGKILL)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() { s, _ := r.ReadString('\n'); done <- s }()
+	select {
+	case s := <-done:
+		if strings.TrimSpace(s) != "done" {
+			t.Errorf("the shell said %q", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parent never saw its child killed while paused end (rbscope still attached)")
 	}
 }

@@ -9,7 +9,7 @@ package main
 // vm_core.h and include/ruby headers.
 var familyPatches = map[string][]patch{
 	"3.2": patches32,
-	"3.3": patches34, // the same #if differences; checked against 3.3.8's table
+	"3.3": patches33, // 3.4's #if differences and 3.3.8's own; checked against 3.3.8's table
 	"3.4": patches34,
 	"4.0": patches40,
 }
@@ -139,4 +139,20 @@ var patches34 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), shapes32, value64, 
 	drop("rb_ractor_sync", "cond", "only without pthreads (ractor_core.h: #ifndef RUBY_THREAD_PTHREAD_H)"),
 	mainAltstack,
 	arTable8,
+	jit34,
+})
+
+// jit34 are the instruction sequence body's JIT fields with YJIT and RJIT
+// (vm_core.h's #if USE_RJIT || USE_YJIT, as our x86_64 builds configure
+// them when rustc is at hand; the wasm build has no JIT). None holds a
+// VALUE the dump reads: the body is read up to the first of them.
+var jit34 = insert("rb_iseq_constant_body", "mandatory_only_iseq", "USE_YJIT and USE_RJIT (x86_64 with rustc; the wasm build has no JIT)",
+	members(`jit_entry ptr; jit_entry_calls u64; jit_exception ptr; jit_exception_calls u64;
+		rjit_blocks u64; yjit_payload ptr; yjit_calls_at_interv u64`)...)
+
+// patches33 are 3.4's and what 3.3.8 (our build) has that 3.3.3 (the
+// wasm package) has not.
+var patches33 = join(patches34, []patch{
+	insert("rb_vm_struct", "constant_cache", "3.3.4 and later (a patch release's field; the wasm package is 3.3.3)",
+		members("inserting_constant_cache_id u64")...),
 })

@@ -360,7 +360,10 @@ type Layout struct {
 	RArraySharedRoot int64 `dwarf:"off:RArray.as.heap.aux.shared_root" need:"dump"`
 	RFloatValue      int64 `dwarf:"off:RFloat.float_value" need:"dump"`
 
-	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED" need:"dump"`
+	// An object's ivars are in its slot when ROBJECT_EMBED is set (to
+	// 3.4), or when ROBJECT_HEAP is clear (4.0): a build has one of them.
+	RObjectEmbedFlag   int64 `dwarf:"enum:ROBJECT_EMBED,optional" need:"dump"`
+	RObjectHeapFlag    int64 `dwarf:"enum:ROBJECT_HEAP,optional" need:"dump"`
 	RObjectEmbedAry    int64 `dwarf:"off:RObject.as.ary" need:"dump"`
 	RObjectEmbedLenMax int64 `dwarf:"count:RObject.as.ary" need:"dump"`
 	RObjectHeapNumIV   int64 `dwarf:"off:RObject.as.heap.numiv,optional" need:"dump"`
@@ -384,6 +387,16 @@ type Layout struct {
 	ShapeIvar       int64 `dwarf:"enum:SHAPE_IVAR,optional" need:"dump"`
 	ShapeFrozen     int64 `dwarf:"enum:SHAPE_FROZEN,optional" need:"dump"`
 	ShapeTObject    int64 `dwarf:"enum:SHAPE_T_OBJECT,optional" need:"dump"`
+	ShapeObjID      int64 `dwarf:"enum:SHAPE_OBJ_ID,optional" need:"dump"`
+	// AttrIndexSize is the width of a shape's next_field_index and
+	// capacity (attr_index_t: 4 bytes to 3.4 on 64-bit, 2 on 4.0).
+	AttrIndexSize int64 `dwarf:"size:attr_index_t,optional" need:"dump"`
+	// 4.0 keeps flags in the shape ID's high bits (frozen, has an object
+	// ID, too complex) beside a heap index: the shape list's index is
+	// what the two masks leave.
+	ShapeIDFlagsMask     int64 `dwarf:"enum:SHAPE_ID_FLAGS_MASK,optional" need:"dump"`
+	ShapeIDHeapIndexMask int64 `dwarf:"enum:SHAPE_ID_HEAP_INDEX_MASK,optional" need:"dump"`
+	ShapeIDFlTooComplex  int64 `dwarf:"enum:SHAPE_ID_FL_TOO_COMPLEX,optional" need:"dump"`
 	// DumpShapes: dump_all writes SHAPE lines (3.3+)
 	DumpShapes  int64 `macro:"1,2.7=0,3.0=0,3.1=0,3.2=0"`
 	IDTableNum  int64 `dwarf:"off:rb_id_table.num" need:"dump"`

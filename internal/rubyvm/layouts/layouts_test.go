@@ -13,6 +13,12 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
+// configureDependent are the fields that differ between builds of one
+// release as configure decides, and why; a table serves them all.
+var configureDependent = map[string]string{
+	"IseqBodySize": "the JIT fields that end the body exist as configure decides (YJIT needs rustc); a dump reads the body up to BodyJITEntry, which agrees",
+}
+
 // TestTablesMatchDebugBuilds re-reads the DWARF of every debug Ruby build in
 // the cache and checks that the committed table for its family says the
 // same: a stale or hand-edited table fails here.
@@ -48,13 +54,21 @@ func TestTablesMatchDebugBuilds(t *testing.T) {
 			t.Errorf("no built-in table for Ruby %s: run go run ./tools/layoutgen -ruby %s", family, rb.Bin)
 			continue
 		}
-		if !reflect.DeepEqual(got, want) {
-			gv, wv := reflect.ValueOf(*got), reflect.ValueOf(*want)
-			for i := 0; i < gv.NumField(); i++ {
-				if gv.Field(i).Interface() != wv.Field(i).Interface() {
-					t.Errorf("%s (%s): %s is %v in DWARF, %v in the table", filepath.Base(image), family, gv.Type().Field(i).Name, gv.Field(i), wv.Field(i))
-				}
+		gv, wv := reflect.ValueOf(*got), reflect.ValueOf(*want)
+		stale := false
+		for i := 0; i < gv.NumField(); i++ {
+			name := gv.Type().Field(i).Name
+			if reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+				continue
 			}
+			if why, ok := configureDependent[name]; ok && got.BodyJITEntry == want.BodyJITEntry {
+				t.Logf("%s (%s): %s is %v in DWARF, %v in the table: %s", rb.Name, family, name, gv.Field(i), wv.Field(i), why)
+				continue
+			}
+			stale = true
+			t.Errorf("%s (%s): %s is %v in DWARF, %v in the table", filepath.Base(image), family, name, gv.Field(i), wv.Field(i))
+		}
+		if stale {
 			t.Errorf("regenerate with: go run ./tools/layoutgen -ruby %s", rb.Bin)
 		}
 		checked++
