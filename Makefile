@@ -3,9 +3,10 @@ GO ?= go
 BIN := bin/rbscope
 # RUBY_BUILDS lists the Rubies of the test matrix as build-ruby.sh
 # arguments, with a comma for a space: a shared debug build of each family,
-# a static one whose malloc is jemalloc (--with-jemalloc), and a stripped
-# copy read through the built-in table.
-RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped
+# a static one whose malloc is jemalloc (--with-jemalloc), a stripped
+# copy read through the built-in table, and builds on musl's C library
+# (as Alpine's Rubies run).
+RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
 .PHONY: wasm all build deps rubies demo test vet bench clean
 

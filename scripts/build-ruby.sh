@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-ruby.sh VERSION [--static | --stripped] [--jemalloc]
+# build-ruby.sh VERSION [--static | --stripped | --musl] [--jemalloc]
 #
 # Builds a Ruby with debug info (DWARF) from Debian's source package into
 # $RBSCOPE_RUBIES/<name>/ (default /var/cache/rbscope/rubies), skipping the
@@ -19,12 +19,19 @@
 #               reads it with its built-in layout table. Its ruby runs its
 #               own libruby ($ORIGIN RUNPATH) but loads the standard library
 #               from the shared build, whose prefix libruby has built in.
+#   --musl      ruby-VERSION-musl: like the shared build, with musl-gcc
+#               against musl's C library (as Alpine's Rubies run), 3.3+.
+#               The extensions that need another library are left out
+#               (openssl, psych, zlib, readline, gdbm: Debian has them for
+#               glibc only), but Fiddle, which the tests use, links a
+#               libffi built here with musl-gcc; no YJIT (Rust's standard
+#               library would be glibc's).
 #   --jemalloc  ruby-VERSION-KIND-jemalloc: configured --with-jemalloc, so
 #               that Ruby's malloc is jemalloc (Debian's libjemalloc2), as
 #               in builds made for production; not with --stripped.
 set -euo pipefail
 
-usage="usage: build-ruby.sh VERSION [--static | --stripped] [--jemalloc]"
+usage="usage: build-ruby.sh VERSION [--static | --stripped | --musl] [--jemalloc]"
 version=${1:?$usage}
 shift
 kind=shared
@@ -33,12 +40,13 @@ for opt in "$@"; do
   case "$opt" in
     --static) kind=static ;;
     --stripped) kind=stripped ;;
+    --musl) kind=musl ;;
     --jemalloc) jemalloc=-jemalloc ;;
     *) echo "build-ruby.sh: unknown option $opt ($usage)" >&2; exit 2 ;;
   esac
 done
-if [ "$kind" = stripped ] && [ -n "$jemalloc" ]; then
-  echo "build-ruby.sh: --jemalloc does not go with --stripped ($usage)" >&2
+if [ "$kind" = stripped ] || [ "$kind" = musl ] && [ -n "$jemalloc" ]; then
+  echo "build-ruby.sh: --jemalloc does not go with --$kind ($usage)" >&2
   exit 2
 fi
 
@@ -131,14 +139,65 @@ if [ -z "$orig" ]; then
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
 fi
 
-# Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
-# finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
-need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
-[ -n "$jemalloc" ] && need libjemalloc-dev
-case "$version" in
-  2.* | 3.[0-2]) ;;
-  *) command -v rustc >/dev/null || need rustc ;;
-esac
+# build_ffi_musl builds libffi (Debian's source) with musl-gcc, static and
+# position-independent, into $srcdir/libffi-musl once: Fiddle, which tests
+# use to call and crash in C, links it into its extension.
+build_ffi_musl() {
+  local ffi=$srcdir/libffi-musl
+  if [ -f "$ffi/.rbscope-complete" ]; then
+    return
+  fi
+  local src v
+  src=$(ls "$srcdir"/libffi_*.orig.tar.* 2>/dev/null | sort -V | head -1 || true)
+  if [ -z "$src" ]; then
+    need dpkg-dev
+    # The oldest version the archive serves in full (a failed download
+    # may leave part of one behind: it is removed).
+    for v in $(apt-cache showsrc libffi | awk '/^Version:/{print $2}' | sort -uV); do
+      if (cd "$srcdir" && apt-get source --download-only "libffi=$v" >&2); then
+        src=$(ls "$srcdir"/libffi_"${v%-*}".orig.tar.* 2>/dev/null | head -1 || true)
+        break
+      fi
+      rm -f "$srcdir"/libffi_"${v%-*}"[.-]*
+    done
+    [ -n "$src" ] || { echo "build-ruby.sh: could not download the libffi source package" >&2; exit 1; }
+  fi
+  local w
+  w=$(mktemp -d "$srcdir/build-libffi-musl.XXXXXX")
+  rm -rf "$ffi"
+  tar -C "$w" -xf "$src"
+  (cd "$w"/libffi* &&
+    { [ -x configure ] || { need autoconf automake libtool && autoreconf -fi >"$w/autoreconf.log" 2>&1; }; } &&
+    ./configure CC=musl-gcc CFLAGS="-O2 -g" --prefix="$ffi" --disable-shared --enable-static \
+      --with-pic --disable-docs --disable-multi-os-directory --disable-exec-static-tramp >"$w/configure.log" 2>&1 &&
+    make -j"$(nproc)" >"$w/make.log" 2>&1 && make install >"$w/install.log" 2>&1) ||
+    { tail -n 20 "$w"/*.log >&2; rm -rf "$w"; exit 1; }
+  rm -rf "$w"
+  touch "$ffi/.rbscope-complete"
+}
+
+extra=()
+if [ "$kind" = musl ]; then
+  case "$version" in
+    2.* | 3.[0-2]) echo "build-ruby.sh: --musl builds Ruby 3.3 and later only" >&2; exit 2 ;;
+  esac
+  # musl-gcc compiles and links against musl's headers and libc only, and
+  # pkg-config must find no library built for glibc: only libffi's own.
+  need gcc make autoconf bison musl-tools pkg-config
+  build_ffi_musl
+  export PKG_CONFIG_LIBDIR=$srcdir/libffi-musl/lib/pkgconfig PKG_CONFIG_PATH=
+  extra+=(CC=musl-gcc --disable-yjit --with-libffi-dir="$srcdir/libffi-musl"
+    --with-out-ext=openssl,psych,zlib,readline,gdbm,dbm)
+else
+  # Build dependencies of a plain Ruby build. Ruby 3.3+ builds YJIT when it
+  # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
+  need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
+  [ -n "$jemalloc" ] && need libjemalloc-dev
+  case "$version" in
+    2.* | 3.[0-2]) ;;
+    *) command -v rustc >/dev/null || need rustc ;;
+  esac
+fi
 
 work=$(mktemp -d "$srcdir/build-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -160,7 +219,6 @@ fi
 [ -x configure ] || ./autogen.sh >"$work/autogen.log" 2>&1 || { tail -20 "$work/autogen.log" >&2; exit 1; }
 shared_flag=--enable-shared
 [ "$kind" = static ] && shared_flag=--disable-shared
-extra=()
 # Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
 # rbscope reads does not need it.
 [ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)

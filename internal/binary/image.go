@@ -600,6 +600,20 @@ func (im *Image) separateDebug() (*elf.File, *os.File) {
 	return nil, nil
 }
 
+// SeparateDebugSection returns the section called name of the image's
+// separate debug file (see separateDebug), or nil when there is no such
+// file or it holds no such section with contents.
+func (im *Image) SeparateDebugSection(name string) *elf.Section {
+	ef, _ := im.separateDebug()
+	if ef == nil {
+		return nil
+	}
+	if sec := ef.Section(name); sec != nil && sec.Type != elf.SHT_NOBITS {
+		return sec
+	}
+	return nil
+}
+
 // dwarfOf returns the debug information of ef, read from file, or nil and
 // why not when it has some rbscope will not read ("" when it has none).
 func dwarfOf(ef *elf.File, file any) (*dwarf.Data, string) {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -76,10 +77,9 @@ func Name(maps []target.Mapping) Kind {
 			jemalloc = true
 		case strings.HasPrefix(base, "libtcmalloc"), strings.HasPrefix(base, "libmimalloc"):
 			other = true
-		case strings.HasPrefix(base, "ld-musl-"), strings.HasPrefix(base, "libc.musl-"),
-			base == "libc.so" && strings.Contains(m.Path, "musl"):
+		case libc.IsMusl(m.Path):
 			musl = true
-		case strings.HasPrefix(base, "libc.so.6"), strings.HasPrefix(base, "libc-2."):
+		case libc.IsGlibc(m.Path):
 			glibc = true
 		}
 	}
@@ -109,7 +109,7 @@ func Identify(r Reader, maps []target.Mapping, probes []Probe) Identified {
 	case Jemalloc:
 		a, err = newJemalloc(r, maps, probes)
 	case Mallocng:
-		a, err = newMallocng(r, maps)
+		a, err = newMallocng(r, maps, probes)
 	default:
 		err = fmt.Errorf("no allocator rbscope knows is mapped")
 	}

@@ -132,6 +132,18 @@ func TestUsableSizeAgreesWithTheAllocator(t *testing.T) {
 					t.Errorf("block at %#x of %d bytes: sized %d (ok=%v), malloc_usable_size said %d", b.addr, b.asked, n, ok, b.usable)
 				}
 			}
+			// mallocng's metadata vouches for block starts only: an
+			// address 16 bytes into a block is not one.
+			if c.kind == malloc.Mallocng {
+				for _, b := range blocks {
+					if b.asked < 32 {
+						continue
+					}
+					if n, ok := id.UsableSize(b.addr + 16); ok {
+						t.Errorf("the address 16 bytes into the block at %#x was sized %d", b.addr, n)
+					}
+				}
+			}
 			// A wrong probe makes the allocator size nothing.
 			bad := malloc.Identify(l, maps, []malloc.Probe{{Addr: blocks[6].addr, Size: 1 << 30}})
 			if bad.Why == "" || bad.Kind() != malloc.Unknown {

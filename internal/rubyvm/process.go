@@ -73,7 +73,8 @@ type VM struct {
 	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
 	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
 	objspaceAddr uint64               // the objspace, once GC has read it (it lives as long as the VM)
-	tidOff       uint64               // offset of the TID in glibc's struct pthread (0: none)
+	tidOff       uint64               // offset of the TID in the C library's struct pthread (0: none)
+	tidOffMusl   bool                 // tidOff is musl's (whose struct pthread starts with its address)
 	tidOffLooked bool                 // pthreadTIDOffset has run
 	fsBases      map[uint64]int       // a core's threads by fs_base (tidByFSBase)
 	// localTID turns a TID read from the process's memory (its own PID

@@ -5,12 +5,14 @@ import (
 	"regexp"
 
 	rbbinary "github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
 // tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
-// read from glibc's struct pthread, or, where the C library's image cannot
-// be read (a core from another machine), the thread whose thread pointer
+// read from the C library's struct pthread (glibc's or musl's), or, where
+// the C library's image cannot be read (a core from another machine), the
+// thread whose thread pointer
 // (fs_base, which on x86-64 Linux is the pthread_t) is pt. 0 when neither
 // knows.
 func (v *VM) tidOfPthread(pt uint64) int {
@@ -18,8 +20,13 @@ func (v *VM) tidOfPthread(pt uint64) int {
 		return 0
 	}
 	if off, ok := v.pthreadTIDOffset(); ok {
-		if tid, err := v.m.u32(pt + off); err == nil && int32(tid) > 0 {
-			return v.ownTID(int(int32(tid)))
+		// musl's struct pthread starts with its own address: a pthread_t
+		// whose struct does not is not one.
+		self, err := v.m.u64(pt + libc.MuslPthreadSelf)
+		if !v.tidOffMusl || (err == nil && self == pt) {
+			if tid, err := v.m.u32(pt + off); err == nil && int32(tid) > 0 {
+				return v.ownTID(int(int32(tid)))
+			}
 		}
 	}
 	return v.tidByFSBase()[pt]
@@ -64,12 +71,13 @@ func (v *VM) tidByFSBase() map[uint64]int {
 // glibc 2.34, libpthread before.
 var threadLib = regexp.MustCompile(`(^|/)lib(c|pthread)[-.0-9]*\.so`)
 
-// pthreadTIDOffset returns where glibc's struct pthread keeps the kernel
-// TID, as libthread_db learns it: from the descriptor glibc exports for
-// debuggers, _thread_db_pthread_tid (bit size, count, byte offset, each a
-// uint32). Rubies whose rb_thread_t keeps no TID (2.7) keep the pthread_t,
-// which on Linux is the address of that struct. ok is false when no C
-// library in the process exports the descriptor.
+// pthreadTIDOffset returns where the C library's struct pthread keeps the
+// kernel TID: for glibc as libthread_db learns it, from the descriptor
+// glibc exports for debuggers, _thread_db_pthread_tid (bit size, count,
+// byte offset, each a uint32); for musl, which exports none, the offset
+// package libc knows. Rubies whose rb_thread_t keeps no TID (2.7) keep the
+// pthread_t, which on Linux is the address of that struct. ok is false
+// when the process runs on neither C library.
 func (v *VM) pthreadTIDOffset() (uint64, bool) {
 	if v.tidOffLooked {
 		return v.tidOff, v.tidOff != 0
@@ -78,6 +86,10 @@ func (v *VM) pthreadTIDOffset() (uint64, bool) {
 	maps, err := v.T.Mappings()
 	if err != nil {
 		return 0, false
+	}
+	if libc.Name(maps) == libc.Musl {
+		v.tidOff, v.tidOffMusl = libc.MuslPthreadTID, true
+		return v.tidOff, true
 	}
 	seen := map[string]bool{}
 	for _, m := range maps {

@@ -350,3 +350,14 @@ func Missing(t testing.TB, format string, args ...any) {
 	}
 	t.Skipf(format, args...)
 }
+
+// Musl reports whether rb runs on musl's C library (RUBY_PLATFORM ends in
+// -musl), as Alpine's Rubies and the matrix's ruby-*-musl builds do:
+// their C library carries no unwind information for its C functions (a
+// native walk stops in it), and their builds have no Fiddle.
+func Musl(rb Ruby) bool {
+	cmd := exec.Command(rb.Bin, "-e", "print RUBY_PLATFORM")
+	cmd.Env = append(os.Environ(), rb.Env...)
+	b, _ := cmd.Output()
+	return strings.HasSuffix(strings.TrimSpace(string(b)), "-musl")
+}

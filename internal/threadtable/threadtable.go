@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -72,6 +73,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	var threads []rubyvm.Thread
 	maps, _ := t.Mappings()
 	native := map[int][]unwind.Frame{}
+	fsBase := map[int]uint64{} // each thread's thread pointer, when paused
 	var u *unwind.Unwinder
 	if pause {
 		u = unwind.New(t, maps)
@@ -86,6 +88,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 			for tid := range s.Threads {
 				if regs, err := s.Regs(tid); err == nil {
 					native[tid], _ = u.Unwind(unwind.FromTarget(regs))
+					fsBase[tid] = regs.FSBase
 				}
 			}
 		}
@@ -132,6 +135,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 			mainComm = tk.Comm
 		}
 	}
+	musl := libc.Name(maps) == libc.Musl
 	rows := make([]Row, 0, len(after))
 	for _, tk := range after {
 		row := Row{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: "native", LargestFrame: largest[tk.TID]}
@@ -143,7 +147,16 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		}
 		if s := sp[tk.TID]; s != 0 {
 			if m, ok := target.FindMapping(maps, s); ok {
-				used := m.End - s
+				top := m.End
+				// musl maps a thread's stack without a gap above it, so
+				// its mapping may run on into the next: its struct
+				// pthread says where the stack ends.
+				if musl {
+					if st, ok := libc.MuslStackTop(t, fsBase[tk.TID]); ok && st > s && st <= m.End {
+						top = st
+					}
+				}
+				used := top - s
 				row.StackBytes = &used
 			}
 		}

@@ -3,6 +3,7 @@ package unwind
 import (
 	"debug/elf"
 	encbin "encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,10 +18,13 @@ import (
 // cfiTable is one object's call frame information: the entries of
 // .eh_frame found through its .eh_frame_hdr search table as they are asked
 // for (an object holds thousands, a stack needs a few), else every entry
-// parsed at once, sorted by address.
+// parsed at once, sorted by address; and the entries of the separate
+// debug file's .debug_frame, for pcs the object's own CFI does not cover
+// (a C library built without unwind tables, such as musl).
 type cfiTable struct {
-	fdes frame.FrameDescriptionEntries
-	eh   *ehIndex
+	fdes  frame.FrameDescriptionEntries
+	eh    *ehIndex
+	debug frame.FrameDescriptionEntries
 }
 
 // cfiCache keeps parsed CFI by build ID: a profiler unwinds the same
@@ -31,7 +35,8 @@ var cfiCache struct {
 }
 
 // cfiOf reads im's CFI: .eh_frame, which every object the C runtime must
-// unwind through carries, and .debug_frame where there is no .eh_frame.
+// unwind through carries, and .debug_frame where there is no .eh_frame;
+// and its separate debug file's .debug_frame, for the pcs those leave out.
 func cfiOf(im *binary.Image) (*cfiTable, error) {
 	id := im.BuildID()
 	if id != "" {
@@ -71,9 +76,16 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 			}
 			t.fdes = t.fdes.Append(fdes) // sorted, duplicates dropped
 		}
-		if len(t.fdes) == 0 {
-			return nil, fmt.Errorf("%s: %w", im.Path, ErrNoCFI)
+	}
+	if sec := im.SeparateDebugSection(".debug_frame"); sec != nil && sec.Size <= maxCFIBytes {
+		if data, err := sec.Data(); err == nil {
+			if fdes, err := parseCFI(data, 0); err == nil {
+				t.debug = fdes
+			}
 		}
+	}
+	if t.eh == nil && len(t.fdes) == 0 && len(t.debug) == 0 {
+		return nil, fmt.Errorf("%s: %w", im.Path, ErrNoCFI)
 	}
 	if id != "" {
 		cfiCache.Lock()
@@ -238,11 +250,17 @@ type row struct {
 func (t *cfiTable) row(addr uint64) (r *row, fr *fdeRange, err error) {
 	var fde *frame.FrameDescriptionEntry
 	if t.eh != nil {
-		if fde, err = t.eh.find(addr); err != nil {
-			return nil, nil, err
-		}
+		fde, err = t.eh.find(addr)
 	} else if fde, err = t.fdes.FDEForPC(addr); err != nil {
-		return nil, nil, fmt.Errorf("%w for pc %#x", ErrNoCFI, addr)
+		err = fmt.Errorf("%w for pc %#x", ErrNoCFI, addr)
+	}
+	if errors.Is(err, ErrNoCFI) && len(t.debug) > 0 {
+		if d, derr := t.debug.FDEForPC(addr); derr == nil {
+			fde, err = d, nil
+		}
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	fr = &fdeRange{fde.Begin(), fde.End()}
 	defer func() {

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -128,6 +129,14 @@ const (
 	maxFrameSize = 256 << 20
 )
 
+// muslNoCFI says why a walk stops in musl's C library: musl is built with
+// -fno-asynchronous-unwind-tables, so its .eh_frame covers a few assembly
+// routines only, and without frame pointers (-fomit-frame-pointer) nothing
+// else says where a C function's caller is. Its debug file (Alpine's
+// musl-dbg) holds .debug_frame, which rbscope reads where the file has no
+// entry for the pc.
+const muslNoCFI = "musl's C library has call frame information for none of its C functions (install its debug file: apk add musl-dbg on Alpine)"
+
 // Stop reasons, for an unwind that ended before the outermost frame.
 var (
 	ErrNoCFI       = errors.New("no call frame information")
@@ -209,6 +218,9 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 		}
 		if err != nil {
 			frames = append(frames, f)
+			if errors.Is(err, ErrNoCFI) && libc.IsMusl(m.Path) {
+				return frames, fmt.Errorf("%s: %w: %s", filepath.Base(f.Object), err, muslNoCFI)
+			}
 			return frames, fmt.Errorf("%s: %w", filepath.Base(f.Object), err)
 		}
 		cfa, err := row.cfa(&regs, mem)
