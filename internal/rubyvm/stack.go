@@ -213,7 +213,17 @@ func (v *VM) thread(th uint64) (Thread, uint64) {
 			if tid, err := v.m.u32(at(nt, L.NativeThreadTID)); err == nil {
 				t.TID = v.ownTID(int(int32(tid)))
 			}
+			if t.TID <= 0 && L.NativeThreadPthread >= 0 {
+				// A thread just born has not written its tid yet; its
+				// struct pthread had it from clone.
+				if pt, err := v.m.u64(at(nt, L.NativeThreadPthread)); err == nil {
+					t.TID = v.tidOfPthread(pt)
+				}
+			}
 		}
+	}
+	if t.TID <= 0 && L.ThreadTID >= 0 && L.ThreadPthread >= 0 {
+		t.TID = v.tidOfPthread(le64(b, L.ThreadPthread)) // as above (3.1's own tid)
 	}
 	word := le64(b, L.ThreadStatusBit/8)
 	status := int64(word>>uint64(L.ThreadStatusBit%8)) & (1<<uint64(L.ThreadStatusLen) - 1)

@@ -76,9 +76,13 @@ type Layout struct {
 	ThreadTID       int64 `dwarf:"off:rb_thread_struct.tid,optional"`
 	ThreadNT        int64 `dwarf:"off:rb_thread_struct.nt,optional"`
 	NativeThreadTID int64 `dwarf:"off:rb_native_thread.tid,optional"`
-	ThreadStatusBit int64 `dwarf:"bitoff:rb_thread_struct.status"`
-	ThreadStatusLen int64 `dwarf:"bits:rb_thread_struct.status"`
-	ThreadName      int64 `dwarf:"off:rb_thread_struct.name"`
+	// NativeThreadPthread is the native thread's pthread_t (3.2+): the
+	// C library's struct pthread has the TID from the moment of clone,
+	// before the new thread writes its own tid
+	NativeThreadPthread int64 `dwarf:"off:rb_native_thread.thread_id,optional"`
+	ThreadStatusBit     int64 `dwarf:"bitoff:rb_thread_struct.status"`
+	ThreadStatusLen     int64 `dwarf:"bits:rb_thread_struct.status"`
+	ThreadName          int64 `dwarf:"off:rb_thread_struct.name"`
 
 	// enum rb_thread_status
 	ThreadRunnable       int64 `dwarf:"enum:THREAD_RUNNABLE"`

@@ -30,6 +30,7 @@ func init() {
 		ThreadTID:              -1,
 		ThreadNT:               -1,
 		NativeThreadTID:        -1,
+		NativeThreadPthread:    -1,
 		ThreadStatusBit:        640,
 		ThreadStatusLen:        2,
 		ThreadName:             360,

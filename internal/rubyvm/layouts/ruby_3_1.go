@@ -30,6 +30,7 @@ func init() {
 		ThreadTID:              88,
 		ThreadNT:               -1,
 		NativeThreadTID:        -1,
+		NativeThreadPthread:    -1,
 		ThreadStatusBit:        736,
 		ThreadStatusLen:        2,
 		ThreadName:             352,

@@ -30,6 +30,7 @@ func init() {
 		ThreadTID:              -1,
 		ThreadNT:               40,
 		NativeThreadTID:        16,
+		NativeThreadPthread:    8,
 		ThreadStatusBit:        896,
 		ThreadStatusLen:        2,
 		ThreadName:             304,

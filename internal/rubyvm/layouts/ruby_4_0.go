@@ -30,6 +30,7 @@ func init() {
 		ThreadTID:              -1,
 		ThreadNT:               40,
 		NativeThreadTID:        24,
+		NativeThreadPthread:    16,
 		ThreadStatusBit:        1920,
 		ThreadStatusLen:        2,
 		ThreadName:             440,
