@@ -411,7 +411,9 @@ func TestRecordSubprocesses(t *testing.T) {
 // complete, valid output file.
 func TestRecordTargetExits(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p, _ := startSplit(t, rb, nil, "1")
+	// Three seconds: attaching takes a second or more on a busy machine,
+	// and the program must still be there to be attached to.
+	p, _ := startSplit(t, rb, nil, "3")
 	path := filepath.Join(t.TempDir(), "p.pb.gz")
 	_, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "-f", "pprof", "-o", path)
 	if code != 0 {
