@@ -26,6 +26,12 @@ type reachReport struct {
 	Weak    map[string]string `json:"weak"`
 }
 
+// quietShare is what the reach test asks for: its program sleeps between
+// its own dump_all and rbscope's dump, and rbscope reaches every object
+// dump_all does on every build of the matrix (the shared heaptest.Share
+// is for programs that run on under load).
+const quietShare = 0.999
+
 // allocatorOf names the allocator a test Ruby runs with.
 func allocatorOf(rb testruby.Ruby) malloc.Kind {
 	switch {
@@ -111,8 +117,8 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			if len(frontier) > 0 {
 				t.Logf("edges dump_all follows and rbscope does not: %s", heaptest.TopKinds(frontier, 15))
 			}
-			if share < heaptest.Share {
-				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.0f%%", 100*share, 100*heaptest.Share)
+			if share < quietShare {
+				t.Errorf("reached %.2f%% of what dump_all reaches, want >= %.1f%%", 100*share, 100*quietShare)
 			}
 			for name, a := range rep.Markers {
 				addr := parseAddr(t, a)
