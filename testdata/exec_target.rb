@@ -1,7 +1,8 @@
 # A program for `rbscope exec` to run code in. ARGV[1] picks what its main
 # thread does: "sleep", "io" (blocked reading a pipe), "cpu" (floating-point
 # work it checks), "threads" (busy and blocked threads, main in join) or
-# "gvl" (another thread holds the GVL in C for 4 s). Every worker checks its
+# "gvl" (another thread holds the GVL in C for 4 s) or "shadow" (main waits
+# inside a module whose constants shadow the core ones). Every worker checks its
 # own results and aborts on a wrong one, so a register that rbscope failed
 # to restore shows as a dead process. When ready it writes ARGV[0]:
 # {"pid": ...}; $progress counts the work done since.
@@ -52,6 +53,19 @@ when "gvl"
   ready
   Thread.new { usleep.call(4_000_000) }
   loop { sleep 0.2; $progress += 1 }
+when "shadow"
+  # Code Ruby runs from a postponed job (rb_eval_string) resolves constants
+  # in the lexical scope of the frame it interrupted: this one's constants
+  # shadow every core constant rbscope's code names.
+  module Shadow
+    %i[Encoding Thread IO Exception Errno Kernel ObjectSpace GC Process Object Module Array
+       TOPLEVEL_BINDING].each { |c| const_set(c, ::Module.new) }
+    def self.wait
+      loop { sleep 0.2; $progress += 1 }
+    end
+  end
+  ready
+  Shadow.wait
 else
   abort "unknown mode #{ARGV[1]}"
 end

@@ -572,23 +572,25 @@ func complete(b []byte) (body []byte, done bool, err error) {
 // Returning at once leaves the interrupted wait as it was. The code travels
 // base64-encoded, so no quoting issue can break the wrapper, and the
 // wrapper's own names start with __rbscope so the code cannot clash with
-// them.
+// them. Every constant it names is written from the top (::Thread): Ruby
+// resolves the job's constants in the lexical scope of the frame it
+// interrupted, whose module may have an Encoding or a Thread of its own.
 func wrapper(answer *Exchange, code, name string, raw bool) string {
 	enc := base64.StdEncoding.EncodeToString([]byte(code))
 	show := "inspect"
 	if raw {
 		show = "to_s"
 	}
-	run := writeAnswer(answer, answerExpr(fmt.Sprintf(`__rbscope_v = TOPLEVEL_BINDING.eval("->{ binding }").call.eval(%q.unpack1("m0").force_encoding(Encoding::UTF_8), %q, 1)
-    begin; __rbscope_v.%s.to_s; rescue Exception => __rbscope_ie; "#<%s raised #{__rbscope_ie.class}>"; end`, enc, name, show, show)))
+	run := writeAnswer(answer, answerExpr(fmt.Sprintf(`__rbscope_v = ::TOPLEVEL_BINDING.eval("->{ binding }").call.eval(%q.unpack1("m0").force_encoding(::Encoding::UTF_8), %q, 1)
+    begin; __rbscope_v.%s.to_s; rescue ::Exception => __rbscope_ie; "#<%s raised #{__rbscope_ie.class}>"; end`, enc, name, show, show)))
 	return fmt.Sprintf(`->{
   begin
-    Thread.new do
-      Thread.current.name = "rbscope-exec"
-      Thread.current.report_on_exception = false
+    ::Thread.new do
+      ::Thread.current.name = "rbscope-exec"
+      ::Thread.current.report_on_exception = false
       %s
     end
-  rescue Exception => __rbscope_te
+  rescue ::Exception => __rbscope_te
     %s
   end
 }.call
@@ -611,9 +613,9 @@ func answerExpr(body string) string {
 	return fmt.Sprintf(`begin
     __rbscope_r = (%s).to_s
     "ok\n".b + __rbscope_r.b
-  rescue Exception => __rbscope_e
+  rescue ::Exception => __rbscope_e
     __rbscope_m = (__rbscope_e.message.to_s rescue "").b
-    "error\n#{__rbscope_e.class.name.to_s.b}\n#{__rbscope_m.bytesize}\n".b + __rbscope_m + Array(__rbscope_e.backtrace).join("\n").b
+    "error\n#{__rbscope_e.class.name.to_s.b}\n#{__rbscope_m.bytesize}\n".b + __rbscope_m + ::Kernel.Array(__rbscope_e.backtrace).join("\n").b
   end`, body)
 }
 
@@ -628,22 +630,22 @@ func writeAnswer(ex *Exchange, answer string) string {
 	return fmt.Sprintf(`begin
   __rbscope_a = %s
   __rbscope_d = "#{__rbscope_a.bytesize}\n".b + __rbscope_a
-  __rbscope_w = IO.for_fd(%d, autoclose: false)
+  __rbscope_w = ::IO.for_fd(%d, autoclose: false)
   if %s
     __rbscope_w.autoclose = true
     begin
       until __rbscope_d.empty?
         begin
           __rbscope_d = __rbscope_d.byteslice(__rbscope_w.syswrite(__rbscope_d), __rbscope_d.bytesize)
-        rescue Errno::EAGAIN, Errno::EWOULDBLOCK, Errno::EINTR
-          IO.select(nil, [__rbscope_w], nil, 1)
+        rescue ::Errno::EAGAIN, ::Errno::EWOULDBLOCK, ::Errno::EINTR
+          ::IO.select(nil, [__rbscope_w], nil, 1)
         end
       end
     ensure
       __rbscope_w.close
     end
   end
-rescue Exception
+rescue ::Exception
 end`, answer, ex.w, ex.Owns("__rbscope_w"))
 }
 
@@ -656,7 +658,7 @@ func (d *Exchange) Owns(io string) string {
 // CloseProgram returns a Ruby statement that closes the write end in the
 // process if its number still is rbscope's pipe, and never raises.
 func (d *Exchange) CloseProgram() string {
-	return fmt.Sprintf(`begin; __rbscope_c = IO.for_fd(%d, autoclose: false); if %s then __rbscope_c.autoclose = true; __rbscope_c.close end; rescue Exception; end`, d.w, d.Owns("__rbscope_c"))
+	return fmt.Sprintf(`begin; __rbscope_c = ::IO.for_fd(%d, autoclose: false); if %s then __rbscope_c.autoclose = true; __rbscope_c.close end; rescue ::Exception; end`, d.w, d.Owns("__rbscope_c"))
 }
 
 // parseAnswer reads the wrapper's answer.

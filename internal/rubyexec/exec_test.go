@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/alloctrace"
 	"github.com/rbscope/rbscope/internal/rubyexec"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
@@ -245,6 +246,46 @@ func TestExecLeavesCHLDTrap(t *testing.T) {
 				if b, err := os.ReadFile(p.Report + ".chld"); err == nil {
 					t.Errorf("%s: the program's CHLD trap ran: %s", mode, b)
 				}
+			}
+		})
+	}
+}
+
+// TestExecInShadowingScope runs code, and an allocation window, while the
+// main thread waits inside a module whose constants shadow every core
+// constant rbscope's own code names (Thread, IO, Encoding, Exception,
+// TOPLEVEL_BINDING...): Ruby resolves a postponed job's constants in the
+// interrupted frame's lexical scope, as a Rails app's ActiveSupport::JSON
+// has an Encoding of its own.
+func TestExecInShadowingScope(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p, tg, vm := start(t, rb, "shadow")
+			if vm.Layout.JobsOnStaleEC == 1 {
+				return // 2.7: exec is refused (TestExec checks the refusal)
+			}
+			res := run(t, tg, vm, "[Encoding::UTF_8.to_s, Thread.current.name, IO.name]")
+			if want := `["UTF-8", "rbscope-exec", "IO"]`; res.Value != want || res.Raised != nil {
+				t.Fatalf("got %q (raised %v), want %s", res.Value, res.Raised, want)
+			}
+			res = run(t, tg, vm, "raise IOError, 'boom'")
+			if res.Raised == nil || res.Raised.Class != "IOError" {
+				t.Fatalf("raise: got %+v %+v", res, res.Raised)
+			}
+			s, err := alloctrace.Start(tg, vm, 200*time.Millisecond, 20*time.Second, true)
+			if err != nil {
+				t.Fatalf("alloc start: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if _, err := s.Stop(); err != nil {
+				t.Fatalf("alloc stop: %v", err)
+			}
+			before := progress(t, tg, vm)
+			for deadline := time.Now().Add(10 * time.Second); progress(t, tg, vm) <= before; {
+				if time.Now().After(deadline) {
+					t.Fatalf("the program made no progress after the execs; output:\n%s", p.Output())
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 		})
 	}
