@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -150,20 +149,10 @@ func TestAllocCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("alloc --json: exit %d, %s", code, stderr)
 	}
-	var doc struct {
-		SchemaVersion int `json:"schema_version"`
-		Sites         []struct {
-			File  string `json:"file"`
-			Line  int    `json:"line"`
-			Class string `json:"class"`
-			Count uint64 `json:"count"`
-			Bytes uint64 `json:"bytes"`
-		} `json:"sites"`
+	schema, sites := allocJSON(t, stdout)
+	if schema != 1 {
+		t.Fatalf("alloc --json: schema %d\n%s", schema, stdout)
 	}
-	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.SchemaVersion != 1 {
-		t.Fatalf("alloc --json (schema %d): %v\n%s", doc.SchemaVersion, err, stdout)
-	}
-	sites := doc.Sites
 	if len(sites) != 2 || sites[0].Line != w.KeepMany || sites[1].Line != w.KeepFew || sites[0].Class != "String" || sites[0].Bytes < 40*sites[0].Count {
 		t.Errorf("alloc --json --top 2 = %+v, want lines %d then %d, Strings", sites, w.KeepMany, w.KeepFew)
 	}

@@ -569,22 +569,7 @@ func (c *rubyContainer) checkCommands(t *testing.T, run runner, pid int, tid fun
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		var doc struct {
-			Classes []struct {
-				Type  string `json:"type"`
-				Class string `json:"class"`
-				Count int    `json:"count"`
-			} `json:"classes"`
-		}
-		if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
-			t.Fatalf("not JSON: %v\n%s", err, stdout)
-		}
-		got := -1
-		for _, r := range doc.Classes {
-			if r.Class == "Widget" {
-				got = r.Count
-			}
-		}
+		got := censusCount(censusJSON(t, stdout), "", "Widget")
 		if got != rep.Widgets {
 			t.Errorf("%d Widgets, the program holds %d", got, rep.Widgets)
 		}
@@ -685,23 +670,13 @@ func (c *rubyContainer) checkCommands(t *testing.T, run runner, pid int, tid fun
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		var doc struct {
-			Sites []struct {
-				File  string `json:"file"`
-				Line  int    `json:"line"`
-				Class string `json:"class"`
-				Count uint64 `json:"count"`
-			} `json:"sites"`
-		}
-		if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
-			t.Fatalf("not JSON: %v\n%s", err, stdout)
-		}
+		_, sites := allocJSON(t, stdout)
 		found := false
-		for _, s := range doc.Sites {
+		for _, s := range sites {
 			found = found || s.File == rep.File && s.Line == rep.Keep && s.Class == "String" && s.Count > 0
 		}
 		if !found {
-			t.Errorf("no String kept at %s:%d among %+v", rep.File, rep.Keep, doc.Sites)
+			t.Errorf("no String kept at %s:%d among %+v", rep.File, rep.Keep, sites)
 		}
 	})
 

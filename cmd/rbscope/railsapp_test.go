@@ -232,23 +232,7 @@ func TestRailsApp(t *testing.T) {
 				if code != 0 {
 					t.Fatalf("exit %d: %s", code, stderr)
 				}
-				var doc struct {
-					Classes []struct {
-						Type  string `json:"type"`
-						Class string `json:"class"`
-						Count int    `json:"count"`
-					} `json:"classes"`
-				}
-				if err := json.Unmarshal([]byte(out), &doc); err != nil {
-					t.Fatalf("census --json: %v\n%.500s", err, out)
-				}
-				rows := doc.Classes
-				got := 0
-				for _, r := range rows {
-					if r.Class == "CachedRender" {
-						got += r.Count
-					}
-				}
+				got := censusCount(censusJSON(t, out), "", "CachedRender")
 				t.Logf("census: %d CachedRender; the application counted %d before and %d after", got, before.CachedRenders, after.CachedRenders)
 				if got < before.CachedRenders || got > after.CachedRenders {
 					t.Errorf("census counts %d CachedRender, the application %d before and %d after", got, before.CachedRenders, after.CachedRenders)
@@ -295,16 +279,14 @@ func TestRailsApp(t *testing.T) {
 				if code != 0 {
 					t.Fatalf("exit %d: %s", code, stderr)
 				}
-				var doc struct {
-					Sites []allocSite `json:"sites"`
+				_, sites := allocJSON(t, out)
+				if len(sites) == 0 {
+					t.Fatalf("alloc --json found nothing:\n%.1000s", out)
 				}
-				if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Sites) == 0 {
-					t.Fatalf("alloc --json: %v\n%.1000s", err, out)
-				}
-				top := doc.Sites[0]
+				top := sites[0]
 				t.Logf("first site %s:%d %s x%d %d B", top.File, top.Line, top.Class, top.Count, top.Bytes)
 				if top.File != boot.File || top.Line != boot.LeakLine {
-					t.Errorf("first site %s:%d, want the leak at %s:%d; sites %+v", top.File, top.Line, boot.File, boot.LeakLine, doc.Sites[:min(5, len(doc.Sites))])
+					t.Errorf("first site %s:%d, want the leak at %s:%d; sites %+v", top.File, top.Line, boot.File, boot.LeakLine, sites[:min(5, len(sites))])
 				}
 			})
 

@@ -545,21 +545,7 @@ func (s *server) execAndHeapOnWorker(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("census: exit %d: %s", code, stderr)
 	}
-	var doc struct {
-		Classes []struct {
-			Type  string `json:"type"`
-			Count int    `json:"count"`
-		} `json:"classes"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatal(err)
-	}
-	got := 0
-	for _, c := range doc.Classes {
-		if c.Type == "STRING" {
-			got += c.Count
-		}
-	}
+	got := censusCount(censusJSON(t, out), "STRING", "")
 	if got < strs*9/10 || got > strs*11/10 {
 		t.Errorf("census counts %d Strings, the worker's count_objects %d", got, strs)
 	}
@@ -661,15 +647,6 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// allocSite is a site of alloc --json.
-type allocSite struct {
-	File  string `json:"file"`
-	Line  int    `json:"line"`
-	Class string `json:"class"`
-	Count int    `json:"count"`
-	Bytes int64  `json:"bytes"`
-}
-
 // allocOnWorker traces a worker's allocations while a client requests the
 // leaking path: the leaking line comes first, as Strings, each at least
 // the 2 kB the application keeps.
@@ -681,20 +658,14 @@ func (s *server) allocOnWorker(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("alloc: exit %d: %s", code, stderr)
 	}
-	var doc struct {
-		Sites []allocSite `json:"sites"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
-		t.Fatalf("alloc --json: %v\n%s", err, stdout)
-	}
-	sites := doc.Sites
+	_, sites := allocJSON(t, stdout)
 	app := testruby.Testdata("servers/app.rb")
 	line := leakLine(t, app)
 	if len(sites) == 0 {
 		t.Fatalf("alloc found nothing alive in pid %d after %d leaking requests", w.PID, n)
 	}
 	top := sites[0]
-	if filepath.Clean(top.File) != filepath.Clean(app) || top.Line != line || top.Class != "String" || top.Count == 0 || top.Bytes < int64(top.Count)*2000 {
+	if filepath.Clean(top.File) != filepath.Clean(app) || top.Line != line || top.Class != "String" || top.Count == 0 || top.Bytes < top.Count*2000 {
 		t.Errorf("alloc's first site %+v, want %s:%d String, >= 2000 B each (of %d requests)", top, app, line, n)
 	}
 	t.Logf("%s worker %d: %d leaking requests in all; alloc's first site %s:%d %s x%d %d B", s.kind, w.PID, n, top.File, top.Line, top.Class, top.Count, top.Bytes)
