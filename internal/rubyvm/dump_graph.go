@@ -626,6 +626,19 @@ func (d *dumper) vmRoots() []uint64 {
 	}
 	L := d.L
 	d.scanMem(vm, uint64(L.VMSize), add) //nolint:errcheck // what was read is kept
+	// The method entries of the VM's negative and overloaded tables.
+	d.refs, d.klass = d.refs[:0], 0
+	if w, err := d.word(at(vm, L.VMNegativeCMETable)); L.VMNegativeCMETable >= 0 && err == nil && w != 0 {
+		d.idTableValues(w)
+	}
+	if w, err := d.word(at(vm, L.VMOverloadedCMETable)); L.VMOverloadedCMETable >= 0 && err == nil && w != 0 {
+		for _, kv := range d.stPairsAt(w) {
+			d.ref(kv[0])
+			d.ref(kv[1])
+		}
+	}
+	out = append(out, d.refs...)
+	d.refs = d.refs[:0]
 	if L.VMRactorMainRactor >= 0 && L.RactorSize > 0 {
 		if r, err := d.word(at(vm, L.VMRactorMainRactor)); err == nil && r != 0 {
 			d.scanMem(r, uint64(L.RactorSize), add) //nolint:errcheck // as above

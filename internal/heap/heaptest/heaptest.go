@@ -62,6 +62,11 @@ type Reach struct {
 	Want, Got int
 	// Missed counts the objects rbscope's roots miss, by KindOf.
 	Missed map[string]int
+	// Frontier counts where the misses start: the edges of Ruby's dump
+	// from an object rbscope reaches, or from a root, to an object of
+	// rbscope's dump that rbscope does not reach ("HASH -> STRING",
+	// "root vm -> CLASS").
+	Frontier map[string]int
 	// Mine and Theirs are the objects each dump's roots reach, by address.
 	Mine, Theirs map[uint64]bool
 }
@@ -71,8 +76,12 @@ func (r Reach) Share() float64 { return float64(r.Got) / float64(max(r.Want, 1))
 
 // String says the share and the kinds missed most.
 func (r Reach) String() string {
-	return fmt.Sprintf("rbscope's roots reach %d of the %d objects dump_all's reach (%.2f%%); missed: %s",
+	s := fmt.Sprintf("rbscope's roots reach %d of the %d objects dump_all's reach (%.2f%%); missed: %s",
 		r.Got, r.Want, 100*r.Share(), TopKinds(r.Missed, 12))
+	if len(r.Frontier) > 0 {
+		s += "; edges dump_all follows and rbscope does not: " + TopKinds(r.Frontier, 15)
+	}
+	return s
 }
 
 // Compare compares rbscope's dump mine with Ruby's own theirs. Each of
@@ -82,6 +91,7 @@ func (r Reach) String() string {
 // reachable in one of them only, does not).
 func Compare(mine, theirs *heap.Graph, also ...*heap.Graph) Reach {
 	r := Reach{Missed: map[string]int{}, Mine: Reachable(mine), Theirs: Reachable(theirs, "machine_context")}
+	missedAt := map[uint64]bool{}
 	var alsoReach []map[uint64]bool
 	for _, g := range also {
 		alsoReach = append(alsoReach, Reachable(g, "machine_context"))
@@ -99,6 +109,29 @@ func Compare(mine, theirs *heap.Graph, also ...*heap.Graph) Reach {
 			r.Got++
 		} else {
 			r.Missed[KindOf(theirs, i)]++
+			missedAt[a] = true
+		}
+	}
+	r.Frontier = map[string]int{}
+	missed := func(j uint32) bool { return missedAt[theirs.Address(int(j))] }
+	for i := 0; i < theirs.Len(); i++ {
+		if !r.Mine[theirs.Address(i)] {
+			continue
+		}
+		for _, j := range theirs.Refs(i) {
+			if missed(j) {
+				r.Frontier[KindOf(theirs, i)+" -> "+KindOf(theirs, int(j))]++
+			}
+		}
+	}
+	for _, root := range theirs.Roots {
+		if root.Name == "machine_context" {
+			continue // left out of Theirs, as above
+		}
+		for _, j := range root.Refs {
+			if missed(j) {
+				r.Frontier["root "+root.Name+" -> "+KindOf(theirs, int(j))]++
+			}
 		}
 	}
 	return r

@@ -289,12 +289,17 @@ type Layout struct {
 	// USE_RJIT, USE_MJIT: configure decides whether they exist; none
 	// holds a VALUE the GC marks): the body's VALUEs lie before it, and a
 	// build without a JIT allocates no more.
-	BodyJITEntry   int64 `dwarf:"off:rb_iseq_constant_body.jit_entry|rb_iseq_constant_body.jit_func,optional" need:"dump"`
-	VMSize         int64 `dwarf:"size:rb_vm_struct" need:"dump"`
-	ThreadSize     int64 `dwarf:"size:rb_thread_struct" need:"dump"`
-	RactorSize     int64 `dwarf:"size:rb_ractor_struct,optional" need:"dump"`
-	IOSize         int64 `dwarf:"size:rb_io_t|rb_io" need:"dump"`
-	ECLocalStorage int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
+	BodyJITEntry int64 `dwarf:"off:rb_iseq_constant_body.jit_entry|rb_iseq_constant_body.jit_func,optional" need:"dump"`
+	VMSize       int64 `dwarf:"size:rb_vm_struct" need:"dump"`
+	ThreadSize   int64 `dwarf:"size:rb_thread_struct" need:"dump"`
+	RactorSize   int64 `dwarf:"size:rb_ractor_struct,optional" need:"dump"`
+	// the VM's tables of method entries that rb_vm_mark marks (3.0+): the
+	// negative entries (an rb_id_table) and the overloaded ones (an
+	// st_table)
+	VMNegativeCMETable   int64 `dwarf:"off:rb_vm_struct.negative_cme_table,optional" need:"dump"`
+	VMOverloadedCMETable int64 `dwarf:"off:rb_vm_struct.overloaded_cme_table,optional" need:"dump"`
+	IOSize               int64 `dwarf:"size:rb_io_t|rb_io" need:"dump"`
+	ECLocalStorage       int64 `dwarf:"off:rb_execution_context_struct.local_storage,optional" need:"dump"`
 	// ECLocalStorageST: the fiber-locals are an st_table (2.7), not an
 	// rb_id_table
 	ECLocalStorageST int64 `macro:"0,2.7=1"`

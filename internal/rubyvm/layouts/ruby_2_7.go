@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 1296,
 		ThreadSize:             368,
 		RactorSize:             -1,
+		VMNegativeCMETable:     -1,
+		VMOverloadedCMETable:   -1,
 		IOSize:                 192,
 		ECLocalStorage:         64,
 		ECLocalStorageST:       1,

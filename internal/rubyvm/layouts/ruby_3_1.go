@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 9440,
 		ThreadSize:             376,
 		RactorSize:             664,
+		VMNegativeCMETable:     1144,
+		VMOverloadedCMETable:   1152,
 		IOSize:                 200,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,

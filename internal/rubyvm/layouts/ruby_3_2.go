@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 9424,
 		ThreadSize:             320,
 		RactorSize:             736,
+		VMNegativeCMETable:     1184,
+		VMOverloadedCMETable:   1192,
 		IOSize:                 216,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,

@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 9600,
 		ThreadSize:             456,
 		RactorSize:             600,
+		VMNegativeCMETable:     1352,
+		VMOverloadedCMETable:   1360,
 		IOSize:                 208,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,

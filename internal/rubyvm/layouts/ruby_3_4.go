@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 9600,
 		ThreadSize:             472,
 		RactorSize:             520,
+		VMNegativeCMETable:     1344,
+		VMOverloadedCMETable:   1352,
 		IOSize:                 208,
 		ECLocalStorage:         56,
 		ECLocalStorageST:       0,

@@ -177,6 +177,8 @@ func init() {
 		VMSize:                 9536,
 		ThreadSize:             464,
 		RactorSize:             464,
+		VMNegativeCMETable:     1272,
+		VMOverloadedCMETable:   1280,
 		IOSize:                 248,
 		ECLocalStorage:         72,
 		ECLocalStorageST:       0,
