@@ -1,17 +1,13 @@
 package libc_test
 
 import (
-	"bufio"
 	"encoding/binary"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/target"
@@ -33,54 +29,26 @@ func TestMuslPthreadTID(t *testing.T) {
 	if out, err := exec.Command("musl-gcc", "-O1", "-pthread", "-o", bin, testruby.Testdata("libc/threads.c")).CombinedOutput(); err != nil {
 		t.Fatalf("musl-gcc: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid, lines := testruby.StartReporting(t, bin)
 	type thread struct {
 		pt, top uint64
 		tid     int
 	}
 	var threads []thread
-	done := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) == 1 && f[0] == "ready" {
-				done <- nil
-				return
-			}
-			if len(f) != 3 {
-				done <- fmt.Errorf("bad line %q", sc.Text())
-				return
-			}
-			pt, err1 := strconv.ParseUint(f[0], 10, 64)
-			tid, err2 := strconv.Atoi(f[1])
-			top, err3 := strconv.ParseUint(f[2], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				done <- fmt.Errorf("bad line %q", sc.Text())
-				return
-			}
-			threads = append(threads, thread{pt: pt, top: top, tid: tid})
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Fatalf("bad line %q", line)
 		}
-		done <- fmt.Errorf("threads ended before it was ready: %v", sc.Err())
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
+		pt, err1 := strconv.ParseUint(f[0], 10, 64)
+		tid, err2 := strconv.Atoi(f[1])
+		top, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatalf("bad line %q", line)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("threads did not report within 60 s")
+		threads = append(threads, thread{pt: pt, top: top, tid: tid})
 	}
-	l, err := target.Attach(cmd.Process.Pid)
+	l, err := target.Attach(pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func jeData(maps []target.Mapping) []target.Mapping {
 			continue
 		}
 		d := m
-		if i+1 < len(maps) && maps[i+1].Start == m.End && maps[i+1].Path == "" && maps[i+1].Perms[:2] == "rw" {
+		if i+1 < len(maps) && maps[i+1].Start == m.End && maps[i+1].Path == "" && strings.HasPrefix(maps[i+1].Perms, "rw") {
 			d.End = maps[i+1].End
 		}
 		d.End = min(d.End, d.Start+jeMaxData)

@@ -1,16 +1,12 @@
 package malloc_test
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/target"
@@ -30,51 +26,22 @@ func startBlocks(t *testing.T, cc string, env ...string) (int, []block) {
 	if out, err := exec.Command(cc, "-O1", "-o", bin, testruby.Testdata("malloc/blocks.c")).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cc, err, out)
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid, lines := testruby.StartReporting(t, bin, env...)
 	var blocks []block
-	sc := bufio.NewScanner(out)
-	done := make(chan error, 1)
-	go func() {
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) == 1 && f[0] == "ready" {
-				done <- nil
-				return
-			}
-			if len(f) != 3 {
-				done <- fmt.Errorf("bad line %q", sc.Text())
-				return
-			}
-			a, err1 := strconv.ParseUint(strings.TrimPrefix(f[0], "0x"), 16, 64)
-			s, err2 := strconv.ParseUint(f[1], 10, 64)
-			u, err3 := strconv.ParseUint(f[2], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				done <- fmt.Errorf("bad line %q", sc.Text())
-				return
-			}
-			blocks = append(blocks, block{a, s, u})
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("bad line %q", l)
 		}
-		done <- fmt.Errorf("blocks ended before it was ready: %v", sc.Err())
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
+		a, err1 := strconv.ParseUint(strings.TrimPrefix(f[0], "0x"), 16, 64)
+		s, err2 := strconv.ParseUint(f[1], 10, 64)
+		u, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatalf("bad line %q", l)
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("blocks did not report within 60 s")
+		blocks = append(blocks, block{a, s, u})
 	}
-	return cmd.Process.Pid, blocks
+	return pid, blocks
 }
 
 // TestUsableSizeAgreesWithTheAllocator sizes every block a C program

@@ -48,6 +48,15 @@ func (d *dumper) word(addr uint64) (uint64, error) {
 	return binary.LittleEndian.Uint64(b), nil
 }
 
+// fieldWord reads the word of a struct at base whose offset is a Layout
+// field (errTorn when the build lacks the field: -1).
+func (d *dumper) fieldWord(base uint64, off int64) (uint64, error) {
+	if off < 0 {
+		return 0, errTorn
+	}
+	return d.word(at(base, off))
+}
+
 // refCons adds a conservative reference if val is the start of a live
 // slot.
 func (d *dumper) refCons(val uint64) {
@@ -628,10 +637,10 @@ func (d *dumper) vmRoots() []uint64 {
 	d.scanMem(vm, uint64(L.VMSize), add) //nolint:errcheck // what was read is kept
 	// The method entries of the VM's negative and overloaded tables.
 	d.refs, d.klass = d.refs[:0], 0
-	if w, err := d.word(at(vm, L.VMNegativeCMETable)); L.VMNegativeCMETable >= 0 && err == nil && w != 0 {
+	if w, err := d.fieldWord(vm, L.VMNegativeCMETable); err == nil && w != 0 {
 		d.idTableValues(w)
 	}
-	if w, err := d.word(at(vm, L.VMOverloadedCMETable)); L.VMOverloadedCMETable >= 0 && err == nil && w != 0 {
+	if w, err := d.fieldWord(vm, L.VMOverloadedCMETable); err == nil && w != 0 {
 		for _, kv := range d.stPairsAt(w) {
 			d.ref(kv[0])
 			d.ref(kv[1])

@@ -4,6 +4,7 @@
 package testruby
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -360,4 +361,49 @@ func Musl(rb Ruby) bool {
 	cmd.Env = append(os.Environ(), rb.Env...)
 	b, _ := cmd.Output()
 	return strings.HasSuffix(strings.TrimSpace(string(b)), "-musl")
+}
+
+// StartReporting runs a test program (a C program's binary) with env added
+// to its environment, and returns its PID and the lines it printed before
+// the line "ready" (or "ready ..."); the program is killed when the test ends.
+func StartReporting(t testing.TB, bin string, env ...string) (int, []string) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	type result struct {
+		lines []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var lines []string
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if l := sc.Text(); l == "ready" || strings.HasPrefix(l, "ready ") {
+				done <- result{lines, nil}
+				return
+			}
+			lines = append(lines, sc.Text())
+		}
+		done <- result{nil, fmt.Errorf("%s ended before it was ready: %v", filepath.Base(bin), sc.Err())}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return cmd.Process.Pid, r.lines
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not report within 60 s", filepath.Base(bin))
+	}
+	return 0, nil
 }

@@ -1,14 +1,11 @@
 package unwind
 
 import (
-	"bufio"
 	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,30 +47,7 @@ func TestSeparateDebugFrame(t *testing.T) {
 	}
 	ef.Close()
 
-	cmd := exec.Command(bin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ready <- sc.Scan() && strings.HasPrefix(sc.Text(), "ready")
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("nounwind did not report")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("nounwind did not report within 60 s")
-	}
-	pid := cmd.Process.Pid
+	pid, _ := testruby.StartReporting(t, bin)
 	l, err := target.Attach(pid)
 	if err != nil {
 		t.Fatal(err)
