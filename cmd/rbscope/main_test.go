@@ -36,7 +36,12 @@ func TestMain(m *testing.M) {
 // rbscope runs the binary and returns stdout, stderr and the exit code.
 func rbscope(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(rbscopeBin, args...)
+	return runCommand(t, exec.Command(rbscopeBin, args...))
+}
+
+// runCommand runs cmd and returns stdout, stderr and the exit code.
+func runCommand(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

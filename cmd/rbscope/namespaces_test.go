@@ -365,17 +365,7 @@ func (c *rubyContainer) sidecar(ptrace bool) runner {
 		full := append([]string{"--target", strconv.Itoa(c.hostPID), "--pid", "--",
 			"unshare", "--mount", "--fork", "--mount-proc",
 			"setpriv", "--inh-caps=-all", "--bounding-set=-all," + caps, "--", rbscopeBin}, args...)
-		cmd := exec.Command("nsenter", full...)
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return stdout.String(), stderr.String(), code
+		return runCommand(t, exec.Command("nsenter", full...))
 	}
 }
 
