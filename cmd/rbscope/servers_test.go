@@ -33,6 +33,7 @@ type selfReport struct {
 	Role    string `json:"role"`
 	Title   string `json:"title"`
 	Gen     int    `json:"gen"`
+	Tick    int    `json:"tick"`
 	Threads []struct {
 		Name *string `json:"name"`
 		TID  int     `json:"tid"`
@@ -218,6 +219,22 @@ func (s *server) waitReport(t *testing.T, pid int) selfReport {
 	}
 }
 
+// freshReport waits for a report of pid made by a look that began after
+// the call: the report read now has tick T, so tick T+1 is not yet written
+// and the look that writes T+2 starts after this moment.
+func (s *server) freshReport(t *testing.T, pid int) selfReport {
+	t.Helper()
+	now := s.waitReport(t, pid)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if r := s.waitReport(t, pid); r.Tick >= now.Tick+2 {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: pid %d's report stopped at tick %d; output:\n%s", pid, now.Tick, s.log.String())
+		}
+	}
+}
+
 // waitWorkers waits until n workers of the master (none of those in old)
 // have reported, and returns their reports by pid order.
 func (s *server) waitWorkers(t *testing.T, n int, old map[int]bool) []selfReport {
@@ -255,7 +272,8 @@ type stackThread struct {
 // TIDs of all but the main thread (whose TID in Ruby's books is its
 // parent's in a forked worker, where rbscope gives the kernel's, the pid),
 // and that some thread runs a frame labelled want. The comparison is made
-// when the report held still across both reads.
+// when the report held still from before both reads to a look begun after
+// them.
 func (s *server) checkSelf(t *testing.T, pid int, want string) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
@@ -268,7 +286,7 @@ func (s *server) checkSelf(t *testing.T, pid int, want string) {
 		if code != 0 {
 			t.Fatalf("threads -p %d: exit %d: %s", pid, code, stderr)
 		}
-		after := s.waitReport(t, pid)
+		after := s.freshReport(t, pid)
 		if before.Gen != after.Gen || len(before.Threads) != len(after.Threads) {
 			if attempt == 10 {
 				t.Fatalf("pid %d: its thread list changed across every read", pid)

@@ -2,7 +2,10 @@ package target
 
 import (
 	"bufio"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +70,16 @@ func TestKilledWhilePausedGoesBackToItsParent(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The shell says the pid as soon as it has forked: attach once the
+	// child is the sleep, or rbscope rightly sees the exec as a new process.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Base(exe) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: pid %d never became sleep", pid)
+		}
 	}
 	l, err := Attach(pid)
 	if err != nil {
