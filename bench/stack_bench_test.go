@@ -265,7 +265,7 @@ func BenchmarkNativeUnwind(b *testing.B) {
 				return err
 			}
 			for tid := range s.Threads {
-				regs, err := s.Regs(tid)
+				regs, err := s.Registers(tid)
 				if err != nil {
 					return err
 				}

@@ -216,7 +216,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	defer closeAll()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, Registers: t.Registers})
+	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -270,7 +270,7 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNati
 	native := map[int][]unwind.Frame{}
 	nativeErr := map[int]error{}
 	for _, tid := range tids {
-		if regs, ok := t.Registers(tid); ok {
+		if regs, err := t.Registers(tid); err == nil {
 			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
 			u.Symbolize(native[tid])
 			if lines {

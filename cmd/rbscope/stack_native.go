@@ -74,7 +74,7 @@ func readNativeStacks(pid int, lines bool) (*nativeDump, error) {
 		forkedMainTID(pid, threads)
 		for tid := range s.Threads {
 			stopped = append(stopped, tid)
-			regs, err := s.Regs(tid)
+			regs, err := s.Registers(tid)
 			if err != nil {
 				nativeErr[tid] = err
 				continue

@@ -263,10 +263,13 @@ func (b *bytesTarget) ReadAt(p []byte, addr uint64) (int, error) {
 }
 func (b *bytesTarget) Mappings() ([]target.Mapping, error) { return testMaps, nil }
 func (b *bytesTarget) Threads() ([]int, error)             { return nil, nil }
-func (b *bytesTarget) Open(string) (*os.File, error)       { return nil, os.ErrNotExist }
-func (b *bytesTarget) Pause() error                        { return nil }
-func (b *bytesTarget) Resume() error                       { return nil }
-func (b *bytesTarget) Close() error                        { return nil }
+func (b *bytesTarget) Registers(int) (target.Regs, error) {
+	return target.Regs{}, target.ErrNoRegisters
+}
+func (b *bytesTarget) Open(string) (*os.File, error) { return nil, os.ErrNotExist }
+func (b *bytesTarget) Pause() error                  { return nil }
+func (b *bytesTarget) Resume() error                 { return nil }
+func (b *bytesTarget) Close() error                  { return nil }
 
 // FuzzImage feeds the ELF image loader arbitrary files: parsing, load bias,
 // build ID, symbols, code, debug information and the check against memory

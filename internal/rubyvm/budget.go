@@ -64,13 +64,3 @@ func (b *budgeted) Slice(addr uint64, n int) ([]byte, bool) {
 	}
 	return nil, false
 }
-
-// Registers passes a core's or snapshot's registers through.
-func (b *budgeted) Registers(tid int) (target.Regs, bool) {
-	if r, ok := b.Target.(interface {
-		Registers(tid int) (target.Regs, bool)
-	}); ok {
-		return r.Registers(tid)
-	}
-	return target.Regs{}, false
-}

@@ -44,11 +44,11 @@ type DumpOptions struct {
 	// encoding stay), for a dump that leaves the machine. Symbols keep
 	// their names.
 	RedactStrings bool
-	// Registers, when set, gives a stopped thread's registers (a paused
-	// process's or a core's): the machine_context root then holds what
-	// each thread's machine stack and registers point at, as Ruby's GC
-	// scans them. Without it that root is left out.
-	Registers func(tid int) (target.Regs, bool)
+	// MachineContext makes the machine_context root hold what each
+	// thread's machine stack and registers (the target's: a core's, a
+	// snapshot's) point at, as Ruby's GC scans them. Without it that root
+	// is left out.
+	MachineContext bool
 	// failDecode, when set (by tests), makes the decoding of the object
 	// at an address for which it returns true fail as a decoder bug would.
 	failDecode func(addr uint64) bool
@@ -129,7 +129,7 @@ const maxPartialReasons = 8
 // rb_vm_t and main ractor hold; "global_tbl" the values of global
 // variables; "global_symbols" the symbol table; "finalizers" the
 // finalizer table's values; "machine_context" what the threads' machine
-// stacks and registers point at (with opt.Registers). Each Thread
+// stacks and registers point at (with opt.MachineContext). Each Thread
 // references the values on its VM stack.
 //
 // The dump's reads are bounded by a budget (see readBudget); a dump that
@@ -1353,7 +1353,7 @@ const redZone = 128
 // live objects, as Ruby's GC marks them conservatively.
 func (d *dumper) machineContext(ths []Thread) []uint64 {
 	L := d.L
-	if d.opt.Registers == nil || L.ECMachineStart < 0 {
+	if !d.opt.MachineContext || L.ECMachineStart < 0 {
 		return nil
 	}
 	var out []uint64
@@ -1365,8 +1365,8 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 		}
 	}
 	for _, th := range ths {
-		regs, ok := d.opt.Registers(th.TID)
-		if !ok {
+		regs, err := d.v.T.Registers(th.TID)
+		if err != nil {
 			continue
 		}
 		for _, r := range regs.Values() {
@@ -1408,7 +1408,7 @@ func (v *VM) HeapDumpSnapshot(l *target.Live, w io.Writer, opt DumpOptions) (*Du
 	}
 	defer snap.Close()
 	ss := SnapshotStats{Paused: snap.Paused, Bytes: snap.Bytes, Held: snap.Held}
-	opt.Registers = snap.Registers
+	opt.MachineContext = true
 	st, err := v.WithTarget(snap).HeapDump(w, opt)
 	return st, ss, err
 }
@@ -1421,6 +1421,7 @@ func (v *VM) WithTarget(t target.Target) *VM {
 	w.T = t
 	w.m = mem{t: t}
 	w.fsBases = nil
+	w.live = false
 	w.ForgetCaches()
 	return &w
 }

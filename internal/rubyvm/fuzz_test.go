@@ -33,11 +33,12 @@ func (f *fuzzMemory) ReadAt(p []byte, addr uint64) (int, error) {
 func (f *fuzzMemory) Mappings() ([]target.Mapping, error) {
 	return []target.Mapping{{Start: f.base, End: f.base + uint64(len(f.mem)), Perms: "rw-p"}}, nil
 }
-func (f *fuzzMemory) Threads() ([]int, error)       { return []int{1}, nil }
-func (f *fuzzMemory) Open(string) (*os.File, error) { return nil, os.ErrNotExist }
-func (f *fuzzMemory) Pause() error                  { return nil }
-func (f *fuzzMemory) Resume() error                 { return nil }
-func (f *fuzzMemory) Close() error                  { return nil }
+func (f *fuzzMemory) Threads() ([]int, error)            { return []int{1}, nil }
+func (f *fuzzMemory) Registers(int) (target.Regs, error) { return target.Regs{}, target.ErrNoRegisters }
+func (f *fuzzMemory) Open(string) (*os.File, error)      { return nil, os.ErrNotExist }
+func (f *fuzzMemory) Pause() error                       { return nil }
+func (f *fuzzMemory) Resume() error                      { return nil }
+func (f *fuzzMemory) Close() error                       { return nil }
 
 // fuzzVM is a VM of the given layout family over random memory at base,
 // its VM pointer and symbol table at the start.

@@ -80,6 +80,7 @@ type VM struct {
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
+	live     bool       // T is a running process (its threads come and go)
 	env      valueStack // the value stack of the stack being walked
 }
 
@@ -140,8 +141,8 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
 	v := &VM{T: t, Image: im, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
-	if lt, ok := t.(interface{ LocalTID(int) int }); ok {
-		v.localTID = lt.LocalTID
+	if l, ok := t.(*target.Live); ok {
+		v.localTID, v.live = l.LocalTID, true
 	}
 	v.ForgetCaches()
 	if err := v.findVersion(maps, opts); err != nil {

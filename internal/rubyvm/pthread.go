@@ -6,7 +6,6 @@ import (
 
 	rbbinary "github.com/rbscope/rbscope/internal/binary"
 	"github.com/rbscope/rbscope/internal/libc"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
@@ -49,18 +48,15 @@ func (v *VM) tidByFSBase() map[uint64]int {
 		return v.fsBases
 	}
 	v.fsBases = map[uint64]int{}
-	rr, ok := v.T.(interface {
-		Registers(tid int) (target.Regs, bool)
-	})
-	if !ok {
-		return v.fsBases
+	if v.live {
+		return v.fsBases // threads come and go: no map kept
 	}
 	tids, err := v.T.Threads()
 	if err != nil {
 		return v.fsBases
 	}
 	for _, tid := range tids {
-		if regs, ok := rr.Registers(tid); ok && regs.FSBase != 0 {
+		if regs, err := v.T.Registers(tid); err == nil && regs.FSBase != 0 {
 			v.fsBases[regs.FSBase] = tid
 		}
 	}

@@ -155,7 +155,7 @@ func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
 		if !st.Threads[tid] {
 			continue
 		}
-		regs, err := st.Regs(tid)
+		regs, err := st.Registers(tid)
 		if err != nil {
 			continue
 		}

@@ -329,14 +329,15 @@ func (c *Core) Signal() (sig, tid int) {
 // Truncated describes how the core file is cut short, or returns "".
 func (c *Core) Truncated() string { return c.truncated }
 
-// Registers returns the general registers of thread tid.
-func (c *Core) Registers(tid int) (Regs, bool) {
+// Registers implements Target: the general registers the core's note
+// holds for thread tid.
+func (c *Core) Registers(tid int) (Regs, error) {
 	for _, t := range c.notes.threads {
 		if t.TID == tid {
-			return t.Regs, true
+			return t.Regs, nil
 		}
 	}
-	return Regs{}, false
+	return Regs{}, fmt.Errorf("tid %d: the core has no note of it: %w", tid, ErrNoRegisters)
 }
 
 // Mappings implements Target.

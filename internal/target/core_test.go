@@ -91,10 +91,10 @@ func checkSleepCore(t *testing.T, path string, pid int, live []Mapping) {
 	// The stack pointer lies in the stack; the executable's text reads as
 	// the file holds it (from the core for gcore, from the file for the
 	// kernel, which leaves text out).
-	regs, ok := c.Registers(pid)
+	regs, err := c.Registers(pid)
 	stack, sok := FindMapping(live, regs.RSP)
-	if !ok || !sok || stack.Path != "[stack]" {
-		t.Errorf("rsp %#x is not in [stack] (registers found: %v)", regs.RSP, ok)
+	if err != nil || !sok || stack.Path != "[stack]" {
+		t.Errorf("rsp %#x is not in [stack] (registers: %v)", regs.RSP, err)
 	}
 	var sp [8]byte
 	if err := ReadFull(c, sp[:], regs.RSP); err != nil {

@@ -46,6 +46,9 @@ type Live struct {
 	// child (a command it launched), whose exit rbscope waits for itself.
 	exited   []int
 	ownChild bool
+	// session is the stopped-target session running now, if any (set and
+	// read on the tracer thread): Registers asks it.
+	session *Stopped
 
 	// StopTimeout bounds how long WhilePaused waits for one thread to stop.
 	StopTimeout time.Duration
@@ -268,6 +271,16 @@ func (l *Live) Open(path string) (*os.File, error) {
 	return RootOwned(f)
 }
 
+// Registers implements Target: the registers of a thread that stands
+// still in the session running now (WhilePaused), read on the goroutine
+// that runs the session's function; any other is ErrNoRegisters.
+func (l *Live) Registers(tid int) (Regs, error) {
+	if s := l.session; s != nil {
+		return s.Registers(tid)
+	}
+	return Regs{}, fmt.Errorf("tid %d: the process is not paused: %w", tid, ErrNoRegisters)
+}
+
 // Exe returns the path of the process's executable, as the process sees it.
 func (l *Live) Exe() string {
 	p, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", l.pid))
@@ -349,10 +362,11 @@ func (l *Live) WhilePausedPicked(pick func() []int, do func(*Stopped) error) err
 			return err
 		}
 		s := &Stopped{l: l, Threads: make(map[int]bool, len(l.paused))}
-		defer func() { s.ended = true }()
+		defer func() { s.ended = true; l.session = nil }()
 		for tid := range l.paused {
 			s.Threads[tid] = true
 		}
+		l.session = s
 		doErr = do(s)
 		return nil
 	})

@@ -43,13 +43,14 @@ func (s *Stopped) WriteAt(p []byte, addr uint64) (int, error) {
 // errEnded refuses what a session offers once its do has returned.
 var errEnded = errors.New("the stopped-target session has ended: its threads run again")
 
-// Regs returns the general registers of tid, a thread that stands still.
-func (s *Stopped) Regs(tid int) (Regs, error) {
+// Registers returns the general registers of tid, a thread that stands
+// still.
+func (s *Stopped) Registers(tid int) (Regs, error) {
 	if s.ended {
 		return Regs{}, errEnded
 	}
 	if !s.Threads[tid] {
-		return Regs{}, fmt.Errorf("tid %d is not stopped", tid)
+		return Regs{}, fmt.Errorf("tid %d is not stopped: %w", tid, ErrNoRegisters)
 	}
 	var r unix.PtraceRegs
 	if err := unix.PtraceGetRegs(tid, &r); err != nil {

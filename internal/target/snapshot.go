@@ -150,7 +150,7 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 		s.runs = runs
 		for tid := range st.Threads {
 			s.tids = append(s.tids, tid)
-			if r, err := st.Regs(tid); err == nil {
+			if r, err := st.Registers(tid); err == nil {
 				s.regs[tid] = r
 			}
 		}
@@ -561,10 +561,13 @@ func (s *Snapshot) Mappings() ([]Mapping, error) { return s.maps, nil }
 // Threads returns the threads that were stopped for the copy.
 func (s *Snapshot) Threads() ([]int, error) { return s.tids, nil }
 
-// Registers returns a thread's registers as the copy was made.
-func (s *Snapshot) Registers(tid int) (Regs, bool) {
+// Registers implements Target: a thread's registers as the copy was made.
+func (s *Snapshot) Registers(tid int) (Regs, error) {
 	r, ok := s.regs[tid]
-	return r, ok
+	if !ok {
+		return Regs{}, fmt.Errorf("tid %d was not stopped for the copy: %w", tid, ErrNoRegisters)
+	}
+	return r, nil
 }
 
 // Open opens a file as the process sees it.

@@ -1,13 +1,14 @@
-// Package target gives uniform access to the memory, mappings and threads of
-// a process being inspected. A live process and (later) a core file are two
-// implementations of one Target, so every reader above this package works on
-// both.
+// Package target gives uniform access to the memory, mappings, threads and
+// registers of a process being inspected. A live process, a core file and a
+// snapshot of a paused process are three implementations of one Target, so
+// every reader above this package works on all of them.
 package target
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 )
 
 // Target is a process image rbscope reads from.
@@ -21,6 +22,12 @@ type Target interface {
 	Mappings() ([]Mapping, error)
 	// Threads lists the native thread IDs of the image.
 	Threads() ([]int, error)
+	// Registers returns the general registers of thread tid: a core's or a
+	// snapshot's as they were recorded, a live process's while it is
+	// paused (inside Hold or Live.WhilePaused, on the goroutine that runs
+	// its function). A thread without registers to give is
+	// ErrNoRegisters.
+	Registers(tid int) (Regs, error)
 	// Open opens a file as the target sees it (inside its mount namespace
 	// for a live process in a container).
 	Open(path string) (*os.File, error)
@@ -49,7 +56,32 @@ var (
 	ErrPermission = errors.New("permission denied")
 	// ErrExited means the process went away while it was being read.
 	ErrExited = errors.New("process exited")
+	// ErrNoRegisters means the target holds no registers for a thread: a
+	// live thread that is not paused, or a thread the core has no note of.
+	ErrNoRegisters = errors.New("no registers")
 )
+
+// Hold runs do while t stands still and reports the threads whose
+// registers t.Registers gives meanwhile: a live process is paused, every
+// thread of it, for the time do runs, and resumed whatever happens
+// (Live.WhilePaused); a core or a snapshot stands still already.
+func Hold(t Target, do func(tids []int) error) error {
+	if l, ok := t.(*Live); ok {
+		return l.WhilePaused(nil, func(s *Stopped) error {
+			tids := make([]int, 0, len(s.Threads))
+			for tid := range s.Threads {
+				tids = append(tids, tid)
+			}
+			sort.Ints(tids)
+			return do(tids)
+		})
+	}
+	tids, err := t.Threads()
+	if err != nil {
+		return err
+	}
+	return do(tids)
+}
 
 // FindMapping returns the mapping that contains addr.
 func FindMapping(maps []Mapping, addr uint64) (Mapping, bool) {

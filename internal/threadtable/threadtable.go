@@ -86,7 +86,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 				stacks = k // every thread is blocked now, so each shows its sp
 			}
 			for tid := range s.Threads {
-				if regs, err := s.Regs(tid); err == nil {
+				if regs, err := s.Registers(tid); err == nil {
 					native[tid], _ = u.Unwind(unwind.FromTarget(regs))
 					fsBase[tid] = regs.FSBase
 				}

@@ -66,7 +66,7 @@ func TestSeparateDebugFrame(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := l.WhilePaused([]int{pid}, func(s *target.Stopped) error {
-			regs, err := s.Regs(pid)
+			regs, err := s.Registers(pid)
 			if err != nil {
 				return err
 			}

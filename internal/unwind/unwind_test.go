@@ -31,6 +31,7 @@ func (m *memTarget) ReadAt(p []byte, addr uint64) (int, error) {
 }
 func (m *memTarget) Mappings() ([]target.Mapping, error) { return nil, nil }
 func (m *memTarget) Threads() ([]int, error)             { return nil, nil }
+func (m *memTarget) Registers(int) (target.Regs, error)  { return target.Regs{}, target.ErrNoRegisters }
 func (m *memTarget) Open(string) (*os.File, error)       { return nil, os.ErrNotExist }
 func (m *memTarget) Close() error                        { return nil }
 
