@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // vmOptions are the root command's options for finding a Ruby VM
@@ -41,13 +40,8 @@ func whilePaused(t *target.Live, pause bool, read func() error) error {
 	return t.WhilePaused(nil, func(*target.Stopped) error { return read() })
 }
 
-// schemaVersion is the version of the shape of every command's --json
-// document, its schema_version key. It changes when a key is renamed or
-// removed or a value changes meaning; new keys keep it.
-const schemaVersion = 1
-
 // printJSON prints the JSON object v on stdout, schema_version first.
-func printJSON(v any) error { return writeJSON(os.Stdout, v) }
+func printJSON(v any) error { return wire.Write(os.Stdout, v) }
 
 // printJSONList prints a list as the JSON object {"schema_version": N,
 // key: list} on stdout.
@@ -56,38 +50,5 @@ func printJSONList(key string, list any) error {
 	if err != nil {
 		return fmt.Errorf("encoding JSON: %w", err)
 	}
-	return writeJSON(os.Stdout, map[string]json.RawMessage{key: b})
-}
-
-// writeJSON prints the JSON object v as indented JSON with schema_version
-// as its first key.
-func writeJSON(w io.Writer, v any) error {
-	b, err := versioned(v)
-	if err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return fmt.Errorf("encoding JSON: %w", err)
-	}
-	out.WriteByte('\n')
-	_, err = w.Write(out.Bytes())
-	return err
-}
-
-// versioned encodes the JSON object v with schema_version as its first
-// key.
-func versioned(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encoding JSON: %w", err)
-	}
-	if len(b) < 2 || b[0] != '{' {
-		return nil, fmt.Errorf("encoding JSON: %T is not an object", v)
-	}
-	head := fmt.Sprintf(`{"schema_version":%d`, schemaVersion)
-	if string(b) == "{}" {
-		return []byte(head + "}"), nil
-	}
-	return append([]byte(head+","), b[1:]...), nil
+	return wire.Write(os.Stdout, map[string]json.RawMessage{key: b})
 }

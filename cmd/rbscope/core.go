@@ -13,9 +13,10 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
-	"github.com/rbscope/rbscope/internal/unwind"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newCoreCmd() *cobra.Command {
@@ -62,19 +63,19 @@ reads no file of this machine.`,
 				if census {
 					return usageError{fmt.Errorf("--native and --census are read one at a time: run rbscope core twice")}
 				}
-				d, err := readCoreNative(args[0], opts, lines)
+				d, threads, err := readCoreNative(args[0], opts, lines)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return writeJSON(os.Stdout, d)
+					return wire.Write(os.Stdout, d)
 				}
-				d.print(os.Stdout, d.PID, d.RubyVersion)
+				printCoreInfo(os.Stdout, d.CoreInfo, d.PID, d.RubyVersion)
 				if d.Fault != "" {
 					fmt.Fprintf(os.Stdout, "fault: %s\n", textsafe.Clean(d.Fault))
 				}
 				fmt.Fprintln(os.Stdout)
-				printNativeStacks(os.Stdout, d.nativeDump)
+				printNativeStacks(os.Stdout, threads)
 				return nil
 			}
 			d, err := readCore(args[0], opts, census)
@@ -82,11 +83,11 @@ reads no file of this machine.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(os.Stdout, d)
+				return wire.Write(os.Stdout, d.doc)
 			}
-			d.print(os.Stdout, d.PID, d.RubyVersion)
+			printCoreInfo(os.Stdout, d.doc.CoreInfo, d.doc.PID, d.doc.RubyVersion)
 			fmt.Fprintln(os.Stdout)
-			printStacks(os.Stdout, d.stackDump)
+			printStacks(os.Stdout, d.threads)
 			if d.census != nil {
 				fmt.Fprintln(os.Stdout)
 				printCensus(os.Stdout, d.census, all)
@@ -109,28 +110,20 @@ reads no file of this machine.`,
 	return c
 }
 
-// coreInfo is what every core document says of the core first.
-type coreInfo struct {
-	Core      string `json:"core"`
-	Command   string `json:"command"`
-	Signal    string `json:"signal,omitempty"`
-	SignalTID int    `json:"signal_tid,omitempty"`
-}
-
-func newCoreInfo(path string, t *target.Core) coreInfo {
+func newCoreInfo(path string, t *target.Core) wire.CoreInfo {
 	comm, args := t.Command()
 	if args == "" {
 		args = comm
 	}
-	c := coreInfo{Core: path, Command: args}
+	c := wire.CoreInfo{Core: path, Command: args}
 	if sig, tid := t.Signal(); sig > 0 {
 		c.Signal, c.SignalTID = crash.SignalName(sig), tid
 	}
 	return c
 }
 
-// print writes the line that opens rbscope core's text output.
-func (c coreInfo) print(w io.Writer, pid int, rubyVersion string) {
+// printCoreInfo writes the line that opens rbscope core's text output.
+func printCoreInfo(w io.Writer, c wire.CoreInfo, pid int, rubyVersion string) {
 	fmt.Fprintf(w, "core %s: pid %d (%s)", textsafe.Clean(c.Core), pid, textsafe.Clean(c.Command))
 	if c.Signal != "" {
 		fmt.Fprintf(w, ", signal %s in tid %d", c.Signal, c.SignalTID)
@@ -138,13 +131,12 @@ func (c coreInfo) print(w io.Writer, pid int, rubyVersion string) {
 	fmt.Fprintf(w, ", Ruby %s\n", rubyVersion)
 }
 
-// coreDump is what `rbscope core --json` prints.
-type coreDump struct {
-	coreInfo
-	*stackDump
-	Census any `json:"census,omitempty"` // []rubyvm.CensusRow with --census
-
-	census *censusResult
+// coreRead is what rbscope core read: its document, the threads it
+// prints, and the census with --census.
+type coreRead struct {
+	doc     *wire.Core
+	threads []stacks.Thread
+	census  *censusResult
 }
 
 // openCore opens a core and the Ruby VM it holds, saying on stderr what
@@ -169,20 +161,17 @@ func openCore(path string, opts target.CoreOptions) (*target.Core, *rubyvm.VM, f
 	return t, vm, func() { vm.Close(); t.Close() }, nil
 }
 
-func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, error) {
+func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, error) {
 	t, vm, closeAll, err := openCore(path, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	threads, err := vm.Threads()
+	threads, err := stacks.Capture(t, vm, stacks.Options{})
 	if err != nil {
 		return nil, coreError(t, err)
 	}
-	d := &coreDump{
-		coreInfo:  newCoreInfo(path, t),
-		stackDump: &stackDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads},
-	}
+	d := &coreRead{threads: threads, doc: &wire.Core{CoreInfo: newCoreInfo(path, t)}}
 	if census {
 		start := time.Now()
 		c, err := vm.HeapCensus()
@@ -194,10 +183,11 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreDump, err
 		if rows == nil {
 			rows = []rubyvm.CensusRow{}
 		}
-		d.Census = rows
+		census := wire.NewCensusRows(rows)
+		d.doc.Census = &census
 	}
 	noteAdjusted(vm)
-	d.LayoutAdjusted = vm.Adjusted
+	d.doc.Stack = *wire.NewStack(wire.NewProcess(t.PID(), vm, true), threads)
 	return d, nil
 }
 
@@ -242,49 +232,29 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	return nil
 }
 
-// coreNativeDump is what `rbscope core --native --json` prints.
-type coreNativeDump struct {
-	coreInfo
-	// Fault names the fault beneath a signal handler (crash.Fault).
-	Fault string `json:"fault,omitempty"`
-	*nativeDump
-}
-
 // readCoreNative reads a core's Ruby stacks and every thread's native
 // stack, from the registers its notes hold.
-func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNativeDump, error) {
+func readCoreNative(path string, opts target.CoreOptions, lines bool) (*wire.CoreNative, []stacks.Thread, error) {
 	t, vm, closeAll, err := openCore(path, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer closeAll()
-	vm.MarkExecBoundaries = true
-	threads, err := vm.Threads()
+	threads, err := stacks.Capture(t, vm, stacks.Options{Native: true, Lines: lines})
 	if err != nil {
-		return nil, coreError(t, err)
+		return nil, nil, coreError(t, err)
 	}
-	maps, _ := t.Mappings()
-	u := unwind.New(t, maps)
-	defer u.Close()
-	tids, _ := t.Threads()
-	native := map[int][]unwind.Frame{}
-	nativeErr := map[int]error{}
-	for _, tid := range tids {
-		if regs, err := t.Registers(tid); err == nil {
-			native[tid], nativeErr[tid] = u.Unwind(unwind.FromTarget(regs))
-			u.Symbolize(native[tid])
-			if lines {
-				u.Lines(native[tid])
+	d := &wire.CoreNative{CoreInfo: newCoreInfo(path, t)}
+	if sig, tid := t.Signal(); sig > 0 {
+		for _, th := range threads {
+			if th.TID == tid {
+				d.Fault = crash.Fault(th.NativeFrames(), sig)
 			}
 		}
 	}
-	d := &coreNativeDump{coreInfo: newCoreInfo(path, t), nativeDump: &nativeDump{PID: t.PID(), RubyVersion: vm.Version, Description: vm.Description,
-		Layout: vm.Layout.Source, LayoutAdjusted: vm.Adjusted, Threads: mixThreads(threads, tids, native, nativeErr, nil)}}
-	if sig, tid := t.Signal(); sig > 0 {
-		d.Fault = crash.Fault(native[tid], sig)
-	}
 	noteAdjusted(vm)
-	return d, nil
+	d.NativeStack = *wire.NewNativeStack(wire.NewProcess(t.PID(), vm, true), threads)
+	return d, threads, nil
 }
 
 // coreError names the core and says what to do about files that are not on

@@ -24,6 +24,7 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // crashEnv installs the handler into a private store for one test and
@@ -271,7 +272,7 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst st
 	}
 	var d struct {
 		Fault   string
-		Threads []nativeThread
+		Threads []wire.NativeThread
 	}
 	if err := json.Unmarshal([]byte(stdout), &d); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // snakeKey is what every key of rbscope's JSON looks like.
@@ -112,16 +113,16 @@ func TestCrashListShowJSON(t *testing.T) {
 // TestCrashVersionedJSON: lists are wrapped under a key, objects get
 // schema_version as their first key, and nothing else changes.
 func TestCrashVersionedJSON(t *testing.T) {
-	b, err := versioned(struct {
+	b, err := wire.Versioned(struct {
 		A int `json:"a"`
 	}{7})
 	if err != nil || string(b) != `{"schema_version":1,"a":7}` {
 		t.Errorf("versioned = %s, %v", b, err)
 	}
-	if b, err := versioned(struct{}{}); err != nil || string(b) != `{"schema_version":1}` {
-		t.Errorf("versioned(empty) = %s, %v", b, err)
+	if b, err := wire.Versioned(struct{}{}); err != nil || string(b) != `{"schema_version":1}` {
+		t.Errorf("wire.Versioned(empty) = %s, %v", b, err)
 	}
-	if _, err := versioned([]int{1}); err == nil {
+	if _, err := wire.Versioned([]int{1}); err == nil {
 		t.Error("a list was versioned as an object")
 	}
 }

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/libc"
-	"github.com/rbscope/rbscope/internal/mixedstack"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // gdbFrame is one frame as gdb unwinds it (testdata/native/gdb_frames.py).
@@ -69,20 +70,20 @@ func gdbFrames(t *testing.T, args ...string) map[int][]gdbFrame {
 // startNativeStack starts testdata/native_stack.rb on rb (calling the C
 // library lib, unless it is "") and reads it with stack --native --json
 // and the flags extra.
-func startNativeStack(t *testing.T, rb testruby.Ruby, lib string, extra ...string) (*testruby.Process, nativeDump) {
+func startNativeStack(t *testing.T, rb testruby.Ruby, lib string, extra ...string) (*testruby.Process, wire.NativeStack) {
 	t.Helper()
 	p := testruby.Start(t, rb, "native_stack.rb", nil, lib)
 	var rep struct{ PID int }
 	p.WaitReport(t, &rep, 60*time.Second)
 	// The report is written just before the main thread calls level1: on
 	// a busy machine it may not sleep yet. Read until it does.
-	var d nativeDump
+	var d wire.NativeStack
 	for i := 0; ; i++ {
 		out, errOut, code := rbscope(t, append([]string{"stack", "--native", "--json", "-p", strconv.Itoa(p.PID())}, extra...)...)
 		if code != 0 {
 			t.Fatalf("stack --native %v: exit %d: %s", extra, code, errOut)
 		}
-		d = nativeDump{}
+		d = wire.NativeStack{}
 		if err := json.Unmarshal([]byte(out), &d); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func startNativeStack(t *testing.T, rb testruby.Ruby, lib string, extra ...strin
 
 // mainAsleepInLevel3 tells whether the main thread of native_stack.rb has
 // reached its sleep in level3.
-func mainAsleepInLevel3(d nativeDump) bool {
+func mainAsleepInLevel3(d wire.NativeStack) bool {
 	for _, th := range d.Threads {
 		if !th.Main || th.Status != "sleep" {
 			continue
@@ -148,7 +149,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 			}
 			p, d := startNativeStack(t, rb, arg)
 			gdb := gdbStacks(t, p.PID())
-			byTID := map[int]nativeThread{}
+			byTID := map[int]wire.NativeThread{}
 			for _, th := range d.Threads {
 				byTID[th.TID] = th
 			}
@@ -178,7 +179,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 				// A stripped build whose exec loop is a local symbol (3.2
 				// and later) names no exec-loop frame: the Ruby frames then
 				// follow the native ones, and say so.
-				named := slices.ContainsFunc(th.Frames, func(f mixedstack.Frame) bool { return slices.Contains(rubyvm.ExecLoopFunctions, f.Function) })
+				named := slices.ContainsFunc(th.Frames, func(f wire.MixedFrame) bool { return slices.Contains(rubyvm.ExecLoopFunctions, f.Function) })
 				switch {
 				case named && th.RubyPlacement != "":
 					t.Errorf("thread %d (%s): Ruby frames placed %s", th.TID, th.Name, th.RubyPlacement)
@@ -193,7 +194,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 				// Where the VM's call of the C method is named, the C
 				// method's frame sits beside its C function.
 				if f.Label == "Kernel#sleep" && i+1 < len(main.Frames) && hasAnyPrefix(main.Frames[i+1].Function, rubyvm.CFuncCallPrefixes) && (i == 0 || main.Frames[i-1].Function != "rb_f_sleep") {
-					t.Errorf("Kernel#sleep is not beside rb_f_sleep: after %s", main.Frames[i-1].Name())
+					t.Errorf("Kernel#sleep is not beside rb_f_sleep: after %s", frameName(main.Frames[i-1]))
 				}
 			}
 			labels := rubyLabels(main)
@@ -204,7 +205,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 				return
 			}
 			fiddle := threadNamed(d, "fiddle")
-			var big *mixedstack.Frame
+			var big *wire.MixedFrame
 			for i, f := range fiddle.Frames {
 				if f.Function == "rbscope_big_frame" {
 					big = &fiddle.Frames[i]
@@ -236,11 +237,11 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 // library: the first is gdb's first (where the thread stands), in the C
 // library, and the walk stops there for want of call frame information,
 // naming musl.
-func stopsInMusl(t *testing.T, th nativeThread, want []gdbFrame) {
+func stopsInMusl(t *testing.T, th wire.NativeThread, want []gdbFrame) {
 	t.Helper()
-	var got []mixedstack.Frame
+	var got []wire.MixedFrame
 	for _, f := range th.Frames {
-		if f.Kind == mixedstack.KindNative {
+		if f.Kind == kindNative {
 			got = append(got, f)
 		}
 	}
@@ -254,18 +255,18 @@ func stopsInMusl(t *testing.T, th nativeThread, want []gdbFrame) {
 	}
 	last := got[len(got)-1]
 	if !libc.IsMusl(last.Object) || !strings.Contains(th.NativeError, "musl's C library has call frame information for none") {
-		t.Errorf("thread %d (%s): the native walk ends at %s in %s (%s), want in musl's C library, saying why", th.TID, th.Name, last.Name(), last.Object, th.NativeError)
+		t.Errorf("thread %d (%s): the native walk ends at %s in %s (%s), want in musl's C library, saying why", th.TID, th.Name, frameName(last), last.Object, th.NativeError)
 	}
 }
 
 // compareWithGDB checks a thread's native frames against gdb's, frame by
 // frame: the same pc and, where gdb knows it, the same CFA. gdb may know
 // one more or one fewer outermost frame.
-func compareWithGDB(t *testing.T, th nativeThread, want []gdbFrame) {
+func compareWithGDB(t *testing.T, th wire.NativeThread, want []gdbFrame) {
 	t.Helper()
-	var got []mixedstack.Frame
+	var got []wire.MixedFrame
 	for _, f := range th.Frames {
-		if f.Kind == mixedstack.KindNative {
+		if f.Kind == kindNative {
 			got = append(got, f)
 		}
 	}
@@ -285,10 +286,10 @@ func compareWithGDB(t *testing.T, th nativeThread, want []gdbFrame) {
 	}
 }
 
-func frameList(fs []mixedstack.Frame) string {
+func frameList(fs []wire.MixedFrame) string {
 	var b strings.Builder
 	for _, f := range fs {
-		fmt.Fprintf(&b, "\n  %s %s", f.PC, f.Name())
+		fmt.Fprintf(&b, "\n  %s %s", f.PC, frameName(f))
 	}
 	return b.String()
 }
@@ -296,19 +297,19 @@ func frameList(fs []mixedstack.Frame) string {
 // checkPlacement: each run of Ruby frames is followed by an exec-loop
 // native frame (the call of the VM that runs them), or, for a C method's
 // frame, by the VM's call of its C function, whose frame is just before.
-func checkPlacement(t *testing.T, th nativeThread) {
+func checkPlacement(t *testing.T, th wire.NativeThread) {
 	t.Helper()
 	for i, f := range th.Frames {
-		if f.Kind == mixedstack.KindNative || (i+1 < len(th.Frames) && th.Frames[i+1].Kind != mixedstack.KindNative) {
+		if f.Kind == kindNative || (i+1 < len(th.Frames) && th.Frames[i+1].Kind != kindNative) {
 			continue
 		}
 		next := "nothing"
 		if i+1 < len(th.Frames) {
-			next = th.Frames[i+1].Name()
+			next = frameName(th.Frames[i+1])
 		}
 		switch {
 		case i+1 < len(th.Frames) && slices.Contains(rubyvm.ExecLoopFunctions, th.Frames[i+1].Function):
-		case f.Kind == rubyvm.KindCFunc && i+1 < len(th.Frames) && hasAnyPrefix(th.Frames[i+1].Function, rubyvm.CFuncCallPrefixes):
+		case f.Kind == string(rubyvm.KindCFunc) && i+1 < len(th.Frames) && hasAnyPrefix(th.Frames[i+1].Function, rubyvm.CFuncCallPrefixes):
 		default:
 			t.Errorf("thread %d (%s): Ruby frame %q is followed by %s, not an exec-loop frame nor the call of a C method", th.TID, th.Name, f.Label, next)
 		}
@@ -324,19 +325,19 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-func threadNamed(d nativeDump, name string) nativeThread {
+func threadNamed(d wire.NativeStack, name string) wire.NativeThread {
 	for _, th := range d.Threads {
 		if th.Name == name || name == "main" && th.Main {
 			return th
 		}
 	}
-	return nativeThread{}
+	return wire.NativeThread{}
 }
 
-func rubyLabels(th nativeThread) []string {
+func rubyLabels(th wire.NativeThread) []string {
 	var out []string
 	for _, f := range th.Frames {
-		if f.Kind != mixedstack.KindNative {
+		if f.Kind != kindNative {
 			out = append(out, f.Label)
 		}
 	}
@@ -363,13 +364,13 @@ func TestStackNativeYJIT(t *testing.T) {
 			}
 			defer func() { cmd.Process.Kill(); cmd.Wait() }()
 			bufio.NewReader(out).ReadString('\n')
-			var main nativeThread
+			var main wire.NativeThread
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 				stdout, errOut, code := rbscope(t, "stack", "--native", "--json", "-p", strconv.Itoa(cmd.Process.Pid))
 				if code != 0 {
 					t.Fatalf("stack --native: exit %d: %s", code, errOut)
 				}
-				var d nativeDump
+				var d wire.NativeStack
 				if err := json.Unmarshal([]byte(stdout), &d); err != nil {
 					t.Fatal(err)
 				}
@@ -380,14 +381,14 @@ func TestStackNativeYJIT(t *testing.T) {
 			if labels := rubyLabels(main); !slices.Equal(labels, []string{"Kernel#sleep", "Object#f", "Object#g", "<main>"}) {
 				t.Errorf("Ruby frames %q", labels)
 			}
-			var last mixedstack.Frame
+			var last wire.MixedFrame
 			for _, f := range main.Frames {
-				if f.Kind == mixedstack.KindNative {
+				if f.Kind == kindNative {
 					last = f
 				}
 			}
 			if last.Object != "[jit]" || !strings.Contains(main.NativeError, "no call frame information") {
-				t.Errorf("the native walk ends at %q (%s), want [jit] for want of CFI", last.Name(), main.NativeError)
+				t.Errorf("the native walk ends at %q (%s), want [jit] for want of CFI", frameName(last), main.NativeError)
 			}
 		})
 	}
@@ -432,7 +433,7 @@ func TestRecordNative(t *testing.T) {
 				for i := len(th.Frames) - 1; i >= 0; i-- {
 					f := th.Frames[i]
 					switch {
-					case f.Kind != mixedstack.KindNative:
+					case f.Kind != kindNative:
 						want = append(want, profileName(f))
 					case f.Function != "":
 						want = append(want, f.Function+" ["+filepath.Base(f.Object)+"]")
@@ -463,8 +464,8 @@ func TestRecordNative(t *testing.T) {
 var unnamedNative = regexp.MustCompile(`^\S+\+0x[0-9a-f]+ \[[^]]+\]$`)
 
 // profileName is a Ruby frame's name in collapsed stacks.
-func profileName(f mixedstack.Frame) string {
-	if f.Kind == rubyvm.KindRuby {
+func profileName(f wire.MixedFrame) string {
+	if f.Kind == string(rubyvm.KindRuby) {
 		return fmt.Sprintf("%s (%s:%d)", f.Label, f.Path, f.Line)
 	}
 	return f.Label + " (cfunc)"
@@ -485,11 +486,11 @@ func TestStackNativeLines(t *testing.T) {
 			_, d := startNativeStack(t, rb, "", "--lines")
 			n := 0
 			for _, f := range threadNamed(d, "main").Frames {
-				if f.Kind != mixedstack.KindNative || !strings.Contains(filepath.Base(f.Object), "libruby") {
+				if f.Kind != kindNative || !strings.Contains(filepath.Base(f.Object), "libruby") {
 					continue
 				}
 				if f.File == "" || f.Line <= 0 {
-					t.Errorf("%s: no source line", f.Name())
+					t.Errorf("%s: no source line", frameName(f))
 					continue
 				}
 				off, _ := strconv.ParseUint(strings.TrimPrefix(f.Offset, "0x"), 16, 64)
@@ -502,7 +503,7 @@ func TestStackNativeLines(t *testing.T) {
 				}
 				want := strings.Fields(string(a2l))[0]
 				if got := fmt.Sprintf("%s:%d", f.File, f.Line); filepath.Base(strings.Split(want, " ")[0]) != filepath.Base(got) {
-					t.Errorf("%s: %s, addr2line says %s", f.Name(), got, want)
+					t.Errorf("%s: %s, addr2line says %s", frameName(f), got, want)
 				}
 				n++
 			}
@@ -515,4 +516,19 @@ func TestStackNativeLines(t *testing.T) {
 	if checked == 0 {
 		testruby.Missing(t, "no debug Ruby build (make rubies)")
 	}
+}
+
+// kindNative is the kind of a native frame in the documents.
+const kindNative = string(stacks.KindNative)
+
+// frameName is how a frame of the stack --native document reads: a Ruby
+// frame's label, a native frame's function, else object+offset.
+func frameName(f wire.MixedFrame) string {
+	switch {
+	case f.Kind != kindNative:
+		return f.Label
+	case f.Function != "":
+		return f.Function
+	}
+	return filepath.Base(f.Object) + "+" + f.Offset
 }

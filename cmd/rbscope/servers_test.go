@@ -23,6 +23,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heap/heaptest"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // selfReport is what a server process says of itself
@@ -374,7 +375,7 @@ func checkNativeMain(t *testing.T, pid int) {
 	if code != 0 {
 		t.Fatalf("stack --native: exit %d: %s", code, stderr)
 	}
-	var doc nativeDump
+	var doc wire.NativeStack
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("stack --native --json: %v", err)
 	}

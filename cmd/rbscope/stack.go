@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newStackCmd() *cobra.Command {
@@ -31,28 +33,23 @@ always resumed; --nonblocking reads without pausing it.`,
 			if pid <= 0 {
 				return usageError{fmt.Errorf("--pid is required (see 'rbscope stack --help')")}
 			}
-			if native {
-				if nonblocking {
-					return usageError{fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")}
-				}
-				dump, err := readNativeStacks(pid, lines)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(os.Stdout, dump)
-				}
-				printNativeStacks(os.Stdout, dump)
-				return nil
+			if native && nonblocking {
+				return usageError{fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")}
 			}
-			dump, err := readStacks(pid, !nonblocking)
+			p, threads, err := readStacks(pid, stacks.Options{Native: native, Lines: lines, Nonblocking: nonblocking})
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(os.Stdout, dump)
+			switch {
+			case asJSON && native:
+				return wire.Write(os.Stdout, wire.NewNativeStack(p, threads))
+			case asJSON:
+				return wire.Write(os.Stdout, wire.NewStack(p, threads))
+			case native:
+				printNativeStacks(os.Stdout, threads)
+			default:
+				printStacks(os.Stdout, threads)
 			}
-			printStacks(os.Stdout, dump)
 			return nil
 		},
 	}
@@ -64,18 +61,6 @@ always resumed; --nonblocking reads without pausing it.`,
 	return c
 }
 
-// stackDump is the JSON document `rbscope stack --json` prints.
-type stackDump struct {
-	PID         int    `json:"pid"`
-	RubyVersion string `json:"ruby_version"`
-	Description string `json:"ruby_description"`
-	Layout      string `json:"layout"`
-	// LayoutAdjusted lists the layout offsets moved because the layout's
-	// own failed their checks on this process ("VMObjspace 1232 -> 1248").
-	LayoutAdjusted []string        `json:"layout_adjusted,omitempty"`
-	Threads        []rubyvm.Thread `json:"threads"`
-}
-
 // noteAdjusted says on stderr which layout offsets rbscope had to move on
 // this process beyond its family's known drifts (a patch release the
 // built-in table was not made from); --json lists every move.
@@ -85,29 +70,31 @@ func noteAdjusted(vm *rubyvm.VM) {
 	}
 }
 
-func readStacks(pid int, pause bool) (*stackDump, error) {
+// readStacks captures the stacks of process pid's threads.
+func readStacks(pid int, opts stacks.Options) (wire.Process, []stacks.Thread, error) {
 	t, vm, closeAll, err := openRuby(pid)
 	if err != nil {
-		return nil, err
+		return wire.Process{}, nil, err
 	}
 	defer closeAll()
-	var threads []rubyvm.Thread
-	err = whilePaused(t, pause, func() (err error) {
-		threads, err = vm.Threads()
-		return err
-	})
+	threads, err := stacks.Capture(t, vm, opts)
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
+		return wire.Process{}, nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	forkedMainTID(pid, threads)
-	return &stackDump{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, Threads: threads}, nil
+	return wire.NewProcess(pid, vm, opts.Native), threads, nil
 }
 
-func printStacks(w io.Writer, d *stackDump) {
-	for i, th := range d.Threads {
-		if i > 0 {
+// printStacks prints Ruby threads' Ruby frames, as rbscope stack does.
+func printStacks(w io.Writer, threads []stacks.Thread) {
+	first := true
+	for _, th := range threads {
+		if !th.Ruby {
+			continue
+		}
+		if !first {
 			fmt.Fprintln(w)
 		}
+		first = false
 		printThreadHeader(w, th.Name, th.Main, true, th.TID, th.Status, th.GVL)
 		width := 0
 		for _, f := range th.Frames {
@@ -115,9 +102,9 @@ func printStacks(w io.Writer, d *stackDump) {
 		}
 		for _, f := range th.Frames {
 			loc := "<cfunc>"
-			if f.Kind == rubyvm.KindRuby {
+			if f.Kind == stacks.KindRuby {
 				loc = fmt.Sprintf("%s:%d", textsafe.Clean(f.Path), f.Line)
-			} else if f.Kind != rubyvm.KindCFunc {
+			} else if f.Kind != stacks.KindCFunc {
 				loc = "<unreadable>"
 			}
 			fmt.Fprintf(w, "  %-*s  %s\n", width, textsafe.Clean(f.Label), loc)
@@ -156,25 +143,4 @@ func printThreadHeader(w io.Writer, name string, main, ruby bool, tid int, statu
 		fmt.Fprint(w, " (holds GVL)")
 	}
 	fmt.Fprintln(w)
-}
-
-// forkedMainTID gives the main thread of threads, those of process pid,
-// the kernel's TID where Ruby's books keep another: a forked child's main
-// thread keeps its parent's TID there (a Puma or Unicorn worker's names
-// its master's), and the kernel's is the process ID.
-func forkedMainTID(pid int, threads []rubyvm.Thread) {
-	for i := range threads {
-		if th := &threads[i]; th.Main && th.TID != pid && !hasTask(pid, th.TID) {
-			th.TID = pid
-		}
-	}
-}
-
-// hasTask reports whether tid is a thread of process pid.
-func hasTask(pid, tid int) bool {
-	if tid <= 0 {
-		return false
-	}
-	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid))
-	return err == nil
 }

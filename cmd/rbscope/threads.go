@@ -16,6 +16,7 @@ import (
 	"github.com/rbscope/rbscope/internal/threadevents"
 	"github.com/rbscope/rbscope/internal/threadtable"
 	"github.com/rbscope/rbscope/internal/threadwatch"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newThreadsCmd() *cobra.Command {
@@ -152,7 +153,7 @@ func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 	fmt.Fprintf(os.Stderr, "rbscope: following threads of pid %d (Ruby %s): native threads via %s, Ruby threads by reading the VM every %v; Ctrl-C to stop\n", pid, vm.Version, src, threadwatch.RubyPollInterval)
 	emit := func(ev threadwatch.Event) {
 		if asJSON {
-			b, _ := versioned(ev) // one JSON object per line
+			b, _ := wire.Versioned(ev) // one JSON object per line
 			fmt.Println(string(b))
 			return
 		}

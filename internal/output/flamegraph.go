@@ -47,7 +47,7 @@ type fgRect struct {
 	x, w  float64 // in samples
 	depth int
 	name  string
-	kind  string
+	kind  profile.Kind
 	count int
 }
 
@@ -147,7 +147,7 @@ func fitText(name string, width float64) string {
 
 // color picks a warm color for Ruby frames, a yellow-green for C methods and
 // grey-blue for the synthetic process and thread roots, stable per name.
-func color(name, kind string) string {
+func color(name string, kind profile.Kind) string {
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	v := h.Sum32()

@@ -11,17 +11,20 @@ import (
 	"time"
 )
 
-// Frame kinds. KindRuby and KindCFunc are the strings the Ruby VM reader
-// uses (rubyvm.KindRuby, rubyvm.KindCFunc); the sampler adds the others
-// above Ruby's own frames.
+// Kind is what a frame of a profile is.
+type Kind string
+
+// Frame kinds. KindRuby, KindCFunc and KindNative are the strings of a
+// captured stack's frames (stacks.Kind); the sampler adds the others above
+// Ruby's own frames.
 const (
-	KindRuby    = "ruby"    // a frame running Ruby code
-	KindCFunc   = "cfunc"   // a method implemented in C
-	KindProcess = "process" // a root frame "pid NNN (TITLE)" with --subprocesses
-	KindThread  = "thread"  // a root frame "thread NAME" with --threads
-	KindGC      = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
-	KindGVL     = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
-	KindNative  = "native"  // a native function (record --native); Path is its object
+	KindRuby    Kind = "ruby"    // a frame running Ruby code
+	KindCFunc   Kind = "cfunc"   // a method implemented in C
+	KindProcess Kind = "process" // a root frame "pid NNN (TITLE)" with --subprocesses
+	KindThread  Kind = "thread"  // a root frame "thread NAME" with --threads
+	KindGC      Kind = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
+	KindGVL     Kind = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
+	KindNative  Kind = "native"  // a native function (record --native); Path is its object
 )
 
 // The labels of the frames the sampler adds for time that is not in Ruby
@@ -39,7 +42,7 @@ const (
 
 // Frame is one node of a sampled stack.
 type Frame struct {
-	Kind  string
+	Kind  Kind
 	Label string
 	Path  string
 	Line  int
@@ -172,7 +175,7 @@ func (p *Profile) Add(frames []Frame, count int) int {
 // Relabel gives every frame of kind its label's new name, as rename
 // returns it (the stacks keep their frames); frames that end up alike
 // stay apart in Stacks but are found as one by later samples.
-func (p *Profile) Relabel(kind string, rename func(label string) string) {
+func (p *Profile) Relabel(kind Kind, rename func(label string) string) {
 	for i, f := range p.Frames {
 		if f.Kind != kind {
 			continue

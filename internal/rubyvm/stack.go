@@ -5,16 +5,20 @@ import (
 	"fmt"
 )
 
+// FrameKind is what a Ruby frame is.
+type FrameKind string
+
 // Frame kinds.
 const (
-	KindRuby  = "ruby"  // a frame running Ruby code (method, block, class body, eval, top)
-	KindCFunc = "cfunc" // a method implemented in C
+	KindRuby       FrameKind = "ruby"    // a frame running Ruby code (method, block, class body, eval, top)
+	KindCFunc      FrameKind = "cfunc"   // a method implemented in C
+	KindUnreadable FrameKind = "unknown" // a frame whose contents could not be read ("??")
 )
 
 // Frame is one Ruby-level frame, innermost first in Thread.Frames.
 type Frame struct {
-	Kind  string `json:"kind"`
-	Label string `json:"label"`
+	Kind  FrameKind `json:"kind"`
+	Label string    `json:"label"`
 	// BaseLabel is the bare method name (location.base_label), for Ruby
 	// frames.
 	BaseLabel string `json:"base_label,omitempty"`
@@ -330,7 +334,7 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 			if firstErr == nil {
 				firstErr = err
 			}
-			f, ok = Frame{Kind: "unknown", Label: "??"}, true
+			f, ok = Frame{Kind: KindUnreadable, Label: "??"}, true
 		}
 		switch {
 		case ok:

@@ -17,7 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/rbscope/rbscope/internal/discover"
-	"github.com/rbscope/rbscope/internal/mixedstack"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
@@ -125,12 +125,10 @@ type proc struct {
 	tickAt time.Time
 	// tasks tells which threads are running (made at the first sample).
 	tasks *target.TaskStates
-	// unwinder unwinds native stacks (Options.Native), made with the
-	// mappings of its time; mapsStale asks for a new one (a library loaded
-	// since). native holds this sample's unwound stacks, by TID.
-	unwinder  *unwind.Unwinder
-	mapsStale bool
-	native    map[int][]unwind.Frame
+	// unwinder unwinds native stacks (Options.Native); native holds this
+	// sample's unwound stacks, by TID.
+	unwinder *stacks.Unwinder
+	native   map[int][]unwind.Frame
 }
 
 // foreignMain reports whether tid, the TID Ruby's books give the main
@@ -159,34 +157,23 @@ func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
 		if err != nil {
 			continue
 		}
-		frames, err := p.unwinder.Unwind(unwind.FromTarget(regs))
-		if errors.Is(err, unwind.ErrUnmapped) {
-			// perhaps code mapped since the unwinder was made (code
-			// without CFI, such as YJIT's, is in a known mapping: no
-			// reason to remake it)
-			p.mapsStale = true
-		}
-		p.native[tid] = frames
+		p.native[tid], _ = p.unwinder.Unwind(regs)
 	}
 }
 
-// prepareNative makes (or remakes, when the mappings changed) the
-// unwinder before a sample, outside any pause.
+// prepareNative makes the unwinder, or makes it anew when code was
+// mapped since, before a sample, outside any pause.
 func (p *proc) prepareNative() {
 	clear(p.native) // the last sample's stacks never join this one's
-	if p.unwinder != nil && !p.mapsStale {
+	if p.unwinder != nil {
+		p.unwinder.Refresh()
 		return
 	}
-	maps, err := p.live.Mappings()
+	u, err := stacks.NewUnwinder(p.live)
 	if err != nil {
 		return
 	}
-	if p.unwinder != nil {
-		p.unwinder.Close()
-	}
-	p.unwinder = unwind.New(p.live, maps)
-	p.unwinder.Preload()
-	p.mapsStale = false
+	p.unwinder = u
 	p.native = map[int][]unwind.Frame{}
 	p.vm.MarkExecBoundaries = true
 }
@@ -645,15 +632,15 @@ func (s *Sampler) sample(p *proc) {
 			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
 		}
 		if native, ok := p.native[tidOf(th)]; ok && len(native) > 0 {
-			p.unwinder.Symbolize(native) // the threads run again
-			mixed := mixedstack.Merge(th.Frames, native).Frames
+			p.unwinder.Name(native, false) // the threads run again
+			mixed := stacks.Merge(th.Frames, native).Frames
 			for i := len(mixed) - 1; i >= 0; i-- {
 				frames = append(frames, profileFrame(mixed[i]))
 			}
 		} else {
 			for i := len(th.Frames) - 1; i >= 0; i-- {
 				f := th.Frames[i]
-				frames = append(frames, profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line})
+				frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
 			}
 		}
 		switch {
@@ -669,9 +656,9 @@ func (s *Sampler) sample(p *proc) {
 // profileFrame is a mixed frame as profiles keep it: a native frame by its
 // function (so that its samples add up whatever the pc), or, unnamed, by
 // the start of its function's CFI range; its object is the frame's path.
-func profileFrame(f mixedstack.Frame) profile.Frame {
-	if f.Kind != mixedstack.KindNative {
-		return profile.Frame{Kind: f.Kind, Label: f.Label, Path: f.Path, Line: f.Line}
+func profileFrame(f stacks.Frame) profile.Frame {
+	if f.Kind != stacks.KindNative {
+		return profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line}
 	}
 	n := f.Native
 	label := n.Function

@@ -169,7 +169,7 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 // TestFrameKindsMatchRubyVM: the profile model names Ruby's frame kinds
 // with the VM reader's strings, which the sampler copies as they are.
 func TestFrameKindsMatchRubyVM(t *testing.T) {
-	if profile.KindRuby != rubyvm.KindRuby || profile.KindCFunc != rubyvm.KindCFunc {
+	if string(profile.KindRuby) != string(rubyvm.KindRuby) || string(profile.KindCFunc) != string(rubyvm.KindCFunc) {
 		t.Errorf("profile kinds %q/%q, rubyvm's %q/%q", profile.KindRuby, profile.KindCFunc, rubyvm.KindRuby, rubyvm.KindCFunc)
 	}
 }

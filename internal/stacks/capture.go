@@ -1,0 +1,236 @@
+package stacks
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/unwind"
+)
+
+// Thread is one thread's stack: a Ruby thread's (Ruby set), with its
+// native frames merged in when the capture read them, or a native thread
+// that runs no Ruby.
+type Thread struct {
+	// TID is the kernel's thread ID as the target lists it; 0 for an M:N
+	// Ruby thread that is on no native thread now.
+	TID int
+	// Name is the Ruby thread's name, or a native thread's kernel name
+	// (comm) where the target has one.
+	Name string
+	// Ruby reports whether the thread runs Ruby; Main, Status (Ruby's
+	// Thread#status) and GVL (it holds the global VM lock) are a Ruby
+	// thread's.
+	Ruby   bool
+	Main   bool
+	Status string
+	GVL    bool
+	// Frames are the thread's frames, innermost first.
+	Frames []Frame
+	// Unaligned reports that some Ruby frames found no exec-loop frame to
+	// go beside and follow the native frames.
+	Unaligned bool
+	// Error says why the Ruby stack is incomplete; NativeError why the
+	// native one ends before its outermost frame (or was not read).
+	Error       string
+	NativeError string
+	// Regs are the thread's registers when its native stack was read.
+	Regs *target.Regs
+}
+
+// Largest returns the thread's largest native frame (by the stack it
+// holds), and false when it has none of known size.
+func (th Thread) Largest() (Frame, bool) {
+	var big Frame
+	for _, f := range th.Frames {
+		if f.Kind == KindNative && f.Native.Size > big.Native.Size {
+			big = f
+		}
+	}
+	return big, big.Native.Size > 0
+}
+
+// NativeFrames returns the thread's native frames, innermost first.
+func (th Thread) NativeFrames() []unwind.Frame {
+	var out []unwind.Frame
+	for _, f := range th.Frames {
+		if f.Kind == KindNative {
+			out = append(out, f.Native)
+		}
+	}
+	return out
+}
+
+// Options say what a capture reads.
+type Options struct {
+	// Native reads every native thread's native stack too, and puts each
+	// Ruby thread's Ruby frames beside the native frames running them.
+	Native bool
+	// Lines names native frames' source lines from DWARF (with Native).
+	Lines bool
+	// Nonblocking reads a live process's Ruby stacks without pausing it
+	// (a stack may then be torn). It cannot go with Native.
+	Nonblocking bool
+	// FrameBudget, when above zero, bounds how many Ruby frames the whole
+	// capture reads (rubyvm.VM.FrameBudget).
+	FrameBudget int
+	// WhileStill, when set, runs while the target stands still, after the
+	// stacks are read, with the threads standing still.
+	WhileStill func(tids []int) error
+}
+
+// ErrNativeNonblocking refuses a capture of native stacks without a
+// pause: registers are read from stopped threads.
+var ErrNativeNonblocking = fmt.Errorf("native stacks need the threads stopped to read their registers")
+
+// Capture reads the stacks of t's threads: the Ruby threads of vm (nil
+// for none) and, with opts.Native, every native thread's native stack.
+// A live target is paused for the read, and always resumed (target.Hold);
+// the native frames are named after it runs again. Ruby threads come
+// first, in the VM's order; native threads that run no Ruby follow, by
+// TID.
+func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
+	if opts.Native && opts.Nonblocking {
+		return nil, ErrNativeNonblocking
+	}
+	var uw *Unwinder
+	if opts.Native {
+		var err error
+		if uw, err = NewUnwinder(t); err != nil {
+			return nil, err
+		}
+		defer uw.Close()
+	}
+	if vm != nil {
+		vm.MarkExecBoundaries = opts.Native
+		vm.FrameBudget = opts.FrameBudget
+	}
+	var ruby []rubyvm.Thread
+	var stopped []int
+	native := map[int][]unwind.Frame{}
+	nativeErr := map[int]error{}
+	regs := map[int]target.Regs{}
+	read := func(tids []int) error {
+		stopped = tids
+		if vm != nil {
+			var err error
+			if ruby, err = vm.Threads(); err != nil {
+				return err
+			}
+		}
+		if uw != nil {
+			for _, tid := range tids {
+				r, err := t.Registers(tid)
+				if err != nil {
+					nativeErr[tid] = err
+					continue
+				}
+				regs[tid] = r
+				native[tid], nativeErr[tid] = uw.Unwind(r)
+			}
+		}
+		if opts.WhileStill != nil {
+			return opts.WhileStill(tids)
+		}
+		return nil
+	}
+	var err error
+	if opts.Nonblocking {
+		err = read(nil)
+	} else {
+		err = target.Hold(t, read)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, fs := range native { // the threads run again
+		uw.Name(fs, opts.Lines)
+	}
+	all, _ := t.Threads()
+	fixForkedMain(t.PID(), ruby, all)
+	out := make([]Thread, 0, len(ruby))
+	seen := map[int]bool{}
+	for _, rt := range ruby {
+		th := Thread{TID: rt.TID, Name: rt.Name, Ruby: true, Main: rt.Main, Status: rt.Status, GVL: rt.GVL, Error: rt.Error}
+		if uw == nil {
+			th.Frames = RubyFrames(rt.Frames)
+			out = append(out, th)
+			continue
+		}
+		fs, ok := native[rt.TID]
+		nerr, failed := nativeErr[rt.TID]
+		switch {
+		case ok && rt.TID > 0:
+			m := Merge(rt.Frames, fs)
+			th.Frames, th.Unaligned = m.Frames, !m.Aligned
+			th.NativeError = errString(nerr)
+		case failed && rt.TID > 0: // stopped, but its registers could not be read
+			th.Frames = RubyFrames(rt.Frames)
+			th.NativeError = errString(nerr)
+		default:
+			th.Frames = RubyFrames(rt.Frames)
+			th.NativeError = "not on a native thread now"
+		}
+		if r, ok := regs[rt.TID]; ok && rt.TID > 0 {
+			th.Regs = &r
+		}
+		if rt.TID > 0 && (ok || failed) {
+			seen[rt.TID] = true // not listed again as a native thread
+		}
+		out = append(out, th)
+	}
+	if uw == nil {
+		return out, nil
+	}
+	names := nativeNames(t)
+	slices.Sort(stopped)
+	for _, tid := range stopped {
+		if seen[tid] {
+			continue
+		}
+		th := Thread{TID: tid, Name: names[tid], Frames: NativeFrames(native[tid]), NativeError: errString(nativeErr[tid])}
+		if r, ok := regs[tid]; ok {
+			th.Regs = &r
+		}
+		out = append(out, th)
+	}
+	return out, nil
+}
+
+// fixForkedMain gives the main thread of a process's Ruby threads the
+// kernel's TID where Ruby's books keep another: a forked child's main
+// thread keeps its parent's TID there (a Puma or Unicorn worker's names
+// its master's), and the kernel's is the process ID. tids are the
+// process's threads as its target lists them.
+func fixForkedMain(pid int, ruby []rubyvm.Thread, tids []int) {
+	if len(tids) == 0 || !slices.Contains(tids, pid) {
+		return
+	}
+	for i := range ruby {
+		if th := &ruby[i]; th.Main && th.TID != pid && !slices.Contains(tids, th.TID) {
+			th.TID = pid
+		}
+	}
+}
+
+// nativeNames returns the kernel's names of a live process's threads (a
+// core keeps none).
+func nativeNames(t target.Target) map[int]string {
+	names := map[int]string{}
+	if l, ok := t.(*target.Live); ok {
+		if tasks, err := l.Tasks(); err == nil {
+			for _, k := range tasks {
+				names[k.TID] = k.Comm
+			}
+		}
+	}
+	return names
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

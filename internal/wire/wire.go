@@ -1,0 +1,55 @@
+// Package wire holds every document rbscope writes for programs to read:
+// the --json output of each command, the crash handler's report.json, the
+// raw recording. Each document has its own structs here, mapped from the
+// model packages (stacks, rubyvm, heap, profile, crash), so that a field
+// renamed in the code never renames a key users rely on. docs/json.md
+// documents each document and key; TestDocumented holds the two together.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// SchemaVersion is the version of the shape of every JSON document, its
+// schema_version key. It changes when a key is renamed or removed or a
+// value changes meaning; new keys keep it.
+const SchemaVersion = 1
+
+// Write writes the JSON object v as indented JSON with schema_version as
+// its first key.
+func Write(w io.Writer, v any) error {
+	b, err := Versioned(v)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+// Versioned encodes the JSON object v with schema_version as its first
+// key.
+func Versioned(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JSON: %w", err)
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("encoding JSON: %T is not an object", v)
+	}
+	head := fmt.Sprintf(`{"schema_version":%d`, SchemaVersion)
+	if string(b) == "{}" {
+		return []byte(head + "}"), nil
+	}
+	return append([]byte(head+","), b[1:]...), nil
+}
+
+// hex writes an address as the documents do: "0x7f3a...".
+func hex(v uint64) string { return fmt.Sprintf("%#x", v) }
