@@ -17,10 +17,10 @@ import (
 	"unsafe"
 
 	"github.com/rbscope/rbscope/internal/discover"
-	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/unwind"

@@ -87,4 +87,3 @@ func cfuncCall(f unwind.Frame) bool {
 
 // execLoop tells whether a native frame is a call of the VM's exec loop.
 func execLoop(f unwind.Frame) bool { return slices.Contains(rubyvm.ExecLoopFunctions, f.Function) }
-
