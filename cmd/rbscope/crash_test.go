@@ -22,7 +22,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/rbscope/rbscope/internal/crash"
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -109,7 +108,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 				t.Fatalf("no Ruby state in the report; problems: %v", r.Problems)
 			}
 			var mainFrames []string
-			var main []rubyvm.Frame
+			var main []wire.Frame
 			other := false
 			for _, th := range r.Ruby.Threads {
 				if th.Name == want.Other {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/crash"
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -52,8 +51,8 @@ func TestCrashListShowJSON(t *testing.T) {
 	r := crash.Report{
 		ID: id, Time: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), PID: 4242, TID: 4242, Signal: 11, SignalName: "SIGSEGV",
 		Exe: "/usr/bin/ruby3.1", Cmdline: []string{"ruby", "app.rb"}, Registers: map[string]string{"rip": "0x1"},
-		Ruby: &crash.RubyState{Version: "3.1.7", Threads: []rubyvm.Thread{{TID: 4242, Main: true, Name: "main", Status: "run",
-			Frames: []rubyvm.Frame{{Kind: rubyvm.KindRuby, Label: "Object#boom", BaseLabel: "boom", Path: "app.rb", Line: 3}}}}},
+		Ruby: &crash.RubyState{Version: "3.1.7", Threads: []wire.Thread{{TID: 4242, Main: true, Name: "main", Status: "run",
+			Frames: []wire.Frame{{Kind: "ruby", Label: "Object#boom", BaseLabel: "boom", Path: "app.rb", Line: 3}}}}},
 	}
 	b, _ := json.Marshal(r)
 	if err := os.WriteFile(filepath.Join(store, id, "report.json"), b, 0o600); err != nil {

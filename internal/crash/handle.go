@@ -22,8 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
-	"github.com/rbscope/rbscope/internal/unwind"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // Args are what the kernel passes through core_pattern's specifiers.
@@ -94,8 +95,8 @@ type Report struct {
 
 // RubyState is the Ruby side of a crashed process.
 type RubyState struct {
-	Version string          `json:"version"`
-	Threads []rubyvm.Thread `json:"threads"`
+	Version string        `json:"version"`
+	Threads []wire.Thread `json:"threads"`
 }
 
 // NativeThread is one thread's registers and a native backtrace found by
@@ -115,8 +116,8 @@ type NativeFrame struct {
 	Symbol string `json:"symbol"` // function+offset, or object+offset
 	File   string `json:"file"`
 	// FrameSize is the stack the frame holds (0: unknown).
-	FrameSize uint64         `json:"frame_size,omitempty"`
-	Signal    *unwind.Signal `json:"signal,omitempty"`
+	FrameSize uint64       `json:"frame_size,omitempty"`
+	Signal    *wire.Signal `json:"signal,omitempty"`
 }
 
 // ProcSnapshot is /proc/PID as it was during the crash.
@@ -161,12 +162,12 @@ const reportFrameBytes = 32 << 20
 
 // frameCost is what a frame is charged against reportFrameBytes: its
 // strings, plus what the report's JSON spends around them.
-func frameCost(f rubyvm.Frame) int { return len(f.Label) + len(f.BaseLabel) + len(f.Path) + 64 }
+func frameCost(f wire.Frame) int { return len(f.Label) + len(f.BaseLabel) + len(f.Path) + 64 }
 
 // keepFrameBytes cuts the Ruby stacks of a report to budget bytes (see
 // frameCost), spending it on the crashing thread first, then on the others
 // in order, and returns how many frames it left out.
-func keepFrameBytes(threads []rubyvm.Thread, crashed, budget int) (cut int) {
+func keepFrameBytes(threads []wire.Thread, crashed, budget int) (cut int) {
 	order := make([]int, 0, len(threads))
 	for i, th := range threads {
 		if th.TID == crashed {
@@ -645,12 +646,40 @@ func readRuby(pid int) (*RubyState, []string) {
 	for _, s := range vm.Image.Skipped {
 		problems = append(problems, "ruby image: not read: "+s)
 	}
-	vm.FrameBudget = reportFrameBudget
-	threads, err := vm.Threads()
+	// The process is dumping its core: it cannot be paused, and it
+	// stands still.
+	threads, err := stacks.Capture(t, vm, stacks.Options{Nonblocking: true, FrameBudget: reportFrameBudget})
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())
 	}
-	return &RubyState{Version: vm.Version, Threads: threads}, problems
+	return &RubyState{Version: vm.Version, Threads: wire.Threads(threads)}, problems
+}
+
+// noteTarget is the crashed process as the handler reads its native
+// stacks: its memory through the kernel, which keeps it until the handler
+// exits, and its threads' registers from the core's NT_PRSTATUS notes.
+type noteTarget struct {
+	target.Target
+	threads []target.CoreThread
+}
+
+// Threads lists the threads the notes hold.
+func (n noteTarget) Threads() ([]int, error) {
+	tids := make([]int, len(n.threads))
+	for i, th := range n.threads {
+		tids[i] = th.TID
+	}
+	return tids, nil
+}
+
+// Registers gives a thread's registers from its note.
+func (n noteTarget) Registers(tid int) (target.Regs, error) {
+	for _, th := range n.threads {
+		if th.TID == tid {
+			return th.Regs, nil
+		}
+	}
+	return target.Regs{}, fmt.Errorf("tid %d has no note: %w", tid, target.ErrNoRegisters)
 }
 
 // nativeState is what readNative found.
@@ -671,16 +700,16 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 		ns.problems = append(ns.problems, "registers: "+err.Error())
 		return ns
 	}
-	t, err := target.Attach(pid)
-	var maps []target.Mapping
-	if err == nil {
+	captured := map[int]stacks.Thread{}
+	if t, err := target.Attach(pid); err == nil {
 		defer t.Close()
-		maps, _ = t.Mappings()
-	}
-	var u *unwind.Unwinder
-	if t != nil && maps != nil {
-		u = unwind.New(t, maps)
-		defer u.Close()
+		ths, err := stacks.Capture(noteTarget{Target: t, threads: threads}, nil, stacks.Options{Native: true})
+		if err != nil {
+			ns.problems = append(ns.problems, "native stacks: "+err.Error())
+		}
+		for _, th := range ths {
+			captured[th.TID] = th
+		}
 	}
 	// The crashing thread first, for the frame budget; the report lists
 	// them by TID.
@@ -700,20 +729,20 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 			}
 		}
 		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
-		if u != nil {
-			frames, err := u.Unwind(unwind.FromTarget(th.Regs))
-			u.Symbolize(frames)
+		if c, ok := captured[th.TID]; ok {
+			frames := c.NativeFrames()
 			for k, f := range frames {
-				nf := NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size, Signal: f.Signal}
+				nf := NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size}
+				if f.Signal != nil {
+					nf.Signal = &wire.Signal{Number: f.Signal.Number, Addr: f.Signal.Addr}
+				}
 				if budget -= len(nf.Symbol) + len(nf.File) + len(nf.Addr) + 64; budget < 0 {
 					cut += len(frames) - k
 					break
 				}
 				nt.Frames = append(nt.Frames, nf)
 			}
-			if err != nil {
-				nt.Error = err.Error()
-			}
+			nt.Error = c.NativeError
 			if crashing {
 				ns.fault = Fault(frames, signal)
 			}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // TestHandleReadDeadline: a read of the dying process that never returns
@@ -102,14 +102,14 @@ func TestUIDIsTheRealOne(t *testing.T) {
 // TestKeepFrameBytes: a report's Ruby frames are cut at its byte budget,
 // spent on the crashing thread first, and the cut is counted.
 func TestKeepFrameBytes(t *testing.T) {
-	frames := func(n int) []rubyvm.Frame {
-		fs := make([]rubyvm.Frame, n)
+	frames := func(n int) []wire.Frame {
+		fs := make([]wire.Frame, n)
 		for i := range fs {
-			fs[i] = rubyvm.Frame{Label: "m", Path: strings.Repeat("p", 1000)}
+			fs[i] = wire.Frame{Label: "m", Path: strings.Repeat("p", 1000)}
 		}
 		return fs
 	}
-	threads := []rubyvm.Thread{{TID: 1, Frames: frames(10)}, {TID: 2, Frames: frames(10)}}
+	threads := []wire.Thread{{TID: 1, Frames: frames(10)}, {TID: 2, Frames: frames(10)}}
 	per := frameCost(threads[0].Frames[0])
 	cut := keepFrameBytes(threads, 2, 15*per)
 	if len(threads[1].Frames) != 10 || len(threads[0].Frames) != 5 || cut != 5 {

@@ -12,6 +12,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // List returns the crash IDs in the store, oldest first. Entries that are
@@ -118,7 +119,7 @@ func (r *Report) TopRubyFrame() string {
 	if r.Ruby == nil {
 		return ""
 	}
-	var pick *rubyvm.Thread
+	var pick *wire.Thread
 	for i := range r.Ruby.Threads {
 		th := &r.Ruby.Threads[i]
 		if th.TID == r.TID || (pick == nil && th.Main) {
@@ -129,7 +130,7 @@ func (r *Report) TopRubyFrame() string {
 		return ""
 	}
 	f := pick.Frames[0]
-	if f.Kind == rubyvm.KindRuby {
+	if f.Kind == string(rubyvm.KindRuby) {
 		return fmt.Sprintf("%s (%s:%d)", f.Label, f.Path, f.Line)
 	}
 	return f.Label
@@ -192,7 +193,7 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "Thread %q tid=%d status=%s%s\n", name, th.TID, th.Status, mark)
 			for _, f := range th.Frames {
 				loc := "<cfunc>"
-				if f.Kind == rubyvm.KindRuby {
+				if f.Kind == string(rubyvm.KindRuby) {
 					loc = fmt.Sprintf("%s:%d", textsafe.Clean(f.Path), f.Line)
 				}
 				fmt.Fprintf(w, "  %s  %s\n", textsafe.Clean(f.Label), loc)
