@@ -77,7 +77,7 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 			t.fdes = t.fdes.Append(fdes) // sorted, duplicates dropped
 		}
 	}
-	if sec := im.SeparateDebugSection(".debug_frame"); sec != nil && sec.Size <= maxCFIBytes {
+	if sec := im.DebugFileSection(".debug_frame"); sec != nil && sec.Size <= maxCFIBytes {
 		if data, err := sec.Data(); err == nil {
 			if fdes, err := parseCFI(data, 0); err == nil {
 				t.debug = fdes
