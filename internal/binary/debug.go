@@ -78,10 +78,7 @@ func (im *Image) DebugSource() *DebugSource {
 	if im.File == nil {
 		return src
 	}
-	src.debugELF, src.debugFile = im.separateDebug()
-	if src.debugFile != nil {
-		src.DebugFile = src.debugFile.Name()
-	}
+	src.debugELF, src.debugFile, src.DebugFile = im.separateDebug()
 	if sec := im.File.SectionByType(elf.SHT_SYMTAB); sec != nil {
 		src.addTable(im, im.File, sec, im.Path)
 	} else if src.debugELF != nil && src.debugELF.SectionByType(elf.SHT_SYMTAB) != nil {
@@ -254,16 +251,17 @@ func hasDWARF(ef *elf.File) bool {
 }
 
 // separateDebug finds the image's separate debug file, by build ID or
-// .gnu_debuglink (opened through the target: see target.Target's Open);
-// nil when there is none. Only a file whose build ID is the image's is
+// .gnu_debuglink (opened through the target: see target.Target's Open),
+// and returns it with its path as the target sees it; nil when there is
+// none. Only a file whose build ID is the image's is
 // taken.
-func (im *Image) separateDebug() (*elf.File, *os.File) {
+func (im *Image) separateDebug() (*elf.File, *os.File, string) {
 	id := im.BuildID()
 	if id == "" || im.opener == nil {
 		// Without a build ID nothing proves a debug file is this image's:
 		// a name from .gnu_debuglink alone could be any file the target's
 		// user placed there.
-		return nil, nil
+		return nil, nil, ""
 	}
 	for _, p := range im.debugFileCandidates() {
 		f, err := im.opener(p)
@@ -279,9 +277,9 @@ func (im *Image) separateDebug() (*elf.File, *os.File) {
 			f.Close() // not the debug file of this image
 			continue
 		}
-		return ef, f
+		return ef, f, p
 	}
-	return nil, nil
+	return nil, nil, ""
 }
 
 func (im *Image) debugFileCandidates() []string {
