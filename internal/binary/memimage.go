@@ -216,3 +216,71 @@ func cstr(b []byte) string {
 	}
 	return string(b)
 }
+
+// EHFrame returns the image's .eh_frame_hdr and .eh_frame with their
+// link-time addresses, each at most limit bytes: from the section headers,
+// else from the PT_GNU_EH_FRAME segment (an image read from a core's
+// memory has no section headers), whose header points at .eh_frame; that
+// then runs to the end of its loaded segment, since no header gives its
+// size. The header's entries say how much of it is read.
+func (im *Image) EHFrame(limit uint64) (hdr []byte, hdrAddr uint64, frame []byte, frameAddr uint64, err error) {
+	if h, eh := im.File.Section(".eh_frame_hdr"), im.File.Section(".eh_frame"); h != nil && eh != nil && eh.Addr != 0 {
+		if h.Size > limit || eh.Size > limit {
+			return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr of %d bytes, .eh_frame of %d (at most %d read)", im.Path, h.Size, eh.Size, limit)
+		}
+		if hdr, err = h.Data(); err != nil {
+			return nil, 0, nil, 0, err
+		}
+		if frame, err = eh.Data(); err != nil {
+			return nil, 0, nil, 0, err
+		}
+		return hdr, h.Addr, frame, eh.Addr, nil
+	}
+	var seg *elf.Prog
+	for _, p := range im.File.Progs {
+		if p.Type == elf.PT_GNU_EH_FRAME {
+			seg = p
+		}
+	}
+	if seg == nil {
+		return nil, 0, nil, 0, fmt.Errorf("%s: no .eh_frame_hdr section or PT_GNU_EH_FRAME segment", im.Path)
+	}
+	if seg.Filesz < 8 || seg.Filesz > limit {
+		return nil, 0, nil, 0, fmt.Errorf("%s: PT_GNU_EH_FRAME of %d bytes", im.Path, seg.Filesz)
+	}
+	hdrAddr = seg.Vaddr
+	if hdr, err = im.Code(im.Bias+hdrAddr, seg.Filesz); err != nil {
+		return nil, 0, nil, 0, fmt.Errorf("PT_GNU_EH_FRAME: %w", err)
+	}
+	// eh_frame_ptr, in the encoding hdr[1] names: pc-relative (to the
+	// field) or absolute, 4 or 8 bytes.
+	le := binary.LittleEndian
+	var ptr uint64
+	switch enc := hdr[1]; enc {
+	case 0x1b: // pcrel sdata4
+		ptr = hdrAddr + 4 + uint64(int64(int32(le.Uint32(hdr[4:]))))
+	case 0x03, 0x0b: // udata4, sdata4
+		ptr = uint64(le.Uint32(hdr[4:]))
+	case 0x04, 0x0c, 0x1c: // udata8, sdata8, pcrel sdata8
+		if len(hdr) < 12 {
+			return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr of %d bytes", im.Path, len(hdr))
+		}
+		ptr = le.Uint64(hdr[4:])
+		if enc == 0x1c {
+			ptr += hdrAddr + 4
+		}
+	default:
+		return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr pointer encoding %#x", im.Path, enc)
+	}
+	for _, p := range im.File.Progs {
+		if p.Type != elf.PT_LOAD || ptr < p.Vaddr || ptr >= p.Vaddr+p.Filesz {
+			continue
+		}
+		n := min(p.Vaddr+p.Filesz-ptr, limit)
+		if frame, err = im.Code(im.Bias+ptr, n); err != nil {
+			return nil, 0, nil, 0, fmt.Errorf(".eh_frame: %w", err)
+		}
+		return hdr, hdrAddr, frame, ptr, nil
+	}
+	return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame at %#x is not in a loaded segment", im.Path, ptr)
+}
