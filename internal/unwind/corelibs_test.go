@@ -149,4 +149,3 @@ func names(frames []Frame) []string {
 	}
 	return out
 }
-
