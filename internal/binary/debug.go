@@ -31,8 +31,9 @@ import (
 // The separate debug file is the one whose build ID is the image's, found
 // by build ID under /usr/lib/debug/.build-id or by .gnu_debuglink.
 type DebugSource struct {
-	// DebugFile is the path of the separate debug file, MiniDebugInfo
-	// when the symbols come from the image's .gnu_debugdata, or "".
+	// DebugFile is the path of the separate debug file (as the target
+	// sees it), else MiniDebugInfo when the symbols come from the image's
+	// .gnu_debugdata, else "".
 	DebugFile string
 	// Symbols names the symbol tables read, most complete first, each as
 	// "SECTION of FILE" (FILE is the image's path, or DebugFile), or
@@ -42,11 +43,10 @@ type DebugSource struct {
 	// image's path, or DebugFile), or is "" when there is none.
 	DWARF string
 
-	tables      []symTable
-	debugELF    *elf.File // the separate debug file, parsed; nil when none
-	debugFile   *os.File  // the separate debug file, closed with the image
-	dwarfELF    *elf.File
-	dwarfReader any // what dwarfELF reads from, for debugOverBudget
+	tables    []symTable
+	debugELF  *elf.File // the separate debug file, parsed; nil when none
+	debugFile *os.File  // the separate debug file, closed with the image
+	dwarfELF  *elf.File
 }
 
 // MiniDebugInfo is DebugSource.DebugFile for an image whose symbols come
@@ -60,7 +60,6 @@ const memorySymbols = "dynamic symbols in memory"
 // symTable is one symbol table: its Elf64_Sym entries and its string
 // table, read when asked for.
 type symTable struct {
-	name string
 	read func() (syms, strs []byte, err error)
 }
 
@@ -78,18 +77,22 @@ func (im *Image) DebugSource() *DebugSource {
 	if im.File == nil {
 		return src
 	}
-	src.debugELF, src.debugFile, src.DebugFile = im.separateDebug()
+	var separate string
+	src.debugELF, src.debugFile, separate = im.separateDebug()
+	src.DebugFile = separate
 	if sec := im.File.SectionByType(elf.SHT_SYMTAB); sec != nil {
 		src.addTable(im, im.File, sec, im.Path)
 	} else if src.debugELF != nil && src.debugELF.SectionByType(elf.SHT_SYMTAB) != nil {
-		src.addTable(im, src.debugELF, src.debugELF.SectionByType(elf.SHT_SYMTAB), src.DebugFile)
+		src.addTable(im, src.debugELF, src.debugELF.SectionByType(elf.SHT_SYMTAB), separate)
 	} else if sec := im.File.Section(".gnu_debugdata"); sec != nil && sec.Type != elf.SHT_NOBITS {
 		// Decompressed when the symbols are first read, not to choose.
-		src.DebugFile = MiniDebugInfo
+		if src.DebugFile == "" {
+			src.DebugFile = MiniDebugInfo
+		}
 		src.Symbols = append(src.Symbols, ".symtab of "+MiniDebugInfo)
 		var mini *elf.File
 		read := false
-		src.tables = append(src.tables, symTable{name: ".symtab of " + MiniDebugInfo, read: func() ([]byte, []byte, error) {
+		src.tables = append(src.tables, symTable{read: func() ([]byte, []byte, error) {
 			if !read {
 				read, mini = true, im.miniDebugInfo()
 			}
@@ -112,7 +115,7 @@ func (im *Image) DebugSource() *DebugSource {
 		ef   *elf.File
 		r    any
 		name string
-	}{{im.File, im.file, im.Path}, {src.debugELF, src.debugFile, src.DebugFile}} {
+	}{{im.File, im.file, im.Path}, {src.debugELF, src.debugFile, separate}} {
 		if c.ef == nil || !hasDWARF(c.ef) {
 			continue
 		}
@@ -124,7 +127,7 @@ func (im *Image) DebugSource() *DebugSource {
 			im.Skipped = append(im.Skipped, what+": "+why)
 			continue
 		}
-		src.dwarfELF, src.dwarfReader, src.DWARF = c.ef, c.r, c.name
+		src.dwarfELF, src.DWARF = c.ef, c.name
 		break
 	}
 	return src
@@ -135,7 +138,7 @@ func (im *Image) DebugSource() *DebugSource {
 func (src *DebugSource) addTable(im *Image, ef *elf.File, sec *elf.Section, from string) {
 	name := sec.Name + " of " + from
 	src.Symbols = append(src.Symbols, name)
-	src.tables = append(src.tables, symTable{name: name, read: func() ([]byte, []byte, error) {
+	src.tables = append(src.tables, symTable{read: func() ([]byte, []byte, error) {
 		return tableData(im, ef, sec)
 	}})
 }
@@ -166,7 +169,7 @@ func tableData(im *Image, ef *elf.File, sec *elf.Section) ([]byte, []byte, error
 // addMemoryTable adds the dynamic symbol table read from a core's memory.
 func (src *DebugSource) addMemoryTable(syms, strs []byte) {
 	src.Symbols = append(src.Symbols, memorySymbols)
-	src.tables = append(src.tables, symTable{name: memorySymbols, read: func() ([]byte, []byte, error) {
+	src.tables = append(src.tables, symTable{read: func() ([]byte, []byte, error) {
 		return syms, strs, nil
 	}})
 }
