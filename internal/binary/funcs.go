@@ -1,17 +1,11 @@
 package binary
 
 import (
-	"bytes"
 	"cmp"
 	"debug/elf"
-	encbin "encoding/binary"
-	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/xi2/xz"
 )
 
 // funcSym is one function symbol: its link-time range and its name, kept
@@ -55,47 +49,26 @@ func nameRank(info byte) int8 {
 }
 
 // loadFuncs builds the index of function symbols SymbolAt and FunctionAt
-// search: from the file's .symtab and .dynsym, and for a stripped file its
-// separate debug file's .symtab. It reads the tables' entries directly,
-// making a string only for the names asked for.
+// search, from the symbol tables the image's debug source chose. It reads
+// the tables' entries directly, making a string only for the names asked
+// for.
 func (im *Image) loadFuncs() {
 	im.funcs = []funcSym{}
 	im.strtabs = nil
-	add := func(ef *elf.File, typ elf.SectionType, owner *Image) {
-		sec := ef.SectionByType(typ)
-		if sec == nil || !owner.symbolTableFits(typ) || int(sec.Link) >= len(ef.Sections) || ef.Class != elf.ELFCLASS64 {
-			return
-		}
-		const entry = 24 // Elf64_Sym
-		syms, err := sec.Data()
+	for _, tab := range im.DebugSource().tables {
+		syms, strtab, err := tab.read()
 		if err != nil {
-			return
-		}
-		strtab, err := ef.Sections[sec.Link].Data()
-		if err != nil {
-			return
+			continue
 		}
 		table := uint8(len(im.strtabs))
 		im.strtabs = append(im.strtabs, strtab)
-		im.funcs = slices.Grow(im.funcs, len(syms)/entry/2)
-		for off := entry; off+entry <= len(syms); off += entry {
-			e := syms[off : off+entry]
-			info, shndx := e[4], encbin.LittleEndian.Uint16(e[6:])
-			value, size := encbin.LittleEndian.Uint64(e[8:]), encbin.LittleEndian.Uint64(e[16:])
-			if elf.ST_TYPE(info) != elf.STT_FUNC || value == 0 || shndx == uint16(elf.SHN_UNDEF) {
-				continue
+		im.funcs = slices.Grow(im.funcs, len(syms)/symEntry/2)
+		eachSym(syms, func(s rawSym) {
+			if elf.ST_TYPE(s.info) != elf.STT_FUNC || s.value == 0 || s.shndx == uint16(elf.SHN_UNDEF) {
+				return
 			}
-			im.funcs = append(im.funcs, funcSym{value, size, encbin.LittleEndian.Uint32(e[0:]), table, nameRank(info)})
-		}
-	}
-	add(im.File, elf.SHT_SYMTAB, im)
-	add(im.File, elf.SHT_DYNSYM, im)
-	if im.File.SectionByType(elf.SHT_SYMTAB) == nil {
-		if ef, _ := im.separateDebug(); ef != nil {
-			add(ef, elf.SHT_SYMTAB, &Image{File: ef, Path: im.Path})
-		} else if ef := im.miniDebugInfo(); ef != nil {
-			add(ef, elf.SHT_SYMTAB, &Image{File: ef, Path: im.Path})
-		}
+			im.funcs = append(im.funcs, funcSym{s.value, s.size, s.nameOff, table, nameRank(s.info)})
+		})
 	}
 	// Several names for one address (aliases): the one searched for (the
 	// last of them) is a global's, then a weak one's, then the shortest;
@@ -127,47 +100,4 @@ func (im *Image) funcBefore(addr uint64) (funcSym, bool) {
 		return funcSym{}, false
 	}
 	return im.funcs[i], true
-}
-
-// Budgets on MiniDebugInfo: the compressed section, and what it expands to.
-const (
-	maxMiniDebugBytes    = 8 << 20
-	maxMiniDebugInflated = 32 << 20
-	// maxMiniDebugDict bounds the dictionary its xz stream may ask for
-	// (xz's largest preset uses 64 MB).
-	maxMiniDebugDict = 64 << 20
-)
-
-// miniDebugInfo returns the ELF file a stripped file carries, xz-compressed,
-// in its .gnu_debugdata section (MiniDebugInfo, as Fedora and RHEL build
-// their libraries): a .symtab naming the static functions. nil when there
-// is none or it is over budget.
-func (im *Image) miniDebugInfo() *elf.File {
-	sec := im.File.Section(".gnu_debugdata")
-	if sec == nil || sec.Type == elf.SHT_NOBITS || sec.Size > maxMiniDebugBytes {
-		return nil
-	}
-	data, err := sec.Data()
-	if err != nil {
-		return nil
-	}
-	// The stream names its dictionary's size, which the decoder allocates:
-	// a few bytes may ask for gigabytes. The decoder refuses past dictMax.
-	r, err := xz.NewReader(bytes.NewReader(data), maxMiniDebugDict)
-	if err != nil {
-		return nil
-	}
-	inner, err := io.ReadAll(io.LimitReader(r, maxMiniDebugInflated+1))
-	if err != nil || len(inner) > maxMiniDebugInflated {
-		im.Skipped = append(im.Skipped, fmt.Sprintf(".gnu_debugdata: not read (%v, or over %d bytes)", err, maxMiniDebugInflated))
-		return nil
-	}
-	if checkHeaders(bytes.NewReader(inner)) != nil {
-		return nil
-	}
-	ef, err := elf.NewFile(bytes.NewReader(inner))
-	if err != nil {
-		return nil
-	}
-	return ef
 }

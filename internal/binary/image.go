@@ -12,7 +12,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -40,16 +39,13 @@ type Image struct {
 	Skipped []string
 
 	file    io.Closer // the file, an io.ReaderAt too
-	symbols map[string]elf.Symbol
 	opener  func(string) (*os.File, error)
+	debug   *DebugSource // once chosen
+	symbols map[string]elf.Symbol
 	dwarf   *dwarf.Data
 	dwarfOK bool
-	// debugELF is the separate debug file (debugFile), once looked for.
-	debugELF  *elf.File
-	debugFile *os.File
-	debugOK   bool
-	funcs     []funcSym // function symbols by address, for SymbolAt
-	strtabs   [][]byte  // the string tables funcs' names are in
+	funcs   []funcSym // function symbols by address, for SymbolAt
+	strtabs [][]byte  // the string tables funcs' names are in
 }
 
 // ErrNoSymbol is returned when a symbol is not in the image.
@@ -322,71 +318,14 @@ func segmentsFollow(ef *elf.File, maps []target.Mapping, path string, first *elf
 
 // Close releases the file.
 func (im *Image) Close() error {
-	if im.debugFile != nil {
-		im.debugFile.Close()
-		im.debugFile = nil
+	if im.debug != nil && im.debug.debugFile != nil {
+		im.debug.debugFile.Close()
+		im.debug.debugFile = nil
 	}
 	if im.file != nil {
 		return im.file.Close()
 	}
 	return nil
-}
-
-func (im *Image) loadSymbols() {
-	if im.symbols != nil {
-		return
-	}
-	im.symbols = map[string]elf.Symbol{}
-	add := func(syms []elf.Symbol) {
-		for _, s := range syms {
-			if s.Name == "" || s.Section == elf.SHN_UNDEF {
-				continue
-			}
-			if _, ok := im.symbols[s.Name]; !ok {
-				im.symbols[s.Name] = s
-			}
-		}
-	}
-	if im.symbolTableFits(elf.SHT_SYMTAB) {
-		if syms, err := im.File.Symbols(); err == nil {
-			add(syms)
-		}
-	}
-	if im.symbolTableFits(elf.SHT_DYNSYM) {
-		if syms, err := im.File.DynamicSymbols(); err == nil {
-			add(syms)
-		}
-	}
-	// A stripped file's static functions are named in its separate debug
-	// file's .symtab (Debian's -dbg and -dbgsym packages).
-	if im.File.SectionByType(elf.SHT_SYMTAB) == nil {
-		if ef, _ := im.separateDebug(); ef != nil {
-			if (&Image{File: ef, Path: im.Path}).symbolTableFits(elf.SHT_SYMTAB) {
-				if syms, err := ef.Symbols(); err == nil {
-					add(syms)
-				}
-			}
-		}
-	}
-}
-
-// symbolTableFits reports whether the symbol table of type typ (the one the
-// ELF parser would read) and its string table are within
-// MaxSymbolTableBytes. A larger one is left out and said so in Skipped.
-func (im *Image) symbolTableFits(typ elf.SectionType) bool {
-	sec := im.File.SectionByType(typ)
-	if sec == nil {
-		return true // the parser reads nothing
-	}
-	size := sec.Size
-	if int(sec.Link) < len(im.File.Sections) {
-		size = max(size, im.File.Sections[sec.Link].Size)
-	}
-	if size > MaxSymbolTableBytes {
-		im.Skipped = append(im.Skipped, fmt.Sprintf("%s: %d bytes declared (at most %d read)", sec.Name, size, MaxSymbolTableBytes))
-		return false
-	}
-	return true
 }
 
 // Symbol returns the run-time address and size of a defined symbol.
@@ -537,99 +476,6 @@ func (im *Image) readFile(p []byte, off int64) (int, error) {
 	return r.ReadAt(p, off)
 }
 
-// DWARF returns the image's debug information: from the file itself, or
-// from a separate debug file found by build ID or .gnu_debuglink under
-// /usr/lib/debug. It returns nil when there is none. A separate debug file
-// is used only when its build ID is the image's.
-func (im *Image) DWARF() *dwarf.Data {
-	if im.dwarfOK {
-		return im.dwarf
-	}
-	im.dwarfOK = true
-	if d, why := dwarfOf(im.File, im.file); d != nil {
-		im.dwarf = d
-		return d
-	} else if why != "" {
-		im.Skipped = append(im.Skipped, "debug information: "+why)
-	}
-	ef, f := im.separateDebug()
-	if ef == nil {
-		return nil
-	}
-	d, why := dwarfOf(ef, f)
-	if why != "" {
-		im.Skipped = append(im.Skipped, fmt.Sprintf("debug information in %s: %s", f.Name(), why))
-	}
-	im.dwarf = d
-	return d
-}
-
-// separateDebug finds the image's separate debug file, by build ID or
-// .gnu_debuglink (opened through the target: see target.Target's Open),
-// and keeps it open for the image's life; nil when there is none. Only a
-// file whose build ID is the image's is taken.
-func (im *Image) separateDebug() (*elf.File, *os.File) {
-	if im.debugOK {
-		return im.debugELF, im.debugFile
-	}
-	im.debugOK = true
-	id := im.BuildID()
-	if id == "" || im.opener == nil {
-		// Without a build ID nothing proves a debug file is this image's:
-		// a name from .gnu_debuglink alone could be any file the target's
-		// user placed there.
-		return nil, nil
-	}
-	for _, p := range im.debugFileCandidates() {
-		f, err := im.opener(p)
-		if err != nil {
-			continue
-		}
-		if err := checkHeaders(f); err != nil {
-			f.Close()
-			continue
-		}
-		ef, err := elf.NewFile(f)
-		if err != nil || (&Image{File: ef}).BuildID() != id {
-			f.Close() // not the debug file of this image
-			continue
-		}
-		im.debugELF, im.debugFile = ef, f
-		return ef, f
-	}
-	return nil, nil
-}
-
-// SeparateDebugSection returns the section called name of the image's
-// separate debug file (see separateDebug), or nil when there is no such
-// file or it holds no such section with contents.
-func (im *Image) SeparateDebugSection(name string) *elf.Section {
-	ef, _ := im.separateDebug()
-	if ef == nil {
-		return nil
-	}
-	if sec := ef.Section(name); sec != nil && sec.Type != elf.SHT_NOBITS {
-		return sec
-	}
-	return nil
-}
-
-// dwarfOf returns the debug information of ef, read from file, or nil and
-// why not when it has some rbscope will not read ("" when it has none).
-func dwarfOf(ef *elf.File, file any) (*dwarf.Data, string) {
-	if ef.Section(".debug_info") == nil && ef.Section(".zdebug_info") == nil {
-		return nil, ""
-	}
-	if why := debugOverBudget(ef, file); why != "" {
-		return nil, why
-	}
-	d, err := ef.DWARF()
-	if err != nil {
-		return nil, ""
-	}
-	return d, ""
-}
-
 // Limits on what debug sections may declare beyond MaxDebugBytes: a
 // section larger than sparseSlack must have no hole (a sparse file
 // claiming a gigabyte of zeros is refused), and a compressed section may
@@ -698,27 +544,6 @@ func zdebugSize(s *elf.Section) uint64 {
 		return s.Size
 	}
 	return encbin.BigEndian.Uint64(h[4:])
-}
-
-func (im *Image) debugFileCandidates() []string {
-	var out []string
-	if id := im.BuildID(); len(id) > 2 {
-		out = append(out, filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug"))
-	}
-	if sec := im.File.Section(".gnu_debuglink"); sec != nil {
-		if data, err := sec.Data(); err == nil {
-			name := string(data)
-			if i := strings.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			dir := filepath.Dir(im.Path)
-			out = append(out,
-				filepath.Join(dir, name),
-				filepath.Join(dir, ".debug", name),
-				filepath.Join("/usr/lib/debug", dir, name))
-		}
-	}
-	return out
 }
 
 // SymbolAt returns the function symbol that contains (or most closely

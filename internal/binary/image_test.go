@@ -212,6 +212,14 @@ int main(void) { hidden_work(); return 0; }
 	if got := name(withMini); got != "hidden_work" {
 		t.Errorf("with .gnu_debugdata: %q, want hidden_work", got)
 	}
+	// Symbol reads the same debug source as FunctionAt.
+	addr, _, im := runAndOpen(t, withMini)
+	if got, _, err := im.Symbol("hidden_work"); err != nil || got != addr {
+		t.Errorf("with .gnu_debugdata: Symbol(hidden_work) = %#x, %v; the program says %#x", got, err, addr)
+	}
+	if src := im.DebugSource(); src.DebugFile != rbinary.MiniDebugInfo {
+		t.Errorf("debug source %+v, want %s", src, rbinary.MiniDebugInfo)
+	}
 	if got := name(plain); got == "hidden_work" {
 		t.Error("setup: the stripped file without .gnu_debugdata names the static function")
 	}

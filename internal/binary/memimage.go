@@ -41,7 +41,7 @@ func OpenInMemory(t target.Target, maps []target.Mapping, path string) (*Image, 
 		return nil, fmt.Errorf("%s: not mapped in the process", path)
 	}
 	sort.SliceStable(mf.maps, func(i, j int) bool { return mf.maps[i].Offset < mf.maps[j].Offset })
-	empty := &Image{Path: path, InMemory: true, symbols: map[string]elf.Symbol{},
+	empty := &Image{Path: path, InMemory: true, debug: &DebugSource{},
 		File: &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64}}}
 	ef, err := target.ReadELFHeaders(mf)
 	if err != nil {
@@ -51,20 +51,12 @@ func OpenInMemory(t target.Target, maps []target.Mapping, path string) (*Image, 
 	if err != nil {
 		return empty, err
 	}
-	im := &Image{Path: path, File: ef, Bias: bias, InMemory: true}
-	syms, err := dynamicSymbols(t, ef, bias)
-	im.symbols = map[string]elf.Symbol{}
-	for _, s := range syms {
-		if s.Name == "" || s.Section == elf.SHN_UNDEF {
-			continue
-		}
-		if _, ok := im.symbols[s.Name]; !ok {
-			im.symbols[s.Name] = s
-		}
-	}
+	im := &Image{Path: path, File: ef, Bias: bias, InMemory: true, debug: &DebugSource{}}
+	syms, strs, err := dynamicSymbols(t, ef, bias)
 	if err != nil {
 		return im, fmt.Errorf("%s: %w: %w", path, ErrNoDynamicSymbols, err)
 	}
+	im.debug.addMemoryTable(syms, strs)
 	return im, nil
 }
 
@@ -107,9 +99,10 @@ const (
 	maxDynamic   = 1 << 16 // bytes of PT_DYNAMIC
 )
 
-// dynamicSymbols reads the symbols of the image's dynamic segment from the
-// target's memory.
-func dynamicSymbols(t target.Target, ef *elf.File, bias uint64) ([]elf.Symbol, error) {
+// dynamicSymbols reads the symbol table of the image's dynamic segment
+// (its Elf64_Sym entries, the null symbol first) and its string table from
+// the target's memory.
+func dynamicSymbols(t target.Target, ef *elf.File, bias uint64) ([]byte, []byte, error) {
 	var dyn *elf.Prog
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_DYNAMIC {
@@ -117,12 +110,12 @@ func dynamicSymbols(t target.Target, ef *elf.File, bias uint64) ([]elf.Symbol, e
 		}
 	}
 	if dyn == nil {
-		return nil, errors.New("no PT_DYNAMIC")
+		return nil, nil, errors.New("no PT_DYNAMIC")
 	}
 	le := binary.LittleEndian
 	b := make([]byte, min(dyn.Memsz, maxDynamic))
 	if err := target.ReadFull(t, b, bias+dyn.Vaddr); err != nil {
-		return nil, fmt.Errorf("PT_DYNAMIC: %w", err)
+		return nil, nil, fmt.Errorf("PT_DYNAMIC: %w", err)
 	}
 	tags := map[elf.DynTag]uint64{}
 	for ; len(b) >= 16; b = b[16:] {
@@ -145,10 +138,10 @@ func dynamicSymbols(t target.Target, ef *elf.File, bias uint64) ([]elf.Symbol, e
 	strtab, ok2 := addr(elf.DT_STRTAB)
 	strsz := tags[elf.DT_STRSZ]
 	if !ok1 || !ok2 || strsz == 0 || strsz > maxDynStrtab {
-		return nil, fmt.Errorf("DT_SYMTAB %#x, DT_STRTAB %#x, DT_STRSZ %d: unusable", symtab, strtab, strsz)
+		return nil, nil, fmt.Errorf("DT_SYMTAB %#x, DT_STRTAB %#x, DT_STRSZ %d: unusable", symtab, strtab, strsz)
 	}
 	if ent := tags[elf.DT_SYMENT]; ent != 0 && ent != 24 {
-		return nil, fmt.Errorf("DT_SYMENT %d, want 24", ent)
+		return nil, nil, fmt.Errorf("DT_SYMENT %d, want 24", ent)
 	}
 	var count uint64
 	var err error
@@ -162,36 +155,20 @@ func dynamicSymbols(t target.Target, ef *elf.File, bias uint64) ([]elf.Symbol, e
 		err = errors.New("neither DT_GNU_HASH nor DT_HASH: the number of symbols is unknown")
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if count > maxDynSyms {
-		return nil, fmt.Errorf("%d dynamic symbols", count)
+		return nil, nil, fmt.Errorf("%d dynamic symbols", count)
 	}
 	strs := make([]byte, strsz)
 	if err := target.ReadFull(t, strs, strtab); err != nil {
-		return nil, fmt.Errorf("DT_STRTAB: %w", err)
+		return nil, nil, fmt.Errorf("DT_STRTAB: %w", err)
 	}
 	raw := make([]byte, count*24)
 	if err := target.ReadFull(t, raw, symtab); err != nil {
-		return nil, fmt.Errorf("DT_SYMTAB: %w", err)
+		return nil, nil, fmt.Errorf("DT_SYMTAB: %w", err)
 	}
-	syms := make([]elf.Symbol, 0, count)
-	for i := uint64(1); i < count; i++ { // symbol 0 is the null symbol
-		s := raw[i*24:]
-		name := uint64(le.Uint32(s))
-		if name >= strsz {
-			continue
-		}
-		syms = append(syms, elf.Symbol{
-			Name:    cstr(strs[name:]),
-			Info:    s[4],
-			Other:   s[5],
-			Section: elf.SectionIndex(le.Uint16(s[6:])),
-			Value:   le.Uint64(s[8:]),
-			Size:    le.Uint64(s[16:]),
-		})
-	}
-	return syms, nil
+	return raw, strs, nil
 }
 
 // gnuHashCount returns the number of dynamic symbols from a GNU hash table
@@ -238,4 +215,72 @@ func cstr(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// EHFrame returns the image's .eh_frame_hdr and .eh_frame with their
+// link-time addresses, each at most limit bytes: from the section headers,
+// else from the PT_GNU_EH_FRAME segment (an image read from a core's
+// memory has no section headers), whose header points at .eh_frame; that
+// then runs to the end of its loaded segment, since no header gives its
+// size. The header's entries say how much of it is read.
+func (im *Image) EHFrame(limit uint64) (hdr []byte, hdrAddr uint64, frame []byte, frameAddr uint64, err error) {
+	if h, eh := im.File.Section(".eh_frame_hdr"), im.File.Section(".eh_frame"); h != nil && eh != nil && eh.Addr != 0 {
+		if h.Size > limit || eh.Size > limit {
+			return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr of %d bytes, .eh_frame of %d (at most %d read)", im.Path, h.Size, eh.Size, limit)
+		}
+		if hdr, err = h.Data(); err != nil {
+			return nil, 0, nil, 0, err
+		}
+		if frame, err = eh.Data(); err != nil {
+			return nil, 0, nil, 0, err
+		}
+		return hdr, h.Addr, frame, eh.Addr, nil
+	}
+	var seg *elf.Prog
+	for _, p := range im.File.Progs {
+		if p.Type == elf.PT_GNU_EH_FRAME {
+			seg = p
+		}
+	}
+	if seg == nil {
+		return nil, 0, nil, 0, fmt.Errorf("%s: no .eh_frame_hdr section or PT_GNU_EH_FRAME segment", im.Path)
+	}
+	if seg.Filesz < 8 || seg.Filesz > limit {
+		return nil, 0, nil, 0, fmt.Errorf("%s: PT_GNU_EH_FRAME of %d bytes", im.Path, seg.Filesz)
+	}
+	hdrAddr = seg.Vaddr
+	if hdr, err = im.Code(im.Bias+hdrAddr, seg.Filesz); err != nil {
+		return nil, 0, nil, 0, fmt.Errorf("PT_GNU_EH_FRAME: %w", err)
+	}
+	// eh_frame_ptr, in the encoding hdr[1] names: pc-relative (to the
+	// field) or absolute, 4 or 8 bytes.
+	le := binary.LittleEndian
+	var ptr uint64
+	switch enc := hdr[1]; enc {
+	case 0x1b: // pcrel sdata4
+		ptr = hdrAddr + 4 + uint64(int64(int32(le.Uint32(hdr[4:]))))
+	case 0x03, 0x0b: // udata4, sdata4
+		ptr = uint64(le.Uint32(hdr[4:]))
+	case 0x04, 0x0c, 0x1c: // udata8, sdata8, pcrel sdata8
+		if len(hdr) < 12 {
+			return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr of %d bytes", im.Path, len(hdr))
+		}
+		ptr = le.Uint64(hdr[4:])
+		if enc == 0x1c {
+			ptr += hdrAddr + 4
+		}
+	default:
+		return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame_hdr pointer encoding %#x", im.Path, enc)
+	}
+	for _, p := range im.File.Progs {
+		if p.Type != elf.PT_LOAD || ptr < p.Vaddr || ptr >= p.Vaddr+p.Filesz {
+			continue
+		}
+		n := min(p.Vaddr+p.Filesz-ptr, limit)
+		if frame, err = im.Code(im.Bias+ptr, n); err != nil {
+			return nil, 0, nil, 0, fmt.Errorf(".eh_frame: %w", err)
+		}
+		return hdr, hdrAddr, frame, ptr, nil
+	}
+	return nil, 0, nil, 0, fmt.Errorf("%s: .eh_frame at %#x is not in a loaded segment", im.Path, ptr)
 }

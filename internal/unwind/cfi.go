@@ -48,7 +48,7 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 		}
 	}
 	t := &cfiTable{}
-	if eh, err := newEHIndex(im.File); err == nil {
+	if eh, err := newEHIndex(im); err == nil {
 		t.eh = eh
 	} else {
 		for _, name := range []string{".eh_frame", ".debug_frame"} {
@@ -77,7 +77,7 @@ func cfiOf(im *binary.Image) (*cfiTable, error) {
 			t.fdes = t.fdes.Append(fdes) // sorted, duplicates dropped
 		}
 	}
-	if sec := im.SeparateDebugSection(".debug_frame"); sec != nil && sec.Size <= maxCFIBytes {
+	if sec := im.DebugFileSection(".debug_frame"); sec != nil && sec.Size <= maxCFIBytes {
 		if data, err := sec.Data(); err == nil {
 			if fdes, err := parseCFI(data, 0); err == nil {
 				t.debug = fdes
@@ -110,14 +110,12 @@ type ehIndex struct {
 	byOffset map[uint32]*frame.FrameDescriptionEntry // parsed, by offset in .eh_frame
 }
 
-func newEHIndex(ef *elf.File) (*ehIndex, error) {
-	hdr, eh := ef.Section(".eh_frame_hdr"), ef.Section(".eh_frame")
-	if hdr == nil || eh == nil || eh.Addr == 0 || hdr.Size > maxCFIBytes || eh.Size > maxCFIBytes {
-		return nil, ErrNoCFI
-	}
-	h, err := hdr.Data()
+// newEHIndex indexes im's .eh_frame through its .eh_frame_hdr, found by
+// section or, for an image read from a core's memory, by PT_GNU_EH_FRAME.
+func newEHIndex(im *binary.Image) (*ehIndex, error) {
+	h, hdrAddr, data, addr, err := im.EHFrame(maxCFIBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNoCFI, err)
 	}
 	// version 1; eh_frame_ptr's encoding (any: the section header says
 	// where .eh_frame is); fde_count as udata4; the table as datarel
@@ -134,11 +132,7 @@ func newEHIndex(ef *elf.File) (*ehIndex, error) {
 	if n < 0 || n > len(table)/8 {
 		return nil, fmt.Errorf("%w: .eh_frame_hdr declares %d entries", ErrBadCFI, n)
 	}
-	data, err := eh.Data()
-	if err != nil {
-		return nil, err
-	}
-	return &ehIndex{frame: data, addr: eh.Addr, table: table[:n*8], hdrAddr: hdr.Addr, byOffset: map[uint32]*frame.FrameDescriptionEntry{}}, nil
+	return &ehIndex{frame: data, addr: addr, table: table[:n*8], hdrAddr: hdrAddr, byOffset: map[uint32]*frame.FrameDescriptionEntry{}}, nil
 }
 
 // find returns the entry that covers addr, parsing it (and its CIE) alone.

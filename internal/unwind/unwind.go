@@ -201,11 +201,14 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 		}
 		f.Object = m.Path
 		o := u.object(m)
-		if o == nil {
+		if o == nil || o.cfi == nil {
 			if m.Path == "" {
 				f.Object = "[jit]" // executable anonymous memory: generated code
 			}
 			f.Offset = lookup - m.Start
+			if o != nil {
+				f.lookup = lookup // its symbols may name it
+			}
 			frames = append(frames, f)
 			return frames, fmt.Errorf("%w for %s", ErrNoCFI, f.Object)
 		}
@@ -265,8 +268,10 @@ func (o *object) at(lookup uint64) *pcInfo {
 	if len(o.pcs) >= maxCachedPCs {
 		clear(o.pcs)
 	}
-	pi := &pcInfo{}
-	pi.row, pi.fde, pi.err = o.cfi.row(lookup - o.im.Bias)
+	pi := &pcInfo{err: ErrNoCFI}
+	if o.cfi != nil {
+		pi.row, pi.fde, pi.err = o.cfi.row(lookup - o.im.Bias)
+	}
 	o.pcs[lookup] = pi
 	return pi
 }
@@ -380,7 +385,7 @@ func signalAt(regs *Regs, mem target.Reader) *Signal {
 // object is one mapped file's CFI and symbols.
 type object struct {
 	im  *binary.Image
-	cfi *cfiTable
+	cfi *cfiTable // nil when the file has none rbscope reads: its symbols still name its frames
 	pcs map[uint64]*pcInfo
 	// dwarf and lines are the object's debug information and its line
 	// tables by unit, once Lines has looked.
@@ -388,8 +393,9 @@ type object struct {
 	lines map[dwarf.Offset]*dwarf.LineReader
 }
 
-// object returns the CFI of the file mapped at m, or nil when it has none
-// rbscope can read (anonymous memory, a file it cannot open).
+// object returns the CFI and symbols of the file mapped at m, or nil when
+// it is no file rbscope can open (anonymous memory, a file it cannot
+// open). A file without CFI rbscope reads has a nil cfi.
 func (u *Unwinder) object(m target.Mapping) *object {
 	if o, seen := u.objs[m.Path]; seen {
 		return o
@@ -402,11 +408,7 @@ func (u *Unwinder) object(m target.Mapping) *object {
 	if err != nil {
 		return nil
 	}
-	cfi, err := cfiOf(im)
-	if err != nil {
-		im.Close()
-		return nil
-	}
+	cfi, _ := cfiOf(im)
 	o := &object{im: im, cfi: cfi, pcs: map[uint64]*pcInfo{}}
 	u.objs[m.Path] = o
 	return o
