@@ -126,9 +126,9 @@ func coreFrames(t *testing.T, path string, opts target.CoreOptions, tid int) []F
 		t.Fatal(err)
 	}
 	defer c.Close()
-	regs, ok := c.Registers(tid)
-	if !ok {
-		t.Fatalf("no thread %d in the core", tid)
+	regs, err := c.Registers(tid)
+	if err != nil {
+		t.Fatalf("thread %d: %v", tid, err)
 	}
 	maps, err := c.Mappings()
 	if err != nil {
