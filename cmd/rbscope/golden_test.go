@@ -32,6 +32,7 @@ func TestGolden(t *testing.T) {
 		golden(t, "report-"+f, f == "pprof" || f == "raw", "report", "-i", raw, "-f", f, "-o", "-")
 	}
 	golden(t, "report-collapsed-nolineno", false, "report", "-i", raw, "-f", "collapsed", "--nolineno", "-o", "-")
+	goldenCrashStore(t, dir)
 
 	src := testruby.EnvOr("RBSCOPE_PEER_CORES", "/work/shared/peer-cores")
 	names, _ := filepath.Glob(filepath.Join(src, "ruby-coredump-*.gz"))
@@ -51,6 +52,7 @@ func TestGolden(t *testing.T) {
 			golden(t, p+"-json", false, "core", core, "--json")
 			golden(t, p+"-census", false, "core", core, "--census", "--all")
 			golden(t, p+"-native", false, "core", core, "--native")
+			golden(t, p+"-native-json", false, "core", core, "--native", "--json")
 			dump := filepath.Join(dir, version+".json")
 			if _, stderr, code := rbscope(t, "core", core, "--heap-dump", "-o", dump); code != 0 {
 				t.Fatalf("core --heap-dump: exit %d: %s", code, stderr)
@@ -61,6 +63,38 @@ func TestGolden(t *testing.T) {
 			golden(t, p+"-heap-diff-self", false, "heap", "diff", dump, dump)
 		})
 	}
+}
+
+// goldenCrashStore runs crash list and crash show on a stored report of
+// a real crash (a Ruby 3.4 that segfaulted in native code; its core left
+// out), copied to a store of the handler's own permissions.
+func goldenCrashStore(t *testing.T, dir string) {
+	t.Helper()
+	store := filepath.Join(dir, "crash-store")
+	src := testruby.Testdata("golden/crash-store")
+	ids, err := os.ReadDir(src)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("setup: no stored crash report in %s: %v", src, err)
+	}
+	id := ids[0].Name()
+	if err := os.MkdirAll(filepath.Join(store, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(src, id, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(store, id, "report.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "crash.json")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`{"dir": %q}`, store)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "crash-list", false, "crash", "list", "--config", config)
+	golden(t, "crash-list-json", false, "crash", "list", "--json", "--config", config)
+	golden(t, "crash-show", false, "crash", "show", id, "--config", config)
+	golden(t, "crash-show-json", false, "crash", "show", id, "--json", "--config", config)
 }
 
 // goldenMasks replace what differs between runs of the same command on
