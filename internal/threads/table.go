@@ -1,7 +1,9 @@
-// Package threadtable joins the kernel's view of a process's threads (state,
-// CPU, machine stack) with the Ruby threads they run and their largest
-// native frames: the table of rbscope threads.
-package threadtable
+// Package threads is what `rbscope threads` knows of a Ruby process's
+// threads: the table that joins the kernel's view of them (state, CPU,
+// machine stack) with the Ruby threads they run and their largest native
+// frames (Read), and their births and deaths as they happen (Follow, fed by
+// Watch).
+package threads
 
 import (
 	"context"
@@ -39,6 +41,7 @@ type LargestFrame struct {
 	Function string `json:"function"`
 }
 
+// RubyThread is the Ruby thread a native thread runs.
 type RubyThread struct {
 	Name   string        `json:"name"`
 	Status string        `json:"status"`
