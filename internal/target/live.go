@@ -7,20 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/rbscope/rbscope/internal/tempfiles"
 )
 
 // Live is a running process read through process_vm_readv (or /proc/PID/mem
@@ -37,10 +33,9 @@ type Live struct {
 	// (see LocalTID).
 	ns nsTIDs
 
-	mu          sync.Mutex
-	tracer      *tracer
-	paused      map[int]int // seized TID -> signal to deliver on detach
-	stopSignals chan os.Signal
+	mu     sync.Mutex
+	tracer *tracer
+	paused map[int]int // seized TID -> signal to deliver on detach
 	// exited are seized threads seen to exit, to hand back on detach
 	// (releaseExited); ownChild is set when the process is rbscope's own
 	// child (a command it launched), whose exit rbscope waits for itself.
@@ -49,10 +44,10 @@ type Live struct {
 
 	// StopTimeout bounds how long WhilePaused waits for one thread to stop.
 	StopTimeout time.Duration
-	// NoSignalGuard turns off the SIGINT/SIGTERM/SIGHUP handler that
-	// WhilePaused installs (it makes rbscope exit while threads stand
-	// still), for callers that handle those signals themselves between
-	// their short sessions.
+	// NoSignalGuard keeps this target's sessions out of HoldsStopped: a
+	// SIGINT, SIGTERM or SIGHUP while its threads stand still does not make
+	// rbscope exit at once, for callers that end on those signals
+	// themselves between their short sessions.
 	NoSignalGuard bool
 }
 
@@ -280,30 +275,12 @@ func (l *Live) Comm() string {
 	return strings.TrimSpace(string(b))
 }
 
-// startTracing, with l.mu held, starts the tracer thread and the signal
-// guard if they are not running yet, and registers l for ResumeAll.
+// startTracing, with l.mu held, starts the tracer thread if it is not
+// running yet, and records that l may hold threads stopped (see
+// HoldsStopped and Stop).
 func (l *Live) startTracing() {
 	if l.tracer == nil {
 		l.tracer = newTracer()
-	}
-	if l.stopSignals == nil && !l.NoSignalGuard {
-		l.stopSignals = make(chan os.Signal, 1)
-		signal.Notify(l.stopSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		go func(ch chan os.Signal) {
-			if sig, ok := <-ch; ok {
-				// The tracer thread may be in the middle of a long read,
-				// holding the threads: rbscope removes the outputs it was
-				// writing and exits, and the kernel lets every thread it
-				// traces go (none is in a group stop).
-				// Not in the middle of an injected call, though: the kernel
-				// would let that thread go with borrowed registers.
-				for deadline := time.Now().Add(InjectTimeout + time.Second); borrowing() && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
-				tempfiles.RemoveAll()
-				os.Exit(128 + int(sig.(syscall.Signal)))
-			}
-		}(l.stopSignals)
 	}
 	registerPaused(l)
 }
@@ -318,8 +295,8 @@ func (l *Live) startTracing() {
 // the Stopped (reads, writes, injected system calls and calls) needs no
 // lock. The threads are let go whatever do returns, and if it panics (the
 // panic comes back as an error). While they stand still, SIGINT, SIGTERM
-// and SIGHUP make rbscope exit, and the kernel lets them go; SIGTSTP
-// (Ctrl-Z) waits until they run again (see startStopGuard). If rbscope dies
+// and SIGHUP make rbscope exit (HoldsStopped), and the kernel lets them go;
+// SIGTSTP (Ctrl-Z) waits until they run again (Stop). If rbscope dies
 // anyway, the kernel lets them go too. It returns the error of the stop,
 // else do's.
 func (l *Live) WhilePaused(tids []int, do func(*Stopped) error) error {
@@ -357,19 +334,10 @@ func (l *Live) WhilePausedPicked(pick func() []int, do func(*Stopped) error) err
 		return nil
 	})
 	unregisterPaused(l)
-	l.stopSignalWatch()
 	if err != nil {
 		return err
 	}
 	return doErr
-}
-
-func (l *Live) stopSignalWatch() {
-	if l.stopSignals != nil {
-		signal.Stop(l.stopSignals)
-		close(l.stopSignals)
-		l.stopSignals = nil
-	}
 }
 
 // pauseLocked runs on the tracer thread. With only nil it stops every
@@ -634,7 +602,6 @@ func (l *Live) resume() error {
 		l.tracer.do(func() error { l.detachLocked(); return nil })
 	}
 	unregisterPaused(l)
-	l.stopSignalWatch()
 	return nil
 }
 
@@ -757,32 +724,3 @@ func (t *tracer) do(f func() error) error {
 }
 
 func (t *tracer) stop() { close(t.reqs) }
-
-var (
-	pausedMu  sync.Mutex
-	pausedSet = map[*Live]bool{}
-)
-
-// registerPaused records that l may hold threads stopped, for the
-// stop-signal guard.
-func registerPaused(l *Live) {
-	startStopGuard()
-	pausedMu.Lock()
-	pausedSet[l] = true
-	pausedMu.Unlock()
-}
-
-// unregisterPaused records that l's threads run again; a stop signal held
-// back while targets were paused takes effect when the last one runs.
-func unregisterPaused(l *Live) {
-	pausedMu.Lock()
-	delete(pausedSet, l)
-	stop := pendingStop && len(pausedSet) == 0
-	if stop {
-		pendingStop = false
-	}
-	pausedMu.Unlock()
-	if stop {
-		stopSelf()
-	}
-}
