@@ -9,14 +9,14 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Live is a running process read through process_vm_readv (or /proc/PID/mem
@@ -120,17 +120,8 @@ func PermissionError(pid int) error {
 // number) in its effective set, as /proc/self/status says; true when that
 // cannot be read (the kernel then decides alone).
 func HasCapability(c int) bool {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return true
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
-			return err != nil || c < 0 || c > 63 || v&(1<<uint(c)) != 0
-		}
-	}
-	return true
+	st, err := procfs.ReadStatus(os.Getpid(), 0)
+	return err != nil || c < 0 || c > 63 || st.CapEff&(1<<uint(c)) != 0
 }
 
 // PID implements Target.
@@ -192,7 +183,7 @@ func (l *Live) Mappings() ([]Mapping, error) {
 		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 	}
 	defer f.Close()
-	maps, err := ParseMaps(bufio.NewScanner(f))
+	maps, err := procfs.ParseMaps(bufio.NewScanner(f))
 	if err != nil {
 		return nil, fmt.Errorf("pid %d maps: %w", l.pid, err)
 	}
@@ -202,50 +193,12 @@ func (l *Live) Mappings() ([]Mapping, error) {
 	return maps, nil
 }
 
-// ParseMaps parses the text format of /proc/PID/maps.
-func ParseMaps(sc *bufio.Scanner) ([]Mapping, error) {
-	var maps []Mapping
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			return nil, fmt.Errorf("bad maps line %q", sc.Text())
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		off, err3 := strconv.ParseUint(fields[2], 16, 64)
-		inode, err4 := strconv.ParseUint(fields[4], 10, 64)
-		major, minor, _ := strings.Cut(fields[3], ":")
-		maj, err5 := strconv.ParseUint(major, 16, 32)
-		mnr, err6 := strconv.ParseUint(minor, 16, 32)
-		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
-			return nil, fmt.Errorf("bad maps line %q: %w", sc.Text(), err)
-		}
-		m := Mapping{Start: start, End: end, Perms: fields[1], Offset: off, Inode: inode, Dev: unix.Mkdev(uint32(maj), uint32(mnr))}
-		if len(fields) > 5 {
-			m.Path = strings.Join(fields[5:], " ")
-		}
-		maps = append(maps, m)
-	}
-	return maps, sc.Err()
-}
-
 // Threads implements Target by listing /proc/PID/task.
 func (l *Live) Threads() ([]int, error) {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", l.pid))
+	tids, err := procfs.Tasks(l.pid)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 	}
-	tids := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, tid)
-		}
-	}
-	sort.Ints(tids)
 	return tids, nil
 }
 
@@ -566,32 +519,15 @@ func (l *Live) releaseExited(tid int) {
 
 // deadTask reports whether thread tid of l's process has exited (a zombie,
 // or gone).
-func (l *Live) deadTask(tid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", l.pid, tid))
-	if err != nil {
-		return true
-	}
-	st := StatState(b)
-	return st == 'Z' || st == 'X'
-}
+func (l *Live) deadTask(tid int) bool { return procfs.TaskExited(l.pid, tid) }
 
 // parentOf returns the parent process ID of pid (0 if unknown).
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid, 0)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return st.PPID
 }
 
 // resume lets go every thread still stopped (none, outside WhilePaused).

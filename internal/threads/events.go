@@ -5,12 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // TaskKind says what happened to a native thread.
@@ -211,7 +210,7 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- TaskEvent) {
 					send(ctx, ch, TaskEvent{Kind: Born, TID: ev.pid, Time: now})
 				case ev.what == procEventExit:
 					send(ctx, ch, TaskEvent{Kind: Exited, TID: ev.pid, Time: now})
-					if ev.pid == pid && target.Exited(pid) {
+					if ev.pid == pid && procfs.Exited(pid) {
 						return
 					}
 				}
@@ -219,7 +218,7 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- TaskEvent) {
 		}
 		if now.Sub(lastCheck) > 200*time.Millisecond {
 			lastCheck = now
-			if target.Exited(pid) {
+			if procfs.Exited(pid) {
 				return
 			}
 		}
@@ -268,20 +267,13 @@ func runPolling(ctx context.Context, pid int, ch chan<- TaskEvent) {
 
 // listTasks returns the process's TIDs, or nil once it is gone.
 func listTasks(pid int) map[int]bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/task")
-	if err != nil {
+	tids, err := procfs.Tasks(pid)
+	if err != nil || len(tids) == 0 || procfs.Exited(pid) {
 		return nil
 	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil || len(names) == 0 || target.Exited(pid) {
-		return nil
-	}
-	out := make(map[int]bool, len(names))
-	for _, n := range names {
-		if tid, err := strconv.Atoi(n); err == nil {
-			out[tid] = true
-		}
+	out := make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		out[tid] = true
 	}
 	return out
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // Event is one birth or death (one line of `rbscope threads --follow --json`).
@@ -128,7 +128,7 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent
 				delete(nativePending, tid)
 				nativeBorn[tid] = at
 				comm := ""
-				if tk, err := target.ReadTask(pid, tid); err == nil {
+				if tk, err := procfs.ReadTask(pid, tid); err == nil {
 					comm = tk.Comm
 				}
 				emit(Event{Time: at, Event: "native-born", TID: tid, Name: comm})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/libc"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -180,7 +181,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	return rows, nil
 }
 
-func hasTask(tasks []target.Task, tid int) bool {
+func hasTask(tasks []procfs.Task, tid int) bool {
 	for _, t := range tasks {
 		if t.TID == tid {
 			return true
