@@ -61,12 +61,19 @@ var ErrBadStat = errors.New("malformed stat line")
 // spaces and newlines; the numbered fields are counted from there. Fields
 // past the end of a short line (an old kernel's) are left zero, but the
 // state, ppid, times and start time must be there.
-func ParseStat(line []byte) (Stat, error) {
+func ParseStat(line []byte) (Stat, error) { return parseStat(line, true) }
+
+// parseStat is ParseStat, which leaves Comm empty unless withComm: the
+// sampler's task states read no name, and allocate nothing.
+func parseStat(line []byte, withComm bool) (Stat, error) {
 	open, close := bytes.IndexByte(line, '('), bytes.LastIndexByte(line, ')')
 	if open < 0 || close < open {
 		return Stat{}, fmt.Errorf("%w: no command name", ErrBadStat)
 	}
-	s := Stat{Comm: string(line[open+1 : close]), Processor: -1}
+	s := Stat{Processor: -1}
+	if withComm {
+		s.Comm = string(line[open+1 : close])
+	}
 	// Fields after the name, numbered as in proc_pid_stat(5): 3 is the
 	// state.
 	rest := line[close+1:]

@@ -94,7 +94,7 @@ func (t *TaskStates) state(tid int) (state byte, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	st, err := ParseStat(line)
+	st, err := parseStat(line, false)
 	return st.State, err == nil
 }
 
@@ -105,7 +105,7 @@ func (t *TaskStates) LastCPU(tid int) (cpu int, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	st, err := ParseStat(line)
+	st, err := parseStat(line, false)
 	return st.Processor, err == nil && st.Processor >= 0
 }
 
