@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testvm"
@@ -99,7 +100,7 @@ func (w *rubyWorkload) start(script string, args func(dir string) []string, time
 			w.report = b
 			return
 		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.pid)); err != nil || zombie(st) {
+		if procfs.Exited(w.pid) {
 			w.err = fmt.Errorf("%s exited before it was ready: %s", script, out.String())
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testvm"
@@ -111,7 +112,7 @@ func startWorkload() {
 			}
 			return
 		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", workload.pid)); err != nil || zombie(st) {
+		if procfs.Exited(workload.pid) {
 			workload.err = fmt.Errorf("%s exited before it was ready: %s", script, out.String())
 			return
 		}
@@ -121,13 +122,6 @@ func startWorkload() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// zombie reports whether /proc/PID/stat says the process has exited.
-func zombie(stat []byte) bool {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
 }
 
 // pid returns the workload's PID, skipping the benchmark without Ruby.

@@ -474,6 +474,74 @@ func TestStopSignalDuringPause(t *testing.T) {
 	}
 }
 
+// TestEndSignalDuringPause: SIGINT, SIGTERM or SIGHUP reaching rbscope
+// while a heap dump holds the target stopped ends rbscope at once, with
+// the signal's status, the target running again and no output left.
+func TestEndSignalDuringPause(t *testing.T) {
+	h := startHostile(t, `$a = Array.new(600_000) { |i| "s#{i}" }; $b = "\xff".b * (600 << 20); STDOUT.puts :ready; STDOUT.flush; sleep`)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			for try := 1; !endDuringPause(t, h, sig); try++ {
+				if try == 3 {
+					t.Fatalf("setup: three times the heap dump's pause ended before %v reached rbscope", sig)
+				}
+			}
+		})
+	}
+}
+
+// endDuringPause runs one heap dump of h and sends rbscope sig while the
+// target is stopped. It returns false when the pause was over by the time
+// the signal was sent.
+func endDuringPause(t *testing.T, h *hostile, sig syscall.Signal) bool {
+	dir := t.TempDir()
+	cmd := exec.Command(rbscopeBin, "heap", "dump", "-p", strconv.Itoa(h.pid()), "-o", filepath.Join(dir, "dump.json"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() { cmd.Process.Kill(); done <- <-done }()
+	paused := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !paused; {
+		paused = processState(t, h.pid()) == "t"
+		if !paused {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	if !paused {
+		t.Fatal("setup: the target was never seen paused by the heap dump")
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if processState(t, h.pid()) != "t" {
+		<-done
+		done <- nil
+		return false // the pause ended before the signal: inconclusive
+	}
+	select {
+	case err := <-done:
+		done <- err // for the deferred wait
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+			t.Errorf("heap dump after %v while the target stood still: %v (%s); want exit %d", sig, err, stderr.String(), 128+int(sig))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("heap dump did not end on %v", sig)
+	}
+	checkNotStopped(t, h.pid())
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) > 0 {
+		t.Errorf("files left behind: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+	return true
+}
+
 // stopDuringPause runs one heap dump of h, sends rbscope SIGTSTP while the
 // target is stopped, and checks the target runs while rbscope is stopped.
 // It returns false when the pause was over by the time the signal was sent.

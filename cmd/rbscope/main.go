@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/tempfiles"
 	"github.com/rbscope/rbscope/internal/textsafe"
 )
@@ -55,6 +56,15 @@ func interrupted(ctx context.Context) exitCode {
 	return exitCode(130)
 }
 
+// exitOnSignal ends rbscope on a signal with status code: it removes the
+// temporary outputs, and a target that stands still is let go by the
+// kernel as rbscope exits (once no injected call is under way).
+func exitOnSignal(code exitCode) {
+	target.PrepareExit()
+	tempfiles.RemoveAll()
+	os.Exit(int(code))
+}
+
 // usageError marks a mistake in the command line (exit status 2).
 type usageError struct{ error }
 
@@ -74,12 +84,14 @@ func run(args []string) (code int) {
 			code = 1
 		}
 	}()
-	// One context for the whole run: SIGINT, SIGTERM and SIGHUP cancel
-	// it. Commands that watch it (annotated stopsOnSignal) end as they
-	// should (record writes its output, exec empties its request, alloc
-	// turns tracing off); any other is ended after interruptGrace, as the
-	// signal would have ended it, its temporary outputs removed. (A target
-	// standing still meanwhile is let go at once: see target.WhilePaused.)
+	// main owns rbscope's signals. One context for the whole run: SIGINT,
+	// SIGTERM and SIGHUP cancel it. Commands that watch it (annotated
+	// stopsOnSignal) end as they should (record writes its output, exec
+	// empties its request, alloc turns tracing off); any other is ended
+	// after interruptGrace, as the signal would have ended it, its
+	// temporary outputs removed. While a target stands still, rbscope exits
+	// at once, and the kernel lets the target go (target.HoldsStopped);
+	// SIGTSTP stops rbscope only once no target stands still (target.Stop).
 	root := newRootCmd()
 	root.SetArgs(args)
 	cmd, _, findErr := root.Find(args)
@@ -91,14 +103,29 @@ func run(args []string) (code int) {
 		// must not end it.
 		signal.Ignore(syscall.SIGHUP)
 	}
-	signals := make(chan os.Signal, 1)
+	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, ends...)
+	signal.Notify(signals, syscall.SIGTSTP)
 	defer signal.Stop(signals)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		if s, ok := <-signals; ok {
-			cancel(receivedSignal{s})
+		for {
+			select {
+			case s := <-signals:
+				if s == syscall.SIGTSTP {
+					target.Stop()
+					continue
+				}
+				cancel(receivedSignal{s})
+				if target.HoldsStopped() {
+					exitOnSignal(signalStatus(s))
+				}
+			case <-done:
+				return
+			}
 		}
 	}()
 	if findErr == nil && cmd.Annotations[stopsOnSignal] == "" {
@@ -108,8 +135,7 @@ func run(args []string) (code int) {
 				return // the run ended by itself
 			}
 			time.Sleep(interruptGrace)
-			tempfiles.RemoveAll()
-			os.Exit(int(interrupted(ctx)))
+			exitOnSignal(interrupted(ctx))
 		}()
 	}
 	err := root.ExecuteContext(ctx)

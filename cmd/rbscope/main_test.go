@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -61,12 +62,11 @@ func regexpLine(text, expr string) bool {
 
 // processState returns the state letter of /proc/PID/stat ("S", "R", "t"...).
 func processState(t *testing.T, pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])[0]
+	return string(st.State)
 }
 
 func TestStackJSONAndText(t *testing.T) {

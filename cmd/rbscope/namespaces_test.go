@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -691,15 +692,11 @@ func (c *rubyContainer) innerTID(t *testing.T, name string) int {
 // threadCPU returns the CPU time the kernel counted for a thread.
 func threadCPU(t *testing.T, pid, tid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	st, err := procfs.ReadStat(pid, tid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ
+	return st.CPU()
 }
 
 // widgetsInDump counts the objects of class Widget in a heap dump.

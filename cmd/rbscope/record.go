@@ -15,9 +15,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 func newRecordCmd() *cobra.Command {
@@ -154,7 +154,7 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 // still running (the recording ended by --duration or a signal), and
 // returns its exit status as rbscope's.
 func childStatus(child *exec.Cmd) error {
-	if !target.Exited(child.Process.Pid) {
+	if !procfs.Exited(child.Process.Pid) {
 		fmt.Fprintf(os.Stderr, "rbscope: recording ended; stopping %s (pid %d)\n", child.Path, child.Process.Pid)
 		stopChild(child)
 	} else {
@@ -187,7 +187,7 @@ func newSampler(ctx context.Context, pid int, opts sampler.Options, launched boo
 		if err == nil {
 			return s, nil
 		}
-		if target.Exited(pid) {
+		if procfs.Exited(pid) {
 			return nil, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
 		}
 		if time.Now().After(deadline) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heap/heaptest"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -197,15 +198,7 @@ func (s *server) reports(t *testing.T) map[int]selfReport {
 }
 
 // processZombie reports whether pid has exited but is not yet reaped.
-func processZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || strings.HasPrefix(s[i+1:], " Z") || strings.HasPrefix(s[i+1:], " X")
-}
+func processZombie(pid int) bool { return procfs.Exited(pid) }
 
 // waitReport waits for pid's report.
 func (s *server) waitReport(t *testing.T, pid int) selfReport {

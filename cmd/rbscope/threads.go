@@ -13,9 +13,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/textsafe"
-	"github.com/rbscope/rbscope/internal/threadevents"
-	"github.com/rbscope/rbscope/internal/threadtable"
-	"github.com/rbscope/rbscope/internal/threadwatch"
+	"github.com/rbscope/rbscope/internal/threads"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -58,7 +56,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return err
 			}
 			defer closeAll()
-			rows, err := threadtable.Read(c.Context(), t, vm, interval, !nonblocking)
+			rows, err := threads.Read(c.Context(), t, vm, interval, !nonblocking)
 			if errors.Is(err, context.Canceled) {
 				return interrupted(c.Context())
 			}
@@ -82,8 +80,8 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 	return c
 }
 
-// threadRow is one row of the table (threadtable.Row).
-type threadRow = threadtable.Row
+// threadRow is one row of the table (threads.Row).
+type threadRow = threads.Row
 
 func printThreadTable(w io.Writer, rows []threadRow) {
 	fmt.Fprintf(w, "%-8s %-16s %-9s %8s %6s %8s %8s  %-20s %-6s %-4s %s\n", "TID", "COMM", "STATE", "CPU", "CPU%", "STACK", "BIGFRAME", "RUBY THREAD", "STATUS", "GVL", "FRAME")
@@ -146,12 +144,12 @@ func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 		return err
 	}
 	defer closeAll()
-	native, src, fallback := threadevents.Watch(ctx, pid, poll)
+	native, src, fallback := threads.Watch(ctx, pid, poll)
 	if fallback != nil && !poll {
-		fmt.Fprintf(os.Stderr, "rbscope: netlink process events unavailable (%v); polling /proc/%d/task every %v\n", fallback, pid, threadevents.PollInterval)
+		fmt.Fprintf(os.Stderr, "rbscope: netlink process events unavailable (%v); polling /proc/%d/task every %v\n", fallback, pid, threads.PollInterval)
 	}
-	fmt.Fprintf(os.Stderr, "rbscope: following threads of pid %d (Ruby %s): native threads via %s, Ruby threads by reading the VM every %v; Ctrl-C to stop\n", pid, vm.Version, src, threadwatch.RubyPollInterval)
-	emit := func(ev threadwatch.Event) {
+	fmt.Fprintf(os.Stderr, "rbscope: following threads of pid %d (Ruby %s): native threads via %s, Ruby threads by reading the VM every %v; Ctrl-C to stop\n", pid, vm.Version, src, threads.RubyPollInterval)
+	emit := func(ev threads.Event) {
 		if asJSON {
 			b, _ := wire.Versioned(ev) // one JSON object per line
 			fmt.Println(string(b))
@@ -169,7 +167,7 @@ func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 		}
 		fmt.Println(line)
 	}
-	if threadwatch.Follow(ctx, pid, vm, native, emit) {
+	if threads.Follow(ctx, pid, vm, native, emit) {
 		fmt.Fprintf(os.Stderr, "rbscope: pid %d exited\n", pid)
 	}
 	return nil

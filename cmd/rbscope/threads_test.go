@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/rbscope/rbscope/internal/threadwatch"
+	"github.com/rbscope/rbscope/internal/threads"
 	"os"
 	"os/exec"
 	"strconv"
@@ -146,7 +146,7 @@ func TestThreadsFollow(t *testing.T) {
 				born, exited := map[string]int{}, map[string]int{}
 				sc := bufio.NewScanner(strings.NewReader(stdout.String()))
 				for sc.Scan() {
-					var ev threadwatch.Event
+					var ev threads.Event
 					if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 						t.Fatalf("bad event line %q: %v", sc.Text(), err)
 					}

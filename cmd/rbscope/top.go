@@ -13,10 +13,10 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 func newTopCmd() *cobra.Command {
@@ -119,7 +119,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	for {
 		select {
 		case <-done:
-			if target.Exited(pid) {
+			if procfs.Exited(pid) {
 				if interactive {
 					fmt.Print("\x1b[?25h\x1b[?1049l")
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
@@ -52,20 +53,11 @@ func (a Args) uid() int64 {
 	// The real uid, as the kernel's %u gives it: the first of the status
 	// file's Uid fields (/proc/PID's owner is the effective uid, and root
 	// for a process that is not dumpable).
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.PID))
-	if err != nil {
+	st, err := procfs.ReadStatus(a.PID, 0)
+	if err != nil || st.UIDs[0] > 1<<32 {
 		return -1
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				if uid, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return uid
-				}
-			}
-		}
-	}
-	return -1
+	return int64(st.UIDs[0])
 }
 
 // Report is what rbscope keeps of one crash.

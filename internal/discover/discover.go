@@ -1,20 +1,20 @@
 // Package discover finds the Ruby processes of a host from /proc: those
-// whose mappings hold a Ruby image (a libruby, or an executable named
-// ruby*, as a static build is), containers' included (their mappings name
-// paths inside the container; rbscope opens the mapped files themselves).
+// whose mappings hold a Ruby image by rbscope's one rule (procfs.RubyImage:
+// a libruby, or an executable named ruby*, as a static build is),
+// containers' included (their mappings name paths inside the container;
+// rbscope opens the mapped files themselves).
 package discover
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Process is a process that looks like Ruby.
@@ -38,61 +38,30 @@ const (
 // line it matches; rbscope's own process is left out. Processes that end
 // or cannot be read meanwhile are left out too.
 func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
-	ents, err := os.ReadDir(proc)
+	pids, err := procfs.PIDs(proc)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	self := os.Getpid()
 	var out []Process
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+	for _, pid := range pids {
+		if pid == self {
 			continue
 		}
-		dir := filepath.Join(proc, e.Name())
 		args := Cmdline(proc, pid)
 		if match != nil && !match.MatchString(args) {
 			continue
 		}
-		if !mapsRuby(dir) {
+		maps, err := procfs.ReadMapsFile(filepath.Join(proc, strconv.Itoa(pid), "maps"), maxMapsBytes)
+		if err != nil {
+			continue
+		}
+		if _, ok := procfs.RubyImage(maps); !ok {
 			continue
 		}
 		out = append(out, Process{PID: pid, Args: args, Start: StartTime(proc, pid)})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
-}
-
-// mapsRuby tells whether the process in dir maps a Ruby image.
-func mapsRuby(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "maps"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, maxMapsBytes))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	for sc.Scan() {
-		line := sc.Bytes()
-		i := bytes.IndexByte(line, '/')
-		if i < 0 || !bytes.Contains(line[:i], []byte("x")) { // code only
-			continue
-		}
-		if IsRubyImage(string(line[i:])) {
-			return true
-		}
-	}
-	return false
-}
-
-// IsRubyImage tells whether a mapped file's path names a Ruby image:
-// libruby.so*, libruby-X.Y.so*, or an executable ruby, rubyX.Y, ruby-X.Y.
-func IsRubyImage(path string) bool {
-	base := filepath.Base(strings.TrimSuffix(path, " (deleted)"))
-	if strings.HasPrefix(base, "libruby.so") || strings.HasPrefix(base, "libruby-") && strings.Contains(base, ".so") {
-		return true
-	}
-	return base == "ruby" || strings.HasPrefix(base, "ruby") && len(base) > 4 && (base[4] == '-' || base[4] >= '0' && base[4] <= '9')
 }
 
 // Cmdline reads the command line of process pid (through proc, normally
@@ -111,22 +80,11 @@ func Cmdline(proc string, pid int) string {
 // "/proc"), in clock ticks since boot: field 22 of its stat file, or 0 if
 // that cannot be read.
 func StartTime(proc string, pid int) uint64 {
-	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
+	st, err := procfs.ReadStatFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0
 	}
-	// The name (field 2) may hold spaces and parentheses: count from the
-	// last ')'. After it, field 3 is the first.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
+	return st.StartTime
 }
 
 // ServiceName derives a service name from a command line, for a process
@@ -139,7 +97,7 @@ func ServiceName(args string) string {
 		return "ruby"
 	}
 	name := strings.TrimSuffix(filepath.Base(fields[0]), ":")
-	if IsRubyImage(name) {
+	if procfs.IsRubyImage(name) {
 		name = "ruby" // code given with -e, or read from stdin
 	scan:
 		for i := 1; i < len(fields); i++ {

@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -506,7 +507,7 @@ func (d *Exchange) Await(start time.Time, timeout time.Duration, cancel <-chan s
 				return parseAnswer(body)
 			}
 		}
-		if target.Exited(pid) {
+		if procfs.Exited(pid) {
 			return nil, fmt.Errorf("pid %d exited before the code finished: %w", pid, target.ErrExited)
 		}
 		if eof {

@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/binary"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 	"github.com/rbscope/rbscope/internal/target"
@@ -84,24 +84,20 @@ type VM struct {
 	env      valueStack // the value stack of the stack being walked
 }
 
-var rubyLib = regexp.MustCompile(`(^|/)libruby[-.0-9a-z_]*\.so`)
-
-// FindImage returns the path of the file that holds the Ruby VM: libruby
-// for a shared build, else the executable if it defines ruby_version.
+// FindImage returns the path of the file that holds the Ruby VM: the Ruby
+// image by rbscope's one rule (procfs.RubyImage), else the executable,
+// which its symbols must then show to be Ruby's (a program that embeds a
+// static Ruby under another name).
 func FindImage(t target.Target, maps []target.Mapping) (string, error) {
-	var exe string
+	if path, ok := procfs.RubyImage(maps); ok {
+		return path, nil
+	}
 	for _, m := range maps {
-		if rubyLib.MatchString(m.Path) {
+		if strings.HasPrefix(m.Path, "/") {
 			return strings.TrimSuffix(m.Path, " (deleted)"), nil
 		}
-		if exe == "" && strings.HasPrefix(m.Path, "/") {
-			exe = strings.TrimSuffix(m.Path, " (deleted)")
-		}
 	}
-	if exe == "" {
-		return "", fmt.Errorf("pid %d: %w (no executable mapped)", t.PID(), ErrNotRuby)
-	}
-	return exe, nil
+	return "", fmt.Errorf("pid %d: %w (no executable mapped)", t.PID(), ErrNotRuby)
 }
 
 // Options change how Open finds the VM.
@@ -132,7 +128,7 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 	// An image read from a core's memory may have no symbols at all; it
 	// is taken for Ruby's by its name, or on the user's word.
 	blind := im.InMemory && im.MemoryErr != nil && !im.HasSymbol("ruby_version")
-	if blind && !(rubyLib.MatchString(path) || strings.HasPrefix(filepath.Base(path), "ruby") || opts.ForceVersion != "") {
+	if blind && !(procfs.IsRubyImage(path) || opts.ForceVersion != "") {
 		im.Close()
 		return nil, fmt.Errorf("pid %d: %w (it runs %s, and the core holds none of its symbols: %v)", t.PID(), ErrNotRuby, filepath.Base(path), im.MemoryErr)
 	}

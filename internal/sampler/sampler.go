@@ -16,7 +16,10 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rbscope/rbscope/internal/discover"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
@@ -24,7 +27,6 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/unwind"
-	"golang.org/x/sys/unix"
 )
 
 // MaxRate is the highest sampling rate accepted, in Hz.
@@ -124,7 +126,7 @@ type proc struct {
 	// tickAt is when the current tick began (stepAside).
 	tickAt time.Time
 	// tasks tells which threads are running (made at the first sample).
-	tasks *target.TaskStates
+	tasks *procfs.TaskStates
 	// unwinder unwinds native stacks (Options.Native); native holds this
 	// sample's unwound stacks, by TID.
 	unwinder *stacks.Unwinder
@@ -259,7 +261,7 @@ func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
 	}
 	delay := map[int]time.Duration{}
 	for _, tid := range mine {
-		if d, ok := target.RunDelay(p.pid, tid); ok {
+		if d, ok := procfs.RunDelay(p.pid, tid); ok {
 			delay[tid] = d
 		}
 	}
@@ -275,7 +277,7 @@ func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
 			continue
 		}
 		before, ok := delay[tid]
-		if after, ok2 := target.RunDelay(p.pid, tid); ok && ok2 && after-before > time.Since(p.tickAt)+stepAsideSlack {
+		if after, ok2 := procfs.RunDelay(p.pid, tid); ok && ok2 && after-before > time.Since(p.tickAt)+stepAsideSlack {
 			waiting = append(waiting, tid)
 		}
 	}
@@ -536,18 +538,18 @@ func (s *Sampler) sample(p *proc) {
 	if !s.opts.Idle {
 		var err error
 		if p.tasks == nil {
-			p.tasks = target.NewTaskStates(p.pid)
+			p.tasks = procfs.NewTaskStates(p.pid)
 		}
 		running, tasks, err = p.tasks.Read()
 		if err != nil {
-			p.gone = target.Exited(p.pid)
+			p.gone = procfs.Exited(p.pid)
 			if !p.gone {
 				prof.Errors++
 			}
 			return
 		}
 		if len(running) == 0 {
-			p.gone = target.Exited(p.pid)
+			p.gone = procfs.Exited(p.pid)
 			return // nothing on a CPU: no need to stop the process
 		}
 		if s.opts.Nonblocking {
@@ -605,7 +607,7 @@ func (s *Sampler) sample(p *proc) {
 		threads, gc, err = s.readPaused(p, running, tasks, wanted, gvlWaiter, tidOf)
 	}
 	if err != nil {
-		if p.gone = target.Exited(p.pid); !p.gone {
+		if p.gone = procfs.Exited(p.pid); !p.gone {
 			prof.Errors++
 		}
 		return
@@ -806,28 +808,13 @@ func ThreadName(th rubyvm.Thread) string {
 // how many it added.
 func (s *Sampler) scanChildren() int {
 	parents := map[int]int{}
-	ents, err := os.ReadDir("/proc")
+	pids, err := procfs.PIDs(procfs.Root)
 	if err != nil {
 		return 0
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		str := string(b)
-		i := strings.LastIndexByte(str, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(str[i+1:])
-		if len(f) > 2 {
-			ppid, _ := strconv.Atoi(f[1])
-			parents[pid] = ppid
+	for _, pid := range pids {
+		if st, err := procfs.ReadStat(pid, 0); err == nil {
+			parents[pid] = st.PPID
 		}
 	}
 	added := 0

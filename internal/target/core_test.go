@@ -1,7 +1,6 @@
 package target
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -43,12 +43,7 @@ func startSleep(t *testing.T) (*exec.Cmd, []Mapping) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	maps, err := ParseMaps(bufio.NewScanner(f))
+	maps, err := procfs.ReadMapsFile(fmt.Sprintf("/proc/%d/maps", pid), 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // This file lets rbscope borrow a paused thread of a live process for a
@@ -159,27 +161,15 @@ var ErrSegvBlocked = errors.New("the thread blocks SIGSEGV right now")
 
 // segvMasked reads whether tid blocks or ignores SIGSEGV.
 func segvMasked(pid, tid int) (blocked, ignored bool, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+	blk, ign, err := procfs.SignalMasks(pid, tid)
 	if err != nil {
-		return false, false, fmt.Errorf("tid %d: %w", tid, ErrExited)
-	}
-	bit := func(field string) (bool, error) {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, field+":"); ok {
-				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-				if err != nil {
-					return false, fmt.Errorf("tid %d status %s: %w", tid, field, err)
-				}
-				return mask&(1<<(uint(unix.SIGSEGV)-1)) != 0, nil
-			}
+		if _, gone := errors.AsType[*fs.PathError](err); gone {
+			return false, false, fmt.Errorf("tid %d: %w", tid, ErrExited)
 		}
-		return false, fmt.Errorf("tid %d status: no %s", tid, field)
-	}
-	if blocked, err = bit("SigBlk"); err != nil {
 		return false, false, err
 	}
-	ignored, err = bit("SigIgn")
-	return blocked, ignored, err
+	bit := uint64(1) << (uint(unix.SIGSEGV) - 1)
+	return blk&bit != 0, ign&bit != 0, nil
 }
 
 // borrow saves tid's registers, runs f (on the tracer thread, where the

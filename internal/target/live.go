@@ -7,20 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rbscope/rbscope/internal/tempfiles"
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Live is a running process read through process_vm_readv (or /proc/PID/mem
@@ -37,10 +33,9 @@ type Live struct {
 	// (see LocalTID).
 	ns nsTIDs
 
-	mu          sync.Mutex
-	tracer      *tracer
-	paused      map[int]int // seized TID -> signal to deliver on detach
-	stopSignals chan os.Signal
+	mu     sync.Mutex
+	tracer *tracer
+	paused map[int]int // seized TID -> signal to deliver on detach
 	// exited are seized threads seen to exit, to hand back on detach
 	// (releaseExited); ownChild is set when the process is rbscope's own
 	// child (a command it launched), whose exit rbscope waits for itself.
@@ -52,10 +47,10 @@ type Live struct {
 
 	// StopTimeout bounds how long WhilePaused waits for one thread to stop.
 	StopTimeout time.Duration
-	// NoSignalGuard turns off the SIGINT/SIGTERM/SIGHUP handler that
-	// WhilePaused installs (it makes rbscope exit while threads stand
-	// still), for callers that handle those signals themselves between
-	// their short sessions.
+	// NoSignalGuard keeps this target's sessions out of HoldsStopped: a
+	// SIGINT, SIGTERM or SIGHUP while its threads stand still does not make
+	// rbscope exit at once, for callers that end on those signals
+	// themselves between their short sessions.
 	NoSignalGuard bool
 }
 
@@ -128,17 +123,8 @@ func PermissionError(pid int) error {
 // number) in its effective set, as /proc/self/status says; true when that
 // cannot be read (the kernel then decides alone).
 func HasCapability(c int) bool {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return true
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
-			return err != nil || c < 0 || c > 63 || v&(1<<uint(c)) != 0
-		}
-	}
-	return true
+	st, err := procfs.ReadStatus(os.Getpid(), 0)
+	return err != nil || c < 0 || c > 63 || st.CapEff&(1<<uint(c)) != 0
 }
 
 // PID implements Target.
@@ -200,7 +186,7 @@ func (l *Live) Mappings() ([]Mapping, error) {
 		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 	}
 	defer f.Close()
-	maps, err := ParseMaps(bufio.NewScanner(f))
+	maps, err := procfs.ParseMaps(bufio.NewScanner(f))
 	if err != nil {
 		return nil, fmt.Errorf("pid %d maps: %w", l.pid, err)
 	}
@@ -210,50 +196,12 @@ func (l *Live) Mappings() ([]Mapping, error) {
 	return maps, nil
 }
 
-// ParseMaps parses the text format of /proc/PID/maps.
-func ParseMaps(sc *bufio.Scanner) ([]Mapping, error) {
-	var maps []Mapping
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			return nil, fmt.Errorf("bad maps line %q", sc.Text())
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		off, err3 := strconv.ParseUint(fields[2], 16, 64)
-		inode, err4 := strconv.ParseUint(fields[4], 10, 64)
-		major, minor, _ := strings.Cut(fields[3], ":")
-		maj, err5 := strconv.ParseUint(major, 16, 32)
-		mnr, err6 := strconv.ParseUint(minor, 16, 32)
-		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
-			return nil, fmt.Errorf("bad maps line %q: %w", sc.Text(), err)
-		}
-		m := Mapping{Start: start, End: end, Perms: fields[1], Offset: off, Inode: inode, Dev: unix.Mkdev(uint32(maj), uint32(mnr))}
-		if len(fields) > 5 {
-			m.Path = strings.Join(fields[5:], " ")
-		}
-		maps = append(maps, m)
-	}
-	return maps, sc.Err()
-}
-
 // Threads implements Target by listing /proc/PID/task.
 func (l *Live) Threads() ([]int, error) {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", l.pid))
+	tids, err := procfs.Tasks(l.pid)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 	}
-	tids := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, tid)
-		}
-	}
-	sort.Ints(tids)
 	return tids, nil
 }
 
@@ -293,30 +241,12 @@ func (l *Live) Comm() string {
 	return strings.TrimSpace(string(b))
 }
 
-// startTracing, with l.mu held, starts the tracer thread and the signal
-// guard if they are not running yet, and registers l for ResumeAll.
+// startTracing, with l.mu held, starts the tracer thread if it is not
+// running yet, and records that l may hold threads stopped (see
+// HoldsStopped and Stop).
 func (l *Live) startTracing() {
 	if l.tracer == nil {
 		l.tracer = newTracer()
-	}
-	if l.stopSignals == nil && !l.NoSignalGuard {
-		l.stopSignals = make(chan os.Signal, 1)
-		signal.Notify(l.stopSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		go func(ch chan os.Signal) {
-			if sig, ok := <-ch; ok {
-				// The tracer thread may be in the middle of a long read,
-				// holding the threads: rbscope removes the outputs it was
-				// writing and exits, and the kernel lets every thread it
-				// traces go (none is in a group stop).
-				// Not in the middle of an injected call, though: the kernel
-				// would let that thread go with borrowed registers.
-				for deadline := time.Now().Add(InjectTimeout + time.Second); borrowing() && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
-				tempfiles.RemoveAll()
-				os.Exit(128 + int(sig.(syscall.Signal)))
-			}
-		}(l.stopSignals)
 	}
 	registerPaused(l)
 }
@@ -331,8 +261,8 @@ func (l *Live) startTracing() {
 // the Stopped (reads, writes, injected system calls and calls) needs no
 // lock. The threads are let go whatever do returns, and if it panics (the
 // panic comes back as an error). While they stand still, SIGINT, SIGTERM
-// and SIGHUP make rbscope exit, and the kernel lets them go; SIGTSTP
-// (Ctrl-Z) waits until they run again (see startStopGuard). If rbscope dies
+// and SIGHUP make rbscope exit (HoldsStopped), and the kernel lets them go;
+// SIGTSTP (Ctrl-Z) waits until they run again (Stop). If rbscope dies
 // anyway, the kernel lets them go too. It returns the error of the stop,
 // else do's.
 func (l *Live) WhilePaused(tids []int, do func(*Stopped) error) error {
@@ -371,19 +301,10 @@ func (l *Live) WhilePausedPicked(pick func() []int, do func(*Stopped) error) err
 		return nil
 	})
 	unregisterPaused(l)
-	l.stopSignalWatch()
 	if err != nil {
 		return err
 	}
 	return doErr
-}
-
-func (l *Live) stopSignalWatch() {
-	if l.stopSignals != nil {
-		signal.Stop(l.stopSignals)
-		close(l.stopSignals)
-		l.stopSignals = nil
-	}
 }
 
 // pauseLocked runs on the tracer thread. With only nil it stops every
@@ -612,32 +533,15 @@ func (l *Live) releaseExited(tid int) {
 
 // deadTask reports whether thread tid of l's process has exited (a zombie,
 // or gone).
-func (l *Live) deadTask(tid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", l.pid, tid))
-	if err != nil {
-		return true
-	}
-	st := StatState(b)
-	return st == 'Z' || st == 'X'
-}
+func (l *Live) deadTask(tid int) bool { return procfs.TaskExited(l.pid, tid) }
 
 // parentOf returns the parent process ID of pid (0 if unknown).
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid, 0)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return st.PPID
 }
 
 // resume lets go every thread still stopped (none, outside WhilePaused).
@@ -648,7 +552,6 @@ func (l *Live) resume() error {
 		l.tracer.do(func() error { l.detachLocked(); return nil })
 	}
 	unregisterPaused(l)
-	l.stopSignalWatch()
 	return nil
 }
 
@@ -771,32 +674,3 @@ func (t *tracer) do(f func() error) error {
 }
 
 func (t *tracer) stop() { close(t.reqs) }
-
-var (
-	pausedMu  sync.Mutex
-	pausedSet = map[*Live]bool{}
-)
-
-// registerPaused records that l may hold threads stopped, for the
-// stop-signal guard.
-func registerPaused(l *Live) {
-	startStopGuard()
-	pausedMu.Lock()
-	pausedSet[l] = true
-	pausedMu.Unlock()
-}
-
-// unregisterPaused records that l's threads run again; a stop signal held
-// back while targets were paused takes effect when the last one runs.
-func unregisterPaused(l *Live) {
-	pausedMu.Lock()
-	delete(pausedSet, l)
-	stop := pendingStop && len(pausedSet) == 0
-	if stop {
-		pendingStop = false
-	}
-	pausedMu.Unlock()
-	if stop {
-		stopSelf()
-	}
-}

@@ -103,3 +103,45 @@ func TestKilledWhilePausedGoesBackToItsParent(t *testing.T) {
 		t.Fatal("the parent never saw its child killed while paused end (rbscope still attached)")
 	}
 }
+
+// TestHoldsStoppedOnlyWhilePaused: the owner of rbscope's signals must
+// exit at once on SIGINT only while a target stands still in a session
+// that does not end on the signal by itself (NoSignalGuard), and a panic
+// in the session leaves none held.
+func TestHoldsStoppedOnlyWhilePaused(t *testing.T) {
+	c := exec.Command("sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	l, err := Attach(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if HoldsStopped() {
+		t.Fatal("a target held before any pause")
+	}
+	var during bool
+	if err := l.WhilePaused(nil, func(*Stopped) error { during = HoldsStopped(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !during || HoldsStopped() {
+		t.Errorf("held during the pause %v (want true), after it %v (want false)", during, HoldsStopped())
+	}
+	l.NoSignalGuard = true
+	l.WhilePaused(nil, func(*Stopped) error { during = HoldsStopped(); return nil })
+	if during {
+		t.Error("a session with NoSignalGuard makes rbscope exit on a signal")
+	}
+	l.NoSignalGuard = false
+	if err := l.WhilePaused(nil, func(*Stopped) error { panic("in the session") }); err == nil {
+		t.Error("a panic in the session was not returned as an error")
+	}
+	if HoldsStopped() {
+		t.Error("a target still held after a session that panicked")
+	}
+	if st := procStatus(t, c.Process.Pid, "State"); strings.HasPrefix(st, "t") {
+		t.Errorf("target left stopped after a panic: %s", st)
+	}
+}

@@ -1,12 +1,9 @@
 package target
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
 	"sync"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // nsTIDs maps the thread IDs a process in a PID namespace of its own
@@ -33,7 +30,7 @@ func (l *Live) LocalTID(tid int) int {
 	defer n.mu.Unlock()
 	if !n.looked {
 		n.looked = true
-		if ids, ok := nsPIDs(fmt.Sprintf("/proc/%d/status", l.pid)); ok && len(ids) > 1 {
+		if ids, ok := nsPIDs(l.pid, 0); ok && len(ids) > 1 {
 			n.nested = true
 			n.local, n.seen = map[int]int{}, map[int]int{}
 		}
@@ -59,7 +56,7 @@ func (l *Live) LocalTID(tid int) int {
 		if _, ok := n.seen[t]; ok {
 			continue
 		}
-		ids, ok := nsPIDs(fmt.Sprintf("/proc/%d/task/%d/status", l.pid, t))
+		ids, ok := nsPIDs(l.pid, t)
 		if !ok || len(ids) < 2 || ids[0] != t {
 			continue
 		}
@@ -78,28 +75,10 @@ func (l *Live) LocalTID(tid int) int {
 	return n.local[tid]
 }
 
-// nsPIDs reads the NSpid line of a /proc status file: the task's ID in
-// each PID namespace from /proc's own down to the task's.
-func nsPIDs(path string) ([]int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("NSpid:"))
-		if !ok {
-			continue
-		}
-		var ids []int
-		for _, f := range bytes.Fields(rest) {
-			id, err := strconv.Atoi(string(f))
-			if err != nil || id <= 0 {
-				return nil, false
-			}
-			ids = append(ids, id)
-		}
-		return ids, len(ids) > 0
-	}
-	return nil, false
+// nsPIDs reads the NSpid line of the status of thread tid of process pid
+// (the process when tid is 0): the task's ID in each PID namespace from
+// /proc's own down to the task's.
+func nsPIDs(pid, tid int) ([]int, bool) {
+	st, err := procfs.ReadStatus(pid, tid)
+	return st.NSpid, err == nil && len(st.NSpid) > 0
 }

@@ -72,7 +72,7 @@ func TestLocalTID(t *testing.T) {
 		t.Fatalf("threads %v, want two at least", tids)
 	}
 	for _, tid := range tids {
-		ids, ok := nsPIDs(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+		ids, ok := nsPIDs(pid, tid)
 		if !ok || len(ids) != 2 || ids[0] != tid {
 			t.Fatalf("task %d: NSpid %v", tid, ids)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // ErrReplaced means the process ID no longer names the process rbscope
@@ -88,7 +90,7 @@ func (l *Live) CheckSame() error {
 		// no process uses any more (after an exec or an exit) end of file.
 		var b [1]byte
 		if _, err := l.id.mem.ReadAt(b[:], 0); errors.Is(err, io.EOF) {
-			if Exited(l.pid) {
+			if procfs.Exited(l.pid) {
 				return fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 			}
 			return fmt.Errorf("pid %d: %w", l.pid, ErrReplaced)
@@ -113,18 +115,16 @@ func (l *Live) CheckSame() error {
 	return nil
 }
 
-// startTime is when the process started (field 22 of /proc/PID/stat),
-// read with the task readers' stat parser.
+// startTime is when the process started (field 22 of /proc/PID/stat).
 func startTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid, 0)
+	if errors.Is(err, procfs.ErrBadStat) {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrExited)
 	}
-	t, err := parseStat(pid, string(b))
-	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	return t.Start, nil
+	return st.Start(), nil
 }
 
 // GetFD returns a copy (close-on-exec) of the process's file descriptor

@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Snapshot is a copy of a live process's writable memory, taken while all
@@ -354,7 +356,7 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 			beforeCopyBatch()
 		}
 		n, err := unix.ProcessVMReadv(s.l.pid, local, remote, 0)
-		if errors.Is(err, unix.ESRCH) || (err != nil && Exited(s.l.pid)) {
+		if errors.Is(err, unix.ESRCH) || (err != nil && procfs.Exited(s.l.pid)) {
 			return fmt.Errorf("pid %d ended while its memory was copied: %w", s.l.pid, ErrExited)
 		}
 		if err != nil && !errors.Is(err, unix.EFAULT) {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Target is a process image rbscope reads from.
@@ -35,18 +37,9 @@ type Target interface {
 	Close() error
 }
 
-// Mapping is one region of the address space, as /proc/PID/maps shows it.
-type Mapping struct {
-	Start, End uint64
-	Perms      string // "r-xp" and the like
-	Offset     uint64 // file offset of Start
-	Inode      uint64
-	Dev        uint64 // device of the inode, as stat's st_dev (0 when unknown)
-	Path       string // backing file, or "[heap]", "[stack]", "" for anonymous
-}
-
-// Contains reports whether addr lies inside the mapping.
-func (m Mapping) Contains(addr uint64) bool { return addr >= m.Start && addr < m.End }
+// Mapping is one region of the address space, as /proc/PID/maps shows it
+// (a core's and a snapshot's are told the same way).
+type Mapping = procfs.Mapping
 
 // Errors a caller may want to tell apart.
 var (

@@ -1,4 +1,4 @@
-package target
+package procfs
 
 import (
 	"bytes"
@@ -94,8 +94,8 @@ func (t *TaskStates) state(tid int) (state byte, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	st := StatState(line)
-	return st, st != 0
+	st, err := parseStat(line, false)
+	return st.State, err == nil
 }
 
 // LastCPU reads the CPU thread tid is on, or last ran on (field 39 of its
@@ -105,18 +105,8 @@ func (t *TaskStates) LastCPU(tid int) (cpu int, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	// The fields after the command name, which ends at the last ')':
-	// field 3 (the state) first, so field 39 is the 37th.
-	i := bytes.LastIndexByte(line, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(line[i+1:])
-	if len(f) < 37 {
-		return 0, false
-	}
-	cpu, err := strconv.Atoi(string(f[36]))
-	return cpu, err == nil
+	st, err := parseStat(line, false)
+	return st.Processor, err == nil && st.Processor >= 0
 }
 
 // stat reads thread tid's stat line into t.line, through the kept file

@@ -1,4 +1,4 @@
-package threadwatch
+package threads
 
 import (
 	"bufio"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
-	"github.com/rbscope/rbscope/internal/threadevents"
 )
 
 // TestFollowBirthAndDeath: Ruby threads the program starts and ends are
@@ -30,7 +29,7 @@ loop { Thread.new { Thread.current.name = "short-lived"; sleep 0.1 }.join; sleep
 	_, vm := testvm.Attach(t, cmd.Process.Pid)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	native, _, _ := threadevents.Watch(ctx, cmd.Process.Pid, false)
+	native, _, _ := Watch(ctx, cmd.Process.Pid, false)
 	events := make(chan Event, 64)
 	go Follow(ctx, cmd.Process.Pid, vm, native, func(ev Event) { events <- ev })
 	var born, exited bool

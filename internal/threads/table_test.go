@@ -1,4 +1,4 @@
-package threadtable
+package threads
 
 import (
 	"bufio"

@@ -1,7 +1,9 @@
-// Package threadtable joins the kernel's view of a process's threads (state,
-// CPU, machine stack) with the Ruby threads they run and their largest
-// native frames: the table of rbscope threads.
-package threadtable
+// Package threads is what `rbscope threads` knows of a Ruby process's
+// threads: the table that joins the kernel's view of them (state, CPU,
+// machine stack) with the Ruby threads they run and their largest native
+// frames (Read), and their births and deaths as they happen (Follow, fed by
+// Watch).
+package threads
 
 import (
 	"context"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/libc"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -39,6 +42,7 @@ type LargestFrame struct {
 	Function string `json:"function"`
 }
 
+// RubyThread is the Ruby thread a native thread runs.
 type RubyThread struct {
 	Name   string        `json:"name"`
 	Status string        `json:"status"`
@@ -177,7 +181,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	return rows, nil
 }
 
-func hasTask(tasks []target.Task, tid int) bool {
+func hasTask(tasks []procfs.Task, tid int) bool {
 	for _, t := range tasks {
 		if t.TID == tid {
 			return true

@@ -1,17 +1,12 @@
-// Package threadwatch follows a Ruby process's threads as they are born and
-// die: native threads from the kernel's events (threadevents), Ruby threads
-// by re-reading the VM's thread list, told apart because Ruby runs new Ruby
-// threads on cached native threads the kernel says nothing of.
-package threadwatch
+package threads
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
-	"github.com/rbscope/rbscope/internal/threadevents"
 )
 
 // Event is one birth or death (one line of `rbscope threads --follow --json`).
@@ -40,9 +35,12 @@ type followedThread struct {
 }
 
 // Follow reports each thread birth and death of pid (whose VM is vm) to
-// emit, from native, the kernel's events of it, until native closes (the
-// process exited: exited is then true) or ctx ends.
-func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadevents.Event, emit func(Event)) (exited bool) {
+// emit until native closes (the process exited: exited is then true) or
+// ctx ends: native threads from native, the kernel's events of them
+// (Watch), Ruby threads by re-reading the VM's thread list, told apart
+// because Ruby runs new Ruby threads on cached native threads the kernel
+// says nothing of.
+func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent, emit func(Event)) (exited bool) {
 	ruby := map[uint64]*followedThread{} // by Thread object
 	everRuby := map[int]bool{}           // TIDs that ran a Ruby thread
 	nativeBorn := map[int]time.Time{}
@@ -130,7 +128,7 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadeve
 				delete(nativePending, tid)
 				nativeBorn[tid] = at
 				comm := ""
-				if tk, err := target.ReadTask(pid, tid); err == nil {
+				if tk, err := procfs.ReadTask(pid, tid); err == nil {
 					comm = tk.Comm
 				}
 				emit(Event{Time: at, Event: "native-born", TID: tid, Name: comm})
@@ -160,9 +158,9 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan threadeve
 				continue // reported as a Ruby thread
 			}
 			switch ev.Kind {
-			case threadevents.Born:
+			case Born:
 				nativePending[ev.TID] = ev.Time
-			case threadevents.Exited:
+			case Exited:
 				if _, ok := nativePending[ev.TID]; ok {
 					delete(nativePending, ev.TID)
 					emit(Event{Time: ev.Time, Event: "native-born", TID: ev.TID})

@@ -1,40 +1,36 @@
-// Package threadevents reports thread births and deaths of a live process
-// as they happen, without ptrace: from the kernel's process-events
-// connector over netlink where permitted, else by polling /proc/PID/task.
-package threadevents
+package threads
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
-// Kind says what happened to a thread.
-type Kind int
+// TaskKind says what happened to a native thread.
+type TaskKind int
 
 // Event kinds.
 const (
-	Born Kind = iota
+	Born TaskKind = iota
 	Exited
 )
 
-func (k Kind) String() string {
+func (k TaskKind) String() string {
 	if k == Born {
 		return "born"
 	}
 	return "exited"
 }
 
-// Event is one thread birth or death.
-type Event struct {
-	Kind Kind
+// TaskEvent is one native thread's birth or death, as the kernel tells it.
+type TaskEvent struct {
+	Kind TaskKind
 	TID  int
 	Time time.Time
 }
@@ -52,12 +48,14 @@ const (
 // enough to see a thread that lives 20 ms.
 const PollInterval = 2 * time.Millisecond
 
-// Watch sends the births and deaths of pid's threads on the returned
-// channel until ctx is done or the process exits; then it closes the
-// channel. With forcePoll, or when netlink is not permitted, it polls;
-// fallback says why netlink was not used.
-func Watch(ctx context.Context, pid int, forcePoll bool) (events <-chan Event, src Source, fallback error) {
-	ch := make(chan Event, 256)
+// Watch sends the births and deaths of pid's native threads on the
+// returned channel as they happen, without ptrace (from the kernel's
+// process-events connector over netlink), until ctx is done or the process
+// exits; then it closes the channel. With forcePoll, or when netlink is
+// not permitted, it polls /proc/PID/task; fallback says why netlink was not
+// used.
+func Watch(ctx context.Context, pid int, forcePoll bool) (events <-chan TaskEvent, src Source, fallback error) {
+	ch := make(chan TaskEvent, 256)
 	if !forcePoll {
 		sock, err := openConnector()
 		if err == nil {
@@ -193,7 +191,7 @@ func parse(b []byte) []rawEvent {
 	return out
 }
 
-func runNetlink(ctx context.Context, sock, pid int, ch chan<- Event) {
+func runNetlink(ctx context.Context, sock, pid int, ch chan<- TaskEvent) {
 	defer close(ch)
 	defer unix.Close(sock)
 	defer sendControl(sock, procCnMcastIgnore)
@@ -209,10 +207,10 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- Event) {
 				}
 				switch {
 				case ev.what == procEventFork && ev.pid != ev.tgid:
-					send(ctx, ch, Event{Kind: Born, TID: ev.pid, Time: now})
+					send(ctx, ch, TaskEvent{Kind: Born, TID: ev.pid, Time: now})
 				case ev.what == procEventExit:
-					send(ctx, ch, Event{Kind: Exited, TID: ev.pid, Time: now})
-					if ev.pid == pid && target.Exited(pid) {
+					send(ctx, ch, TaskEvent{Kind: Exited, TID: ev.pid, Time: now})
+					if ev.pid == pid && procfs.Exited(pid) {
 						return
 					}
 				}
@@ -220,21 +218,21 @@ func runNetlink(ctx context.Context, sock, pid int, ch chan<- Event) {
 		}
 		if now.Sub(lastCheck) > 200*time.Millisecond {
 			lastCheck = now
-			if target.Exited(pid) {
+			if procfs.Exited(pid) {
 				return
 			}
 		}
 	}
 }
 
-func send(ctx context.Context, ch chan<- Event, ev Event) {
+func send(ctx context.Context, ch chan<- TaskEvent, ev TaskEvent) {
 	select {
 	case ch <- ev:
 	case <-ctx.Done():
 	}
 }
 
-func runPolling(ctx context.Context, pid int, ch chan<- Event) {
+func runPolling(ctx context.Context, pid int, ch chan<- TaskEvent) {
 	defer close(ch)
 	known := listTasks(pid)
 	tick := time.NewTicker(PollInterval)
@@ -249,18 +247,18 @@ func runPolling(ctx context.Context, pid int, ch chan<- Event) {
 		cur := listTasks(pid)
 		if cur == nil {
 			for tid := range known {
-				send(ctx, ch, Event{Kind: Exited, TID: tid, Time: now})
+				send(ctx, ch, TaskEvent{Kind: Exited, TID: tid, Time: now})
 			}
 			return
 		}
 		for tid := range cur {
 			if !known[tid] {
-				send(ctx, ch, Event{Kind: Born, TID: tid, Time: now})
+				send(ctx, ch, TaskEvent{Kind: Born, TID: tid, Time: now})
 			}
 		}
 		for tid := range known {
 			if !cur[tid] {
-				send(ctx, ch, Event{Kind: Exited, TID: tid, Time: now})
+				send(ctx, ch, TaskEvent{Kind: Exited, TID: tid, Time: now})
 			}
 		}
 		known = cur
@@ -269,20 +267,13 @@ func runPolling(ctx context.Context, pid int, ch chan<- Event) {
 
 // listTasks returns the process's TIDs, or nil once it is gone.
 func listTasks(pid int) map[int]bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/task")
-	if err != nil {
+	tids, err := procfs.Tasks(pid)
+	if err != nil || len(tids) == 0 || procfs.Exited(pid) {
 		return nil
 	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil || len(names) == 0 || target.Exited(pid) {
-		return nil
-	}
-	out := make(map[int]bool, len(names))
-	for _, n := range names {
-		if tid, err := strconv.Atoi(n); err == nil {
-			out[tid] = true
-		}
+	out := make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		out[tid] = true
 	}
 	return out
 }
