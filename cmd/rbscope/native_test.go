@@ -219,7 +219,7 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 			}
 			// threads shows each thread's largest frame beside its stack.
 			out, errOut, code := rbscope(t, "threads", "-p", strconv.Itoa(p.PID()), "--json", "--interval", "10ms")
-			var doc struct{ Threads []threadRow }
+			var doc struct{ Threads []wire.ThreadRow }
 			if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
 				t.Fatalf("threads: exit %d, %v: %s", code, err, errOut)
 			}

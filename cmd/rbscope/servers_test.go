@@ -294,7 +294,7 @@ func (s *server) checkSelf(t *testing.T, pid int, want string) {
 			t.Fatalf("stack --json: %v", err)
 		}
 		var table struct {
-			Threads []threadRow `json:"threads"`
+			Threads []wire.ThreadRow `json:"threads"`
 		}
 		if err := json.Unmarshal([]byte(threadsOut), &table); err != nil {
 			t.Fatalf("threads --json: %v", err)

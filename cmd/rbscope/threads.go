@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/threads"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -64,7 +64,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return err
 			}
 			if asJSON {
-				return printJSONList("threads", rows)
+				return wire.Write(os.Stdout, wire.NewThreadTable(rows))
 			}
 			printThreadTable(os.Stdout, rows)
 			return nil
@@ -80,10 +80,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 	return c
 }
 
-// threadRow is one row of the table (threads.Row).
-type threadRow = threads.Row
-
-func printThreadTable(w io.Writer, rows []threadRow) {
+func printThreadTable(w io.Writer, rows []threads.Row) {
 	fmt.Fprintf(w, "%-8s %-16s %-9s %8s %6s %8s %8s  %-20s %-6s %-4s %s\n", "TID", "COMM", "STATE", "CPU", "CPU%", "STACK", "BIGFRAME", "RUBY THREAD", "STATUS", "GVL", "FRAME")
 	for _, r := range rows {
 		stack, big := "-", "-"
@@ -95,7 +92,7 @@ func printThreadTable(w io.Writer, rows []threadRow) {
 		}
 		name, status, gvl, frame := "", "", "", ""
 		switch r.Kind {
-		case "ruby":
+		case threads.KindRuby:
 			name = r.Ruby.Name
 			if r.Ruby.Main {
 				if name == "" {
@@ -112,11 +109,11 @@ func printThreadTable(w io.Writer, rows []threadRow) {
 			}
 			if f := r.Ruby.Frame; f != nil {
 				frame = f.Label
-				if f.Kind == rubyvm.KindRuby {
+				if f.Kind == stacks.KindRuby {
 					frame += fmt.Sprintf(" (%s:%d)", f.Path, f.Line)
 				}
 			}
-		case "ruby-internal":
+		case threads.KindRubyInternal:
 			name = "[Ruby timer thread]"
 		default:
 			name = "[native, no Ruby]"
@@ -151,7 +148,7 @@ func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 	fmt.Fprintf(os.Stderr, "rbscope: following threads of pid %d (Ruby %s): native threads via %s, Ruby threads by reading the VM every %v; Ctrl-C to stop\n", pid, vm.Version, src, threads.RubyPollInterval)
 	emit := func(ev threads.Event) {
 		if asJSON {
-			b, _ := wire.Versioned(ev) // one JSON object per line
+			b, _ := wire.Versioned(wire.NewThreadEvent(ev)) // one JSON object per line
 			fmt.Println(string(b))
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 type churnReport struct {
@@ -40,14 +41,14 @@ func TestThreadsTable(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
 			var doc struct {
-				SchemaVersion int         `json:"schema_version"`
-				Threads       []threadRow `json:"threads"`
+				SchemaVersion int              `json:"schema_version"`
+				Threads       []wire.ThreadRow `json:"threads"`
 			}
 			if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.SchemaVersion != 1 {
 				t.Fatalf("schema %d: %v\n%s", doc.SchemaVersion, err, out)
 			}
 			rows := doc.Threads
-			byTID := map[int]threadRow{}
+			byTID := map[int]wire.ThreadRow{}
 			for _, r := range rows {
 				byTID[r.TID] = r
 				if r.StackBytes == nil || *r.StackBytes == 0 || *r.StackBytes > 64<<20 {

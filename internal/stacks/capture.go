@@ -40,15 +40,16 @@ type Thread struct {
 }
 
 // Largest returns the thread's largest native frame (by the stack it
-// holds), and false when it has none of known size.
+// holds; the innermost of equals), and false when it has no native frame.
 func (th Thread) Largest() (Frame, bool) {
 	var big Frame
+	found := false
 	for _, f := range th.Frames {
-		if f.Kind == KindNative && f.Native.Size > big.Native.Size {
-			big = f
+		if f.Kind == KindNative && (!found || f.Native.Size > big.Native.Size) {
+			big, found = f, true
 		}
 	}
-	return big, big.Native.Size > 0
+	return big, found
 }
 
 // NativeFrames returns the thread's native frames, innermost first.
@@ -76,7 +77,8 @@ type Options struct {
 	// capture reads (rubyvm.VM.FrameBudget).
 	FrameBudget int
 	// WhileStill, when set, runs while the target stands still, after the
-	// stacks are read, with the threads standing still.
+	// stacks are read, with the threads standing still (not with
+	// Nonblocking).
 	WhileStill func(tids []int) error
 }
 
@@ -130,7 +132,7 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 				native[tid], nativeErr[tid] = uw.Unwind(r)
 			}
 		}
-		if opts.WhileStill != nil {
+		if opts.WhileStill != nil && !opts.Nonblocking {
 			return opts.WhileStill(tids)
 		}
 		return nil

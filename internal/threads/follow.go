@@ -11,14 +11,15 @@ import (
 
 // Event is one birth or death (one line of `rbscope threads --follow --json`).
 type Event struct {
-	Time  time.Time `json:"time"`
-	Event string    `json:"event"` // born, exited, native-born, native-exited
-	TID   int       `json:"tid"`
-	Name  string    `json:"name,omitempty"`
+	Time  time.Time
+	Event string // born, exited, native-born, native-exited
+	TID   int
+	Name  string
 	// Creator is the outermost Ruby frame of a new thread: the block given
 	// to Thread.new, at the line that created it.
-	Creator  string  `json:"created_at,omitempty"`
-	Lifetime float64 `json:"lifetime_seconds,omitempty"`
+	Creator string
+	// Lifetime is how long the thread lived, in seconds (deaths).
+	Lifetime float64
 }
 
 // RubyPollInterval is how often Follow re-reads Ruby's thread list (no

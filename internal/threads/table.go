@@ -11,44 +11,51 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/libc"
-	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
-	"github.com/rbscope/rbscope/internal/unwind"
 )
 
-// Row is one native thread, as `rbscope threads --json` prints it.
+// Row is one native thread of the table.
 type Row struct {
-	TID        int     `json:"tid"`
-	Comm       string  `json:"comm"`
-	State      string  `json:"state"`
-	CPUSeconds float64 `json:"cpu_seconds"`
-	CPUPercent float64 `json:"cpu_percent"`
+	TID        int
+	Comm       string
+	State      string
+	CPUSeconds float64
+	CPUPercent float64
 	// StackBytes is the machine stack in use (from the stack pointer to
-	// the top of its mapping); null when it could not be read.
-	StackBytes *uint64 `json:"stack_bytes"`
+	// the top of its mapping); nil when it could not be read.
+	StackBytes *uint64
 	// LargestFrame is the thread's largest native frame (unwound with the
-	// code's CFI while the process stood still); null without a pause.
-	LargestFrame *LargestFrame `json:"largest_frame"`
-	// Kind is "ruby" (runs a Ruby thread), "ruby-internal" (Ruby's own
-	// timer thread) or "native" (no Ruby thread).
-	Kind string      `json:"kind"`
-	Ruby *RubyThread `json:"ruby,omitempty"`
+	// code's CFI while the process stood still); nil without a pause.
+	LargestFrame *LargestFrame
+	// Kind is KindRuby (runs a Ruby thread), KindRubyInternal (Ruby's own
+	// timer thread) or KindNative (no Ruby thread).
+	Kind string
+	Ruby *RubyThread
 }
+
+// The kinds of row.
+const (
+	KindRuby         = "ruby"
+	KindRubyInternal = "ruby-internal"
+	KindNative       = "native"
+)
 
 // LargestFrame is a thread's largest native frame: its size and function.
 type LargestFrame struct {
-	Bytes    uint64 `json:"bytes"`
-	Function string `json:"function"`
+	Bytes    uint64
+	Function string
 }
 
 // RubyThread is the Ruby thread a native thread runs.
 type RubyThread struct {
-	Name   string        `json:"name"`
-	Status string        `json:"status"`
-	Main   bool          `json:"main"`
-	GVL    bool          `json:"gvl"`
-	Frame  *rubyvm.Frame `json:"frame,omitempty"`
+	Name   string
+	Status string
+	Main   bool
+	GVL    bool
+	// Frame is its innermost Ruby frame (nil for an empty stack).
+	Frame *stacks.Frame
 }
 
 // kernelStates names the kernel's thread states.
@@ -73,65 +80,42 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	if err != nil {
 		return nil, err
 	}
-	stacks := after
-	var threads []rubyvm.Thread
-	maps, _ := t.Mappings()
-	native := map[int][]unwind.Frame{}
-	fsBase := map[int]uint64{} // each thread's thread pointer, when paused
-	var u *unwind.Unwinder
-	if pause {
-		u = unwind.New(t, maps)
-		defer u.Close()
-		u.Preload() // the CFI is read before the process stops
-	}
-	read := func(s *target.Stopped) (err error) {
-		if s != nil {
-			if k, err := t.Tasks(); err == nil {
-				stacks = k // every thread is blocked now, so each shows its sp
-			}
-			for tid := range s.Threads {
-				if regs, err := s.Registers(tid); err == nil {
-					native[tid], _ = u.Unwind(unwind.FromTarget(regs))
-					fsBase[tid] = regs.FSBase
-				}
-			}
+	stackTasks := after
+	captured, err := stacks.Capture(t, vm, stacks.Options{Native: pause, Nonblocking: !pause, WhileStill: func([]int) error {
+		if k, err := t.Tasks(); err == nil {
+			stackTasks = k // every thread is blocked now, so each shows its sp
 		}
-		threads, err = vm.Threads()
-		return err
-	}
-	if pause {
-		err = t.WhilePaused(nil, read)
-	} else {
-		err = read(nil)
-	}
+		return nil
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	largest := map[int]*LargestFrame{}
-	for tid, frames := range native { // named once the process runs again
-		u.Symbolize(frames)
-		for _, f := range frames {
-			if lf := largest[tid]; lf == nil || f.Size > lf.Bytes {
-				largest[tid] = &LargestFrame{Bytes: f.Size, Function: f.Name()}
-			}
+	fsBase := map[int]uint64{} // each thread's thread pointer, when paused
+	byTID := map[int]stacks.Thread{}
+	for _, th := range captured {
+		if th.TID <= 0 {
+			continue // an M:N thread on no native thread now
+		}
+		if big, ok := th.Largest(); ok {
+			largest[th.TID] = &LargestFrame{Bytes: big.Native.Size, Function: big.Name()}
+		}
+		if th.Regs != nil {
+			fsBase[th.TID] = th.Regs.FSBase
+		}
+		if th.Ruby {
+			byTID[th.TID] = th
 		}
 	}
+	maps, _ := t.Mappings()
 
 	cpuBefore := map[int]time.Duration{}
 	for _, tk := range before {
 		cpuBefore[tk.TID] = tk.CPU
 	}
 	sp := map[int]uint64{}
-	for _, tk := range stacks {
+	for _, tk := range stackTasks {
 		sp[tk.TID] = tk.SP
-	}
-	byTID := map[int]rubyvm.Thread{}
-	for _, th := range threads {
-		tid := th.TID
-		if th.Main && !hasTask(after, tid) {
-			tid = pid // a forked child's main thread keeps its parent's TID in Ruby's books
-		}
-		byTID[tid] = th
 	}
 	mainComm := ""
 	for _, tk := range before {
@@ -142,7 +126,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	musl := libc.Name(maps) == libc.Musl
 	rows := make([]Row, 0, len(after))
 	for _, tk := range after {
-		row := Row{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: "native", LargestFrame: largest[tk.TID]}
+		row := Row{TID: tk.TID, Comm: tk.Comm, State: kernelStates[tk.State], CPUSeconds: tk.CPU.Seconds(), Kind: KindNative, LargestFrame: largest[tk.TID]}
 		if row.State == "" {
 			row.State = string(tk.State)
 		}
@@ -165,27 +149,20 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 			}
 		}
 		if th, ok := byTID[tk.TID]; ok {
-			row.Kind = "ruby"
+			row.Kind = KindRuby
 			rt := &RubyThread{Name: th.Name, Status: th.Status, Main: th.Main, GVL: th.GVL}
-			if len(th.Frames) > 0 {
-				f := th.Frames[0]
-				rt.Frame = &f
+			for _, f := range th.Frames {
+				if f.Kind != stacks.KindNative {
+					rt.Frame = &f
+					break
+				}
 			}
 			row.Ruby = rt
 		} else if vm.Layout.TimerThreadNamed == 1 && tk.TID != pid && tk.Comm == mainComm {
 			// Ruby 3.2+ runs a timer thread that carries the process name.
-			row.Kind = "ruby-internal"
+			row.Kind = KindRubyInternal
 		}
 		rows = append(rows, row)
 	}
 	return rows, nil
-}
-
-func hasTask(tasks []procfs.Task, tid int) bool {
-	for _, t := range tasks {
-		if t.TID == tid {
-			return true
-		}
-	}
-	return false
 }
