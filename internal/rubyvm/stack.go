@@ -17,37 +17,37 @@ const (
 
 // Frame is one Ruby-level frame, innermost first in Thread.Frames.
 type Frame struct {
-	Kind  FrameKind `json:"kind"`
-	Label string    `json:"label"`
+	Kind  FrameKind
+	Label string
 	// BaseLabel is the bare method name (location.base_label), for Ruby
 	// frames.
-	BaseLabel string `json:"base_label,omitempty"`
-	Path      string `json:"path,omitempty"`
-	Line      int    `json:"line,omitempty"`
+	BaseLabel string
+	Path      string
+	Line      int
 	// ExecEnds marks the outermost frame one call of the VM's exec loop
 	// runs (the frame Ruby pushed with VM_FRAME_FLAG_FINISH, or the frame
 	// inside a skipped one that was), when VM.MarkExecBoundaries is set:
 	// where Ruby frames line up with the native frames running them.
-	ExecEnds bool `json:"-"`
+	ExecEnds bool
 }
 
 // Thread is one Ruby thread and its stack.
 type Thread struct {
 	// Addr is the address of the rb_thread_t.
-	Addr uint64 `json:"-"`
+	Addr uint64
 	// Self is the Thread object's VALUE (what Thread#inspect prints).
-	Self uint64 `json:"-"`
-	TID  int    `json:"tid"`
+	Self uint64
+	TID  int
 	// Name is Thread#name; empty when unset.
-	Name string `json:"name"`
-	Main bool   `json:"main"`
+	Name string
+	Main bool
 	// Status is Ruby's Thread#status: "run", "sleep", "aborting" or "dead".
-	Status string `json:"status"`
+	Status string
 	// GVL reports whether the thread holds the global VM lock.
-	GVL    bool    `json:"gvl"`
-	Frames []Frame `json:"frames"`
+	GVL    bool
+	Frames []Frame
 	// Error says why the stack could not be read (a thread dying mid-read).
-	Error string `json:"error,omitempty"`
+	Error string
 }
 
 // Limits that keep a walk of changing or corrupt memory finite.
