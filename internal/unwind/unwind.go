@@ -26,45 +26,45 @@ type Frame struct {
 	// PC is the frame's program counter: where its thread stands for the
 	// first frame and the frame a signal interrupted, else the return
 	// address into it.
-	PC uint64 `json:"pc"`
+	PC uint64
 	// CFA is the frame's canonical frame address (the stack pointer in its
 	// caller just before the call), and Size the bytes of stack the frame
 	// holds: its CFA less the CFA of the frame it called (less the stack
 	// pointer, for the first frame). 0 when unknown.
-	CFA  uint64 `json:"cfa,omitempty"`
-	Size uint64 `json:"frame_size"`
+	CFA  uint64
+	Size uint64
 	// Object is the mapped file the pc lies in ("[jit]" for anonymous
 	// code, the kernel's name such as "[vdso]", "?" outside every
 	// mapping), and Offset the pc's place in its link-time address space (what
 	// addr2line and objdump take).
-	Object string `json:"object"`
-	Offset uint64 `json:"offset"`
+	Object string
+	Offset uint64
 	// Function is the symbol that holds the pc, and FuncOffset the pc's
 	// distance from its start; "" when no symbol is known to hold it (an
 	// address is never named after a symbol that lies before its
 	// function's CFI range).
-	Function   string `json:"function,omitempty"`
-	FuncOffset uint64 `json:"function_offset,omitempty"`
+	Function   string
+	FuncOffset uint64
 	// Signal is set on the kernel's signal frame (__restore_rt): the
 	// signal that was being handled and its si_addr; the next frame is
 	// the one it interrupted.
-	Signal *Signal `json:"signal,omitempty"`
+	Signal *Signal
 	// FuncStart is the link-time start of the function that holds the pc:
 	// its symbol's, else its CFI range's (a name for an unnamed function
 	// that every pc in it shares).
-	FuncStart uint64 `json:"-"`
+	FuncStart uint64
 	// File and Line are the source line of the pc, from the object's DWARF
 	// line table, when Lines found one.
-	File string `json:"file,omitempty"`
-	Line int    `json:"line,omitempty"`
+	File string
+	Line int
 
 	lookup uint64 // the address the frame's CFI and symbol are found by
 }
 
 // Signal is what a signal frame says of the signal it delivered.
 type Signal struct {
-	Number int    `json:"number"`
-	Addr   uint64 `json:"addr"`
+	Number int
+	Addr   uint64
 }
 
 // Name is how a frame reads: its function (+offset), else object+offset
