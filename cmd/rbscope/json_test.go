@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -59,7 +58,7 @@ func TestCrashListShowJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "crash.json")
-	cb, _ := json.Marshal(crash.Config{Dir: store})
+	cb, _ := json.Marshal(wire.CrashConfig{Dir: store})
 	if err := os.WriteFile(config, cb, 0o600); err != nil {
 		t.Fatal(err)
 	}

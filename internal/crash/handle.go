@@ -115,7 +115,7 @@ const notesPrefix = 16 << 20
 // executes anything from the crashed process's filesystem.
 func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	if err := checkStore(cfg.Dir); err != nil {
 		io.Copy(io.Discard, core) // never leave the kernel blocked
@@ -151,7 +151,7 @@ func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 	// Every read of the dying process runs under a deadline that leaves
 	// time for the report and the notifications: a process can make its
 	// /proc files and memory slow or blocking to read.
-	readCtx, cancelReads := context.WithTimeout(ctx, readBudget(time.Duration(cfg.Timeout)))
+	readCtx, cancelReads := context.WithTimeout(ctx, readBudget(cfg.Timeout))
 	defer cancelReads()
 	var exe string
 	var cmdline []string

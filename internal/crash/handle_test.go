@@ -25,7 +25,7 @@ func TestHandleReadDeadline(t *testing.T) {
 	readRubyState = func(int) (*wire.CrashRuby, []string) { <-block; return nil, nil }
 	defer func() { readRubyState = readRuby }()
 	store := filepath.Join(t.TempDir(), "s")
-	cfg := &Config{Dir: store, Timeout: Duration(2 * time.Second)}
+	cfg := &Config{Dir: store, Timeout: 2 * time.Second}
 	cfg.Defaults()
 	cfg.KeepFreeBytes = 1
 	pid := testruby.NoSuchPID()

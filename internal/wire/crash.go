@@ -102,3 +102,37 @@ type CrashListRow struct {
 	Exe          string `json:"exe"`
 	TopRubyFrame string `json:"top_ruby_frame"`
 }
+
+// CrashConfig is the crash handler's settings: the file `rbscope crash
+// install` writes (/etc/rbscope/crash.json, or --config) and every
+// `rbscope crash` command reads, and the config of `crash status --json`.
+type CrashConfig struct {
+	Dir     string `json:"dir"`
+	Webhook string `json:"webhook,omitempty"`
+	Email   string `json:"email,omitempty"`
+	SMTP    string `json:"smtp,omitempty"`
+	// MaxCoreBytes caps a stored core (uncompressed bytes read).
+	MaxCoreBytes int64 `json:"max_core_bytes"`
+	// KeepFreeBytes: no core is stored when the store's disk has less free.
+	KeepFreeBytes int64 `json:"keep_free_bytes"`
+	// MaxCrashes: the oldest crashes beyond this many are removed.
+	MaxCrashes int `json:"max_crashes"`
+	// Timeout bounds a whole handler run, as Go writes a duration ("1m0s").
+	Timeout        string `json:"timeout"`
+	InsecureNotify bool   `json:"insecure_notify,omitempty"`
+	// PreviousPattern and PreviousPipeLimit are the kernel's settings
+	// before the install, restored by uninstall.
+	PreviousPattern   string `json:"previous_core_pattern"`
+	PreviousPipeLimit string `json:"previous_core_pipe_limit"`
+}
+
+// CrashStatus is the document `rbscope crash status --json` prints: what
+// is installed.
+type CrashStatus struct {
+	Installed     bool         `json:"installed"`
+	CorePattern   string       `json:"core_pattern"`
+	CorePipeLimit string       `json:"core_pipe_limit"`
+	Config        *CrashConfig `json:"config,omitempty"`
+	ConfigPath    string       `json:"config_path"`
+	Crashes       int          `json:"crashes"`
+}
