@@ -34,20 +34,20 @@ type Frame struct {
 // Thread is one Ruby thread and its stack.
 type Thread struct {
 	// Addr is the address of the rb_thread_t.
-	Addr uint64 `json:"-"`
+	Addr uint64
 	// Self is the Thread object's VALUE (what Thread#inspect prints).
-	Self uint64 `json:"-"`
-	TID  int    `json:"tid"`
+	Self uint64
+	TID  int
 	// Name is Thread#name; empty when unset.
-	Name string `json:"name"`
-	Main bool   `json:"main"`
+	Name string
+	Main bool
 	// Status is Ruby's Thread#status: "run", "sleep", "aborting" or "dead".
-	Status string `json:"status"`
+	Status string
 	// GVL reports whether the thread holds the global VM lock.
-	GVL    bool    `json:"gvl"`
-	Frames []Frame `json:"frames"`
+	GVL    bool
+	Frames []Frame
 	// Error says why the stack could not be read (a thread dying mid-read).
-	Error string `json:"error,omitempty"`
+	Error string
 }
 
 // Limits that keep a walk of changing or corrupt memory finite.
