@@ -63,8 +63,8 @@ func wireConfig(c *Config) *wire.CrashConfig {
 		PreviousPattern: c.PreviousPattern, PreviousPipeLimit: c.PreviousPipeLimit}
 }
 
-// configOf reads a config file's settings.
-func configOf(w *wire.CrashConfig) (*Config, error) {
+// configFromWire is the config a file holds.
+func configFromWire(w *wire.CrashConfig) (*Config, error) {
 	c := &Config{Dir: w.Dir, Webhook: w.Webhook, Email: w.Email, SMTP: w.SMTP, MaxCoreBytes: w.MaxCoreBytes,
 		KeepFreeBytes: w.KeepFreeBytes, MaxCrashes: w.MaxCrashes, InsecureNotify: w.InsecureNotify,
 		PreviousPattern: w.PreviousPattern, PreviousPipeLimit: w.PreviousPipeLimit}
@@ -110,7 +110,7 @@ func LoadConfig(path string) (*Config, error) {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := configOf(&w)
+	c, err := configFromWire(&w)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

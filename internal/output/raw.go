@@ -13,9 +13,9 @@ import (
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
-// Raw writes every sample of p, gzipped, one JSON value per line (the
-// header wire.RawHeader, then the records wire.RawFrame... name), so that
-// `rbscope report` can render it in any format later:
+// Raw writes every sample of p, gzipped, one JSON value per line (a
+// wire.RawHeader, then records named wire.RawFrame, wire.RawStack...), so
+// that `rbscope report` can render it in any format later:
 //
 //	{"format":"rbscope-raw","version":1,"rate":100,"start_ns":...,...}  header
 //	["f","ruby","Object#work","app.rb",3]   frame N (numbered from 0 in order)
