@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/alloctrace"
 	"github.com/rbscope/rbscope/internal/rubyexec"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newAllocCmd() *cobra.Command {
@@ -61,10 +62,7 @@ killed. Ctrl-C ends the window early without a report.`,
 				sites = sites[:top]
 			}
 			if asJSON {
-				if sites == nil {
-					sites = []alloctrace.Site{}
-				}
-				return printJSONList("sites", sites)
+				return printJSON(wire.NewAlloc(sites))
 			}
 			printAllocs(os.Stdout, pid, rep, sites, !noGC)
 			return nil
@@ -73,7 +71,7 @@ killed. Ctrl-C ends the window early without a report.`,
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	durationFlag(c.Flags(), &duration, "duration", "d", 10*time.Second, "how long to trace allocations")
 	c.Flags().BoolVar(&noGC, "no-gc", false, "do not run a full GC at the end of the window (garbage not yet collected then counts as alive)")
-	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: [{"file","line","class","count","bytes"}]`)
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"schema_version", "sites": [{"file", "line", "class", "count", "bytes"}]}`)
 	c.Flags().IntVar(&top, "top", 0, "print only the N largest sites (0: all)")
 	c.Flags().StringVar(&by, "by", "site", "group by file, line (file:line), class, or site (file:line:class)")
 	durationFlag(c.Flags(), &timeout, "timeout", "", rubyexec.DefaultTimeout, "how long to wait for the process to reach a safe point, at each end of the window")

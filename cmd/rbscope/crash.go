@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newCrashCmd() *cobra.Command {
@@ -159,28 +160,20 @@ settings exactly.`,
 			if err != nil {
 				return err
 			}
-			type row struct {
-				ID           string `json:"id"`
-				Time         string `json:"time"`
-				PID          int    `json:"pid"`
-				Signal       string `json:"signal"`
-				Exe          string `json:"exe"`
-				TopRubyFrame string `json:"top_ruby_frame"`
-			}
-			rows := []row{}
+			doc := wire.CrashList{Crashes: []wire.CrashListRow{}}
 			for _, id := range ids {
 				r, err := crash.Load(cfg.Dir, id)
 				if err != nil {
-					rows = append(rows, row{ID: id, Signal: "(no report: " + err.Error() + ")"})
+					doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Signal: "(no report: " + err.Error() + ")"})
 					continue
 				}
-				rows = append(rows, row{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: r.TopRubyFrame()})
+				doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: crash.TopRubyFrame(r)})
 			}
 			if asJSON {
-				return printJSONList("crashes", rows)
+				return printJSON(doc)
 			}
 			fmt.Printf("%-28s %-20s %-8s %-8s %-24s %s\n", "ID", "TIME", "PID", "SIGNAL", "EXE", "TOP RUBY FRAME")
-			for _, r := range rows {
+			for _, r := range doc.Crashes {
 				fmt.Printf("%-28s %-20s %-8d %-8s %-24s %s\n", textsafe.Clean(r.ID), r.Time, r.PID, textsafe.Clean(r.Signal), textsafe.Clean(r.Exe), textsafe.Clean(r.TopRubyFrame))
 			}
 			return nil
@@ -203,7 +196,7 @@ settings exactly.`,
 			if asJSON {
 				return printJSON(r)
 			}
-			r.WriteText(os.Stdout)
+			crash.WriteText(os.Stdout, r)
 			return nil
 		},
 	}

@@ -156,7 +156,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 				// stops in the C library's raise, which has no call frame
 				// information, above the signal frame that holds the
 				// fault; the crashing thread's walk says so.
-				var crashing crash.NativeThread
+				var crashing wire.CrashNativeThread
 				for _, nt := range r.Native {
 					if nt.TID == r.TID {
 						crashing = nt
@@ -234,7 +234,7 @@ func openZst(t *testing.T, path string) io.Reader {
 
 // compareCrashWithGDB checks the crashing thread's native frames in the
 // report against gdb's on the kept core: the same pc, frame by frame.
-func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst string) {
+func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *wire.CrashReport, zst string) {
 	t.Helper()
 	zr := openZst(t, zst)
 	core := filepath.Join(t.TempDir(), "core")
@@ -248,7 +248,7 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crash.Report, zst st
 	out.Close()
 	exe, _ := filepath.EvalSymlinks(rb.Bin)
 	want := gdbFrames(t, exe, core)[r.TID]
-	var got []crash.NativeFrame
+	var got []wire.CrashNativeFrame
 	for _, nt := range r.Native {
 		if nt.TID == r.TID {
 			got = nt.Frames

@@ -15,6 +15,7 @@ import (
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // censusTopClasses is how many class rows the text census prints without --all.
@@ -72,11 +73,7 @@ The process is paused (ptrace) for the walk and always resumed;
 				return err
 			}
 			if asJSON {
-				rows := res.Census.ByClass
-				if rows == nil {
-					rows = []rubyvm.CensusRow{}
-				}
-				return printJSONList("classes", rows)
+				return printJSON(wire.NewHeapCensus(res.Census))
 			}
 			printCensus(os.Stdout, res, all)
 			return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // addHeapAnalyzeCmds adds the offline analyses of ObjectSpace.dump_all
@@ -88,28 +89,7 @@ Dump a process's heap with:
 				rows = rows[:top]
 			}
 			if asJSON {
-				if rows == nil {
-					rows = []heap.DiffRow{}
-				}
-				type dumpInfo struct {
-					File    string `json:"file"`
-					Objects int    `json:"objects"`
-					Bytes   uint64 `json:"bytes"`
-				}
-				return printJSON(struct {
-					Before      dumpInfo       `json:"before"`
-					After       dumpInfo       `json:"after"`
-					NewObjects  uint64         `json:"new_objects"`
-					NewBytes    uint64         `json:"new_bytes"`
-					GoneObjects uint64         `json:"gone_objects"`
-					GoneBytes   uint64         `json:"gone_bytes"`
-					By          string         `json:"by"`
-					Rows        []heap.DiffRow `json:"rows"`
-					More        int            `json:"more_rows"`
-				}{
-					dumpInfo{args[0], a.Len(), a.Bytes}, dumpInfo{args[1], b.Len(), b.Bytes},
-					d.NewObjects, d.NewBytes, d.GoneObjects, d.GoneBytes, by, rows, more,
-				})
+				return printJSON(wire.NewHeapDiff(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), d, by, rows, more))
 			}
 			w := os.Stdout
 			fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[0], a.Len(), a.Bytes)
@@ -159,21 +139,6 @@ func parseHeapAddress(s string) (uint64, error) {
 	return a, nil
 }
 
-type heapHopJSON struct {
-	Address string `json:"address"`
-	Type    string `json:"type"`
-	Class   string `json:"class"`
-	Desc    string `json:"desc"`
-	Memsize uint64 `json:"memsize"`
-	// Conservative: the previous hop holds this one only through a word
-	// a conservative scan found.
-	Conservative bool `json:"conservative,omitempty"`
-}
-
-func toHeapHopJSON(g *heap.Graph, h heap.Hop) heapHopJSON {
-	return heapHopJSON{heapHex(h.Address), h.Type, h.Class, h.Desc, g.Memsize(h.Index), h.Conservative}
-}
-
 func newHeapPathCmd() *cobra.Command {
 	var n int
 	var asJSON bool
@@ -212,26 +177,7 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 			paths := heap.Paths(g, target, n)
 			holders := g.Holders(target)
 			if asJSON {
-				type jsonPath struct {
-					Root string        `json:"root"`
-					Hops []heapHopJSON `json:"hops"`
-				}
-				out := struct {
-					heapHopJSON
-					Holders []string   `json:"holders"`
-					Paths   []jsonPath `json:"paths"`
-				}{heapHopJSON: toHeapHopJSON(g, g.Hop(target)), Holders: []string{}, Paths: []jsonPath{}}
-				for _, h := range holders {
-					out.Holders = append(out.Holders, heapHex(g.Address(h)))
-				}
-				for _, p := range paths {
-					jp := jsonPath{Root: p.Root}
-					for _, h := range p.Hops {
-						jp.Hops = append(jp.Hops, toHeapHopJSON(g, h))
-					}
-					out.Paths = append(out.Paths, jp)
-				}
-				return printJSON(out)
+				return printJSON(wire.NewHeapPath(g, target, holders, paths))
 			}
 			w := os.Stdout
 			h := g.Hop(target)
@@ -296,31 +242,8 @@ Hash's bytes included.`,
 			}
 			d := heap.Dominators(g)
 			rs := d.Top(top)
-			dom := func(r heap.Retainer) string {
-				if r.Idom < 0 {
-					return "root"
-				}
-				return heapHex(g.Address(r.Idom))
-			}
 			if asJSON {
-				type jsonRetainer struct {
-					heapHopJSON
-					Retained  uint64 `json:"retained"`
-					Count     uint64 `json:"count"`
-					Dominator string `json:"dominator"`
-				}
-				out := struct {
-					File           string         `json:"file"`
-					Objects        int            `json:"objects"`
-					Bytes          uint64         `json:"bytes"`
-					Reachable      int            `json:"reachable"`
-					ReachableBytes uint64         `json:"reachable_bytes"`
-					Retainers      []jsonRetainer `json:"retainers"`
-				}{args[0], g.Len(), g.Bytes, d.Reachable, d.ReachableBytes, []jsonRetainer{}}
-				for _, r := range rs {
-					out.Retainers = append(out.Retainers, jsonRetainer{toHeapHopJSON(g, r.Hop), r.Retained, r.Count, dom(r)})
-				}
-				return printJSON(out)
+				return printJSON(wire.NewHeapTop(args[0], g, d, rs))
 			}
 			w := os.Stdout
 			fmt.Fprintf(w, "%s: %d objects, %d bytes; %d objects (%d bytes) reachable from the roots\n\n",
@@ -328,7 +251,7 @@ Hash's bytes included.`,
 			var rows [][]string
 			for _, r := range rs {
 				rows = append(rows, []string{strconv.FormatUint(r.Retained, 10), strconv.FormatUint(r.Count, 10),
-					strconv.FormatUint(r.Self, 10), heapHex(r.Address), r.Type, heapOrNone(r.Class), dom(r), r.Desc})
+					strconv.FormatUint(r.Self, 10), heapHex(r.Address), r.Type, heapOrNone(r.Class), wire.Dominator(g, r), r.Desc})
 			}
 			printTable(w, []string{"RETAINED", "COUNT", "SELF", "ADDRESS", "TYPE", "CLASS", "DOMINATOR", "DESC"}, rows,
 				[]bool{true, true, true, false, false, false, false, false})

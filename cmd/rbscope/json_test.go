@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -48,10 +47,10 @@ func TestCrashListShowJSON(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(store, id), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r := crash.Report{
+	r := wire.CrashReport{
 		ID: id, Time: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC), PID: 4242, TID: 4242, Signal: 11, SignalName: "SIGSEGV",
 		Exe: "/usr/bin/ruby3.1", Cmdline: []string{"ruby", "app.rb"}, Registers: map[string]string{"rip": "0x1"},
-		Ruby: &crash.RubyState{Version: "3.1.7", Threads: []wire.Thread{{TID: 4242, Main: true, Name: "main", Status: "run",
+		Ruby: &wire.CrashRuby{Version: "3.1.7", Threads: []wire.Thread{{TID: 4242, Main: true, Name: "main", Status: "run",
 			Frames: []wire.Frame{{Kind: "ruby", Label: "Object#boom", BaseLabel: "boom", Path: "app.rb", Line: 3}}}}},
 	}
 	b, _ := json.Marshal(r)
@@ -59,7 +58,7 @@ func TestCrashListShowJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "crash.json")
-	cb, _ := json.Marshal(crash.Config{Dir: store})
+	cb, _ := json.Marshal(wire.CrashConfig{Dir: store})
 	if err := os.WriteFile(config, cb, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -23,13 +23,13 @@ import (
 
 // Site is the live objects one allocation site made in the window.
 type Site struct {
-	File  string `json:"file,omitempty"`
-	Line  int    `json:"line,omitempty"`
-	Class string `json:"class,omitempty"`
-	Count uint64 `json:"count"`
+	File  string
+	Line  int
+	Class string
+	Count uint64
 	// Bytes is ObjectSpace.memsize_of summed: slots plus what the objects
 	// hold outside them.
-	Bytes uint64 `json:"bytes"`
+	Bytes uint64
 }
 
 // Report is what Stop found.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // Where the kernel's settings live.
@@ -31,44 +33,49 @@ const DefaultDir = "/var/lib/rbscope/crashes"
 
 // Config is what `crash install` saved and `crash handle` obeys.
 type Config struct {
-	Dir     string `json:"dir"`
-	Webhook string `json:"webhook,omitempty"`
-	Email   string `json:"email,omitempty"`
-	SMTP    string `json:"smtp,omitempty"`
+	Dir     string
+	Webhook string
+	Email   string
+	SMTP    string
 	// MaxCoreBytes caps a stored core (uncompressed bytes read); the rest
 	// of the stream is read and dropped, and the report says so.
-	MaxCoreBytes int64 `json:"max_core_bytes"`
+	MaxCoreBytes int64
 	// KeepFreeBytes: no core is stored when the store's disk has less free.
-	KeepFreeBytes int64 `json:"keep_free_bytes"`
+	KeepFreeBytes int64
 	// MaxCrashes: the oldest crashes beyond this many are removed.
-	MaxCrashes int `json:"max_crashes"`
+	MaxCrashes int
 	// Timeout bounds a whole handler run, notifications included.
-	Timeout Duration `json:"timeout"`
+	Timeout time.Duration
 	// InsecureNotify allows a webhook over plain http and mail to an SMTP
 	// server that offers no STARTTLS: reports name the crashed program and
 	// its stacks, so by default they travel encrypted or not at all.
-	InsecureNotify bool `json:"insecure_notify,omitempty"`
+	InsecureNotify bool
 	// PreviousPattern and PreviousPipeLimit are what was installed before,
 	// restored by uninstall; a previous pipe handler still gets every core.
-	PreviousPattern   string `json:"previous_core_pattern"`
-	PreviousPipeLimit string `json:"previous_core_pipe_limit"`
+	PreviousPattern   string
+	PreviousPipeLimit string
 }
 
-// Duration is a time.Duration that reads and writes as "30s" in JSON.
-type Duration time.Duration
+// wireConfig is the config as its file holds it.
+func wireConfig(c *Config) *wire.CrashConfig {
+	return &wire.CrashConfig{Dir: c.Dir, Webhook: c.Webhook, Email: c.Email, SMTP: c.SMTP, MaxCoreBytes: c.MaxCoreBytes,
+		KeepFreeBytes: c.KeepFreeBytes, MaxCrashes: c.MaxCrashes, Timeout: c.Timeout.String(), InsecureNotify: c.InsecureNotify,
+		PreviousPattern: c.PreviousPattern, PreviousPipeLimit: c.PreviousPipeLimit}
+}
 
-// MarshalJSON implements json.Marshaler.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
+// configFromWire is the config a file holds.
+func configFromWire(w *wire.CrashConfig) (*Config, error) {
+	c := &Config{Dir: w.Dir, Webhook: w.Webhook, Email: w.Email, SMTP: w.SMTP, MaxCoreBytes: w.MaxCoreBytes,
+		KeepFreeBytes: w.KeepFreeBytes, MaxCrashes: w.MaxCrashes, InsecureNotify: w.InsecureNotify,
+		PreviousPattern: w.PreviousPattern, PreviousPipeLimit: w.PreviousPipeLimit}
+	if w.Timeout != "" {
+		d, err := time.ParseDuration(w.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("timeout: %w", err)
+		}
+		c.Timeout = d
 	}
-	v, err := time.ParseDuration(s)
-	*d = Duration(v)
-	return err
+	return c, nil
 }
 
 // Defaults fills what is unset.
@@ -86,7 +93,7 @@ func (c *Config) Defaults() {
 		c.MaxCrashes = 50
 	}
 	if c.Timeout == 0 {
-		c.Timeout = Duration(60 * time.Second)
+		c.Timeout = 60 * time.Second
 	}
 }
 
@@ -99,12 +106,16 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		return nil, err
 	}
-	var c Config
-	if err := json.Unmarshal(b, &c); err != nil {
+	var w wire.CrashConfig
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c, err := configFromWire(&w)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c.Defaults()
-	return &c, nil
+	return c, nil
 }
 
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
@@ -197,7 +208,7 @@ func Install(cfg *Config, configPath, exe string) error {
 	if len(pattern) > 127 {
 		return fmt.Errorf("core_pattern would be %d bytes, over the kernel's 127: install rbscope at a shorter path or keep the config at %s", len(pattern), DefaultConfigPath)
 	}
-	b, _ := json.MarshalIndent(cfg, "", "  ")
+	b, _ := json.MarshalIndent(wireConfig(cfg), "", "  ")
 	if err := os.MkdirAll(filepath.Dir(configPath), 0o755); err != nil {
 		return err
 	}
@@ -241,23 +252,13 @@ func Uninstall(configPath string) (*Config, error) {
 	return cfg, nil
 }
 
-// Status describes what is installed.
-type Status struct {
-	Installed     bool    `json:"installed"`
-	CorePattern   string  `json:"core_pattern"`
-	CorePipeLimit string  `json:"core_pipe_limit"`
-	Config        *Config `json:"config,omitempty"`
-	ConfigPath    string  `json:"config_path"`
-	Crashes       int     `json:"crashes"`
-}
-
 // GetStatus reads the kernel's settings and the config.
-func GetStatus(configPath string) Status {
-	st := Status{ConfigPath: configPath}
+func GetStatus(configPath string) *wire.CrashStatus {
+	st := &wire.CrashStatus{ConfigPath: configPath}
 	st.CorePattern, _ = readSetting(CorePatternPath)
 	st.CorePipeLimit, _ = readSetting(CorePipeLimitPath)
 	if cfg, err := LoadConfig(configPath); err == nil {
-		st.Config = cfg
+		st.Config = wireConfig(cfg)
 		st.Installed = strings.Contains(st.CorePattern, " crash handle")
 		if ids, err := List(cfg.Dir); err == nil {
 			st.Crashes = len(ids)

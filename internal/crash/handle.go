@@ -60,88 +60,6 @@ func (a Args) uid() int64 {
 	return int64(st.UIDs[0])
 }
 
-// Report is what rbscope keeps of one crash.
-type Report struct {
-	ID         string    `json:"id"`
-	Time       time.Time `json:"time"`
-	PID        int       `json:"pid"`
-	TID        int       `json:"tid"`
-	UID        int64     `json:"uid"` // the crashed process's real uid (-1: unknown)
-	Signal     int       `json:"signal"`
-	SignalName string    `json:"signal_name"`
-	Exe        string    `json:"exe"`
-	Cmdline    []string  `json:"cmdline"`
-	// Fault names the fault beneath a signal handler on the crashing
-	// thread's stack ("SIGSEGV at 0x10 in f; its handler then ended the
-	// process with SIGABRT"): see Fault.
-	Fault     string            `json:"fault,omitempty"`
-	Registers map[string]string `json:"registers,omitempty"` // the crashing thread's
-	Native    []NativeThread    `json:"native_threads,omitempty"`
-	Ruby      *RubyState        `json:"ruby,omitempty"`
-	Proc      ProcSnapshot      `json:"proc"`
-	Core      CoreInfo          `json:"core"`
-	Notified  []Notification    `json:"notifications,omitempty"`
-	Problems  []string          `json:"problems,omitempty"` // what could not be gathered
-	HandledIn string            `json:"handled_in"`
-}
-
-// RubyState is the Ruby side of a crashed process.
-type RubyState struct {
-	Version string        `json:"version"`
-	Threads []wire.Thread `json:"threads"`
-}
-
-// NativeThread is one thread's registers and a native backtrace found by
-// scanning its stack for return addresses (it may include stale ones).
-type NativeThread struct {
-	TID    int           `json:"tid"`
-	PC     string        `json:"pc"`
-	SP     string        `json:"sp"`
-	Frames []NativeFrame `json:"frames"`
-	// Error says why the unwind stopped before the outermost frame.
-	Error string `json:"error,omitempty"`
-}
-
-// NativeFrame is one native frame, unwound with the code's CFI.
-type NativeFrame struct {
-	Addr   string `json:"addr"`
-	Symbol string `json:"symbol"` // function+offset, or object+offset
-	File   string `json:"file"`
-	// FrameSize is the stack the frame holds (0: unknown).
-	FrameSize uint64       `json:"frame_size,omitempty"`
-	Signal    *wire.Signal `json:"signal,omitempty"`
-}
-
-// ProcSnapshot is /proc/PID as it was during the crash.
-type ProcSnapshot struct {
-	Maps    string            `json:"maps"`
-	Status  string            `json:"status"`
-	Limits  string            `json:"limits"`
-	FDs     map[string]string `json:"fds"`
-	Cgroup  string            `json:"cgroup"`
-	Cwd     string            `json:"cwd"`
-	Environ map[string]string `json:"environ"`
-}
-
-// CoreInfo says what became of the core.
-type CoreInfo struct {
-	File       string `json:"file,omitempty"` // core.zst in the crash directory
-	Bytes      int64  `json:"bytes"`          // read from the kernel
-	Stored     int64  `json:"stored_bytes"`   // compressed bytes kept
-	Truncated  bool   `json:"truncated"`
-	NotStored  string `json:"not_stored,omitempty"`
-	ChainedTo  string `json:"chained_to,omitempty"`
-	ChainError string `json:"chain_error,omitempty"`
-}
-
-// Notification records one attempt to tell someone.
-type Notification struct {
-	Kind  string `json:"kind"` // webhook, email
-	To    string `json:"to"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
-}
-
 // reportFrameBudget bounds the Ruby frames one report reads, over all
 // threads (a hostile process can hold many threads of deep stacks).
 const reportFrameBudget = 200000
@@ -187,9 +105,9 @@ const notesPrefix = 16 << 20
 
 // Handle keeps a report of one crash. core is the kernel's pipe. It never
 // executes anything from the crashed process's filesystem.
-func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
+func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	if err := checkStore(cfg.Dir); err != nil {
 		io.Copy(io.Discard, core) // never leave the kernel blocked
@@ -202,12 +120,12 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 		io.Copy(io.Discard, core)
 		return nil, err
 	}
-	r := &Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, UID: uid, Signal: a.Signal, SignalName: SignalName(a.Signal)}
+	r := &wire.CrashReport{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, UID: uid, Signal: a.Signal, SignalName: SignalName(a.Signal)}
 
 	// The core streams to disk (and to a previous handler) while /proc is
 	// read: the kernel keeps the process and its memory until we exit.
 	type streamed struct {
-		info CoreInfo
+		info wire.CrashCore
 		err  error
 	}
 	streamDone := make(chan streamed, 1)
@@ -225,7 +143,7 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	// Every read of the dying process runs under a deadline that leaves
 	// time for the report and the notifications: a process can make its
 	// /proc files and memory slow or blocking to read.
-	readCtx, cancelReads := context.WithTimeout(ctx, readBudget(time.Duration(cfg.Timeout)))
+	readCtx, cancelReads := context.WithTimeout(ctx, readBudget(cfg.Timeout))
 	defer cancelReads()
 	var exe string
 	var cmdline []string
@@ -237,13 +155,13 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	}) {
 		r.Exe, r.Cmdline = exe, cmdline
 	}
-	var snap ProcSnapshot
+	var snap wire.CrashProc
 	var snapProblems []string
 	if within(readCtx, "/proc", &r.Problems, func() { snap = snapshot(a.PID, &snapProblems) }) {
 		r.Proc = snap
 		r.Problems = append(r.Problems, snapProblems...)
 	}
-	var ruby *RubyState
+	var ruby *wire.CrashRuby
 	var rubyProblems []string
 	if within(readCtx, "ruby", &r.Problems, func() { ruby, rubyProblems = readRubyState(a.PID) }) {
 		r.Ruby = ruby
@@ -282,9 +200,9 @@ func Handle(cfg *Config, a Args, core io.Reader) (*Report, error) {
 	}
 	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
 	// A report that cannot be written (a full disk) is still sent.
-	werr := r.write(dir)
-	if n := r.notify(ctx, cfg); n > 0 && werr == nil {
-		werr = r.write(dir) // again, with the outcome of the notifications
+	werr := write(r, dir)
+	if n := notify(ctx, r, cfg); n > 0 && werr == nil {
+		werr = write(r, dir) // again, with the outcome of the notifications
 	}
 	if werr != nil {
 		return r, fmt.Errorf("writing the report: %w", werr)
@@ -415,8 +333,8 @@ func (c *noteCatcher) findNotes() bool {
 // stream reads the whole core: into core.zst up to the size cap and while
 // the disk keeps its reserve, into the previous handler if there was one,
 // and its notes into notes. It says what became of the core.
-func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) (CoreInfo, error) {
-	var info CoreInfo
+func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) (wire.CrashCore, error) {
+	var info wire.CrashCore
 	writers := []io.Writer{notes}
 	var zw *zstd.Encoder
 	var zf *os.File
@@ -587,7 +505,7 @@ func expandPattern(argv []string, a Args) []string {
 	return out
 }
 
-func snapshot(pid int, problems *[]string) ProcSnapshot {
+func snapshot(pid int, problems *[]string) wire.CrashProc {
 	dir := fmt.Sprintf("/proc/%d", pid)
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -596,7 +514,7 @@ func snapshot(pid int, problems *[]string) ProcSnapshot {
 		}
 		return string(b)
 	}
-	s := ProcSnapshot{Maps: read("maps"), Status: read("status"), Limits: read("limits"), Cgroup: read("cgroup"), FDs: map[string]string{}, Environ: map[string]string{}}
+	s := wire.CrashProc{Maps: read("maps"), Status: read("status"), Limits: read("limits"), Cgroup: read("cgroup"), FDs: map[string]string{}, Environ: map[string]string{}}
 	s.Cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
 	if ents, err := os.ReadDir(filepath.Join(dir, "fd")); err == nil {
 		for _, e := range ents {
@@ -620,7 +538,7 @@ var readRubyState = readRuby
 
 // readRuby reads the Ruby stacks of the crashed process from its memory,
 // which the kernel keeps until the handler exits, and says what it could not.
-func readRuby(pid int) (*RubyState, []string) {
+func readRuby(pid int) (*wire.CrashRuby, []string) {
 	t, err := target.Attach(pid)
 	if err != nil {
 		return nil, []string{"memory: " + err.Error()}
@@ -644,7 +562,7 @@ func readRuby(pid int) (*RubyState, []string) {
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())
 	}
-	return &RubyState{Version: vm.Version, Threads: wire.Threads(threads)}, problems
+	return &wire.CrashRuby{Version: vm.Version, Threads: wire.Threads(threads)}, problems
 }
 
 // noteTarget is the crashed process as the handler reads its native
@@ -677,7 +595,7 @@ func (n noteTarget) Registers(tid int) (target.Regs, error) {
 // nativeState is what readNative found.
 type nativeState struct {
 	registers map[string]string // the crashing thread's
-	threads   []NativeThread
+	threads   []wire.CrashNativeThread
 	problems  []string
 	fault     string // see Fault
 }
@@ -720,11 +638,11 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 				ns.registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
 			}
 		}
-		nt := NativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
+		nt := wire.CrashNativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
 		if c, ok := captured[th.TID]; ok {
 			frames := c.NativeFrames()
 			for k, f := range frames {
-				nf := NativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size}
+				nf := wire.CrashNativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size}
 				if f.Signal != nil {
 					nf.Signal = &wire.Signal{Number: f.Signal.Number, Addr: f.Signal.Addr}
 				}
@@ -777,8 +695,6 @@ func (c *noteCatcher) threads() ([]target.CoreThread, error) {
 	return all, nil
 }
 
-// scanStack returns pc and the words above sp (up to 16 KiB) that point into
-// executable file mappings, symbolized: a heuristic native backtrace.
 // SignalName is the name of signal sig ("SIGSEGV"), or "signal N".
 func SignalName(sig int) string {
 	name := unix.SignalName(syscall.Signal(sig))
@@ -789,7 +705,7 @@ func SignalName(sig int) string {
 }
 
 // write saves report.json and report.txt atomically.
-func (r *Report) write(dir string) error {
+func write(r *wire.CrashReport, dir string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -798,6 +714,6 @@ func (r *Report) write(dir string) error {
 		return err
 	}
 	var txt bytes.Buffer
-	r.WriteText(&txt)
+	WriteText(&txt, r)
 	return writeFileAtomic(filepath.Join(dir, "report.txt"), txt.Bytes(), 0o600)
 }

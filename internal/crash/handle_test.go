@@ -22,15 +22,15 @@ import (
 func TestHandleReadDeadline(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
-	readRubyState = func(int) (*RubyState, []string) { <-block; return nil, nil }
+	readRubyState = func(int) (*wire.CrashRuby, []string) { <-block; return nil, nil }
 	defer func() { readRubyState = readRuby }()
 	store := filepath.Join(t.TempDir(), "s")
-	cfg := &Config{Dir: store, Timeout: Duration(2 * time.Second)}
+	cfg := &Config{Dir: store, Timeout: 2 * time.Second}
 	cfg.Defaults()
 	cfg.KeepFreeBytes = 1
 	pid := testruby.NoSuchPID()
 	start := time.Now()
-	done := make(chan *Report, 1)
+	done := make(chan *wire.CrashReport, 1)
 	go func() {
 		r, err := Handle(cfg, Args{PID: pid, TID: pid, Signal: 11, Time: time.Now()}, strings.NewReader("not a core"))
 		if err != nil {

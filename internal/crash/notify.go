@@ -14,24 +14,25 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // notify sends the report where the config says, within ctx's time, and
 // records each outcome in the report. It returns how many it tried.
-func (r *Report) notify(ctx context.Context, cfg *Config) int {
+func notify(ctx context.Context, r *wire.CrashReport, cfg *Config) int {
 	tried := 0
-	sent := r.forNotification()
+	sent := forNotification(r)
 	if cfg.Webhook != "" {
 		tried++
 		err := CheckWebhook(cfg.Webhook, cfg.InsecureNotify)
 		if err == nil {
-			err = sent.postWebhook(ctx, cfg.Webhook)
+			err = postWebhook(ctx, sent, cfg.Webhook)
 		}
 		r.Notified = append(r.Notified, outcome("webhook", cfg.Webhook, err))
 	}
 	if cfg.Email != "" && cfg.SMTP != "" {
 		tried++
-		err := sent.sendEmail(ctx, cfg.SMTP, cfg.Email, cfg.InsecureNotify)
+		err := sendEmail(ctx, sent, cfg.SMTP, cfg.Email, cfg.InsecureNotify)
 		r.Notified = append(r.Notified, outcome("email", cfg.Email, err))
 	}
 	return tried
@@ -40,7 +41,7 @@ func (r *Report) notify(ctx context.Context, cfg *Config) int {
 // forNotification is the report as it leaves the host: without the
 // process's environment, which holds credentials more often than not (what
 // redaction misses stays in the local report, readable by root only).
-func (r *Report) forNotification() *Report {
+func forNotification(r *wire.CrashReport) *wire.CrashReport {
 	c := *r
 	c.Proc.Environ = nil
 	return &c
@@ -58,15 +59,15 @@ func CheckWebhook(url string, insecure bool) error {
 	return nil
 }
 
-func outcome(kind, to string, err error) Notification {
-	n := Notification{Kind: kind, To: to, OK: err == nil}
+func outcome(kind, to string, err error) wire.CrashNotification {
+	n := wire.CrashNotification{Kind: kind, To: to, OK: err == nil}
 	if err != nil {
 		n.Error = err.Error()
 	}
 	return n
 }
 
-func (r *Report) postWebhook(ctx context.Context, url string) error {
+func postWebhook(ctx context.Context, r *wire.CrashReport, url string) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -89,7 +90,7 @@ func (r *Report) postWebhook(ctx context.Context, url string) error {
 	return nil
 }
 
-func (r *Report) sendEmail(ctx context.Context, server, to string, insecure bool) error {
+func sendEmail(ctx context.Context, r *wire.CrashReport, server, to string, insecure bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", server)
@@ -125,7 +126,7 @@ func (r *Report) sendEmail(ctx context.Context, server, to string, insecure bool
 		return err
 	}
 	var txt bytes.Buffer
-	r.WriteText(&txt)
+	WriteText(&txt, r)
 	subject := fmt.Sprintf("rbscope: %s crashed with %s (pid %d)", r.Exe, r.SignalName, r.PID)
 	msg := "From: " + from + "\r\nTo: " + textsafe.Header(to) + "\r\nSubject: " + textsafe.Header(subject) + "\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" +
 		strings.ReplaceAll(txt.String(), "\n", "\r\n")

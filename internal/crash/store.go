@@ -33,7 +33,7 @@ func List(dir string) ([]string, error) {
 }
 
 // Load reads one crash's report.
-func Load(dir, id string) (*Report, error) {
+func Load(dir, id string) (*wire.CrashReport, error) {
 	if strings.ContainsAny(id, "/\\") || id == ".." || id == "." {
 		return nil, fmt.Errorf("bad crash id %q", id)
 	}
@@ -46,7 +46,7 @@ func Load(dir, id string) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crash %s has no report yet: %w", id, err)
 	}
-	var r Report
+	var r wire.CrashReport
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
@@ -81,7 +81,7 @@ func rotate(dir string, keep int, uid int64) {
 }
 
 // reportUID reads the uid of a stored report from the head of its
-// report.json, where Report puts it, without decoding the rest (the
+// report.json, where wire.CrashReport puts it, without decoding the rest (the
 // stacks can be megabytes, and the handler rotates before every report).
 // ok is false for a report that has none there.
 func reportUID(dir, id string) (uid int64, ok bool) {
@@ -115,7 +115,7 @@ func reportUID(dir, id string) (uid int64, ok bool) {
 const rotateAllFactor = 8
 
 // TopRubyFrame is the innermost frame of the crashing (or main) Ruby thread.
-func (r *Report) TopRubyFrame() string {
+func TopRubyFrame(r *wire.CrashReport) string {
 	if r.Ruby == nil {
 		return ""
 	}
@@ -148,7 +148,7 @@ func cleanArgs(args []string) string {
 
 // WriteText writes the report for people; everything in it that came from
 // the crashed process has its unprintable bytes escaped (textsafe.Clean).
-func (r *Report) WriteText(w io.Writer) {
+func WriteText(w io.Writer, r *wire.CrashReport) {
 	fmt.Fprintf(w, "crash %s\n", r.ID)
 	fmt.Fprintf(w, "time:    %s\npid:     %d (thread %d)\nsignal:  %s (%d)\nexe:     %s\ncmdline: %s\n",
 		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, textsafe.Clean(r.Exe), cleanArgs(r.Cmdline))

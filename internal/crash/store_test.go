@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // TestRotatePerUser: one user's crashes rotate away only that user's
@@ -20,7 +22,7 @@ func TestRotatePerUser(t *testing.T) {
 		}
 		// A report is large (rotation must not need all of it to know
 		// whose it is).
-		b, _ := json.Marshal(Report{ID: id, UID: uid, Cmdline: []string{strings.Repeat("x", 100<<10)}})
+		b, _ := json.Marshal(wire.CrashReport{ID: id, UID: uid, Cmdline: []string{strings.Repeat("x", 100<<10)}})
 		if err := os.WriteFile(filepath.Join(dir, id, "report.json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -63,9 +65,9 @@ func TestExpandPatternKernelValues(t *testing.T) {
 // TestTextSaysWhyCoreIsShort: a core that was stored only in part (the
 // disk filled, the time ran out) says so in report.txt beside its file.
 func TestTextSaysWhyCoreIsShort(t *testing.T) {
-	r := Report{ID: "x", Core: CoreInfo{File: "core.zst", Bytes: 10, Stored: 4, NotStored: "writing core.zst failed (what it holds is cut short): no space left on device"}}
+	r := wire.CrashReport{ID: "x", Core: wire.CrashCore{File: "core.zst", Bytes: 10, Stored: 4, NotStored: "writing core.zst failed (what it holds is cut short): no space left on device"}}
 	var b strings.Builder
-	r.WriteText(&b)
+	WriteText(&b, &r)
 	if !strings.Contains(b.String(), "core.zst (10 bytes read, 4 stored): writing core.zst failed") {
 		t.Errorf("report.txt hides why the core is short:\n%s", b.String())
 	}

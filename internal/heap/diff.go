@@ -7,13 +7,13 @@ import (
 
 // DiffRow is a group of objects new in the second dump.
 type DiffRow struct {
-	Class string `json:"class"` // "" for objects without a class (IMEMO, hidden)
-	Type  string `json:"type"`
+	Class string // "" for objects without a class (IMEMO, hidden)
+	Type  string
 	// Site is the allocation site "file:line" (BySite rows only; "" when
 	// the dump does not say).
-	Site  string `json:"site,omitempty"`
-	Count uint64 `json:"count"`
-	Bytes uint64 `json:"bytes"`
+	Site  string
+	Count uint64
+	Bytes uint64
 }
 
 // DiffResult is what Diff finds.

@@ -7,14 +7,14 @@ import (
 
 // Hop is one object on a path from the roots.
 type Hop struct {
-	Index   int    `json:"-"`
-	Address uint64 `json:"-"`
-	Type    string `json:"type"`
-	Class   string `json:"class"`
-	Desc    string `json:"desc"`
+	Index   int
+	Address uint64
+	Type    string
+	Class   string
+	Desc    string
 	// Conservative says the previous hop references this one only
 	// through a word a conservative scan found.
-	Conservative bool `json:"conservative,omitempty"`
+	Conservative bool
 }
 
 // Path is a chain from a root to an object: Root (the ROOT line's name,

@@ -10,33 +10,12 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
-// RawVersion is the version of the raw format that WriteRaw writes and
-// the newest ReadRaw reads.
-const RawVersion = 1
-
-// rawHeader is the first line of a raw recording.
-type rawHeader struct {
-	// Format names the file's kind; Version its version.
-	Format     string  `json:"format"`
-	Version    int     `json:"version"`
-	Title      string  `json:"title,omitempty"`
-	Rate       float64 `json:"rate"`
-	StartNs    int64   `json:"start_ns"`
-	DurationNs int64   `json:"duration_ns"`
-	Ticks      int     `json:"ticks"`
-	Errors     int     `json:"errors"`
-	Waiting    int     `json:"waiting"`
-	Samples    int     `json:"samples"`
-	Timeline   bool    `json:"timeline"`
-}
-
-// rawFormat is the header's format name.
-const rawFormat = "rbscope-raw"
-
-// Raw writes every sample of p, gzipped, one JSON value per line, so that
-// `rbscope report` can render it in any format later:
+// Raw writes every sample of p, gzipped, one JSON value per line (a
+// wire.RawHeader, then records named wire.RawFrame, wire.RawStack...), so
+// that `rbscope report` can render it in any format later:
 //
 //	{"format":"rbscope-raw","version":1,"rate":100,"start_ns":...,...}  header
 //	["f","ruby","Object#work","app.rb",3]   frame N (numbered from 0 in order)
@@ -53,18 +32,18 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 	zw := gzip.NewWriter(w)
 	bw := bufio.NewWriter(zw)
 	enc := json.NewEncoder(bw)
-	h := rawHeader{Format: rawFormat, Version: RawVersion, Title: o.Title, Rate: p.Rate, StartNs: p.Start.UnixNano(),
+	h := wire.RawHeader{Format: wire.RawFormat, Version: wire.RawVersion, Title: o.Title, Rate: p.Rate, StartNs: p.Start.UnixNano(),
 		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Samples: p.Samples, Timeline: p.Timeline != nil}
 	if err := enc.Encode(h); err != nil {
 		return err
 	}
 	for _, f := range p.Frames {
-		if err := enc.Encode([]any{"f", f.Kind, f.Label, f.Path, f.Line}); err != nil {
+		if err := enc.Encode([]any{wire.RawFrame, f.Kind, f.Label, f.Path, f.Line}); err != nil {
 			return err
 		}
 	}
 	for _, st := range p.Stacks {
-		if err := enc.Encode([]any{"s", st.Frames}); err != nil {
+		if err := enc.Encode([]any{wire.RawStack, st.Frames}); err != nil {
 			return err
 		}
 	}
@@ -80,18 +59,18 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 		if !ok {
 			id = len(threads)
 			threads[th] = id
-			if err := enc.Encode([]any{"th", s.PID, s.TID, s.Thread}); err != nil {
+			if err := enc.Encode([]any{wire.RawThread, s.PID, s.TID, s.Thread}); err != nil {
 				return err
 			}
 		}
-		if err := enc.Encode([]any{"t", int64(s.Time), id, s.Stack}); err != nil {
+		if err := enc.Encode([]any{wire.RawSample, int64(s.Time), id, s.Stack}); err != nil {
 			return err
 		}
 		timed[s.Stack]++
 	}
 	for si, st := range p.Stacks {
 		if n := st.Count - timed[si]; n > 0 {
-			if err := enc.Encode([]any{"n", si, n}); err != nil {
+			if err := enc.Encode([]any{wire.RawCount, si, n}); err != nil {
 				return err
 			}
 		}
@@ -112,12 +91,12 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 	}
 	defer zr.Close()
 	dec := json.NewDecoder(bufio.NewReader(zr))
-	var h rawHeader
-	if err := dec.Decode(&h); err != nil || h.Format != rawFormat {
+	var h wire.RawHeader
+	if err := dec.Decode(&h); err != nil || h.Format != wire.RawFormat {
 		return nil, "", errors.New("not a raw rbscope recording (no rbscope-raw header)")
 	}
-	if h.Version < 1 || h.Version > RawVersion {
-		return nil, "", fmt.Errorf("raw recording version %d: this rbscope reads versions 1 to %d", h.Version, RawVersion)
+	if h.Version < 1 || h.Version > wire.RawVersion {
+		return nil, "", fmt.Errorf("raw recording version %d: this rbscope reads versions 1 to %d", h.Version, wire.RawVersion)
 	}
 	if !(h.Rate > 0 && h.Rate <= 1e6) || h.DurationNs < 0 || h.Ticks < 0 || h.Errors < 0 {
 		return nil, "", fmt.Errorf("raw recording header is damaged (rate %v, duration %d ns, ticks %d, errors %d)", h.Rate, h.DurationNs, h.Ticks, h.Errors)
@@ -160,13 +139,13 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 			return nil
 		}
 		switch kind {
-		case "f":
+		case wire.RawFrame:
 			var f profile.Frame
 			if err := args(4, &f.Kind, &f.Label, &f.Path, &f.Line); err != nil {
 				return nil, "", bad(err)
 			}
 			frames = append(frames, f)
-		case "s":
+		case wire.RawStack:
 			var ids []int
 			if err := args(1, &ids); err != nil {
 				return nil, "", bad(err)
@@ -179,13 +158,13 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 				st[i] = frames[id]
 			}
 			stacks = append(stacks, st)
-		case "th":
+		case wire.RawThread:
 			var th thread
 			if err := args(3, &th.pid, &th.tid, &th.name); err != nil {
 				return nil, "", bad(err)
 			}
 			threads = append(threads, th)
-		case "t":
+		case wire.RawSample:
 			var ns int64
 			var ti, si int
 			if err := args(3, &ns, &ti, &si); err != nil {
@@ -196,7 +175,7 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 			}
 			th := threads[ti]
 			p.AddSample(stacks[si], p.Start.Add(time.Duration(ns)), th.pid, th.tid, th.name)
-		case "n":
+		case wire.RawCount:
 			var si, count int
 			if err := args(2, &si, &count); err != nil {
 				return nil, "", bad(err)

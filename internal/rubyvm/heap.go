@@ -26,15 +26,15 @@ const (
 type CensusRow struct {
 	// Type is the ruby_value_type spelled as ObjectSpace.dump_all does:
 	// "OBJECT", "STRING", "ARRAY", "IMEMO", ...
-	Type string `json:"type"`
+	Type string
 	// Class is what obj.class names; "" for hidden objects (klass 0) and
 	// for types whose klass word is not a class (IMEMO, NODE). Anonymous
 	// classes are "#<Class:0x...>".
-	Class string `json:"class"`
-	Count uint64 `json:"count"`
+	Class string
+	Count uint64
 	// Bytes is the slot size, plus for non-embedded, non-shared Strings
 	// and Arrays their malloc'd buffer's capacity.
-	Bytes uint64 `json:"bytes"`
+	Bytes uint64
 }
 
 // Census is what a walk of every heap page found.

@@ -1,9 +1,10 @@
 // Package wire holds every document rbscope writes for programs to read:
-// the --json output of each command, the crash handler's report.json, the
-// raw recording. Each document has its own structs here, mapped from the
-// model packages (stacks, rubyvm, heap, profile, crash), so that a field
-// renamed in the code never renames a key users rely on. docs/json.md
-// documents each document and key; TestDocumented holds the two together.
+// the --json output of each command, the crash handler's report.json and
+// config, the raw recording's header. Each document has its own structs
+// here, mapped from the model packages (stacks, rubyvm, heap, alloctrace,
+// crash, profile), so that a field renamed in the code never renames a key
+// users rely on. docs/json.md documents each document and key;
+// TestDocumented holds the two together.
 package wire
 
 import (
