@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -42,13 +40,3 @@ func whilePaused(t *target.Live, pause bool, read func() error) error {
 
 // printJSON prints the JSON object v on stdout, schema_version first.
 func printJSON(v any) error { return wire.Write(os.Stdout, v) }
-
-// printJSONList prints a list as the JSON object {"schema_version": N,
-// key: list} on stdout.
-func printJSONList(key string, list any) error {
-	b, err := json.Marshal(list)
-	if err != nil {
-		return fmt.Errorf("encoding JSON: %w", err)
-	}
-	return wire.Write(os.Stdout, map[string]json.RawMessage{key: b})
-}

@@ -40,6 +40,8 @@ var documents = []document{
 	{"crash status --json", CrashStatus{}, true},
 	{"crash.json", CrashConfig{}, false},
 	{"raw recording header", RawHeader{}, false},
+	{"threads --json", ThreadTable{}, true},
+	{"threads --follow --json", ThreadEvent{}, true},
 }
 
 // docKey is a key as docs/json.md writes it: its path from the
