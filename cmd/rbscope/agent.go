@@ -198,14 +198,15 @@ profiling with it (--metrics-addr keeps its first value).`,
 				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v\n", cfg.Server, cfg.UploadInterval)
 				runCtx, stop := context.WithCancel(c.Context())
 				done := make(chan struct{})
+				var runErr error
 				go func() {
 					defer close(done)
-					agent.New(cfg, metrics).Run(runCtx, 10*time.Second)
+					runErr = agent.New(cfg, metrics).Run(runCtx, 10*time.Second)
 				}()
 				select {
 				case <-done:
 					stop()
-					return nil
+					return runErr
 				case <-hup:
 					stop()
 					<-done // what it held is pushed

@@ -86,10 +86,19 @@ type Agent struct {
 	uploads  *queue
 	hostname string
 
+	// sampler samples every process in one loop, with a profile each.
+	sampler *sampler.Sampler
+
 	mu      sync.Mutex
-	running map[int]bool       // pids being sampled
+	running map[int]running    // processes being sampled, by pid
 	refused map[process]string // processes not to try again, and why
 	said    map[string]bool    // notice kinds already said
+}
+
+// running is a process being sampled: its labels.
+type running struct {
+	proc   discover.Process
+	labels map[string]string
 }
 
 // New makes an agent.
@@ -105,12 +114,27 @@ func New(cfg Config, metrics *Metrics) *Agent {
 	}
 	host, _ := os.Hostname()
 	return &Agent{cfg: cfg, metrics: metrics, uploads: newQueue(queueLength, metrics), hostname: host,
-		running: map[int]bool{}, refused: map[process]string{}, said: map[string]bool{}}
+		running: map[int]running{}, refused: map[process]string{}, said: map[string]bool{}}
 }
 
 // Run profiles until ctx is done, then flushes what it holds to the
-// server for at most flushTimeout, and returns.
-func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) {
+// server for at most flushTimeout, and returns nil; an error says the
+// agent could not start (its options). Every process is sampled by one
+// loop on one goroutine (sampler.NewSet), with a profile each.
+func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
+	s, err := sampler.NewSet(sampler.Options{
+		Rate:         a.cfg.Rate,
+		Nonblocking:  !a.cfg.Pause,
+		FlushEvery:   a.cfg.UploadInterval,
+		VM:           a.cfg.VM,
+		PerProcess:   true,
+		FlushProcess: a.flushed,
+		Failed:       a.failed,
+	})
+	if err != nil {
+		return err
+	}
+	a.sampler = s
 	up := newUploader(a.cfg, a.metrics, a.say)
 	upCtx, stopUploads := context.WithCancel(context.Background())
 	uploaded := make(chan struct{})
@@ -121,14 +145,18 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) {
 		for !up.runSafe(upCtx, a.uploads) {
 		}
 	}()
-	var samplers sync.WaitGroup
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s.Run(ctx) // pushes what each process collected since its last flush
+	}()
 	scan := time.NewTicker(scanInterval)
 	defer scan.Stop()
 	for {
-		a.scanSafe(ctx, &samplers)
+		a.scanSafe(ctx)
 		select {
 		case <-ctx.Done():
-			samplers.Wait() // each pushes what it collected since its last flush
+			<-sampled
 			a.uploads.close()
 			select {
 			case <-uploaded:
@@ -137,7 +165,7 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) {
 			}
 			stopUploads()
 			<-uploaded
-			return
+			return nil
 		case <-scan.C:
 		}
 	}
@@ -145,17 +173,17 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) {
 
 // scanSafe is startNew, a panic in it said once and the scan tried again
 // at the next tick rather than ending the agent.
-func (a *Agent) scanSafe(ctx context.Context, wg *sync.WaitGroup) {
+func (a *Agent) scanSafe(ctx context.Context) {
 	defer func() {
 		if r := recover(); r != nil {
 			a.say("panic:scan", "rbscope agent: internal error while scanning for processes: %v (tried again)", r)
 		}
 	}()
-	a.startNew(ctx, wg)
+	a.startNew(ctx)
 }
 
-// startNew starts a sampler for each process to profile not yet sampled.
-func (a *Agent) startNew(ctx context.Context, wg *sync.WaitGroup) {
+// startNew adds each process to profile not yet sampled to the sampler.
+func (a *Agent) startNew(ctx context.Context) {
 	var procs []discover.Process
 	if len(a.cfg.PIDs) > 0 {
 		for _, pid := range a.cfg.PIDs {
@@ -187,21 +215,22 @@ func (a *Agent) startNew(ctx context.Context, wg *sync.WaitGroup) {
 			return // stopping: attaching now would only delay the flush
 		}
 		a.mu.Lock()
-		skip := a.running[p.PID] || a.refused[process{p.PID, p.Start}] != ""
+		_, sampled := a.running[p.PID]
+		skip := sampled || a.refused[process{p.PID, p.Start}] != ""
 		a.mu.Unlock()
 		if skip {
 			continue
 		}
-		a.start(ctx, wg, p)
+		a.start(p)
 	}
 	a.mu.Lock()
 	a.metrics.processes.Set(float64(len(a.running)))
 	a.mu.Unlock()
 }
 
-// start attaches to process p and samples it in its own goroutine until
-// it exits or ctx is done.
-func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, p discover.Process) {
+// start attaches to process p and hands it to the sampler, which samples
+// it until it exits or the agent stops.
+func (a *Agent) start(p discover.Process) {
 	pid := p.PID
 	defer func() {
 		if r := recover(); r != nil { // a bug attaching to this process: not the others'
@@ -213,40 +242,57 @@ func (a *Agent) start(ctx context.Context, wg *sync.WaitGroup, p discover.Proces
 		args = discover.Cmdline(procRoot, pid)
 	}
 	labels := a.labels(pid, args)
-	opts := sampler.Options{
-		Rate:        a.cfg.Rate,
-		Nonblocking: !a.cfg.Pause,
-		FlushEvery:  a.cfg.UploadInterval,
-		VM:          a.cfg.VM,
-	}
-	opts.Flush = func(p *profile.Profile) { a.push(labels, p) }
-	s, err := sampler.New(pid, opts)
+	// Registered before the sampler can flush it. A label map, once
+	// registered, is never written again: flushes read it unlocked.
+	a.mu.Lock()
+	a.running[pid] = running{proc: p, labels: labels}
+	a.mu.Unlock()
+	version, err := a.sampler.Add(pid)
 	if err != nil {
+		a.mu.Lock()
+		delete(a.running, pid)
+		a.mu.Unlock()
 		a.refuse(p, err)
 		return
 	}
-	labels["process.runtime.version"] = labelValue(s.RubyVersion()) // read from the target's memory
+	withVersion := make(map[string]string, len(labels)+1)
+	for k, v := range labels {
+		withVersion[k] = v
+	}
+	withVersion["process.runtime.version"] = labelValue(version) // read from the target's memory
 	a.mu.Lock()
-	a.running[pid] = true
+	if _, ok := a.running[pid]; ok { // not yet flushed as done
+		a.running[pid] = running{proc: p, labels: withVersion}
+	}
+	a.metrics.processes.Set(float64(len(a.running)))
 	a.mu.Unlock()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer func() {
-			r := recover()
-			a.mu.Lock()
-			delete(a.running, pid) // exited: a later process with its PID is found anew
-			a.metrics.processes.Set(float64(len(a.running)))
-			a.mu.Unlock()
-			if r != nil {
-				// A bug sampling this process: its profile since the last
-				// flush is lost, the other processes' are not.
-				a.refuse(p, fmt.Errorf("internal error sampling: %v: %w", r, errPanic))
-			}
-		}()
-		last := s.Run(ctx)
-		a.push(labels, last)
-	}()
+}
+
+// flushed pushes a process's samples (the sampler's FlushProcess); done
+// says it has exited, and a later process with its PID is found anew.
+func (a *Agent) flushed(pid int, p *profile.Profile, done bool) {
+	a.mu.Lock()
+	r, ok := a.running[pid]
+	if done {
+		delete(a.running, pid)
+		a.metrics.processes.Set(float64(len(a.running)))
+	}
+	a.mu.Unlock()
+	if ok {
+		a.push(r.labels, p)
+	}
+}
+
+// failed refuses a process whose sampling failed for good (the sampler's
+// Failed): its profile since the last flush is lost, the other processes'
+// are not.
+func (a *Agent) failed(pid int, err error) {
+	a.mu.Lock()
+	r, ok := a.running[pid]
+	a.mu.Unlock()
+	if ok {
+		a.refuse(r.proc, fmt.Errorf("%v: %w", err, errPanic))
+	}
 }
 
 // errPanic marks a process refused because rbscope panicked on it.

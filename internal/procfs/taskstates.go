@@ -29,18 +29,31 @@ type TaskStates struct {
 	noKeep bool
 	names  []byte // getdents buffer
 	line   []byte // stat buffer
+	// running and all are what Read returns, kept and cleared at each
+	// read so that a read allocates nothing.
+	running, all map[int]bool
 }
+
+// ErrGone is what Read returns once the process has exited: its task
+// directory is gone, or every thread of it is a zombie.
+var ErrGone = errors.New("the process has exited")
 
 // NewTaskStates reads the thread states of process pid; Close releases it.
 func NewTaskStates(pid int) *TaskStates {
-	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 1024)}
+	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 1024),
+		running: map[int]bool{}, all: map[int]bool{}}
 }
 
 // Read returns the TIDs in state R (running or waiting for a CPU) and all
-// TIDs of the process.
+// TIDs of the process. The maps are the reader's own, valid until the next
+// Read; a read allocates nothing once the stat files are open. A process
+// that has exited is ErrGone: no exit check is needed beside it.
 func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 	if t.dir < 0 {
 		fd, err := unix.Open(fmt.Sprintf("/proc/%d/task", t.pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, ErrGone)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
 		}
@@ -49,23 +62,21 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 	if _, err := unix.Seek(t.dir, 0, 0); err != nil {
 		return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
 	}
-	all = map[int]bool{}
+	all, running = t.all, t.running
+	clear(all)
+	clear(running)
 	for {
 		n, err := unix.ReadDirent(t.dir, t.names)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, ErrGone)
+		}
 		if err != nil {
-			// ENOENT: the process is gone.
 			return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
 		}
 		if n == 0 {
 			break
 		}
-		var names []string
-		_, _, names = unix.ParseDirent(t.names[:n], -1, names)
-		for _, name := range names {
-			if tid, err := strconv.Atoi(name); err == nil {
-				all[tid] = true
-			}
-		}
+		direntTIDs(t.names[:n], all)
 	}
 	for tid, fd := range t.stats {
 		if !all[tid] {
@@ -73,7 +84,7 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			delete(t.stats, tid)
 		}
 	}
-	running = map[int]bool{}
+	zombies := 0
 	for tid := range all {
 		st, ok := t.state(tid)
 		if !ok {
@@ -81,11 +92,44 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			// second try opens the new thread's.
 			st, ok = t.state(tid)
 		}
-		if ok && st == 'R' {
+		switch {
+		case !ok || st == 'Z' || st == 'X':
+			zombies++
+		case st == 'R':
 			running[tid] = true
 		}
 	}
+	if zombies == len(all) {
+		return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
+	}
 	return running, all, nil
+}
+
+// direntTIDs adds the numeric names of a buffer of linux_dirent64
+// records (what getdents64 fills) to tids, without allocating.
+func direntTIDs(buf []byte, tids map[int]bool) {
+	for len(buf) >= 19 {
+		reclen := int(buf[16]) | int(buf[17])<<8
+		if reclen < 19 || reclen > len(buf) {
+			return
+		}
+		name := buf[19:reclen]
+		tid, ok := 0, len(name) > 0 && name[0] != 0
+		for _, c := range name {
+			if c == 0 {
+				break
+			}
+			if c < '0' || c > '9' || tid > 1<<30 {
+				ok = false
+				break
+			}
+			tid = tid*10 + int(c-'0')
+		}
+		if ok && tid > 0 {
+			tids[tid] = true
+		}
+		buf = buf[reclen:]
+	}
 }
 
 // state reads thread tid's state letter; ok is false if the thread is gone.

@@ -3,7 +3,9 @@ package procfs
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -286,5 +288,61 @@ func TestRunDelay(t *testing.T) {
 	}
 	if _, ok := RunDelay(os.Getpid(), 1<<30); ok {
 		t.Errorf("RunDelay of no thread succeeded")
+	}
+}
+
+// TestTaskStatesReadAllocatesNothing: once its files are open, a read of
+// a process's thread states (what every sampler tick does) allocates
+// nothing.
+func TestTaskStatesReadAllocatesNothing(t *testing.T) {
+	_, rep, tt := watchChurn(t, nil)
+	if _, _, err := tt.Read(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		_, all, err := tt.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = len(all)
+	})
+	if n < len(rep.Threads) {
+		t.Fatalf("setup: %d threads listed, the program has %d", n, len(rep.Threads))
+	}
+	// A thread born during the reads opens its stat file: allow for one.
+	if allocs > 1 {
+		t.Errorf("a read of %d threads' states allocates %.1f times", n, allocs)
+	}
+}
+
+// TestTaskStatesGone: a process that has exited reads as ErrGone, a
+// zombie not yet reaped as well as one reaped.
+func TestTaskStatesGone(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tt := NewTaskStates(cmd.Process.Pid)
+	defer tt.Close()
+	if _, _, err := tt.Read(); err != nil {
+		t.Fatalf("a sleeping process: %v", err)
+	}
+	cmd.Process.Kill()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, _, err := tt.Read()
+		if errors.Is(err, ErrGone) {
+			break // a zombie: its parent has not waited yet
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a killed, unreaped process reads as %v, want ErrGone", err)
+		}
+	}
+	cmd.Wait()
+	if _, _, err := tt.Read(); !errors.Is(err, ErrGone) {
+		t.Errorf("a reaped process reads as %v, want ErrGone", err)
+	}
+	if _, _, err := NewTaskStates(cmd.Process.Pid).Read(); !errors.Is(err, ErrGone) {
+		t.Errorf("a reaped process, read anew, reads as %v, want ErrGone", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -78,8 +79,21 @@ type Options struct {
 	VM rubyvm.Options
 	// Native adds every sampled thread's native frames, unwound with the
 	// code's CFI while it stands still, Ruby frames beside the exec-loop
-	// frame that runs them (mixedstack). It needs the paused mode.
+	// frame that runs them (stacks.Merge). It needs the paused mode.
 	Native bool
+	// PerProcess keeps a profile per process (Flush and Done get each
+	// with its PID) and keeps the sampler running with no process left
+	// until ctx ends: a set of processes that Add grows, as the agent
+	// profiles a host.
+	PerProcess bool
+	// FlushProcess, with PerProcess, is called every FlushEvery with each
+	// process's samples since the last call, and once more when it has
+	// exited (done) or the recording ends.
+	FlushProcess func(pid int, p *profile.Profile, done bool)
+	// Failed, with PerProcess, is called when sampling a process failed
+	// in a way that will not change (a panic: an rbscope bug): the
+	// process is dropped, the others go on.
+	Failed func(pid int, err error)
 }
 
 // Progress is the state of a recording for a status line.
@@ -108,6 +122,8 @@ func (o Options) Validate() error {
 // proc is one sampled process.
 type proc struct {
 	pid int
+	// prof holds the process's samples with Options.PerProcess.
+	prof *profile.Profile
 	// title is the process's command line as last read (processTitle).
 	title string
 	// mainTID is the main thread's TID in Ruby's books as last seen, and
@@ -362,13 +378,70 @@ func (p *proc) close() {
 var ErrAllExited = errors.New("every target process has exited")
 
 // Sampler records stack samples of one process and, optionally, its
-// descendants.
+// descendants; or, with Options.PerProcess, of a set of processes that
+// Add grows. One loop on one goroutine visits every process at each tick.
 type Sampler struct {
 	opts    Options
 	root    int
 	procs   map[int]*proc
 	ignored map[int]int // pids that are not (yet) Ruby -> attempts
 	profile *profile.Profile
+
+	mu    sync.Mutex
+	added []*proc // attached by Add, for the loop to take in
+}
+
+// NewSet makes a sampler of no process yet, for Options.PerProcess: Add
+// gives it processes, and Run samples them until ctx ends.
+func NewSet(opts Options) (*Sampler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if !opts.PerProcess {
+		return nil, fmt.Errorf("a sampler of a set of processes keeps a profile per process (Options.PerProcess)")
+	}
+	return &Sampler{opts: opts, procs: map[int]*proc{}, ignored: map[int]int{}, profile: newProfile(opts)}, nil
+}
+
+// Add attaches to pid and finds its Ruby VM, in the caller's goroutine,
+// and hands the process to the sampling loop, which takes it in at its
+// next tick. It returns the process's Ruby version. Add may be called
+// while Run runs.
+func (s *Sampler) Add(pid int) (rubyVersion string, err error) {
+	p, err := attach(pid, s.opts.VM)
+	if err != nil {
+		return "", err
+	}
+	if s.opts.PerProcess {
+		p.prof = newProfile(s.opts)
+	}
+	s.mu.Lock()
+	s.added = append(s.added, p)
+	s.mu.Unlock()
+	return p.vm.Version, nil
+}
+
+// takeAdded moves the processes Add attached into the loop's set.
+func (s *Sampler) takeAdded() {
+	s.mu.Lock()
+	added := s.added
+	s.added = nil
+	s.mu.Unlock()
+	for _, p := range added {
+		if old := s.procs[p.pid]; old != nil {
+			old.close() // its PID was another process's, gone since
+		}
+		p.prof.Start = time.Now()
+		s.procs[p.pid] = p
+	}
+}
+
+// profileOf is where process p's samples go.
+func (s *Sampler) profileOf(p *proc) *profile.Profile {
+	if p.prof != nil {
+		return p.prof
+	}
+	return s.profile
 }
 
 // New attaches to pid and finds its Ruby VM.
@@ -473,16 +546,21 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	lastScan, lastProgress, lastForget := time.Now(), time.Now(), time.Now()
+	lastScan, lastProgress, lastForget, lastFlush := time.Now(), time.Now(), time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
+			s.flushProcesses(true)
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
 		case <-deadline:
+			s.flushProcesses(true)
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
 		case <-ticker.C:
+		}
+		if s.opts.PerProcess {
+			s.takeAdded()
 		}
 		prof.Ticks++
 		if time.Since(lastForget) > cacheLifetime {
@@ -499,22 +577,35 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			lastForget = time.Now()
 		}
 		alive := 0
-		for _, p := range s.procs {
+		for pid, p := range s.procs {
 			if p.gone {
 				continue
 			}
-			s.sample(p)
+			if p.prof != nil {
+				p.prof.Ticks++
+			}
+			s.sampleSafe(p)
 			if !p.gone {
 				alive++
+				continue
+			}
+			if s.opts.PerProcess {
+				s.flushProcess(p, true)
+				p.close()
+				delete(s.procs, pid)
 			}
 		}
 		if s.opts.Subprocesses && time.Since(lastScan) > 200*time.Millisecond {
 			alive += s.scanChildren()
 			lastScan = time.Now()
 		}
-		if alive == 0 {
+		if alive == 0 && !s.opts.PerProcess {
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
+		}
+		if s.opts.PerProcess && time.Since(lastFlush) >= s.opts.FlushEvery {
+			s.flushProcesses(false)
+			lastFlush = time.Now()
 		}
 		if s.opts.Flush != nil && time.Since(prof.Start) >= s.opts.FlushEvery {
 			prof.Duration = time.Since(prof.Start)
@@ -529,9 +620,53 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	}
 }
 
+// flushProcesses hands each process's samples to Options.FlushProcess
+// (PerProcess), and, at the end of the recording, lets every process go.
+func (s *Sampler) flushProcesses(end bool) {
+	if !s.opts.PerProcess {
+		return
+	}
+	if end {
+		s.takeAdded() // added since the last tick: let go too
+	}
+	for _, p := range s.procs {
+		s.flushProcess(p, end)
+	}
+}
+
+// flushProcess hands process p's samples to Options.FlushProcess and
+// starts it a new profile.
+func (s *Sampler) flushProcess(p *proc, done bool) {
+	p.prof.Duration = time.Since(p.prof.Start)
+	if s.opts.FlushProcess != nil {
+		s.opts.FlushProcess(p.pid, p.prof, done)
+	}
+	p.prof = newProfile(s.opts)
+	p.prof.Start = time.Now()
+}
+
+// sampleSafe is sample; with PerProcess, a panic (a bug) sampling one
+// process drops that process, said through Options.Failed, and the others
+// go on.
+func (s *Sampler) sampleSafe(p *proc) {
+	if !s.opts.PerProcess {
+		s.sample(p)
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			p.gone = true
+			if s.opts.Failed != nil {
+				s.opts.Failed(p.pid, fmt.Errorf("internal error sampling: %v", r))
+			}
+		}
+	}()
+	s.sample(p)
+}
+
 // sample takes one sample of one process.
 func (s *Sampler) sample(p *proc) {
-	prof := s.profile
+	prof := s.profileOf(p)
 	now := time.Now()
 	p.tickAt = now
 	var running, tasks map[int]bool
@@ -542,14 +677,15 @@ func (s *Sampler) sample(p *proc) {
 		}
 		running, tasks, err = p.tasks.Read()
 		if err != nil {
-			p.gone = procfs.Exited(p.pid)
+			// The thread states say when the process has exited: no
+			// check of its own at every tick.
+			p.gone = errors.Is(err, procfs.ErrGone) || procfs.Exited(p.pid)
 			if !p.gone {
 				prof.Errors++
 			}
 			return
 		}
 		if len(running) == 0 {
-			p.gone = procfs.Exited(p.pid)
 			return // nothing on a CPU: no need to stop the process
 		}
 		if s.opts.Nonblocking {
@@ -696,7 +832,7 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 		return ths, gc, err
 	}
 	pick := func() []int {
-		s.profile.Waiting += p.onCPUNow(running, tasks)
+		s.profileOf(p).Waiting += p.onCPUNow(running, tasks)
 		tids := make([]int, 0, len(running))
 		for tid := range running {
 			tids = append(tids, tid)
