@@ -8,7 +8,7 @@ BIN := bin/rbscope
 # (as Alpine's Rubies run).
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
-.PHONY: wasm all build deps rubies demo test vet bench clean
+.PHONY: wasm all build deps rubies demo test vet bench clean docs
 
 all: build
 
@@ -45,6 +45,12 @@ demo: deps build
 	@ruby testdata/demo.rb > /tmp/rbscope-demo.log 2>&1 & pid=$$!; \
 	  trap 'kill $$pid 2>/dev/null' EXIT; sleep 1; \
 	  echo "$$ $(BIN) stack -p $$pid"; $(BIN) stack -p $$pid
+
+# docs writes the command reference, docs/reference/*.md and the man pages
+# docs/man/*.1, from the cobra definitions; the test run by `make test`
+# fails while they are stale.
+docs:
+	$(GO) test ./cmd/rbscope -run '^TestReferenceDocs$$' -count=1 -update-docs
 
 vet:
 	$(GO) vet ./...
