@@ -8,7 +8,7 @@ BIN := bin/rbscope
 # (as Alpine's Rubies run).
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
-.PHONY: wasm all build deps rubies demo test vet bench clean
+.PHONY: wasm all build deps rubies demo test vet bench clean docs dist
 
 all: build
 
@@ -22,10 +22,11 @@ build:
 # Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
 # and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
 # with Redis, and a Rails application (railties, ActiveRecord on SQLite,
-# ActionPack) under ab's load (apache2-utils).
+# ActionPack) under ab's load (apache2-utils); man-db and bash-completion,
+# which the test of the Debian package runs (man -w, the completion script).
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
-	ruby-actionpack ruby-sqlite3 apache2-utils
+	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion
 
 # deps installs the DEPS_PACKAGES that are missing.
 deps:
@@ -45,6 +46,21 @@ demo: deps build
 	@ruby testdata/demo.rb > /tmp/rbscope-demo.log 2>&1 & pid=$$!; \
 	  trap 'kill $$pid 2>/dev/null' EXIT; sleep 1; \
 	  echo "$$ $(BIN) stack -p $$pid"; $(BIN) stack -p $$pid
+
+# docs writes the command reference, docs/reference/*.md and the man pages
+# docs/man/*.1, from the cobra definitions; the test run by `make test`
+# fails while they are stale.
+docs:
+	$(GO) test ./cmd/rbscope -run '^TestReferenceDocs$$' -count=1 -update-docs
+
+# dist builds the release for linux/amd64 into dist/ (tools/dist): a static
+# binary in rbscope-VERSION-linux-amd64.tar.gz with the man pages, the bash,
+# zsh and fish completions and the agent's systemd unit, and the Debian
+# package rbscope_VERSION_amd64.deb. VERSION defaults to the tag vX.Y.Z at
+# HEAD, else 0.0.0~gitDATE.COMMIT.
+VERSION ?=
+dist:
+	$(GO) run ./tools/dist -o dist $(if $(VERSION),-version $(VERSION))
 
 vet:
 	$(GO) vet ./...
@@ -71,4 +87,4 @@ bench: deps build
 	bench/stack.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
