@@ -39,6 +39,8 @@ type Stat struct {
 	// Processor is the CPU the task last ran on (-1 when the line stops
 	// short of it).
 	Processor int
+	// NumThreads is how many threads the process has.
+	NumThreads int
 }
 
 // CPU is the task's user plus system time so far.
@@ -103,6 +105,8 @@ func parseStat(line []byte, withComm bool) (Stat, error) {
 			s.UTime, bad = atou(f)
 		case 15:
 			s.STime, bad = atou(f)
+		case 20:
+			s.NumThreads, bad = atoi(f)
 		case 22:
 			s.StartTime, bad = atou(f)
 		case 39:

@@ -40,7 +40,7 @@ func TestParseStatTrickyNames(t *testing.T) {
 			t.Errorf("ParseStat(name %q): %v", comm, err)
 			continue
 		}
-		want := Stat{Comm: comm, State: 'S', PPID: 4321, UTime: 250, STime: 50, StartTime: 777, Processor: 3}
+		want := Stat{Comm: comm, State: 'S', PPID: 4321, UTime: 250, STime: 50, StartTime: 777, Processor: 3, NumThreads: 1}
 		if s != want {
 			t.Errorf("ParseStat(name %q) = %+v, want %+v", comm, s, want)
 		}

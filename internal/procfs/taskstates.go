@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,11 @@ type TaskStates struct {
 	// running and all are what Read returns, kept and cleared at each
 	// read so that a read allocates nothing.
 	running, all map[int]bool
+	// listed says all holds the process's threads as last listed: a
+	// read then only rereads their stat lines, and lists the threads
+	// again when one of them has gone or the count the leader's line
+	// gives differs.
+	listed bool
 }
 
 // ErrGone is what Read returns once the process has exited: its task
@@ -59,10 +65,18 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 		}
 		t.dir = fd
 	}
+	all, running = t.all, t.running
+	if t.listed {
+		if ok, gone := t.reread(); gone {
+			return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
+		} else if ok {
+			return running, all, nil
+		}
+	}
+	t.listed = false
 	if _, err := unix.Seek(t.dir, 0, 0); err != nil {
 		return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
 	}
-	all, running = t.all, t.running
 	clear(all)
 	clear(running)
 	for {
@@ -77,6 +91,9 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			break
 		}
 		direntTIDs(t.names[:n], all)
+		if n < len(t.names)-512 {
+			break // all the entries fitted: no need to ask for more
+		}
 	}
 	for tid, fd := range t.stats {
 		if !all[tid] {
@@ -93,16 +110,49 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			st, ok = t.state(tid)
 		}
 		switch {
-		case !ok || st == 'Z' || st == 'X':
+		case !ok || st.State == 'Z' || st.State == 'X':
 			zombies++
-		case st == 'R':
+		case st.State == 'R':
 			running[tid] = true
 		}
 	}
 	if zombies == len(all) {
 		return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
 	}
+	t.listed = !t.noKeep && len(t.stats) == len(all)
 	return running, all, nil
+}
+
+// reread reads again the stat lines of the threads last listed, through
+// their kept files. ok is false when the list must be made again: a
+// thread has gone, or the leader's line counts other threads than the
+// list holds. gone is set when every thread is a zombie.
+func (t *TaskStates) reread() (ok, gone bool) {
+	clear(t.running)
+	zombies := 0
+	for tid := range t.all {
+		fd, kept := t.stats[tid]
+		if !kept {
+			return false, false
+		}
+		st, ok := t.readStat(fd)
+		if !ok {
+			return false, false
+		}
+		if tid == t.pid && st.NumThreads != len(t.all) {
+			return false, false
+		}
+		switch st.State {
+		case 'Z', 'X':
+			zombies++
+		case 'R':
+			t.running[tid] = true
+		}
+	}
+	if _, leader := t.all[t.pid]; !leader {
+		return false, false // no count to check the list against
+	}
+	return true, zombies == len(t.all)
 }
 
 // direntTIDs adds the numeric names of a buffer of linux_dirent64
@@ -132,14 +182,29 @@ func direntTIDs(buf []byte, tids map[int]bool) {
 	}
 }
 
-// state reads thread tid's state letter; ok is false if the thread is gone.
-func (t *TaskStates) state(tid int) (state byte, ok bool) {
+// state reads thread tid's stat line; ok is false if the thread is gone.
+func (t *TaskStates) state(tid int) (st Stat, ok bool) {
 	line, ok := t.stat(tid)
 	if !ok {
-		return 0, false
+		return Stat{}, false
 	}
 	st, err := parseStat(line, false)
-	return st.State, err == nil
+	return st, err == nil
+}
+
+// readStat reads and parses a stat line through a kept file.
+func (t *TaskStates) readStat(fd int) (st Stat, ok bool) {
+	for {
+		n, err := preadRaw(fd, t.line)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			return Stat{}, false
+		}
+		st, err := parseStat(t.line[:n], false)
+		return st, err == nil
+	}
 }
 
 // LastCPU reads the CPU thread tid is on, or last ran on (field 39 of its
@@ -179,7 +244,7 @@ func (t *TaskStates) stat(tid int) (line []byte, ok bool) {
 		}
 	}
 	for {
-		n, err := unix.Pread(fd, t.line, 0)
+		n, err := preadRaw(fd, t.line)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -228,4 +293,19 @@ func RunDelay(pid, tid int) (delay time.Duration, ok bool) {
 	}
 	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
 	return time.Duration(ns), err == nil && ns >= 0
+}
+
+// preadRaw reads a procfs file from its start with a raw system call: a
+// procfs read never blocks, so the Go scheduler need not be told of it
+// (a sampler makes such reads at every tick, and telling it each time
+// keeps its monitor thread awake).
+func preadRaw(fd int, buf []byte) (int, error) {
+	if len(buf) == 0 {
+		return 0, nil
+	}
+	n, _, errno := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	if errno != 0 {
+		return int(n), errno
+	}
+	return int(n), nil
 }
