@@ -291,8 +291,8 @@ func apiOverview(f *file, q *query) (any, error) {
 	})
 	return struct {
 		dumpSummary
-		By   string           `json:"by"`
-		Sort string           `json:"sort"`
+		By   string            `json:"by"`
+		Sort string            `json:"sort"`
 		Page page[overviewRow] `json:"page"`
 	}{f.summary(), by, sortBy, paged(rows, offset, limit, func(r overviewRow) overviewRow { return r })}, nil
 }
@@ -312,8 +312,8 @@ func apiObjects(f *file, q *query) (any, error) {
 	ix := f.heap
 	return struct {
 		dumpSummary
-		By    string          `json:"by"`
-		Group overviewRow     `json:"group"`
+		By    string           `json:"by"`
+		Group overviewRow      `json:"group"`
 		Page  page[heapObject] `json:"page"`
 	}{f.summary(), by, overviewRow{ID: id, groupRow: gs.rows[id]},
 		paged(ix.membersByRetained(gs, id), offset, limit, func(o uint32) heapObject { return ix.object(int(o)) })}, nil

@@ -47,16 +47,16 @@ func callTree(p *profile.Profile) []treeNode {
 
 // profileSummary heads every profile view: summary's header figures.
 type profileSummary struct {
-	File     string  `json:"file"`
-	Title    string  `json:"title"`
-	Samples  int     `json:"samples"`
-	Seconds  float64 `json:"seconds"`
-	Rate     float64 `json:"rate"`
-	Ticks    int     `json:"ticks"`
-	Errors   int     `json:"errors"`
-	GCPct    float64 `json:"gc_pct"`
-	GVLPct   float64 `json:"gvl_pct"`
-	Breakdown string `json:"breakdown"`
+	File      string  `json:"file"`
+	Title     string  `json:"title"`
+	Samples   int     `json:"samples"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"rate"`
+	Ticks     int     `json:"ticks"`
+	Errors    int     `json:"errors"`
+	GCPct     float64 `json:"gc_pct"`
+	GVLPct    float64 `json:"gvl_pct"`
+	Breakdown string  `json:"breakdown"`
 }
 
 func (f *file) profileSummary() profileSummary {
@@ -134,8 +134,8 @@ func apiTree(f *file, q *query) (any, error) {
 	}
 	return struct {
 		profileSummary
-		Node      treeRow        `json:"node"`
-		Ancestors []treeRow      `json:"ancestors"`
+		Node      treeRow       `json:"node"`
+		Ancestors []treeRow     `json:"ancestors"`
 		Children  page[treeRow] `json:"children"`
 	}{f.profileSummary(), row(id), ancestors, paged(t[id].Children, offset, limit, row)}, nil
 }
