@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/profile"
 )
@@ -196,7 +197,12 @@ func (s *Server) open(f *file) (string, error) {
 	}
 	ix, built, err := openHeap(f.Path, s.opts.CacheDir)
 	if err != nil {
-		return "heap", fmt.Errorf("%s: not a usable heap dump: %w", f.Name, err)
+		var he *heap.Error
+		if errors.As(err, &he) {
+			return "heap", fmt.Errorf("%s: not a usable heap dump: line %d: %s", f.Name, he.Line, he.Msg)
+		}
+		msg := strings.TrimPrefix(err.Error(), f.Path+": ")
+		return "heap", fmt.Errorf("%s: not a usable heap dump: %s", f.Name, msg)
 	}
 	f.heap, f.built = ix, built
 	return "heap", nil
