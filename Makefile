@@ -22,10 +22,11 @@ build:
 # Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
 # and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
 # with Redis, and a Rails application (railties, ActiveRecord on SQLite,
-# ActionPack) under ab's load (apache2-utils).
+# ActionPack) under ab's load (apache2-utils); Chromium runs the browser
+# tests of rbscope ui.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
-	ruby-actionpack ruby-sqlite3 apache2-utils
+	ruby-actionpack ruby-sqlite3 apache2-utils chromium
 
 # deps installs the DEPS_PACKAGES that are missing.
 deps:

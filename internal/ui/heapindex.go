@@ -30,7 +30,7 @@ type heapIndex struct {
 	// rootsOf lists the root sets that reference an object directly.
 	rootsOf map[uint32][]string
 
-	byClass *groups // by class address and type
+	byClass *groups // by class name and type
 	byType  *groups // by type
 }
 
@@ -51,7 +51,6 @@ type groups struct {
 // counts once).
 type groupRow struct {
 	Class         string `json:"class,omitempty"`
-	ClassAddress  string `json:"class_address,omitempty"`
 	Type          string `json:"type"`
 	Count         uint64 `json:"count"`
 	Shallow       uint64 `json:"shallow"`
@@ -188,16 +187,11 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
 			}
 		}
 	}
-	type classKey struct {
-		addr uint64
-		typ  string
-	}
-	ix.byClass = makeGroups(g, func(i int) classKey { return classKey{g.ClassAddress(i), g.Type(i)} }, func(i int) groupRow {
-		r := groupRow{Class: g.ClassName(i), Type: g.Type(i)}
-		if a := g.ClassAddress(i); a != 0 {
-			r.ClassAddress = fmt.Sprintf("%#x", a)
-		}
-		return r
+	// By class name: every class is the only instance of its own
+	// singleton class, and all of them are listed as Class.
+	type classKey struct{ class, typ string }
+	ix.byClass = makeGroups(g, func(i int) classKey { return classKey{g.ClassName(i), g.Type(i)} }, func(i int) groupRow {
+		return groupRow{Class: g.ClassName(i), Type: g.Type(i)}
 	})
 	ix.byType = makeGroups(g, g.Type, func(i int) groupRow { return groupRow{Type: g.Type(i)} })
 	ix.retainedByGroup(ix.byClass, ix.byType)

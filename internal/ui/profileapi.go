@@ -128,7 +128,7 @@ func apiTree(f *file, q *query) (any, error) {
 		}
 		return r
 	}
-	var ancestors []treeRow
+	ancestors := []treeRow{}
 	for a := t[id].Parent; a >= 0; a = t[a].Parent {
 		ancestors = append([]treeRow{row(a)}, ancestors...)
 	}

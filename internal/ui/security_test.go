@@ -161,7 +161,7 @@ func TestUpload(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("upload: %d %s", code, body)
 	}
-	files, _ := filepath.Glob(filepath.Join(cache, "dropped", "*"))
+	files, _ := filepath.Glob(filepath.Join(cache, "dropped", "[0-9]*"))
 	if len(files) != 2 {
 		t.Fatalf("dropped files: %v", files)
 	}

@@ -55,8 +55,9 @@ async function api(path, params) {
 
 function show(gen, state, ...nodes) {
   if (gen !== generation) return;
-  view.replaceChildren(...nodes);
+  view.replaceChildren(...nodes.flat().filter(n => n !== null && n !== undefined));
   view.dataset.state = state;
+  view.dataset.route = location.hash;
 }
 
 function setCrumbs(...items) {
