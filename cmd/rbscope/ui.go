@@ -8,17 +8,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/ui"
 )
 
 func newUICmd() *cobra.Command {
-	var listen, cacheDir string
+	var listen, cacheDir, crashConfig string
 	c := &cobra.Command{
 		Use:   "ui [FILE...]",
 		Short: "Look at heap dumps and raw recordings in a local web page",
 		Long: `Serve a web page on this machine for heap dumps (ObjectSpace.dump_all JSON
 lines, from rbscope heap dump or Ruby itself) and raw recordings (record
---format raw) given as arguments or dropped on the page. rbscope prints one
+--format raw) given as arguments or dropped on the page, and the reports of
+the crash store (rbscope crash install's). rbscope prints one
 URL, with a random token every request needs, and serves until interrupted.
 
 A dump is indexed on first open (its graph, dominator tree and retained
@@ -48,7 +50,13 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 			if err != nil {
 				return fmt.Errorf("cannot listen on %s: %w", listen, err)
 			}
-			s, err := ui.New(ln, ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr})
+			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr}
+			if cfg, err := crash.LoadConfig(crashConfig); err == nil {
+				o.CrashDir = cfg.Dir
+			} else {
+				o.CrashErr = err
+			}
+			s, err := ui.New(ln, o)
 			if err != nil {
 				ln.Close()
 				return err
@@ -58,6 +66,7 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on (port 0: a random one)")
+	c.Flags().StringVar(&crashConfig, "crash-config", crash.DefaultConfigPath, "crash handler config file, naming the crash store the page lists")
 	c.Flags().StringVar(&cacheDir, "cache-dir", "", "where indexes of dumps in unwritable directories and dropped files go (default: the user's cache directory/rbscope)")
 	return c
 }

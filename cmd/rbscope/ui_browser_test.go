@@ -184,7 +184,8 @@ func TestUIBrowser(t *testing.T) {
 	raw := testruby.Testdata("golden/demo.raw.gz")
 	notDump := filepath.Join(dir, "notes.txt")
 	os.WriteFile(notDump, []byte("not a dump\n"), 0o600)
-	s := startUI(t, dump, raw, notDump)
+	config, crashID := crashStoreConfig(t)
+	s := startUI(t, "--crash-config", config, dump, raw, notDump)
 	s.waitLoaded(t)
 
 	stdout, _, code := rbscope(t, "heap", "top", dump, "--top", "50", "--json")
@@ -282,6 +283,17 @@ func TestUIBrowser(t *testing.T) {
 	visit(t, ctx, s, "#/profile/1/tree", "profile-tree")
 	if rows := cells(t, ctx, "#rows"); len(rows) == 0 || rows[0][1] != "70" {
 		t.Errorf("call tree: %q", rows)
+	}
+
+	// Crashes: crash list's rows, crash show's text.
+	visit(t, ctx, s, "#/crashes", "crashes")
+	if rows := cells(t, ctx, "#rows"); len(rows) != 1 || rows[0][0] != crashID {
+		t.Errorf("crashes: %q", rows)
+	}
+	visit(t, ctx, s, "#/crash?id="+crashID, "crash")
+	text, _, _ := rbscope(t, "crash", "show", crashID, "--config", config)
+	if got := eval[string](t, ctx, `document.getElementById("report").textContent`); got != text {
+		t.Errorf("crash report on the page differs from crash show")
 	}
 
 	// A bad request: one message on the page.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -34,6 +35,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
+	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
+	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
 }
 
 var pageTmpl = template.Must(template.ParseFS(assets, "assets/index.html"))
@@ -435,4 +438,50 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "image/svg+xml")
 	w.Header().Set("Content-Security-Policy", svgCSP)
 	w.Write(b.Bytes())
+}
+
+// crashStore returns the crash store's directory, or answers with why
+// there is none.
+func (s *Server) crashStore(w http.ResponseWriter) string {
+	if s.opts.CrashDir == "" {
+		msg := "no crash store (rbscope crash install keeps one)"
+		if s.opts.CrashErr != nil {
+			msg = "no crash store: " + oneLine(s.opts.CrashErr.Error())
+		}
+		fail(w, http.StatusNotFound, "%s", msg)
+	}
+	return s.opts.CrashDir
+}
+
+// apiCrashes: crash list's document.
+func (s *Server) apiCrashes(w http.ResponseWriter, r *http.Request) {
+	dir := s.crashStore(w)
+	if dir == "" {
+		return
+	}
+	doc, err := crash.ListReports(dir)
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "crash store %s: %s", dir, unwrapPath(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// apiCrash: one report, as crash show --json prints it and as its text.
+func (s *Server) apiCrash(w http.ResponseWriter, r *http.Request) {
+	dir := s.crashStore(w)
+	if dir == "" {
+		return
+	}
+	rep, err := crash.Load(dir, r.URL.Query().Get("id"))
+	if err != nil {
+		fail(w, http.StatusNotFound, "%s", oneLine(err.Error()))
+		return
+	}
+	var text bytes.Buffer
+	crash.WriteText(&text, rep)
+	writeJSON(w, http.StatusOK, struct {
+		Report *wire.CrashReport `json:"report"`
+		Text   string            `json:"text"`
+	}{rep, text.String()})
 }

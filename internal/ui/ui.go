@@ -39,6 +39,10 @@ type Options struct {
 	// ListenHost is the host --listen named, accepted in Host headers
 	// besides the loopback names ("" for none).
 	ListenHost string
+	// CrashDir is the crash store (rbscope crash install's) the crash views
+	// list; CrashErr says why there is none.
+	CrashDir string
+	CrashErr error
 	// Log receives one line per file that fails to open, and per index
 	// built (os.Stderr in the command).
 	Log io.Writer

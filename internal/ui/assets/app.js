@@ -124,8 +124,29 @@ const views = {
     });
     show(gen, "ready", el("h1", {}, "Files"),
       rows.length ? el("table", { id: "files" }, el("tbody", {}, rows)) : el("p", {}, "No file given: drop a heap dump or a raw recording on this page."),
+      el("p", {}, el("a", { href: "#/crashes", id: "crashes-link" }, "Crash reports →")),
       el("p", { class: "hint" }, "Drop a heap dump (ObjectSpace.dump_all or rbscope heap dump) or a raw recording (rbscope record --format raw) anywhere on this page to open it."));
     if (d.files.some(f => f.state === "loading")) setTimeout(() => { if (gen === generation) render(); }, 1000);
+  },
+
+  async crashes(gen) {
+    setCrumbs(["files", "#/"], ["crashes"]);
+    const d = await api("crashes", {});
+    show(gen, "ready", el("h1", {}, "Crash reports"),
+      d.crashes.length ? table([
+        { label: "ID", cell: c => el("a", { href: hashFor("/crash", { id: c.id }) }, c.id) },
+        { label: "Time", cell: c => c.time },
+        { label: "PID", num: true, cell: c => c.pid },
+        { label: "Signal", cell: c => c.signal },
+        { label: "Executable", cell: c => c.exe },
+        { label: "Top Ruby frame", cell: c => c.top_ruby_frame, cls: "fn" },
+      ], d.crashes) : el("p", {}, "No crash kept."));
+  },
+
+  async crash(gen, _, p) {
+    const d = await api("crash", { id: p.id });
+    setCrumbs(["files", "#/"], ["crashes", "#/crashes"], [p.id]);
+    show(gen, "ready", el("h1", {}, `Crash ${p.id}`), el("pre", { id: "report" }, d.text));
   },
 
   async "heap/overview"(gen, f, p) {
@@ -271,6 +292,7 @@ async function render() {
   view.dataset.state = "loading";
   let name = "files", args = [];
   if (r.parts.length >= 3) { name = r.parts[0] + "/" + r.parts[2]; args = [r.parts[1], r.params]; }
+  else if (r.parts.length === 1) { name = r.parts[0]; args = [null, r.params]; }
   const v = views[name];
   try {
     if (!v) throw new Error("no such view: " + location.hash);
