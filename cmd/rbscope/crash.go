@@ -12,7 +12,6 @@ import (
 
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/textsafe"
-	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newCrashCmd() *cobra.Command {
@@ -156,18 +155,9 @@ settings exactly.`,
 			if err != nil {
 				return err
 			}
-			ids, err := crash.List(cfg.Dir)
+			doc, err := crash.ListReports(cfg.Dir)
 			if err != nil {
 				return err
-			}
-			doc := wire.CrashList{Crashes: []wire.CrashListRow{}}
-			for _, id := range ids {
-				r, err := crash.Load(cfg.Dir, id)
-				if err != nil {
-					doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Signal: "(no report: " + err.Error() + ")"})
-					continue
-				}
-				doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: crash.TopRubyFrame(r)})
 			}
 			if asJSON {
 				return printJSON(doc)

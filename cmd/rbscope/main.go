@@ -180,6 +180,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	root.AddCommand(newCoreCmd())
 	root.AddCommand(newExecCmd(), newAllocCmd())
 	root.AddCommand(newAgentCmd())
+	root.AddCommand(newUICmd())
 	addVersion(root)
 	return root
 }

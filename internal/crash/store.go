@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
@@ -51,6 +52,25 @@ func Load(dir, id string) (*wire.CrashReport, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &r, nil
+}
+
+// ListReports is `crash list`'s document: a row per kept crash, oldest
+// first; a crash whose report cannot be read says why in its signal.
+func ListReports(dir string) (*wire.CrashList, error) {
+	ids, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	doc := &wire.CrashList{Crashes: []wire.CrashListRow{}}
+	for _, id := range ids {
+		r, err := Load(dir, id)
+		if err != nil {
+			doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Signal: "(no report: " + err.Error() + ")"})
+			continue
+		}
+		doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: TopRubyFrame(r)})
+	}
+	return doc, nil
 }
 
 // rotate removes the oldest crashes of user uid so that at most keep of

@@ -41,6 +41,7 @@ var documents = []document{
 	{"crash.json", CrashConfig{}, false},
 	{"raw recording header", RawHeader{}, false},
 	{"threads --json", ThreadTable{}, true},
+	{"version --json", Version{}, true},
 	{"threads --follow --json", ThreadEvent{}, true},
 }
 

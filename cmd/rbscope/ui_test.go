@@ -1,0 +1,559 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
+)
+
+// uiServer is a running `rbscope ui`.
+type uiServer struct {
+	cmd    *exec.Cmd
+	url    string // as printed, token included
+	base   string // scheme and host
+	token  string
+	mu     sync.Mutex
+	stderr strings.Builder
+}
+
+// startUI runs `rbscope ui args...` and waits for its URL. The server is
+// interrupted (SIGINT) when the test ends, and must then exit 0.
+func startUI(t *testing.T, args ...string) *uiServer {
+	t.Helper()
+	s := &uiServer{cmd: exec.Command(rbscopeBin, append([]string{"ui", "--cache-dir", t.TempDir()}, args...)...)}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := stderr.Read(b)
+			s.mu.Lock()
+			s.stderr.Write(b[:n])
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		t.Fatalf("rbscope ui printed no URL: %v; stderr: %s", err, s.errors())
+	}
+	s.url = strings.TrimSpace(line)
+	u, err := url.Parse(s.url)
+	if err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" || u.Port() == "0" || len(u.Query().Get("token")) < 32 {
+		t.Fatalf("URL %q: want http://127.0.0.1:PORT/?token=RANDOM", s.url)
+	}
+	s.base, s.token = "http://"+u.Host, u.Query().Get("token")
+	t.Cleanup(func() {
+		s.cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- s.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("rbscope ui after SIGINT: %v; stderr: %s", err, s.errors())
+			}
+		case <-time.After(60 * time.Second):
+			s.cmd.Process.Kill()
+			t.Errorf("rbscope ui still serving a minute after SIGINT")
+		}
+	})
+	return s
+}
+
+func (s *uiServer) errors() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+// get fetches an API path (token added) and decodes its JSON into v.
+func (s *uiServer) get(t *testing.T, path string, v any) {
+	t.Helper()
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	resp, err := http.Get(s.base + path + sep + "token=" + s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", path, err, b)
+	}
+}
+
+// waitLoaded waits until no file is loading and returns the file list.
+func (s *uiServer) waitLoaded(t *testing.T) []uiFile {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		var d struct{ Files []uiFile }
+		s.get(t, "/api/files", &d)
+		if !slices.ContainsFunc(d.Files, func(f uiFile) bool { return f.State == "loading" }) {
+			return d.Files
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("files still loading: %+v", d.Files)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type uiFile struct {
+	ID      int    `json:"id"`
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	State   string `json:"state"`
+	Error   string `json:"error"`
+	Objects int    `json:"objects"`
+	Samples int    `json:"samples"`
+	Built   bool   `json:"index_built"`
+}
+
+type uiObject struct {
+	wire.HeapObject
+	Retained      uint64 `json:"retained"`
+	RetainedCount uint64 `json:"retained_count"`
+	Reachable     bool   `json:"reachable"`
+}
+
+type uiPage[T any] struct {
+	Offset, Total int
+	Rows          []T
+}
+
+type uiGroup struct {
+	ID            int    `json:"id"`
+	Class         string `json:"class"`
+	Type          string `json:"type"`
+	Count         uint64 `json:"count"`
+	Shallow       uint64 `json:"shallow"`
+	Retained      uint64 `json:"retained"`
+	RetainedCount uint64 `json:"retained_count"`
+}
+
+// heapGraphDump runs testdata/heap_graph.rb and returns its dump and report.
+func heapGraphDump(t *testing.T, dir string) (string, heapGraphReport) {
+	t.Helper()
+	dump := filepath.Join(dir, "graph.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph.rb", nil, dump)
+	var rep heapGraphReport
+	p.WaitReport(t, &rep, 60*time.Second)
+	return dump, rep
+}
+
+type heapGraphReport struct {
+	Hash string `json:"hash"`
+	Path struct {
+		Module, Array, Hash, Target, Value string
+	} `json:"path"`
+}
+
+// TestUIHeapAgainstCLI holds every heap view of the page to the command
+// line's answer on the dump of a real program.
+func TestUIHeapAgainstCLI(t *testing.T) {
+	dir := t.TempDir()
+	dump, rep := heapGraphDump(t, dir)
+	bad := filepath.Join(dir, "cut.json")
+	b, _ := os.ReadFile(dump)
+	os.WriteFile(bad, b[:len(b)/2], 0o600)
+	s := startUI(t, dump, bad)
+	files := s.waitLoaded(t)
+	if len(files) != 2 || files[0].State != "ready" || files[0].Kind != "heap" || !files[0].Built {
+		t.Fatalf("files: %+v", files)
+	}
+	// The cut dump: one message, on the page and on stderr; the rest is served.
+	if files[1].State != "error" || !regexp.MustCompile(`^.*cut\.json: not a usable heap dump: line \d+: invalid JSON`).MatchString(files[1].Error) {
+		t.Errorf("cut dump: %+v", files[1])
+	}
+	if n := strings.Count(s.errors(), "cut.json"); n != 1 {
+		t.Errorf("stderr names the cut dump %d times: %s", n, s.errors())
+	}
+	if st, err := os.Stat(filepath.Join(dir, ".graph.json.rbscope-index")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("index beside the dump: %v %v", st, err)
+	}
+
+	// top: the same document as heap top --json.
+	stdout, stderr, code := rbscope(t, "heap", "top", dump, "--top", "100", "--json")
+	if code != 0 {
+		t.Fatalf("heap top: %s", stderr)
+	}
+	var cliTop, uiTop wire.HeapTop
+	json.Unmarshal([]byte(stdout), &cliTop)
+	s.get(t, "/api/heap/top?f=0&n=100", &uiTop)
+	if len(cliTop.Retainers) != 100 || fmt.Sprint(cliTop) != fmt.Sprint(uiTop) {
+		t.Errorf("top differs from heap top --json:\nui  %+v\ncli %+v", uiTop, cliTop)
+	}
+
+	// overview: the rows add up to the dump; retained by class bounds.
+	for _, by := range []string{"class", "type"} {
+		var ov struct {
+			Objects   int    `json:"objects"`
+			Bytes     uint64 `json:"bytes"`
+			Reachable uint64 `json:"reachable_bytes"`
+			Page      uiPage[uiGroup]
+		}
+		s.get(t, "/api/heap/overview?f=0&limit=1000&by="+by, &ov)
+		var count, shallow, retained uint64
+		for k, r := range ov.Page.Rows {
+			count += r.Count
+			shallow += r.Shallow
+			retained += r.Retained
+			if k > 0 && r.Retained > ov.Page.Rows[k-1].Retained {
+				t.Errorf("by %s: rows not by retained size", by)
+			}
+			if r.Retained > ov.Reachable {
+				t.Errorf("by %s: %s %s retains %d, more than all reachable %d", by, r.Class, r.Type, r.Retained, ov.Reachable)
+			}
+		}
+		if ov.Page.Total > 1000 || len(ov.Page.Rows) != ov.Page.Total || int(count) != cliTop.Objects || shallow != cliTop.Bytes ||
+			ov.Objects != cliTop.Objects || ov.Bytes != cliTop.Bytes || ov.Reachable != cliTop.ReachableBytes {
+			t.Errorf("by %s: %d rows, %d objects %d bytes; heap top says %d objects %d bytes", by, ov.Page.Total, count, shallow, cliTop.Objects, cliTop.Bytes)
+		}
+		if by == "type" && retained < ov.Reachable {
+			// Every reachable object has one type: by type, the rows'
+			// retained sizes cover everything reachable (nested ones once).
+			t.Errorf("by type: retained adds up to %d, want at least %d", retained, ov.Reachable)
+		}
+	}
+
+	// object: each top retainer's retained size, count and dominator as
+	// heap top says; the known Hash is listed among its class's objects.
+	for _, r := range cliTop.Retainers[:20] {
+		var o struct {
+			Object    uiObject
+			Dominator *uiObject
+			DomRoots  bool `json:"dominated_by_roots"`
+			Dominated uiPage[uiObject]
+		}
+		s.get(t, "/api/heap/object?f=0&addr="+r.Address, &o)
+		dom := "root"
+		if o.Dominator != nil {
+			dom = o.Dominator.Address
+		}
+		if o.Object.HeapObject != r.HeapObject || o.Object.Retained != r.Retained || o.Object.RetainedCount != r.Count || dom != r.Dominator || (dom == "root") != o.DomRoots {
+			t.Errorf("object %s: %+v dominator %s; heap top: %+v", r.Address, o.Object, dom, r)
+		}
+		var sum uint64
+		for _, c := range o.Dominated.Rows {
+			sum += c.Retained
+		}
+		if o.Dominated.Total <= len(o.Dominated.Rows) && sum+r.Memsize != r.Retained {
+			t.Errorf("object %s: dominated objects retain %d + self %d, want %d", r.Address, sum, r.Memsize, r.Retained)
+		}
+	}
+	var hashObj struct {
+		Object    uiObject
+		Dominated uiPage[uiObject]
+	}
+	s.get(t, "/api/heap/object?f=0&limit=5&addr="+rep.Hash, &hashObj)
+	if hashObj.Object.Class != "Hash" || hashObj.Dominated.Total < 1000 || len(hashObj.Dominated.Rows) != 5 {
+		t.Errorf("the Hash of 1000 Strings: %+v, dominates %d", hashObj.Object, hashObj.Dominated.Total)
+	}
+	var hashes struct{ Page uiPage[uiGroup] }
+	s.get(t, "/api/heap/overview?f=0&limit=1000&sort=name", &hashes)
+	gi := slices.IndexFunc(hashes.Page.Rows, func(g uiGroup) bool { return g.Class == "Hash" && g.Type == "HASH" })
+	if gi < 0 {
+		t.Fatalf("no Hash row")
+	}
+	var objs struct {
+		Group uiGroup
+		Page  uiPage[uiObject]
+	}
+	s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=class&group=%d&limit=1000", hashes.Page.Rows[gi].ID), &objs)
+	if uint64(objs.Page.Total) != objs.Group.Count || !slices.ContainsFunc(objs.Page.Rows, func(o uiObject) bool { return o.Address == rep.Hash }) ||
+		objs.Group.Retained < hashObj.Object.Retained {
+		t.Errorf("the Hash row: %+v (%d listed) lacks %s or retains less than it", objs.Group, len(objs.Page.Rows), rep.Hash)
+	}
+
+	// paths: heap path --json's paths, hop for hop, dominators marked.
+	stdout, stderr, code = rbscope(t, "heap", "path", dump, rep.Path.Target, "--all", "3", "--json")
+	if code != 0 {
+		t.Fatalf("heap path: %s", stderr)
+	}
+	var cliPath wire.HeapPath
+	json.Unmarshal([]byte(stdout), &cliPath)
+	var uiPath struct {
+		Object  uiObject
+		Holders int
+		Paths   []struct {
+			Root string
+			Hops []struct {
+				wire.HeapObject
+				Dominator bool
+			}
+		}
+	}
+	s.get(t, "/api/heap/paths?f=0&n=3&addr="+rep.Path.Target, &uiPath)
+	if uiPath.Object.HeapObject != cliPath.HeapObject || uiPath.Holders != len(cliPath.Holders) || len(uiPath.Paths) != len(cliPath.Paths) || len(cliPath.Paths) == 0 {
+		t.Fatalf("paths: %+v\nheap path: %+v", uiPath, cliPath)
+	}
+	sawHash := false
+	for k, p := range cliPath.Paths {
+		up := uiPath.Paths[k]
+		if up.Root != p.Root || len(up.Hops) != len(p.Hops) {
+			t.Fatalf("path %d: %+v, heap path %+v", k, up, p)
+		}
+		for j, h := range p.Hops {
+			if up.Hops[j].HeapObject != h {
+				t.Errorf("path %d hop %d: %+v, heap path %+v", k, j, up.Hops[j].HeapObject, h)
+			}
+			if h.Address == rep.Path.Hash {
+				sawHash = true
+				if !up.Hops[j].Dominator {
+					t.Errorf("the Hash, the target's only holder, is not marked a dominator")
+				}
+			}
+			if j == len(p.Hops)-1 && up.Hops[j].Dominator {
+				t.Errorf("the target marked its own dominator")
+			}
+		}
+	}
+	if !sawHash {
+		t.Errorf("no path through the Hash %s", rep.Path.Hash)
+	}
+	var target struct{ Referrers uiPage[uiObject] }
+	s.get(t, "/api/heap/object?f=0&addr="+rep.Path.Target, &target)
+	var refs []string
+	for _, r := range target.Referrers.Rows {
+		refs = append(refs, r.Address)
+	}
+	if !slices.Equal(refs, cliPath.Holders) {
+		t.Errorf("referrers %v, heap path's holders %v", refs, cliPath.Holders)
+	}
+
+	// A second server reuses the index while the dump is unchanged, and
+	// builds it again once the dump changes.
+	s2 := startUI(t, dump)
+	if f := s2.waitLoaded(t); f[0].Built || f[0].State != "ready" {
+		t.Errorf("second open: %+v, want the index reused", f[0])
+	}
+	var top2 wire.HeapTop
+	s2.get(t, "/api/heap/top?f=0&n=100", &top2)
+	if fmt.Sprint(top2) != fmt.Sprint(cliTop) {
+		t.Errorf("top from the reused index differs")
+	}
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(dump, later, later)
+	s3 := startUI(t, dump)
+	if f := s3.waitLoaded(t); !f[0].Built {
+		t.Errorf("open after the dump changed: %+v, want the index built again", f[0])
+	}
+}
+
+// TestUIProfileAgainstReport holds the profile views to report's summary
+// and collapsed stacks of the same recording.
+func TestUIProfileAgainstReport(t *testing.T) {
+	raw := testruby.Testdata("golden/demo.raw.gz")
+	notRaw := filepath.Join(t.TempDir(), "not.raw.gz")
+	os.WriteFile(notRaw, []byte{0x1f, 0x8b, 8, 0, 0, 0}, 0o600)
+	s := startUI(t, raw, notRaw)
+	files := s.waitLoaded(t)
+	if files[0].State != "ready" || files[0].Kind != "profile" || files[1].State != "error" ||
+		!strings.HasPrefix(files[1].Error, notRaw+": not a raw recording (rbscope record --format raw): ") {
+		t.Fatalf("files: %+v", files)
+	}
+
+	summary, stderr, code := rbscope(t, "report", "-i", raw, "-f", "summary", "-o", "-")
+	if code != 0 {
+		t.Fatalf("report: %s", stderr)
+	}
+	type row struct {
+		Function        string
+		Self, Total     int
+		SelfPct, TotPct string
+	}
+	var want []row
+	re := regexp.MustCompile(`(?m)^ *([\d.]+)% +([\d.]+)% +(\d+) +(\d+)  (.*)$`)
+	for _, m := range re.FindAllStringSubmatch(summary, -1) {
+		self, _ := strconv.Atoi(m[3])
+		total, _ := strconv.Atoi(m[4])
+		want = append(want, row{m[5], self, total, m[1], m[2]})
+	}
+	var fn struct {
+		Samples   int
+		Ticks     int
+		Breakdown string
+		Page      uiPage[struct {
+			Function          string
+			Self, Total       int
+			SelfPct, TotalPct float64 `json:"-"`
+			SP                float64 `json:"self_pct"`
+			TP                float64 `json:"total_pct"`
+		}]
+	}
+	s.get(t, "/api/profile/functions?f=0", &fn)
+	var got []row
+	for _, r := range fn.Page.Rows {
+		got = append(got, row{r.Function, r.Self, r.Total, fmt.Sprintf("%.2f", r.SP), fmt.Sprintf("%.2f", r.TP)})
+	}
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("functions:\n%+v\nreport -f summary:\n%+v", got, want)
+	}
+	if head := fmt.Sprintf("%d samples in ", fn.Samples); !strings.HasPrefix(summary, head) || !strings.Contains(summary, fmt.Sprintf("(%d ticks,", fn.Ticks)) ||
+		!strings.Contains(summary, fn.Breakdown+"\n") {
+		t.Errorf("header: %d samples, %d ticks, %q; summary:\n%s", fn.Samples, fn.Ticks, fn.Breakdown, summary)
+	}
+	var byTotal struct{ Page uiPage[struct{ Total int }] }
+	s.get(t, "/api/profile/functions?f=0&sort=total", &byTotal)
+	for k := 1; k < len(byTotal.Page.Rows); k++ {
+		if byTotal.Page.Rows[k].Total > byTotal.Page.Rows[k-1].Total {
+			t.Errorf("sort=total: not by total")
+		}
+	}
+
+	// The call tree: every collapsed stack is a path of the tree whose
+	// last node has the stack's count as its own.
+	collapsed, _, code := rbscope(t, "report", "-i", raw, "-f", "collapsed", "-o", "-")
+	if code != 0 {
+		t.Fatal("report -f collapsed failed")
+	}
+	type node struct {
+		Node     int
+		Name     string
+		Self     int
+		Total    int
+		Children int
+	}
+	kids := map[int][]node{}
+	children := func(n int) []node {
+		if k, ok := kids[n]; ok {
+			return k
+		}
+		var d struct{ Children uiPage[node] }
+		s.get(t, fmt.Sprintf("/api/profile/tree?f=0&node=%d&limit=1000", n), &d)
+		kids[n] = d.Children.Rows
+		return d.Children.Rows
+	}
+	var sum int
+	for _, line := range strings.Split(strings.TrimSpace(collapsed), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		count, _ := strconv.Atoi(line[sp+1:])
+		sum += count
+		n := node{Node: 0}
+		for _, name := range strings.Split(line[:sp], ";") {
+			k := slices.IndexFunc(children(n.Node), func(c node) bool { return strings.ReplaceAll(c.Name, ";", ":") == name })
+			if k < 0 {
+				t.Fatalf("no node %q under node %d (%s)", name, n.Node, line)
+			}
+			n = children(n.Node)[k]
+		}
+		if n.Self != count {
+			t.Errorf("%s: tree says %d samples, collapsed %d", line, n.Self, count)
+		}
+	}
+	var root struct{ Node node }
+	s.get(t, "/api/profile/tree?f=0", &root)
+	if root.Node.Total != sum || sum != fn.Samples {
+		t.Errorf("tree root %d samples, collapsed adds up to %d, summary %d", root.Node.Total, sum, fn.Samples)
+	}
+
+	// The flame graph is output's SVG, served with its own policy.
+	resp, err := http.Get(s.base + "/api/profile/flame.svg?f=0&token=" + s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(svg), fmt.Sprintf(">%d samples, ", fn.Samples)) ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Errorf("flame.svg: %d %s", resp.StatusCode, resp.Header)
+	}
+}
+
+func TestUIUsage(t *testing.T) {
+	_, stderr, code := rbscope(t, "ui", "--listen", "nonsense")
+	if code != 2 || stderr != `rbscope: --listen "nonsense": want HOST:PORT, such as 127.0.0.1:8080 (see 'rbscope ui --help')`+"\n" {
+		t.Errorf("bad --listen: exit %d %q", code, stderr)
+	}
+}
+
+// crashStoreConfig copies the stored report of a real crash to a store
+// and returns the crash handler config naming it, and the crash's ID.
+func crashStoreConfig(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	src := testruby.Testdata("golden/crash-store")
+	ids, err := os.ReadDir(src)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("no stored crash report in %s: %v", src, err)
+	}
+	id := ids[0].Name()
+	store := filepath.Join(dir, "store")
+	os.MkdirAll(filepath.Join(store, id), 0o700)
+	b, err := os.ReadFile(filepath.Join(src, id, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(store, id, "report.json"), b, 0o600)
+	config := filepath.Join(dir, "crash.json")
+	os.WriteFile(config, []byte(fmt.Sprintf(`{"dir": %q}`, store)), 0o600)
+	return config, id
+}
+
+// TestUICrashes holds the crash views to crash list --json and crash show.
+func TestUICrashes(t *testing.T) {
+	config, id := crashStoreConfig(t)
+	s := startUI(t, "--crash-config", config)
+	stdout, stderr, code := rbscope(t, "crash", "list", "--json", "--config", config)
+	var cli, got wire.CrashList
+	if code != 0 || json.Unmarshal([]byte(stdout), &cli) != nil {
+		t.Fatalf("crash list: %s %s", stdout, stderr)
+	}
+	s.get(t, "/api/crashes", &got)
+	if len(cli.Crashes) != 1 || fmt.Sprint(got) != fmt.Sprint(cli) {
+		t.Errorf("crashes: %+v\ncrash list --json: %+v", got, cli)
+	}
+	text, _, code := rbscope(t, "crash", "show", id, "--config", config)
+	var rep struct{ Text string }
+	s.get(t, "/api/crash?id="+id, &rep)
+	if code != 0 || rep.Text != text || !strings.Contains(text, "SIG") {
+		t.Errorf("crash %s: page text differs from crash show:\n%s\n---\n%s", id, rep.Text, text)
+	}
+	// No store: one message.
+	s2 := startUI(t, "--crash-config", filepath.Join(t.TempDir(), "none.json"))
+	resp, err := http.Get(s2.base + "/api/crashes?token=" + s2.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(b), `"error":"no crash store: `) {
+		t.Errorf("no store: %d %s", resp.StatusCode, b)
+	}
+}

@@ -1,0 +1,155 @@
+package heap
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// sameAnswers fails unless a and b (with their trees) answer every
+// question the same way: objects, descriptions, references, top
+// retainers and paths.
+func sameAnswers(t *testing.T, a *Graph, da *DomTree, b *Graph, db *DomTree) {
+	t.Helper()
+	if a.Len() != b.Len() || a.Bytes != b.Bytes || a.NumRefs() != b.NumRefs() || a.NumConservative() != b.NumConservative() ||
+		!reflect.DeepEqual(a.Roots, b.Roots) || a.HasSites() != b.HasSites() {
+		t.Fatalf("graphs differ: %d/%d objects, %d/%d bytes", a.Len(), b.Len(), a.Bytes, b.Bytes)
+	}
+	for i := 0; i < a.Len(); i++ {
+		if a.Hop(i) != b.Hop(i) || a.Memsize(i) != b.Memsize(i) || !slices.Equal(a.Refs(i), b.Refs(i)) {
+			t.Fatalf("object %d: %+v vs %+v", i, a.Hop(i), b.Hop(i))
+		}
+		if j, ok := b.Lookup(a.Address(i)); !ok || j != i {
+			t.Fatalf("lookup %#x: %d %v", a.Address(i), j, ok)
+		}
+		sa, oka := a.Site(i)
+		sb, okb := b.Site(i)
+		if sa != sb || oka != okb {
+			t.Fatalf("object %d: site %v vs %v", i, sa, sb)
+		}
+		ia, oka := da.Idom(i)
+		ib, okb := db.Idom(i)
+		if ia != ib || oka != okb {
+			t.Fatalf("object %d: idom %d vs %d", i, ia, ib)
+		}
+	}
+	if !reflect.DeepEqual(da.Top(50), db.Top(50)) || da.Reachable != db.Reachable || da.ReachableBytes != db.ReachableBytes {
+		t.Fatalf("top retainers differ")
+	}
+	for _, r := range da.Top(5) {
+		if !reflect.DeepEqual(Paths(a, r.Index, 3), Paths(b, r.Index, 3)) {
+			t.Fatalf("paths to %d differ", r.Index)
+		}
+	}
+}
+
+func roundTrip(t *testing.T, g *Graph, d *DomTree) (*Graph, *DomTree, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WriteIndex(&buf, g, d); err != nil {
+		t.Fatal(err)
+	}
+	raw := bytes.Clone(buf.Bytes())
+	g2, d2, err := ReadIndex(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g2, d2, raw
+}
+
+func TestIndexRoundTripRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	g, err := Load(strings.NewReader(randomDump(rng, 3000, 9000, 20)), "random.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dominators(g)
+	g2, d2, raw := roundTrip(t, g, d)
+	sameAnswers(t, g, d, g2, d2)
+
+	// A cut or damaged index is an error, never a panic.
+	for _, cut := range []int{0, 10, len(raw) / 2, len(raw) - 1} {
+		if _, _, err := ReadIndex(bytes.NewReader(raw[:cut])); err == nil {
+			t.Errorf("index cut at %d of %d: no error", cut, len(raw))
+		}
+	}
+	for k := range 200 {
+		bad := bytes.Clone(raw)
+		for range 1 + k%4 {
+			bad[rng.IntN(len(bad))] ^= byte(1 + rng.IntN(255))
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("damaged index: panic %v", r)
+				}
+			}()
+			g3, d3, err := ReadIndex(bytes.NewReader(bad))
+			if err == nil { // a damaged value that stays in range: still usable
+				d3.Top(5)
+				for i := 0; i < g3.Len(); i++ {
+					g3.Describe(i)
+				}
+			}
+		}()
+	}
+}
+
+func TestIndexVersion(t *testing.T) {
+	g, err := Load(strings.NewReader(`{"type":"ROOT", "root":"vm", "references":["0x10"]}
+{"address":"0x10", "type":"STRING", "value":"x", "memsize":40}
+`), "tiny.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	f := indexForm{Version: indexVersion + 1}
+	if err := encodeForm(&buf, &f); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadIndex(&buf); !errors.Is(err, ErrIndexVersion) {
+		t.Errorf("another version: %v", err)
+	}
+	g2, d2, _ := roundTrip(t, g, Dominators(g))
+	if g2.Describe(0) != `"x"` || d2.Reachable != 1 {
+		t.Errorf("tiny: %q %d", g2.Describe(0), d2.Reachable)
+	}
+}
+
+// TestIndexRuby round-trips the dump of a real program, conservative
+// references and all.
+func TestIndexRuby(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	g, rep := runHeapGraph(t, rb)
+	d := Dominators(g)
+	g2, d2, _ := roundTrip(t, g, d)
+	sameAnswers(t, g, d, g2, d2)
+	target := lookup(t, g2, rep.Path.Target)
+	if !slices.Equal(NewReverse(g2).Of(target), toU32(g.Holders(target))) {
+		t.Errorf("referrers of the target: %v, holders %v", NewReverse(g2).Of(target), g.Holders(target))
+	}
+	hash := lookup(t, g2, rep.Hash)
+	kids := d2.Children().Of(hash)
+	if len(kids) < 1000 {
+		t.Errorf("the hash dominates %d objects immediately, want its 1000 Strings at least", len(kids))
+	}
+	for _, k := range kids {
+		if up, _ := d2.Idom(int(k)); up != hash {
+			t.Fatalf("child %d of the hash has idom %d", k, up)
+		}
+	}
+}
+
+func toU32(xs []int) []uint32 {
+	out := make([]uint32, len(xs))
+	for i, x := range xs {
+		out[i] = uint32(x)
+	}
+	return out
+}

@@ -1,0 +1,487 @@
+package ui
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/wire"
+)
+
+// maxLimit bounds a page of rows.
+const maxLimit = 1000
+
+func (s *Server) routes() {
+	static, _ := fs.Sub(assets, "assets")
+	s.mux.HandleFunc("GET /{$}", s.page)
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /api/files", s.apiFiles)
+	s.mux.HandleFunc("POST /api/upload", s.apiUpload)
+	s.mux.HandleFunc("GET /api/heap/overview", s.heapHandler(apiOverview))
+	s.mux.HandleFunc("GET /api/heap/objects", s.heapHandler(apiObjects))
+	s.mux.HandleFunc("GET /api/heap/object", s.heapHandler(apiObject))
+	s.mux.HandleFunc("GET /api/heap/paths", s.heapHandler(apiPaths))
+	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
+	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
+	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
+	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
+	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
+	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
+}
+
+var pageTmpl = template.Must(template.ParseFS(assets, "assets/index.html"))
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	var b bytes.Buffer
+	if err := pageTmpl.Execute(&b, map[string]string{"CSRF": s.guard.csrf}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+// apiError is the answer of a request that failed: one message.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func fail(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, apiError{Error: fmt.Sprintf(format, args...)})
+}
+
+// fileInfo is a row of /api/files.
+type fileInfo struct {
+	ID    int    `json:"id"`
+	Name  string `json:"name"`
+	Kind  string `json:"kind,omitempty"`
+	State string `json:"state"` // loading, ready, error
+	Error string `json:"error,omitempty"`
+	// Objects (heap) or Samples (profile) once ready.
+	Objects int     `json:"objects,omitempty"`
+	Samples int     `json:"samples,omitempty"`
+	Seconds float64 `json:"load_seconds,omitempty"`
+	Built   bool    `json:"index_built,omitempty"`
+}
+
+func (f *file) info() fileInfo {
+	fi := fileInfo{ID: f.ID, Name: f.Name, State: "loading"}
+	select {
+	case <-f.done:
+	default:
+		return fi
+	}
+	fi.Kind, fi.Seconds, fi.Built = f.kind, f.took.Seconds(), f.built
+	switch {
+	case f.err != nil:
+		fi.State, fi.Error = "error", oneLine(f.err.Error())
+	case f.heap != nil:
+		fi.State, fi.Objects = "ready", f.heap.g.Len()
+	case f.prof != nil:
+		fi.State, fi.Samples = "ready", f.prof.p.Samples
+	}
+	return fi
+}
+
+func (s *Server) apiFiles(w http.ResponseWriter, r *http.Request) {
+	out := []fileInfo{}
+	for _, f := range s.snapshot() {
+		out = append(out, f.info())
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"files": out})
+}
+
+func (s *Server) apiUpload(w http.ResponseWriter, r *http.Request) {
+	f, err := s.upload(r.URL.Query().Get("name"), r.Body)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	go s.load(f)
+	writeJSON(w, http.StatusOK, f.info())
+}
+
+// openFile returns the loaded file the f parameter names, or answers the
+// request with why not.
+func (s *Server) openFile(w http.ResponseWriter, r *http.Request, kind string) *file {
+	id, err := strconv.Atoi(r.URL.Query().Get("f"))
+	f := s.get(id)
+	if err != nil || f == nil {
+		fail(w, http.StatusNotFound, "no file %q", r.URL.Query().Get("f"))
+		return nil
+	}
+	s.load(f)
+	if f.err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%s", oneLine(f.err.Error()))
+		return nil
+	}
+	if f.kind != kind {
+		fail(w, http.StatusBadRequest, "%s is a %s, not a %s", f.Name, f.kind, kind)
+		return nil
+	}
+	return f
+}
+
+// query reads a request's parameters.
+type query struct {
+	r   *http.Request
+	err error
+}
+
+func (q *query) str(name, def string) string {
+	if v := q.r.URL.Query().Get(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (q *query) num(name string, def, lo, hi int) int {
+	v := q.r.URL.Query().Get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		if q.err == nil {
+			q.err = fmt.Errorf("%s=%q: want a number from %d to %d", name, v, lo, hi)
+		}
+		return def
+	}
+	return n
+}
+
+func (q *query) oneOf(name, def string, allowed ...string) string {
+	v := q.str(name, def)
+	if !slices.Contains(allowed, v) {
+		if q.err == nil {
+			q.err = fmt.Errorf("%s=%q: want one of %s", name, v, strings.Join(allowed, ", "))
+		}
+		return def
+	}
+	return v
+}
+
+func (s *Server) heapHandler(h func(f *file, q *query) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f := s.openFile(w, r, "heap")
+		if f == nil {
+			return
+		}
+		answer(w, r, f, h)
+	}
+}
+
+func (s *Server) profileHandler(h func(f *file, q *query) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f := s.openFile(w, r, "profile")
+		if f == nil {
+			return
+		}
+		answer(w, r, f, h)
+	}
+}
+
+func answer(w http.ResponseWriter, r *http.Request, f *file, h func(f *file, q *query) (any, error)) {
+	q := &query{r: r}
+	v, err := h(f, q)
+	if err == nil {
+		err = q.err
+	}
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// page of rows: the offset, the total and the rows from offset on.
+type page[T any] struct {
+	Offset int `json:"offset"`
+	Total  int `json:"total"`
+	Rows   []T `json:"rows"`
+}
+
+func paged[T, U any](all []T, offset, limit int, conv func(T) U) page[U] {
+	p := page[U]{Offset: offset, Total: len(all), Rows: []U{}}
+	if offset < len(all) {
+		for _, x := range all[offset:min(len(all), offset+limit)] {
+			p.Rows = append(p.Rows, conv(x))
+		}
+	}
+	return p
+}
+
+// heapObject is an object as the heap views show it.
+type heapObject struct {
+	wire.HeapObject
+	Retained      uint64 `json:"retained"`
+	RetainedCount uint64 `json:"retained_count"`
+	// Reachable is false for an object no root reaches.
+	Reachable bool `json:"reachable"`
+}
+
+func (ix *heapIndex) object(i int) heapObject {
+	_, ok := ix.d.Idom(i)
+	return heapObject{HeapObject: wire.NewHeapObject(ix.g, ix.g.Hop(i)), Retained: ix.d.Retained[i],
+		RetainedCount: uint64(ix.d.RetainedCount[i]), Reachable: ok}
+}
+
+// dumpSummary heads every heap view.
+type dumpSummary struct {
+	File           string `json:"file"`
+	Objects        int    `json:"objects"`
+	Bytes          uint64 `json:"bytes"`
+	Reachable      int    `json:"reachable"`
+	ReachableBytes uint64 `json:"reachable_bytes"`
+	Roots          int    `json:"roots"`
+}
+
+func (f *file) summary() dumpSummary {
+	ix := f.heap
+	return dumpSummary{File: f.Name, Objects: ix.g.Len(), Bytes: ix.g.Bytes, Reachable: ix.d.Reachable,
+		ReachableBytes: ix.d.ReachableBytes, Roots: len(ix.g.Roots)}
+}
+
+type overviewRow struct {
+	ID int `json:"id"`
+	groupRow
+}
+
+// apiOverview: the objects by class (and type) or by type, with count,
+// shallow and retained bytes; sort=retained|shallow|count|name.
+func apiOverview(f *file, q *query) (any, error) {
+	by := q.oneOf("by", "class", "class", "type")
+	sortBy := q.oneOf("sort", "retained", "retained", "shallow", "count", "name")
+	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
+	gs := f.heap.byClass
+	if by == "type" {
+		gs = f.heap.byType
+	}
+	rows := make([]overviewRow, len(gs.rows))
+	for k, r := range gs.rows {
+		rows[k] = overviewRow{ID: k, groupRow: r}
+	}
+	slices.SortStableFunc(rows, func(a, b overviewRow) int {
+		switch sortBy {
+		case "shallow":
+			return cmp.Or(cmp.Compare(b.Shallow, a.Shallow), cmp.Compare(a.ID, b.ID))
+		case "count":
+			return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.ID, b.ID))
+		case "name":
+			return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Type, b.Type), cmp.Compare(a.ID, b.ID))
+		}
+		return cmp.Or(cmp.Compare(b.Retained, a.Retained), cmp.Compare(b.Shallow, a.Shallow), cmp.Compare(a.ID, b.ID))
+	})
+	return struct {
+		dumpSummary
+		By   string            `json:"by"`
+		Sort string            `json:"sort"`
+		Page page[overviewRow] `json:"page"`
+	}{f.summary(), by, sortBy, paged(rows, offset, limit, func(r overviewRow) overviewRow { return r })}, nil
+}
+
+// apiObjects: the objects of one overview row, largest retained first.
+func apiObjects(f *file, q *query) (any, error) {
+	by := q.oneOf("by", "class", "class", "type")
+	gs := f.heap.byClass
+	if by == "type" {
+		gs = f.heap.byType
+	}
+	id := q.num("group", 0, 0, len(gs.rows)-1)
+	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
+	if q.err != nil {
+		return nil, q.err
+	}
+	ix := f.heap
+	return struct {
+		dumpSummary
+		By    string           `json:"by"`
+		Group overviewRow      `json:"group"`
+		Page  page[heapObject] `json:"page"`
+	}{f.summary(), by, overviewRow{ID: id, groupRow: gs.rows[id]},
+		paged(ix.membersByRetained(gs, id), offset, limit, func(o uint32) heapObject { return ix.object(int(o)) })}, nil
+}
+
+func (ix *heapIndex) lookup(q *query) (int, error) {
+	s := q.str("addr", "")
+	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	a, err := strconv.ParseUint(h, 16, 64)
+	if err != nil || h == "" {
+		return 0, fmt.Errorf("addr=%q: want a hexadecimal address, like 0x7f3fa78f2058", s)
+	}
+	i, ok := ix.g.Lookup(a)
+	if !ok {
+		return 0, fmt.Errorf("%#x is not in the dump: no object at that address when it was taken", a)
+	}
+	return i, nil
+}
+
+// apiObject: one object, its references, referrers and the objects it
+// immediately dominates (each paged: ro, rr, rd), the root sets that hold
+// it, its immediate dominator and allocation site.
+func apiObject(f *file, q *query) (any, error) {
+	ix := f.heap
+	i, err := ix.lookup(q)
+	if err != nil {
+		return nil, err
+	}
+	limit := q.num("limit", 50, 1, maxLimit)
+	conv := func(o uint32) heapObject { return ix.object(int(o)) }
+	dominated := slices.Clone(ix.kids.Of(i))
+	slices.SortStableFunc(dominated, func(a, b uint32) int { return cmp.Compare(ix.d.Retained[b], ix.d.Retained[a]) })
+	out := struct {
+		dumpSummary
+		Object     heapObject       `json:"object"`
+		Site       string           `json:"site,omitempty"`
+		Roots      []string         `json:"roots"`
+		Dominator  *heapObject      `json:"dominator"`
+		DomByRoot  bool             `json:"dominated_by_roots"`
+		References page[heapObject] `json:"references"`
+		Referrers  page[heapObject] `json:"referrers"`
+		Dominated  page[heapObject] `json:"dominated"`
+	}{
+		dumpSummary: f.summary(),
+		Object:      ix.object(i),
+		Roots:       append([]string{}, ix.rootsOf[uint32(i)]...),
+		References:  paged(ix.g.Refs(i), q.num("ro", 0, 0, 1<<31-1), limit, conv),
+		Referrers:   paged(ix.rev.Of(i), q.num("rr", 0, 0, 1<<31-1), limit, conv),
+		Dominated:   paged(dominated, q.num("rd", 0, 0, 1<<31-1), limit, conv),
+	}
+	if s, ok := ix.g.Site(i); ok {
+		out.Site = s.String()
+	}
+	if d, ok := ix.d.Idom(i); ok && d >= 0 {
+		o := ix.object(d)
+		out.Dominator = &o
+	} else if ok {
+		out.DomByRoot = true
+	}
+	return out, nil
+}
+
+// pathHop is one hop of a path to the roots; Dominator marks the hops
+// every path to the object passes through (its dominators).
+type pathHop struct {
+	wire.HeapObject
+	Dominator bool `json:"dominator,omitempty"`
+}
+
+// apiPaths: the n shortest paths from the roots to an object (heap path's
+// answer), its dominators marked.
+func apiPaths(f *file, q *query) (any, error) {
+	ix := f.heap
+	i, err := ix.lookup(q)
+	if err != nil {
+		return nil, err
+	}
+	n := q.num("n", 5, 1, 100)
+	doms := map[int]bool{}
+	for d, ok := ix.d.Idom(i); ok && d >= 0; d, ok = ix.d.Idom(d) {
+		doms[d] = true
+	}
+	type rootPath struct {
+		Root string    `json:"root"`
+		Hops []pathHop `json:"hops"`
+	}
+	out := struct {
+		dumpSummary
+		Object  heapObject `json:"object"`
+		Holders int        `json:"holders"`
+		Paths   []rootPath `json:"paths"`
+	}{dumpSummary: f.summary(), Object: ix.object(i), Holders: len(ix.rev.Of(i)), Paths: []rootPath{}}
+	for _, p := range heap.Paths(ix.g, i, n) {
+		rp := rootPath{Root: p.Root}
+		for _, h := range p.Hops {
+			rp.Hops = append(rp.Hops, pathHop{HeapObject: wire.NewHeapObject(ix.g, h), Dominator: doms[h.Index]})
+		}
+		out.Paths = append(out.Paths, rp)
+	}
+	return out, nil
+}
+
+// apiTop: heap top's answer (the same document as heap top --json).
+func apiTop(f *file, q *query) (any, error) {
+	n := q.num("n", 20, 1, maxLimit)
+	return wire.NewHeapTop(f.Path, f.heap.g, f.heap.d, f.heap.d.Top(n)), nil
+}
+
+func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
+	f := s.openFile(w, r, "profile")
+	if f == nil {
+		return
+	}
+	var b bytes.Buffer
+	if err := output.Flamegraph(&b, f.prof.p, output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: f.prof.title}); err != nil {
+		fail(w, http.StatusInternalServerError, "%s", err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Header().Set("Content-Security-Policy", svgCSP)
+	w.Write(b.Bytes())
+}
+
+// crashStore returns the crash store's directory, or answers with why
+// there is none.
+func (s *Server) crashStore(w http.ResponseWriter) string {
+	if s.opts.CrashDir == "" {
+		msg := "no crash store (rbscope crash install keeps one)"
+		if s.opts.CrashErr != nil {
+			msg = "no crash store: " + oneLine(s.opts.CrashErr.Error())
+		}
+		fail(w, http.StatusNotFound, "%s", msg)
+	}
+	return s.opts.CrashDir
+}
+
+// apiCrashes: crash list's document.
+func (s *Server) apiCrashes(w http.ResponseWriter, r *http.Request) {
+	dir := s.crashStore(w)
+	if dir == "" {
+		return
+	}
+	doc, err := crash.ListReports(dir)
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "crash store %s: %s", dir, unwrapPath(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// apiCrash: one report, as crash show --json prints it and as its text.
+func (s *Server) apiCrash(w http.ResponseWriter, r *http.Request) {
+	dir := s.crashStore(w)
+	if dir == "" {
+		return
+	}
+	rep, err := crash.Load(dir, r.URL.Query().Get("id"))
+	if err != nil {
+		fail(w, http.StatusNotFound, "%s", oneLine(err.Error()))
+		return
+	}
+	var text bytes.Buffer
+	crash.WriteText(&text, rep)
+	writeJSON(w, http.StatusOK, struct {
+		Report *wire.CrashReport `json:"report"`
+		Text   string            `json:"text"`
+	}{rep, text.String()})
+}

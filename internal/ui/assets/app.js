@@ -1,0 +1,326 @@
+// rbscope ui: renders the server's JSON views. The state of a view is all
+// in the URL's fragment (#/heap/0/overview?by=class&sort=retained), so a
+// link can be shared; every value from a dump is set as text, never as
+// markup.
+"use strict";
+
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+const view = document.getElementById("view");
+const crumbs = document.getElementById("crumbs");
+let generation = 0; // the render under way; older ones drop their answers
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) {
+    if (k === undefined || k === null) continue;
+    e.append(k instanceof Node ? k : String(k));
+  }
+  return e;
+}
+
+function num(n) { return Number(n).toLocaleString("en-US"); }
+function bytes(n) {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0, v = Number(n);
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return (i === 0 ? v : v.toFixed(1)) + " " + u[i];
+}
+function pct(v) { return Number(v).toFixed(2) + "%"; }
+
+function hashFor(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== undefined && v !== "") q.set(k, v);
+  const s = q.toString();
+  return "#" + path + (s ? "?" + s : "");
+}
+
+function route() {
+  const h = location.hash.replace(/^#/, "") || "/";
+  const [path, qs] = h.split("?", 2);
+  return { parts: path.split("/").filter(Boolean), params: Object.fromEntries(new URLSearchParams(qs || "")) };
+}
+
+async function api(path, params) {
+  const q = new URLSearchParams(params);
+  const r = await fetch("/api/" + path + "?" + q.toString(), { credentials: "same-origin" });
+  const body = await r.json().catch(() => ({ error: "the server's answer is not JSON (" + r.status + ")" }));
+  if (!r.ok || body.error) throw new Error(body.error || ("HTTP " + r.status));
+  return body;
+}
+
+function show(gen, state, ...nodes) {
+  if (gen !== generation) return;
+  view.replaceChildren(...nodes.flat().filter(n => n !== null && n !== undefined));
+  view.dataset.state = state;
+  view.dataset.route = location.hash;
+}
+
+function setCrumbs(...items) {
+  crumbs.replaceChildren(...items.map(([label, href]) => href ? el("a", { href }, label) : el("span", {}, label)));
+}
+
+function pager(pg, limit, base, params, key) {
+  const off = pg.offset, total = pg.total;
+  const nav = el("div", { class: "pager" });
+  if (total === 0) return nav;
+  nav.append(`${num(off + 1)}–${num(Math.min(total, off + limit))} of ${num(total)} `);
+  if (off > 0) nav.append(el("a", { href: hashFor(base, { ...params, [key]: Math.max(0, off - limit) }), class: "prev" }, "← previous"));
+  if (off + limit < total) nav.append(" ", el("a", { href: hashFor(base, { ...params, [key]: off + limit }), class: "next" }, "next →"));
+  return nav;
+}
+
+function table(cols, rows, opts) {
+  const head = el("tr", {}, cols.map(c => {
+    const th = el("th", { class: c.num ? "num" : "" });
+    if (c.sort && opts && opts.sortHref) {
+      th.append(el("a", { href: opts.sortHref(c.sort), class: opts.sorted === c.sort ? "sorted" : "" }, c.label));
+    } else th.append(c.label);
+    return th;
+  }));
+  const body = rows.map(r => el("tr", {}, cols.map(c => el("td", { class: (c.num ? "num " : "") + (c.cls || "") }, c.cell(r)))));
+  return el("table", { id: (opts && opts.id) || "rows" }, el("thead", {}, head), el("tbody", {}, body));
+}
+
+function objLink(f, o) { return el("a", { href: hashFor(`/heap/${f}/object`, { addr: o.address }), class: "addr" }, o.address); }
+
+const objectCols = f => [
+  { label: "Address", cell: o => objLink(f, o) },
+  { label: "Type", cell: o => o.type },
+  { label: "Class", cell: o => o.class || "(none)" },
+  { label: "Description", cell: o => o.desc, cls: "desc" },
+  { label: "Self", num: true, cell: o => num(o.memsize) },
+  { label: "Retained", num: true, cell: o => o.reachable === false ? "unreachable" : num(o.retained) },
+  { label: "Ret. count", num: true, cell: o => num(o.retained_count) },
+];
+
+function dumpHead(d) {
+  return el("p", { class: "summary" }, `${d.file}: ${num(d.objects)} objects, ${bytes(d.bytes)}; `,
+    `${num(d.reachable)} objects (${bytes(d.reachable_bytes)}) reachable from ${num(d.roots)} root sets`);
+}
+
+function heapTabs(f, active) {
+  return el("nav", { class: "tabs" },
+    el("a", { href: hashFor(`/heap/${f}/overview`), class: active === "overview" ? "on" : "" }, "Overview"),
+    el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"));
+}
+
+const views = {
+  async files(gen) {
+    setCrumbs(["files"]);
+    const d = await api("files", {});
+    const rows = d.files.map(f => {
+      let link = f.name;
+      if (f.state === "ready") link = el("a", { href: f.kind === "heap" ? hashFor(`/heap/${f.id}/overview`) : hashFor(`/profile/${f.id}/functions`) }, f.name);
+      const what = f.state === "error" ? el("span", { class: "error" }, f.error)
+        : f.state === "loading" ? "loading…"
+        : f.kind === "heap" ? `heap dump, ${num(f.objects)} objects` + (f.index_built ? `, indexed in ${f.load_seconds.toFixed(1)} s` : ", index reused")
+        : `recording, ${num(f.samples)} samples`;
+      return el("tr", {}, el("td", {}, link), el("td", {}, what));
+    });
+    show(gen, "ready", el("h1", {}, "Files"),
+      rows.length ? el("table", { id: "files" }, el("tbody", {}, rows)) : el("p", {}, "No file given: drop a heap dump or a raw recording on this page."),
+      el("p", {}, el("a", { href: "#/crashes", id: "crashes-link" }, "Crash reports →")),
+      el("p", { class: "hint" }, "Drop a heap dump (ObjectSpace.dump_all or rbscope heap dump) or a raw recording (rbscope record --format raw) anywhere on this page to open it."));
+    if (d.files.some(f => f.state === "loading")) setTimeout(() => { if (gen === generation) render(); }, 1000);
+  },
+
+  async crashes(gen) {
+    setCrumbs(["files", "#/"], ["crashes"]);
+    const d = await api("crashes", {});
+    show(gen, "ready", el("h1", {}, "Crash reports"),
+      d.crashes.length ? table([
+        { label: "ID", cell: c => el("a", { href: hashFor("/crash", { id: c.id }) }, c.id) },
+        { label: "Time", cell: c => c.time },
+        { label: "PID", num: true, cell: c => c.pid },
+        { label: "Signal", cell: c => c.signal },
+        { label: "Executable", cell: c => c.exe },
+        { label: "Top Ruby frame", cell: c => c.top_ruby_frame, cls: "fn" },
+      ], d.crashes) : el("p", {}, "No crash kept."));
+  },
+
+  async crash(gen, _, p) {
+    const d = await api("crash", { id: p.id });
+    setCrumbs(["files", "#/"], ["crashes", "#/crashes"], [p.id]);
+    show(gen, "ready", el("h1", {}, `Crash ${p.id}`), el("pre", { id: "report" }, d.text));
+  },
+
+  async "heap/overview"(gen, f, p) {
+    const by = p.by || "class", sort = p.sort || "retained", offset = +p.offset || 0, limit = 100;
+    const d = await api("heap/overview", { f, by, sort, offset, limit });
+    setCrumbs(["files", "#/"], [d.file]);
+    const base = `/heap/${f}/overview`;
+    const cols = [];
+    if (by === "class") cols.push({ label: "Class", sort: "name", cell: r => el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, r.class || "(none)") });
+    cols.push({ label: "Type", sort: by === "type" ? "name" : undefined, cell: r => by === "type" ? el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, r.type) : r.type },
+      { label: "Count", num: true, sort: "count", cell: r => num(r.count) },
+      { label: "Shallow bytes", num: true, sort: "shallow", cell: r => num(r.shallow) },
+      { label: "Retained bytes", num: true, sort: "retained", cell: r => num(r.retained) },
+      { label: "Retained count", num: true, cell: r => num(r.retained_count) });
+    show(gen, "ready", heapTabs(f, "overview"), dumpHead(d),
+      el("p", { class: "pivot" }, "Group by: ",
+        el("a", { href: hashFor(base, { by: "class", sort }), class: by === "class" ? "on" : "" }, "class"), " · ",
+        el("a", { href: hashFor(base, { by: "type", sort }), class: by === "type" ? "on" : "" }, "type")),
+      table(cols, d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { by, sort: s }) }),
+      pager(d.page, limit, base, { by, sort }, "offset"));
+  },
+
+  async "heap/objects"(gen, f, p) {
+    const by = p.by || "class", group = p.group || 0, offset = +p.offset || 0, limit = 100;
+    const d = await api("heap/objects", { f, by, group, offset, limit });
+    const g = d.group;
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [(g.class ? g.class + " " : "") + g.type]);
+    show(gen, "ready", heapTabs(f, ""), dumpHead(d),
+      el("h2", {}, `${g.class || ""} ${g.type}: ${num(g.count)} objects, ${num(g.shallow)} bytes, retaining ${num(g.retained)} bytes`),
+      table(objectCols(f), d.page.rows), pager(d.page, limit, `/heap/${f}/objects`, { by, group }, "offset"));
+  },
+
+  async "heap/object"(gen, f, p) {
+    const limit = 50;
+    const params = { addr: p.addr, ro: p.ro || 0, rr: p.rr || 0, rd: p.rd || 0 };
+    const d = await api("heap/object", { f, limit, ...params });
+    const o = d.object;
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], [o.address]);
+    const base = `/heap/${f}/object`;
+    const facts = el("dl", { id: "facts" },
+      el("dt", {}, "Type"), el("dd", {}, o.type),
+      el("dt", {}, "Class"), el("dd", {}, o.class || "(none)"),
+      el("dt", {}, "Description"), el("dd", { class: "desc" }, o.desc || "—"),
+      el("dt", {}, "Self bytes"), el("dd", { id: "self" }, num(o.memsize)),
+      el("dt", {}, "Retained"), el("dd", { id: "retained" }, o.reachable ? `${num(o.retained)} bytes in ${num(o.retained_count)} objects` : "not reachable from the roots (garbage)"),
+      el("dt", {}, "Immediate dominator"), el("dd", {}, d.dominator ? objLink(f, d.dominator) : d.dominated_by_roots ? "the roots (no single object)" : "—"),
+      el("dt", {}, "Root sets holding it"), el("dd", { id: "roots" }, d.roots.length ? d.roots.join(", ") : "none"),
+      d.site ? el("dt", {}, "Allocated at") : null, d.site ? el("dd", {}, d.site) : null);
+    const section = (title, key, pg, id) => [el("h2", {}, `${title} (${num(pg.total)})`),
+      pg.total ? table(objectCols(f), pg.rows, { id }) : el("p", {}, "none"), pager(pg, limit, base, params, key)];
+    show(gen, "ready", heapTabs(f, ""), el("h1", {}, `${o.type} ${o.class || ""} ${o.address}`),
+      el("p", {}, el("a", { href: hashFor(`/heap/${f}/paths`, { addr: o.address }), id: "paths-link" }, "Paths to the roots →")),
+      facts,
+      section("References", "ro", d.references, "references"),
+      section("Referrers", "rr", d.referrers, "referrers"),
+      section("Immediately dominated", "rd", d.dominated, "dominated"));
+  },
+
+  async "heap/paths"(gen, f, p) {
+    const n = p.n || 5;
+    const d = await api("heap/paths", { f, addr: p.addr, n });
+    const o = d.object;
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], [o.address, hashFor(`/heap/${f}/object`, { addr: o.address })], ["paths"]);
+    const paths = d.paths.map((pa, k) => el("div", { class: "path" },
+      el("h2", {}, `Path ${k + 1}: ${pa.hops.length} objects from root ${pa.root}`),
+      el("ol", {}, pa.hops.map(h => el("li", { class: h.dominator ? "dom" : "" },
+        objLink(f, h), " ", h.type, " ", h.class || "(none)", " ", el("span", { class: "desc" }, h.desc),
+        h.conservative ? el("span", { class: "tag" }, "conservative") : null,
+        h.dominator ? el("span", { class: "tag dom" }, "dominator") : null)))));
+    show(gen, "ready", heapTabs(f, ""), el("h1", {}, `Who holds ${o.type} ${o.class || ""} ${o.address}`),
+      el("p", {}, `Held by ${num(d.holders)} object(s). `, el("span", { class: "tag dom" }, "dominator"), " marks the objects every path passes through: freeing one frees this object."),
+      d.paths.length ? paths : el("p", {}, "Not reachable from the roots (garbage not yet collected when the dump was taken)."),
+      el("p", {}, el("a", { href: hashFor(`/heap/${f}/paths`, { addr: o.address, n: Number(n) * 2 }) }, "more paths")));
+  },
+
+  async "heap/top"(gen, f, p) {
+    const n = p.n || 50;
+    const d = await api("heap/top", { f, n });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], ["top retainers"]);
+    const cols = [...objectCols(f).slice(0, 5),
+      { label: "Retained", num: true, cell: r => num(r.retained) },
+      { label: "Ret. count", num: true, cell: r => num(r.count) },
+      { label: "Dominator", cell: r => r.dominator === "root" ? "root" : objLink(f, { address: r.dominator }) }];
+    show(gen, "ready", heapTabs(f, "top"),
+      el("p", { class: "summary" }, `${num(d.objects)} objects, ${bytes(d.bytes)}; ${num(d.reachable)} reachable (${bytes(d.reachable_bytes)})`),
+      table(cols, d.retainers), el("p", {}, el("a", { href: hashFor(`/heap/${f}/top`, { n: Number(n) * 2 }) }, "more")));
+  },
+
+  async "profile/functions"(gen, f, p) {
+    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100;
+    const d = await api("profile/functions", { f, sort, offset, limit });
+    setCrumbs(["files", "#/"], [d.file]);
+    const base = `/profile/${f}/functions`;
+    show(gen, "ready", profileTabs(f, "functions"), profileHead(d),
+      table([
+        { label: "Self %", num: true, sort: "self", cell: r => pct(r.self_pct) },
+        { label: "Total %", num: true, sort: "total", cell: r => pct(r.total_pct) },
+        { label: "Self", num: true, cell: r => num(r.self) },
+        { label: "Total", num: true, cell: r => num(r.total) },
+        { label: "Function", sort: "name", cell: r => r.function, cls: "fn" },
+      ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s }) }),
+      pager(d.page, limit, base, { sort }, "offset"));
+  },
+
+  async "profile/flame"(gen, f) {
+    const d = await api("profile/functions", { f, limit: 1 });
+    setCrumbs(["files", "#/"], [d.file]);
+    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f), title: "flame graph" });
+    show(gen, "loading", profileTabs(f, "flame"), profileHead(d), frame);
+    frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
+  },
+
+  async "profile/tree"(gen, f, p) {
+    const node = p.node || 0;
+    const d = await api("profile/tree", { f, node });
+    setCrumbs(["files", "#/"], [d.file]);
+    const link = r => el("a", { href: hashFor(`/profile/${f}/tree`, { node: r.node }) }, r.name);
+    show(gen, "ready", profileTabs(f, "tree"), profileHead(d),
+      el("ol", { class: "ancestors" }, [...d.ancestors, d.node].map(a => el("li", {}, link(a), ` ${pct(a.total_pct)}`))),
+      table([
+        { label: "Total %", num: true, cell: r => pct(r.total_pct) },
+        { label: "Total", num: true, cell: r => num(r.total) },
+        { label: "Self", num: true, cell: r => num(r.self) },
+        { label: "Called", cell: r => r.children ? link(r) : r.name, cls: "fn" },
+      ], d.children.rows));
+  },
+};
+
+function profileTabs(f, active) {
+  return el("nav", { class: "tabs" },
+    el("a", { href: hashFor(`/profile/${f}/functions`), class: active === "functions" ? "on" : "" }, "Functions"),
+    el("a", { href: hashFor(`/profile/${f}/flame`), class: active === "flame" ? "on" : "" }, "Flame graph"),
+    el("a", { href: hashFor(`/profile/${f}/tree`), class: active === "tree" ? "on" : "" }, "Call tree"));
+}
+
+function profileHead(d) {
+  return el("p", { class: "summary" }, `${d.file}: ${num(d.samples)} samples in ${d.seconds.toFixed(1)} s at ${d.rate} Hz (${num(d.ticks)} ticks, ${num(d.errors)} errors). ${d.breakdown}`);
+}
+
+async function render() {
+  const gen = ++generation;
+  const r = route();
+  view.dataset.state = "loading";
+  let name = "files", args = [];
+  if (r.parts.length >= 3) { name = r.parts[0] + "/" + r.parts[2]; args = [r.parts[1], r.params]; }
+  else if (r.parts.length === 1) { name = r.parts[0]; args = [null, r.params]; }
+  const v = views[name];
+  try {
+    if (!v) throw new Error("no such view: " + location.hash);
+    await v(gen, ...args);
+  } catch (e) {
+    show(gen, "error", el("p", { class: "error", id: "error" }, e.message), el("p", {}, el("a", { href: "#/" }, "back to the files")));
+  }
+}
+
+window.addEventListener("hashchange", render);
+render();
+
+// Dropping a file sends it to the server (a POST with the CSRF token).
+const drop = document.getElementById("drop");
+document.addEventListener("dragover", e => { e.preventDefault(); drop.hidden = false; });
+document.addEventListener("dragleave", e => { if (!e.relatedTarget) drop.hidden = true; });
+document.addEventListener("drop", async e => {
+  e.preventDefault();
+  drop.hidden = true;
+  for (const file of e.dataTransfer.files) {
+    const r = await fetch("/api/upload?name=" + encodeURIComponent(file.name), {
+      method: "POST", body: file, credentials: "same-origin", headers: { "X-CSRF-Token": csrf },
+    });
+    if (!r.ok) {
+      const b = await r.json().catch(() => ({}));
+      alert("Could not open " + file.name + ": " + (b.error || r.status));
+    }
+  }
+  location.hash = "#/";
+  render();
+});
