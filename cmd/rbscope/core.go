@@ -258,8 +258,7 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*coreNati
 		return nil, err
 	}
 	defer closeAll()
-	vm.MarkExecBoundaries = true
-	threads, err := vm.Threads()
+	threads, err := vm.Threads(rubyvm.WithExecBoundaries())
 	if err != nil {
 		return nil, coreError(t, err)
 	}

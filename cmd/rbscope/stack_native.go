@@ -61,14 +61,13 @@ func readNativeStacks(pid int, lines bool) (*nativeDump, error) {
 	u := unwind.New(t, maps)
 	defer u.Close()
 	u.Preload() // the CFI is read before the process stops, not during
-	vm.MarkExecBoundaries = true
 	var threads []rubyvm.Thread
 	native := map[int][]unwind.Frame{}
 	nativeErr := map[int]error{}
 	var stopped []int
 	err = t.WhilePaused(nil, func(s *target.Stopped) error {
 		var err error
-		if threads, err = vm.Threads(); err != nil {
+		if threads, err = vm.Threads(rubyvm.WithExecBoundaries()); err != nil {
 			return err
 		}
 		forkedMainTID(pid, threads)

@@ -645,8 +645,7 @@ func readRuby(pid int) (*RubyState, []string) {
 	for _, s := range vm.Image.Skipped {
 		problems = append(problems, "ruby image: not read: "+s)
 	}
-	vm.FrameBudget = reportFrameBudget
-	threads, err := vm.Threads()
+	threads, err := vm.Threads(rubyvm.WithFrameBudget(reportFrameBudget))
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())
 	}

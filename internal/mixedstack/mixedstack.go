@@ -45,8 +45,8 @@ type Merged struct {
 	Aligned bool
 }
 
-// Merge interleaves a thread's Ruby frames (read with
-// rubyvm.VM.MarkExecBoundaries set) and its native frames. Each group of
+// Merge interleaves a thread's Ruby frames (read
+// with rubyvm.WithExecBoundaries) and its native frames. Each group of
 // Ruby frames that one call of the exec loop runs (ending at a frame
 // marked ExecEnds) goes just inside the native frame of that call, where a
 // debugger would show the interpreter running them; a C method's frame at

@@ -131,6 +131,9 @@ type proc struct {
 	unwinder  *unwind.Unwinder
 	mapsStale bool
 	native    map[int][]unwind.Frame
+	// readOpts are the options of the stack reads (the exec loop's
+	// boundaries, with native frames).
+	readOpts []rubyvm.ReadOption
 }
 
 // foreignMain reports whether tid, the TID Ruby's books give the main
@@ -188,7 +191,7 @@ func (p *proc) prepareNative() {
 	p.unwinder.Preload()
 	p.mapsStale = false
 	p.native = map[int][]unwind.Frame{}
-	p.vm.MarkExecBoundaries = true
+	p.readOpts = []rubyvm.ReadOption{rubyvm.WithExecBoundaries()}
 }
 
 // onCPUNow narrows running, the threads the kernel calls runnable, to
@@ -590,7 +593,7 @@ func (s *Sampler) sample(p *proc) {
 	gc := rubyvm.GCIdle
 	switch {
 	case s.opts.Nonblocking:
-		threads, err = p.vm.ReadThreads(wanted)
+		threads, err = p.vm.ReadThreads(wanted, p.readOpts...)
 		gc = p.gcPhase(threads)
 	case running == nil:
 		// With Idle every Ruby thread is read, so every Ruby thread stops;
@@ -606,7 +609,7 @@ func (s *Sampler) sample(p *proc) {
 				}
 			}
 			err = p.live.WhilePaused(tids, func(s *target.Stopped) error {
-				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) })
+				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) }, p.readOpts...)
 				gc = p.gcPhase(threads)
 				p.unwindStopped(s, tids)
 				return nil
@@ -728,7 +731,7 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 				return true
 			}
 			return false
-		})
+		}, p.readOpts...)
 		gc = p.gcPhase(ths)
 		if p.unwinder != nil {
 			tids := make([]int, 0, len(done))
@@ -796,7 +799,7 @@ func (s *Sampler) readAllPaused(p *proc, tids []int, wanted func(rubyvm.Thread) 
 	var ths []rubyvm.Thread
 	err := p.live.WhilePaused(tids, func(*target.Stopped) error {
 		var err error
-		ths, err = p.vm.ReadThreads(wanted)
+		ths, err = p.vm.ReadThreads(wanted, p.readOpts...)
 		return err
 	})
 	return ths, err
