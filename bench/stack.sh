@@ -16,6 +16,7 @@
 #   BENCH_TARGET_MS=20  the target for rbscope's median
 #   BENCH_NATIVE_TARGET_MS=30  the target for rbscope stack --native's median
 #   RUBY=/usr/bin/ruby, GDB=gdb, GO=go (Go is also looked for in /usr/local/go/bin)
+#   RBSCOPE_BIN=bin/rbscope   the binary measured (built when it is bin/rbscope and missing)
 #
 # Every timed rbscope run must exit 0 and print exactly BENCH_DEPTH
 # bench_deep frames, so the benchmark cannot time an error. Exit status: 0
@@ -34,7 +35,7 @@ TARGET_MS=${BENCH_TARGET_MS:-20}
 NATIVE_TARGET_MS=${BENCH_NATIVE_TARGET_MS:-30}
 RUBY=${RUBY:-/usr/bin/ruby}
 GDB=${GDB:-gdb}
-BIN=$ROOT/bin/rbscope
+BIN=${RBSCOPE_BIN:-$ROOT/bin/rbscope}
 
 die() { echo "bench/stack.sh: $*" >&2; exit 1; }
 
