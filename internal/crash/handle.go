@@ -642,7 +642,7 @@ func readRuby(pid int) (*RubyState, []string) {
 	}
 	defer vm.Close()
 	var problems []string
-	for _, s := range vm.Image.Skipped {
+	for _, s := range vm.Build().Skipped() {
 		problems = append(problems, "ruby image: not read: "+s)
 	}
 	threads, err := vm.Threads(rubyvm.WithFrameBudget(reportFrameBudget))

@@ -37,10 +37,16 @@ type Build struct {
 	// (an address less im.Bias).
 	im      *binary.Image
 	syms    map[string]buildSymbol
+	has     map[string]bool         // HasSymbol's answers
 	layouts map[string]layoutChoice // by family
 	located map[string]locatedHint  // the globals found, by symbol
 	refs    int
 	cache   *BuildCache
+	// disk, when set, is where what the Build learns is kept between runs
+	// (see imagerecord.go); dirty says it learned something since.
+	disk    *diskRecord
+	dirty   bool
+	skipped []string // what the record said was not read of the image
 }
 
 // buildSymbol is a symbol's link-time address and size, or why there is
@@ -82,11 +88,12 @@ func (c *BuildCache) Len() int {
 }
 
 // acquire returns the Build of key, made from im when the cache has none
-// (or c is nil, or key is ""). shared says an existing Build was taken, im
-// then being the process's own copy of its image.
-func (c *BuildCache) acquire(key string, im *binary.Image) (b *Build, shared bool) {
+// (or c is nil, or key is ""), with what disk kept of it. shared says an
+// existing Build was taken, im then being the process's own copy of its
+// image.
+func (c *BuildCache) acquire(key string, im *binary.Image, disk *diskRecord) (b *Build, shared bool) {
 	if c == nil || key == "" {
-		return newBuild("", im, nil), false
+		return newBuild("", im, nil, disk), false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -96,14 +103,16 @@ func (c *BuildCache) acquire(key string, im *binary.Image) (b *Build, shared boo
 		b.mu.Unlock()
 		return b, true
 	}
-	b = newBuild(key, im, c)
+	b = newBuild(key, im, c, disk)
 	c.builds[key] = b
 	return b, false
 }
 
-func newBuild(key string, im *binary.Image, c *BuildCache) *Build {
-	return &Build{Key: key, im: im, refs: 1, cache: c,
-		syms: map[string]buildSymbol{}, layouts: map[string]layoutChoice{}, located: map[string]locatedHint{}}
+func newBuild(key string, im *binary.Image, c *BuildCache, disk *diskRecord) *Build {
+	b := &Build{Key: key, im: im, refs: 1, cache: c, disk: disk,
+		syms: map[string]buildSymbol{}, has: map[string]bool{}, layouts: map[string]layoutChoice{}, located: map[string]locatedHint{}}
+	b.loadRecord()
+	return b
 }
 
 // release drops one VM's use of the Build; the last closes the image and
@@ -123,7 +132,16 @@ func (b *Build) release() {
 	if b.cache != nil && b.cache.builds[b.Key] == b {
 		delete(b.cache.builds, b.Key)
 	}
+	b.save()
 	b.im.Close()
+}
+
+// Skipped says what was not read of the image for being over a budget
+// (binary.Image.Skipped), in this run or in the run that recorded it.
+func (b *Build) Skipped() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.skippedLocked()
 }
 
 // symbol returns the link-time address and size of a defined symbol.
@@ -135,6 +153,7 @@ func (b *Build) symbol(name string) (addr, size uint64, err error) {
 		a, n, err := b.im.Symbol(name)
 		s = buildSymbol{a - b.im.Bias, n, err}
 		b.syms[name] = s
+		b.dirty = true
 	}
 	return s.addr, s.size, s.err
 }
@@ -143,7 +162,13 @@ func (b *Build) symbol(name string) (addr, size uint64, err error) {
 func (b *Build) hasSymbol(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.im.HasSymbol(name)
+	has, ok := b.has[name]
+	if !ok {
+		has = b.im.HasSymbol(name)
+		b.has[name] = has
+		b.dirty = true
+	}
+	return has
 }
 
 // code returns size bytes of the image's file at the link-time address
@@ -163,6 +188,7 @@ func (b *Build) layout(family, version string) (*layout.Layout, error) {
 	if !ok {
 		c.l, c.err = chooseLayout(b.im, family, version)
 		b.layouts[family] = c
+		b.dirty = true
 	}
 	return c.l, c.err
 }
@@ -179,7 +205,10 @@ func (b *Build) hint(name string) (locatedHint, bool) {
 func (b *Build) found(name string, addr uint64, how FoundBy) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.located[name] = locatedHint{addr, how}
+	if h, ok := b.located[name]; !ok || h != (locatedHint{addr, how}) {
+		b.located[name] = locatedHint{addr, how}
+		b.dirty = true
+	}
 }
 
 // buildKey is the Build.Key of the image im of path in t: its build ID
@@ -187,20 +216,25 @@ func (b *Build) found(name string, addr uint64, how FoundBy) {
 // size, device and inode of the file the process maps, so that only
 // processes mapping the very same file share what was read of it; "" for
 // an image not to be shared: one read from a core's memory, or one not in
-// a live process.
-func buildKey(t target.Target, maps []target.Mapping, path string, im *binary.Image) string {
+// a live process. disk is where what is read of it may be kept between
+// runs: only for an image with a build ID, in a file that its owner (root
+// or the user running rbscope) alone may write.
+func buildKey(t target.Target, maps []target.Mapping, path string, im *binary.Image) (key string, disk *diskRecord) {
 	if _, live := t.(*target.Live); !live || im.InMemory {
-		return ""
+		return "", nil
 	}
 	st, ok := mappedFile(t.PID(), maps, path)
 	if !ok {
-		return ""
+		return "", nil
 	}
 	id := im.BuildID()
+	if id != "" && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) && st.Mode&0o022 == 0 {
+		disk = openDiskRecord(id, st.Size)
+	}
 	if id == "" {
 		id = fmt.Sprintf("%q@%d.%09d", path, st.Mtim.Sec, st.Mtim.Nsec)
 	}
-	return fmt.Sprintf("%s/%d/%d/%d", id, st.Size, st.Dev, st.Ino)
+	return fmt.Sprintf("%s/%d/%d/%d", id, st.Size, st.Dev, st.Ino), disk
 }
 
 // mappedFile stats the file a live process maps at path, through

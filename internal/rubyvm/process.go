@@ -139,12 +139,14 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, _ := opts.Builds.acquire(buildKey(t, maps, path, im), im)
+	key, disk := buildKey(t, maps, path, im)
+	b, _ := opts.Builds.acquire(key, im, disk)
 	v := &VM{T: t, Image: im, build: b, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
 	if err := v.open(t, path, maps, opts); err != nil {
 		v.Close()
 		return nil, err
 	}
+	b.save()
 	return v, nil
 }
 
