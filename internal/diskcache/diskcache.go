@@ -20,7 +20,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"syscall"
 )
 
@@ -68,8 +67,20 @@ func Open(kind string) *Cache {
 // Dir returns the cache's directory.
 func (c *Cache) Dir() string { return c.dir }
 
-// nameRE is what a file name may be: a build ID in hex, and the like.
-var nameRE = regexp.MustCompile(`^[0-9a-z][0-9a-z._-]{0,127}$`)
+// validName says whether name may be a file's name: a build ID in hex,
+// and the like (lower-case letters, digits, '.', '_', '-'; no leading
+// dot; at most 128 bytes).
+func validName(name string) bool {
+	if name == "" || len(name) > 128 || name[0] == '.' || name[0] == '_' || name[0] == '-' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // ErrUntrusted means a cache file or directory is not one rbscope made:
 // another owner, a mode others may write, not a regular file.
@@ -81,7 +92,7 @@ func (c *Cache) Load(name string) ([]byte, error) {
 	if c == nil {
 		return nil, os.ErrNotExist
 	}
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return nil, fmt.Errorf("cache file name %q: %w", name, ErrUntrusted)
 	}
 	if err := c.trustedDir(); err != nil {
@@ -112,7 +123,7 @@ func (c *Cache) Store(name string, data []byte) error {
 	if c == nil {
 		return nil
 	}
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("cache file name %q: %w", name, ErrUntrusted)
 	}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {

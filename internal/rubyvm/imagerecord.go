@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -37,9 +38,67 @@ type imageRecord struct {
 	Symbols map[string][2]uint64      `json:"symbols"` // link-time address and size
 	Missing []string                  `json:"missing"` // symbols the image does not define
 	Has     map[string]bool           `json:"has"`
-	Layouts map[string]*layout.Layout `json:"layouts"` // by family
+	Layouts map[string]recordedLayout `json:"layouts"` // by family
 	Located map[string]recordedGlobal `json:"located"`
 	Skipped []string                  `json:"skipped"` // binary.Image.Skipped
+}
+
+// recordedLayout is a layout.Layout in the file: its offsets in the order
+// of its fields (the executable that wrote them is this one), which reads
+// far faster than an object of some 350 keys.
+type recordedLayout struct {
+	Family  string           `json:"family"`
+	Source  string           `json:"source"`
+	Checked string           `json:"checked"`
+	Missing []layout.Missing `json:"missing"`
+	Values  []int64          `json:"values"`
+}
+
+// layoutValues lists the indexes of layout.Layout's int64 fields, or is
+// nil when it has a field that recordedLayout does not keep.
+var layoutValues = sync.OnceValue(func() []int {
+	t := reflect.TypeFor[layout.Layout]()
+	var idx []int
+	for i := range t.NumField() {
+		f := t.Field(i)
+		switch {
+		case f.Type.Kind() == reflect.Int64:
+			idx = append(idx, i)
+		case f.Name == "Family" || f.Name == "Source" || f.Name == "Checked" || f.Name == "Missing":
+		default:
+			return nil
+		}
+	}
+	return idx
+})
+
+// recordLayout turns l into its record; ok is false when it cannot be kept.
+func recordLayout(l *layout.Layout) (r recordedLayout, ok bool) {
+	idx := layoutValues()
+	if idx == nil {
+		return r, false
+	}
+	r = recordedLayout{Family: l.Family, Source: l.Source, Checked: l.Checked, Missing: l.Missing, Values: make([]int64, len(idx))}
+	v := reflect.ValueOf(l).Elem()
+	for i, f := range idx {
+		r.Values[i] = v.Field(f).Int()
+	}
+	return r, true
+}
+
+// layout turns a record back into a layout; ok is false when it does not
+// fit.
+func (r recordedLayout) layout() (*layout.Layout, bool) {
+	idx := layoutValues()
+	if idx == nil || len(r.Values) != len(idx) {
+		return nil, false
+	}
+	l := &layout.Layout{Family: r.Family, Source: r.Source, Checked: r.Checked, Missing: r.Missing}
+	v := reflect.ValueOf(l).Elem()
+	for i, f := range idx {
+		v.Field(f).SetInt(r.Values[i])
+	}
+	return l, true
 }
 
 // recordedGlobal is a locatedHint in the file.
@@ -107,8 +166,9 @@ func (b *Build) loadRecord() {
 	for name, has := range r.Has {
 		b.has[name] = has
 	}
-	for fam, l := range r.Layouts {
-		if l == nil || l.Family != fam {
+	for fam, rl := range r.Layouts {
+		l, ok := rl.layout()
+		if !ok || l.Family != fam {
 			continue
 		}
 		if strings.HasPrefix(l.Source, "dwarf:") {
@@ -131,7 +191,7 @@ func (b *Build) save() {
 		return
 	}
 	r := imageRecord{Format: recordFormat, Rbscope: exeIdentity(), BuildID: b.disk.id, Size: b.disk.size,
-		Symbols: map[string][2]uint64{}, Has: b.has, Layouts: map[string]*layout.Layout{}, Located: map[string]recordedGlobal{},
+		Symbols: map[string][2]uint64{}, Has: b.has, Layouts: map[string]recordedLayout{}, Located: map[string]recordedGlobal{},
 		Skipped: b.skippedLocked()}
 	for name, s := range b.syms {
 		switch {
@@ -142,8 +202,11 @@ func (b *Build) save() {
 		}
 	}
 	for fam, c := range b.layouts {
-		if c.err == nil {
-			r.Layouts[fam] = c.l
+		if c.err != nil {
+			continue
+		}
+		if rl, ok := recordLayout(c.l); ok {
+			r.Layouts[fam] = rl
 		}
 	}
 	for name, h := range b.located {

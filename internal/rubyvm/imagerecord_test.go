@@ -73,7 +73,7 @@ func TestImageRecord(t *testing.T) {
 				if err := json.Unmarshal(b, &r); err != nil {
 					t.Fatal(err)
 				}
-				r["layouts"].(map[string]any)[fam].(map[string]any)["Checked"] = marked
+				r["layouts"].(map[string]any)[fam].(map[string]any)["checked"] = marked
 				if change != nil {
 					change(r)
 				}
