@@ -3,6 +3,7 @@ package rubyvm
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -56,10 +57,12 @@ type buildSymbol struct {
 	err        error
 }
 
-// layoutChoice is the layout chosen for a family, or why there is none.
+// layoutChoice is the layout chosen for a family, or why there is none;
+// recorded says it was read from the Build's record, not chosen anew.
 type layoutChoice struct {
-	l   *layout.Layout
-	err error
+	l        *layout.Layout
+	err      error
+	recorded bool
 }
 
 // locatedHint is where a VM global was found in one process, link-time,
@@ -191,6 +194,19 @@ func (b *Build) layout(family, version string) (*layout.Layout, error) {
 		b.dirty = true
 	}
 	return c.l, c.err
+}
+
+// readDebugInfo says whether the Build's image has read its debug
+// information (choosing a layout).
+func (b *Build) readDebugInfo() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.layouts {
+		if c.l != nil && strings.HasPrefix(c.l.Source, "dwarf:") && !c.recorded {
+			return true
+		}
+	}
+	return false
 }
 
 // hint returns where a process found the global name, link-time.

@@ -174,7 +174,7 @@ func (b *Build) loadRecord() {
 		if strings.HasPrefix(l.Source, "dwarf:") {
 			l.Source = "dwarf:" + b.im.Path // the path as this process names it
 		}
-		b.layouts[fam] = layoutChoice{l: l}
+		b.layouts[fam] = layoutChoice{l: l, recorded: true}
 	}
 	for name, g := range r.Located {
 		b.located[name] = locatedHint{g.Addr, g.How}

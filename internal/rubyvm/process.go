@@ -140,14 +140,38 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 		return nil, err
 	}
 	key, disk := buildKey(t, maps, path, im)
-	b, _ := opts.Builds.acquire(key, im, disk)
+	b, shared := opts.Builds.acquire(key, im, disk)
 	v := &VM{T: t, Image: im, build: b, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
 	if err := v.open(t, path, maps, opts); err != nil {
 		v.Close()
 		return nil, err
 	}
 	b.save()
+	if !shared && b.cache != nil && b.readDebugInfo() {
+		v.shedDebugInfo(t, maps, path)
+	}
 	return v, nil
+}
+
+// shedDebugInfo gives a Build kept in a BuildCache, whose layout was read
+// from the image's debug information, a fresh copy of its image: a
+// binary.Image keeps what it read for its life (tens of megabytes of DWARF
+// for a debug build), and the Build, which may live as long as the agent
+// runs, needs none of it once the layout is chosen. This VM, whose image
+// the Build's was, takes the fresh copy too.
+func (v *VM) shedDebugInfo(t target.Target, maps []target.Mapping, path string) {
+	im, err := binary.Open(t, maps, path)
+	if err != nil {
+		return
+	}
+	b := v.build
+	b.mu.Lock()
+	old := b.im
+	b.skipped = b.skippedLocked()
+	b.im = im
+	b.mu.Unlock()
+	v.Image = im
+	old.Close()
 }
 
 // open finds the VM in the process, its image open.
