@@ -6,16 +6,26 @@
 # (peak RSS), for N = 1, 10 and 50 (BENCH_COUNTS). The agent pushes to a
 # server that does not answer: its queue and retries are part of the cost.
 #
+# Then, as a preforking server runs, one Ruby forks BENCH_WORKERS (50)
+# workers (testdata/bench_workers.rb) and the agent profiles the master and
+# its workers: it prints the agent's peak RSS and the Go heap in use (the
+# largest of its go_memstats_heap_inuse_bytes, read every second from its
+# --metrics-addr), the memory that grows with processes of one Ruby.
+#
 #   bench/agent.sh
 #
-# Environment: BENCH_COUNTS="1 10 50", BENCH_SECONDS=20, RUBY=/usr/bin/ruby
+# Environment: BENCH_COUNTS="1 10 50", BENCH_SECONDS=20, BENCH_WORKERS=50
+# (0 skips the forked workers), BENCH_METRICS_PORT=19464, RUBY=/usr/bin/ruby,
+# RBSCOPE_BIN=bin/rbscope (the binary measured)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 COUNTS=${BENCH_COUNTS:-1 10 50}
+WORKERS=${BENCH_WORKERS:-50}
+PORT=${BENCH_METRICS_PORT:-19464}
 SECONDS_EACH=${BENCH_SECONDS:-20}
 RUBY=${RUBY:-/usr/bin/ruby}
-BIN=$ROOT/bin/rbscope
+BIN=${RBSCOPE_BIN:-$ROOT/bin/rbscope}
 die() { echo "bench/agent.sh: $*" >&2; exit 1; }
 [[ -x $RUBY ]] || die "no Ruby at $RUBY (set RUBY)"
 if [[ ! -x $BIN ]]; then
@@ -24,10 +34,12 @@ if [[ ! -x $BIN ]]; then
 fi
 PIDS=()
 AGENT=
+WORK=$(mktemp -d)
 cleanup() {
   [[ -n $AGENT ]] && kill "$AGENT" 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -56,3 +68,35 @@ for n in $COUNTS; do
   awk -v t="$((t1 - t0))" -v hz="$hz" -v a="$s0" -v b="$s1" -v n="$n" -v rss="$rss" 'BEGIN {
     cpu = 100 * t / hz / (b - a); printf "%-10d %14.1f %14.2f %12.1f\n", n, cpu, cpu / n, rss / 1024 }'
 done
+
+(( WORKERS > 0 )) || exit 0
+# metric NAME prints the agent's metric NAME (a whole number), or nothing.
+metric() {
+  curl -s --max-time 2 "http://127.0.0.1:$PORT/metrics" | awk -v n="$1" '$1 == n { printf "%d", $2 }'
+}
+"$RUBY" "$ROOT/testdata/bench_workers.rb" "$WORKERS" "$WORK/workers" "$MARK" >/dev/null 2>&1 &
+PIDS+=($!)
+for _ in $(seq 300); do
+  [[ -s $WORK/workers ]] && break
+  sleep 0.05
+done
+[[ -s $WORK/workers ]] || die "the $WORKERS workers did not start within 15 s"
+mapfile -t workers <"$WORK/workers"
+"$BIN" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s --metrics-addr "127.0.0.1:$PORT" 2>"$WORK/agent.log" &
+AGENT=$!
+sleep 6 # discovery and attach
+heap=0 procs=0
+for ((s = 0; s < SECONDS_EACH; s++)); do
+  h=$(metric go_memstats_heap_inuse_bytes)
+  [[ -n $h ]] && (( h > heap )) && heap=$h
+  p=$(metric rbscope_agent_processes)
+  [[ -n $p ]] && (( p > procs )) && procs=$p
+  sleep 1
+done
+kill -0 "$AGENT" 2>/dev/null || die "the agent exited: $(cat "$WORK/agent.log")"
+rss=$(awk '/VmHWM/ { print $2 }' "/proc/$AGENT/status")
+kill "$AGENT"; wait "$AGENT" 2>/dev/null || true; AGENT=
+(( heap > 0 )) || die "no go_memstats_heap_inuse_bytes from the agent's metrics: $(cat "$WORK/agent.log")"
+(( procs == ${#workers[@]} + 1 )) || die "the agent profiled $procs processes, not the master and its ${#workers[@]} workers: $(cat "$WORK/agent.log")"
+printf 'one Ruby (%s) and %d forked workers, %d s: agent peak RSS %.1f MB, Go heap in use (max) %.1f MB\n' \
+  "$("$RUBY" -e 'print RUBY_VERSION')" "${#workers[@]}" "$SECONDS_EACH" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$(awk -v b="$heap" 'BEGIN { print b / 1048576 }')"

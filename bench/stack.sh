@@ -5,6 +5,8 @@
 # same for `rbscope stack --nonblocking`, for `rbscope stack --native`
 # (every thread's native frames too, as gdb shows them) and for gdb's
 # `thread apply all bt`, the usual way to get stacks out of a live process.
+# It prints the medians, the ratio of gdb's to rbscope's, and the largest
+# peak RSS of five runs of each rbscope command (GNU time's %M).
 #
 #   bench/stack.sh            (or: make bench)
 #
@@ -16,6 +18,7 @@
 #   BENCH_TARGET_MS=20  the target for rbscope's median
 #   BENCH_NATIVE_TARGET_MS=30  the target for rbscope stack --native's median
 #   RUBY=/usr/bin/ruby, GDB=gdb, GO=go (Go is also looked for in /usr/local/go/bin)
+#   RBSCOPE_BIN=bin/rbscope   the binary measured (built when it is bin/rbscope and missing)
 #
 # Every timed rbscope run must exit 0 and print exactly BENCH_DEPTH
 # bench_deep frames, so the benchmark cannot time an error. Exit status: 0
@@ -34,7 +37,7 @@ TARGET_MS=${BENCH_TARGET_MS:-20}
 NATIVE_TARGET_MS=${BENCH_NATIVE_TARGET_MS:-30}
 RUBY=${RUBY:-/usr/bin/ruby}
 GDB=${GDB:-gdb}
-BIN=$ROOT/bin/rbscope
+BIN=${RBSCOPE_BIN:-$ROOT/bin/rbscope}
 
 die() { echo "bench/stack.sh: $*" >&2; exit 1; }
 
@@ -170,6 +173,19 @@ native_frames=$(grep -c '\[.*\] [0-9]* B' "$WORK/native.out" || true)
 if (( M > 0 )); then
   time_runs gdb "$M" check_gdb "$GDB" -p "$RUBY_PID" -batch -ex 'thread apply all bt' || exit 1
 fi
+# max_rss_mib CMD...: the largest peak RSS (MiB) of 5 runs of CMD, from
+# GNU time when there is one, else nothing.
+max_rss_mib() {
+  [[ -x /usr/bin/time ]] || return 0
+  local i kb max=0
+  for ((i = 0; i < 5; i++)); do
+    kb=$(/usr/bin/time -f '%M' "$@" 2>&1 >/dev/null </dev/null | tail -1)
+    [[ $kb =~ ^[0-9]+$ ]] && (( kb > max )) && max=$kb
+  done
+  awk -v k="$max" 'BEGIN { printf "%.1f", k / 1024 }'
+}
+rb_rss=$(max_rss_mib "$BIN" stack -p "$RUBY_PID")
+na_rss=$(max_rss_mib "$BIN" stack --native -p "$RUBY_PID")
 
 # The target must still be running, and every thread must be resumed:
 # rbscope reads it once more afterwards.
@@ -183,11 +199,11 @@ rb_med=$(pct "$WORK/rbscope.times" 50)
 rb_p90=$(pct "$WORK/rbscope.times" 90)
 nb_med=$(pct "$WORK/nonblocking.times" 50)
 nb_p90=$(pct "$WORK/nonblocking.times" 90)
-printf 'rbscope stack               (N=%d): median %s ms, p90 %s ms\n' "$N" "$rb_med" "$rb_p90"
+printf 'rbscope stack               (N=%d): median %s ms, p90 %s ms, max RSS %s MiB\n' "$N" "$rb_med" "$rb_p90" "${rb_rss:-?}"
 printf 'rbscope stack --nonblocking (N=%d): median %s ms, p90 %s ms\n' "$N" "$nb_med" "$nb_p90"
 na_med=$(pct "$WORK/native.times" 50)
 na_p90=$(pct "$WORK/native.times" 90)
-printf 'rbscope stack --native      (N=%d): median %s ms, p90 %s ms (%s native frames)\n' "$N" "$na_med" "$na_p90" "$native_frames"
+printf 'rbscope stack --native      (N=%d): median %s ms, p90 %s ms, max RSS %s MiB (%s native frames)\n' "$N" "$na_med" "$na_p90" "${na_rss:-?}" "$native_frames"
 if (( M > 0 )); then
   gdb_med=$(pct "$WORK/gdb.times" 50)
   printf 'gdb thread apply all bt     (M=%d): median %s ms\n' "$M" "$gdb_med"

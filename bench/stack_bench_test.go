@@ -244,7 +244,6 @@ func BenchmarkNativeUnwind(b *testing.B) {
 	u := unwind.New(t, maps)
 	defer u.Close()
 	u.Preload()
-	vm.MarkExecBoundaries = true
 	var rubyOnly, withNative, unwinding time.Duration
 	unwound, nativeFrames := 0, 0
 	b.ResetTimer()
@@ -255,7 +254,7 @@ func BenchmarkNativeUnwind(b *testing.B) {
 		var threads []rubyvm.Thread
 		err := t.WhilePaused(nil, func(s *target.Stopped) error {
 			var err error
-			if threads, err = vm.Threads(); err != nil {
+			if threads, err = vm.Threads(rubyvm.WithExecBoundaries()); err != nil {
 				return err
 			}
 			for tid := range s.Threads {

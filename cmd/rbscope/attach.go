@@ -10,8 +10,10 @@ import (
 
 // vmOptions are the root command's options for finding a Ruby VM
 // (--force-version), used by every command that opens one: openRuby, the
-// sampler's (record, top) and core.
-var vmOptions rubyvm.Options
+// sampler's (record, top) and core. Their one BuildCache lets the
+// processes of one Ruby image that a run reads (record --subprocesses of
+// a server's workers, the agent's) share what is read of it.
+var vmOptions = rubyvm.Options{Builds: rubyvm.NewBuildCache()}
 
 // openRuby attaches to a live process and finds its Ruby VM. The returned
 // close releases both.

@@ -49,7 +49,9 @@ type Config struct {
 	BasicAuthUser, BasicAuthPassword string
 	// Log receives the agent's one-line notices (each kind once).
 	Log io.Writer
-	// VM are the options for finding each process's Ruby VM.
+	// VM are the options for finding each process's Ruby VM. The agent
+	// sets VM.Builds when it is nil, so that the processes of one Ruby
+	// image (the workers of a server) share what is read of it.
 	VM rubyvm.Options
 }
 
@@ -111,6 +113,9 @@ func New(cfg Config, metrics *Metrics) *Agent {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.VM.Builds == nil {
+		cfg.VM.Builds = rubyvm.NewBuildCache()
 	}
 	host, _ := os.Hostname()
 	return &Agent{cfg: cfg, metrics: metrics, uploads: newQueue(queueLength, metrics), hostname: host,

@@ -14,9 +14,9 @@ import (
 	"connectrpc.com/connect"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/pushapi"
 )
 
 // TestLabelsSanitized: a service name from a command line that is not
@@ -107,10 +107,10 @@ func TestUploaderDropsInvalid(t *testing.T) {
 	if len(p.accepted) != 1 || p.accepted[0] != "good" || p.refused != 1 {
 		t.Errorf("server accepted %v and refused %d, want [good] and 1", p.accepted, p.refused)
 	}
-	if n := testutil.ToFloat64(m.dropped.WithLabelValues("rejected")); n != 2 {
+	if n := m.dropped.WithLabelValues("rejected").Value(); n != 2 {
 		t.Errorf("%v rejected drops counted, want 2", n)
 	}
-	if n := testutil.ToFloat64(m.uploads.WithLabelValues("ok")); n != 1 {
+	if n := m.uploads.WithLabelValues("ok").Value(); n != 1 {
 		t.Errorf("%v ok uploads counted, want 1", n)
 	}
 	if len(said) != 1 || !said["rejected"] {
@@ -125,11 +125,11 @@ func TestRetryable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{connect.NewError(connect.CodeUnavailable, errors.New("x")), true},
-		{connect.NewError(connect.CodeUnauthenticated, errors.New("x")), true},
-		{connect.NewError(connect.CodeUnknown, errors.New("x")), true},
-		{connect.NewError(connect.CodeInvalidArgument, errors.New("x")), false},
-		{connect.NewError(connect.CodeInternal, errors.New("x")), false},
+		{&pushapi.Error{Code: pushapi.CodeUnavailable, Message: "x"}, true},
+		{&pushapi.Error{Code: pushapi.CodeUnauthenticated, Message: "x"}, true},
+		{&pushapi.Error{Code: pushapi.CodeUnknown, Message: "x"}, true},
+		{&pushapi.Error{Code: pushapi.CodeInvalidArgument, Message: "x"}, false},
+		{&pushapi.Error{Code: pushapi.CodeInternal, Message: "x"}, false},
 		{&statusError{code: 400, status: "400 Bad Request"}, false},
 		{&statusError{code: 413, status: "413 Payload Too Large"}, false},
 		{&statusError{code: 429, status: "429 Too Many Requests"}, true},

@@ -553,7 +553,7 @@ func readRuby(pid int) (*wire.CrashRuby, []string) {
 	}
 	defer vm.Close()
 	var problems []string
-	for _, s := range vm.Image.Skipped {
+	for _, s := range vm.Build().Skipped() {
 		problems = append(problems, "ruby image: not read: "+s)
 	}
 	// The process is dumping its core: it cannot be paused, and it

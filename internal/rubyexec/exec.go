@@ -198,7 +198,7 @@ func jobFunctions(t *target.Live, vm *rubyvm.VM, job string) (register, fn uint6
 		name string
 		addr *uint64
 	}{{"rb_postponed_job_register_one", &register}, {job, &fn}} {
-		if *s.addr, _, err = vm.Image.Symbol(s.name); err != nil {
+		if *s.addr, _, err = vm.Symbol(s.name); err != nil {
 			return 0, 0, fmt.Errorf("pid %d: cannot run code: %w", t.PID(), err)
 		}
 	}

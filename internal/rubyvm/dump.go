@@ -144,7 +144,7 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		return nil, err
 	}
 	bt := &budgeted{Target: v.T, left: readBudget(maps)}
-	v = v.WithTarget(bt)
+	v = v.withTarget(bt)
 	st, err := v.heapDump(w, opt)
 	if st != nil {
 		st.BudgetSpent = bt.spent
@@ -588,7 +588,7 @@ func (d *dumper) roots() []dumpRoot {
 		vmRefs = append(vmRefs, th.Self)
 	}
 	for _, sym := range []string{"rb_cBasicObject", "rb_cObject", "rb_mKernel"} {
-		if addr, _, err := d.v.Image.Symbol(sym); err == nil {
+		if addr, _, err := d.v.Symbol(sym); err == nil {
 			if val, err := d.v.m.u64(addr); err == nil {
 				vmRefs = append(vmRefs, val)
 			}
@@ -1409,14 +1409,15 @@ func (v *VM) HeapDumpSnapshot(l *target.Live, w io.Writer, opt DumpOptions) (*Du
 	defer snap.Close()
 	ss := SnapshotStats{Paused: snap.Paused, Bytes: snap.Bytes, Held: snap.Held}
 	opt.MachineContext = true
-	st, err := v.WithTarget(snap).HeapDump(w, opt)
+	st, err := v.withTarget(snap).HeapDump(w, opt)
 	return st, ss, err
 }
 
-// WithTarget returns a VM that reads the same process through t (a
-// snapshot of it): it keeps what v found (the layout, the globals it
-// located), not what it cached of memory.
-func (v *VM) WithTarget(t target.Target) *VM {
+// withTarget returns a VM that reads the same process through t (a
+// snapshot of it, or a budgeted reader): it keeps what v found (the
+// Build, the layout, the globals it located), not what it cached of
+// memory. It is never closed: v owns the image and the Build.
+func (v *VM) withTarget(t target.Target) *VM {
 	w := *v
 	w.T = t
 	w.m = mem{t: t}

@@ -578,7 +578,7 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 		if tblAddr != 0 {
 			break
 		}
-		if a, _, err := d.v.Image.Symbol(name); err == nil {
+		if a, _, err := d.v.Symbol(name); err == nil {
 			tblAddr = a
 		}
 	}

@@ -80,14 +80,23 @@ func init() {
 
 // locate returns the address of the VM global named by its symbol, found
 // as its locator says, or 0 when it cannot be found. Answers are kept: a
-// global's address does not change.
+// global's address does not change. Where another process of the same
+// Build found it is tried first, and taken if it passes this process's
+// checks.
 func (v *VM) locate(name string) uint64 {
 	if addr, ok := v.located[name]; ok {
 		return addr
 	}
 	l := locators[name]
+	if h, ok := v.build.hint(name); ok {
+		if a, ok := l.accept(v, h.addr+v.Image.Bias); ok {
+			v.located[name] = a
+			v.locatedHow[name] = h.how
+			return a
+		}
+	}
 	addr, how := uint64(0), FoundBySymbol
-	if a, _, err := v.Image.Symbol(name); err == nil {
+	if a, _, err := v.Symbol(name); err == nil {
 		if l.accept == nil {
 			addr = a
 		} else if a, ok := l.accept(v, a); ok {
@@ -107,5 +116,8 @@ func (v *VM) locate(name string) uint64 {
 	}
 	v.located[name] = addr
 	v.locatedHow[name] = how
+	if addr != 0 && l.accept != nil {
+		v.build.found(name, addr-v.Image.Bias, how)
+	}
 	return addr
 }

@@ -30,20 +30,25 @@ var (
 // MinFamily is the oldest Ruby version family rbscope reads.
 const MinFamily = "2.7"
 
-// VM is a Ruby VM found in a target.
+// VM is a Ruby VM found in one process (or core). What is true of its Ruby
+// image whichever process maps it (symbols, the layout chosen from the
+// image's debug information or the built-in tables, where the globals lie)
+// is its Build, shared; the VM keeps what is this process's: its target,
+// its copy of the image (with its load bias), the version read from its
+// memory, the layout once checked against its memory (perhaps Adjusted),
+// the globals' run-time addresses, and the caches of what its memory holds
+// (IDs, class names, instruction sequences, the object space).
+//
+// A VM is used by one goroutine at a time. How a read goes (frame budget,
+// exec-loop boundaries) is said by options of the call (ReadOption).
 type VM struct {
-	// FrameBudget, when above zero, bounds how many control frames all
-	// the stack reads of this VM take together (a crash report reads a
-	// hostile process once); a stack cut short keeps its innermost frames
-	// and says so in its error (ErrFrameBudget).
-	FrameBudget int
-	// MarkExecBoundaries makes stack reads mark each Frame.ExecEnds (one
-	// more word of each frame's environment).
-	MarkExecBoundaries bool
-	framesRead         int
-
-	T      target.Target
-	Image  *binary.Image
+	T target.Target
+	// Image is this process's copy of the Ruby image: its Bias is this
+	// process's load bias. Symbols are best looked up through VM.Symbol,
+	// which reads them once per Build.
+	Image *binary.Image
+	// Layout is the layout this process is read through: its Build's
+	// choice, or a copy with offsets moved (Adjusted).
 	Layout *layout.Layout
 	// Version is RUBY_VERSION ("3.1.7"); Description is RUBY_DESCRIPTION.
 	Version     string
@@ -59,8 +64,9 @@ type VM struct {
 	Adjusted   []string
 	unexpected []string
 
+	build        *Build            // what is known of the image, shared
 	vmPtrAddr    uint64            // &ruby_current_vm_ptr
-	located      map[string]uint64 // what locate found, by symbol (0: not found)
+	located      map[string]uint64 // what locate found, by symbol, run-time (0: not found)
 	locatedHow   map[string]FoundBy
 	maps         []target.Mapping // the mappings when the VM was opened
 	m            mem
@@ -82,6 +88,7 @@ type VM struct {
 	localTID func(int) int
 	live     bool       // T is a running process (its threads come and go)
 	env      valueStack // the value stack of the stack being walked
+	read     readConfig // the options of the stack read under way
 }
 
 // FindImage returns the path of the file that holds the Ruby VM: the Ruby
@@ -106,6 +113,10 @@ type Options struct {
 	// instead of the one read from the process: the escape hatch for a
 	// process or core whose version cannot be read.
 	ForceVersion string
+	// Builds, when set, shares what is read of a Ruby image among the
+	// VMs opened with it (see Build); nil reads the image for this VM
+	// alone.
+	Builds *BuildCache
 }
 
 // Open finds the Ruby VM in t and chooses its layout.
@@ -125,44 +136,74 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, disk := buildKey(t, maps, path, im)
+	b, shared := opts.Builds.acquire(key, im, disk)
+	v := &VM{T: t, Image: im, build: b, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
+	if err := v.open(t, path, maps, opts); err != nil {
+		v.Close()
+		return nil, err
+	}
+	b.save()
+	if !shared && b.cache != nil && b.readDebugInfo() {
+		v.shedDebugInfo(t, maps, path)
+	}
+	return v, nil
+}
+
+// shedDebugInfo gives a Build kept in a BuildCache, whose layout was read
+// from the image's debug information, a fresh copy of its image: a
+// binary.Image keeps what it read for its life (tens of megabytes of DWARF
+// for a debug build), and the Build, which may live as long as the agent
+// runs, needs none of it once the layout is chosen. This VM, whose image
+// the Build's was, takes the fresh copy too.
+func (v *VM) shedDebugInfo(t target.Target, maps []target.Mapping, path string) {
+	im, err := binary.Open(t, maps, path)
+	if err != nil {
+		return
+	}
+	b := v.build
+	b.mu.Lock()
+	old := b.im
+	b.skipped = b.skippedLocked()
+	b.im = im
+	b.mu.Unlock()
+	v.Image = im
+	old.Close()
+}
+
+// open finds the VM in the process, its image open.
+func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Options) error {
+	im, b := v.Image, v.build
 	// An image read from a core's memory may have no symbols at all; it
 	// is taken for Ruby's by its name, or on the user's word.
-	blind := im.InMemory && im.MemoryErr != nil && !im.HasSymbol("ruby_version")
+	blind := im.InMemory && im.MemoryErr != nil && !b.hasSymbol("ruby_version")
 	if blind && !(procfs.IsRubyImage(path) || opts.ForceVersion != "") {
-		im.Close()
-		return nil, fmt.Errorf("pid %d: %w (it runs %s, and the core holds none of its symbols: %v)", t.PID(), ErrNotRuby, filepath.Base(path), im.MemoryErr)
+		return fmt.Errorf("pid %d: %w (it runs %s, and the core holds none of its symbols: %v)", t.PID(), ErrNotRuby, filepath.Base(path), im.MemoryErr)
 	}
-	if !blind && (!im.HasSymbol("ruby_version") || !(im.HasSymbol("ruby_current_vm_ptr") || im.HasSymbol("ruby_vm_at_exit"))) {
-		im.Close()
-		return nil, fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
+	if !blind && (!b.hasSymbol("ruby_version") || !(b.hasSymbol("ruby_current_vm_ptr") || b.hasSymbol("ruby_vm_at_exit"))) {
+		return fmt.Errorf("pid %d: %w (it runs %s)", t.PID(), ErrNotRuby, filepath.Base(path))
 	}
-	v := &VM{T: t, Image: im, m: mem{t: t}, located: map[string]uint64{}, locatedHow: map[string]FoundBy{}, maps: maps}
 	if l, ok := t.(*target.Live); ok {
 		v.localTID, v.live = l.LocalTID, true
 	}
 	v.ForgetCaches()
 	if err := v.findVersion(maps, opts); err != nil {
-		im.Close()
-		return nil, err
+		return err
 	}
 	fam, err := Family(v.Version)
 	if err != nil {
-		im.Close()
-		return nil, v.withVersionSource(err)
+		return v.withVersionSource(err)
 	}
-	if v.Layout, err = chooseLayout(im, fam, v.Version); err != nil {
-		im.Close()
-		return nil, v.withVersionSource(err)
+	if v.Layout, err = b.layout(fam, v.Version); err != nil {
+		return v.withVersionSource(err)
 	}
 	if v.vmPtrAddr, err = v.findVMPtr(); err != nil {
-		im.Close()
-		return nil, v.withVersionSource(err)
+		return v.withVersionSource(err)
 	}
 	if err := v.checkOrDrift(maps); err != nil {
-		im.Close()
-		return nil, v.withVersionSource(err)
+		return v.withVersionSource(err)
 	}
-	return v, nil
+	return nil
 }
 
 // Fallbacks says, in one line, how the VM was found when it was not the
@@ -218,11 +259,38 @@ func (v *VM) ForgetCaches() {
 	v.cfuncs = map[uint64]string{}
 }
 
-// Close releases the image.
-func (v *VM) Close() error { return v.Image.Close() }
+// Close releases the process's image and its use of the Build.
+func (v *VM) Close() error {
+	var err error
+	if v.Image != v.build.im {
+		err = v.Image.Close()
+	}
+	v.build.release()
+	return err
+}
+
+// Build returns what is known of the VM's Ruby image, shared with the
+// other VMs of that image opened with the same BuildCache.
+func (v *VM) Build() *Build { return v.build }
+
+// Symbol returns the run-time address in this process, and the size, of
+// a symbol the Ruby image defines.
+func (v *VM) Symbol(name string) (addr, size uint64, err error) {
+	a, n, err := v.build.symbol(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	return a + v.Image.Bias, n, nil
+}
+
+// code returns size bytes of the Ruby image's file at the run-time
+// address addr of this process.
+func (v *VM) code(addr, size uint64) ([]byte, error) {
+	return v.build.code(addr-v.Image.Bias, size)
+}
 
 func (v *VM) symbolString(name string, max int) (string, error) {
-	addr, size, err := v.Image.Symbol(name)
+	addr, size, err := v.Symbol(name)
 	if err != nil {
 		return "", err
 	}

@@ -26,7 +26,7 @@ type Frame struct {
 	Line      int
 	// ExecEnds marks the outermost frame one call of the VM's exec loop
 	// runs (the frame Ruby pushed with VM_FRAME_FLAG_FINISH, or the frame
-	// inside a skipped one that was), when VM.MarkExecBoundaries is set:
+	// inside a skipped one that was), when read WithExecBoundaries:
 	// where Ruby frames line up with the native frames running them.
 	ExecEnds bool
 }
@@ -59,15 +59,48 @@ const (
 	maxFrames = 1 << 20
 )
 
+// ReadOption says how a stack read goes (Threads, ReadThreads,
+// ReadStacks).
+type ReadOption func(*readConfig)
+
+// readConfig is what the ReadOptions of one read said, and what the read
+// spent of its frame budget.
+type readConfig struct {
+	execBoundaries bool
+	frameBudget    int
+	framesRead     int
+}
+
+// WithExecBoundaries makes the read mark each Frame.ExecEnds (one more
+// word of each frame's environment read).
+func WithExecBoundaries() ReadOption { return func(c *readConfig) { c.execBoundaries = true } }
+
+// WithFrameBudget bounds how many control frames the stacks of one read
+// take together, when n is above zero (a crash report reads a hostile
+// process once): a stack cut short keeps its innermost frames and says so
+// in its error (ErrFrameBudget).
+func WithFrameBudget(n int) ReadOption { return func(c *readConfig) { c.frameBudget = n } }
+
+// withReadOptions sets the options of the read that is starting; the
+// returned function ends it.
+func (v *VM) withReadOptions(opts []ReadOption) func() {
+	v.read = readConfig{}
+	for _, o := range opts {
+		o(&v.read)
+	}
+	return func() { v.read = readConfig{} }
+}
+
 // Threads walks every ractor's threads and returns their stacks.
-func (v *VM) Threads() ([]Thread, error) {
-	return v.ReadThreads(func(Thread) bool { return true })
+func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
+	return v.ReadThreads(func(Thread) bool { return true }, opts...)
 }
 
 // ReadThreads walks every ractor's threads and reads who they are (TID,
 // name, status, GVL); it walks the stacks only of the threads withStack
 // accepts (none when it is nil), as stacks are what costs.
-func (v *VM) ReadThreads(withStack func(Thread) bool) ([]Thread, error) {
+func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thread, error) {
+	defer v.withReadOptions(opts)()
 	L := v.Layout
 	vm, err := v.vmPtr()
 	if err != nil {
@@ -109,7 +142,8 @@ func (v *VM) ReadThreads(withStack func(Thread) bool) ([]Thread, error) {
 // list threads before it stops them and read only the stacks while they
 // stand still. A thread that has ended since it was listed must not be
 // passed: its memory may be freed.
-func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool) {
+func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool, opts ...ReadOption) {
+	defer v.withReadOptions(opts)()
 	for i := range ths {
 		t := &ths[i]
 		if !withStack(*t) {
@@ -293,12 +327,12 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	// Within a frame budget only the innermost frames are read; the last
 	// one read is then a real frame, not the dummy one.
 	var cut uint64
-	if v.FrameBudget > 0 {
-		left := uint64(max(v.FrameBudget-v.framesRead, 0))
+	if r := &v.read; r.frameBudget > 0 {
+		left := uint64(max(r.frameBudget-r.framesRead, 0))
 		if n > left {
 			cut, n = n-left, left
 		}
-		v.framesRead += int(n)
+		r.framesRead += int(n)
 		if n == 0 {
 			return nil, fmt.Errorf("%w: %d frames not read", ErrFrameBudget, cut)
 		}
@@ -328,7 +362,7 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	for i := uint64(0); i < last; i++ {
 		cf := raw[i*uint64(L.CFPSize):]
 		f, ok, err := v.frame(cf)
-		finish := v.MarkExecBoundaries && v.finishes(cf)
+		finish := v.read.execBoundaries && v.finishes(cf)
 		if err != nil {
 			errs++
 			if firstErr == nil {
@@ -365,7 +399,7 @@ func (v *VM) finishes(cf []byte) bool {
 	return err == nil && int64(le64(b, 0))&L.FrameFlagFinish != 0
 }
 
-// ErrFrameBudget means a read stopped at VM.FrameBudget.
+// ErrFrameBudget means a read stopped at its frame budget (WithFrameBudget).
 var ErrFrameBudget = errors.New("frame budget spent")
 
 // frame decodes one control frame. ok is false for frames Ruby's own

@@ -37,6 +37,12 @@ const deepFrames = 3000
 func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
 	t.Helper()
 	_, vm := testvm.Attach(t, pid)
+	return vm, readSleeping(t, vm, pause)
+}
+
+// readSleeping reads vm's threads as readThreads does.
+func readSleeping(t *testing.T, vm *rubyvm.VM, pause bool) []rubyvm.Thread {
+	t.Helper()
 	read := func() []rubyvm.Thread {
 		var ths []rubyvm.Thread
 		read := func() (err error) {
@@ -59,11 +65,11 @@ func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread
 		ths := read()
 		for _, th := range ths {
 			if th.Main && len(th.Frames) > 0 && th.Frames[0].Label == "Kernel#sleep" {
-				return vm, ths
+				return ths
 			}
 		}
 		if time.Now().After(deadline) {
-			return vm, ths
+			return ths
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -308,7 +314,7 @@ func TestStacksWhileThreadsComeAndGo(t *testing.T) {
 	}
 }
 
-// TestFrameBudget: with VM.FrameBudget set, all stack reads together take
+// TestFrameBudget: with a frame budget, all stack reads of one call take
 // at most that many control frames (a crash report reads a hostile
 // process); a stack cut short keeps its innermost frames and says so.
 func TestFrameBudget(t *testing.T) {
@@ -317,9 +323,8 @@ func TestFrameBudget(t *testing.T) {
 	var rep selfReport
 	p.WaitReport(t, &rep, 30*time.Second)
 	vm, full := readThreads(t, p.PID(), true)
-	vm.FrameBudget = 100
 	var cut []rubyvm.Thread
-	if err := testvm.Paused(t, vm, func() (err error) { cut, err = vm.Threads(); return err }); err != nil {
+	if err := testvm.Paused(t, vm, func() (err error) { cut, err = vm.Threads(rubyvm.WithFrameBudget(100)); return err }); err != nil {
 		t.Fatal(err)
 	}
 	total, said := 0, 0

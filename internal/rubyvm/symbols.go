@@ -120,7 +120,7 @@ func (v *VM) findRIPRef(name string, depth int, accept func(uint64) (uint64, boo
 	if v.Image.File.Machine != elf.EM_X86_64 {
 		return 0, false
 	}
-	start, size, err := v.Image.Symbol(name)
+	start, size, err := v.Symbol(name)
 	if err != nil {
 		return 0, false
 	}
@@ -134,7 +134,7 @@ func (v *VM) findRIPRef(name string, depth int, accept func(uint64) (uint64, boo
 			if size == 0 || size > maxCodeScan {
 				size = maxCodeScan
 			}
-			code, err := v.Image.Code(f.addr, size)
+			code, err := v.code(f.addr, size)
 			if err != nil {
 				continue
 			}
@@ -178,14 +178,14 @@ func (v *VM) findDispFor(name string, accept func(int64) bool) (int64, bool) {
 	if v.Image.File.Machine != elf.EM_X86_64 {
 		return 0, false
 	}
-	start, size, err := v.Image.Symbol(name)
+	start, size, err := v.Symbol(name)
 	if err != nil {
 		return 0, false
 	}
 	if size == 0 || size > maxCodeScan {
 		size = maxCodeScan
 	}
-	code, err := v.Image.Code(start, size)
+	code, err := v.code(start, size)
 	if err != nil {
 		return 0, false
 	}

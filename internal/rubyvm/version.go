@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -47,21 +48,27 @@ func (v *VM) findVersion(maps []target.Mapping, opts Options) error {
 		v.Image.Path, why, ErrUnsupported)
 }
 
+// The expressions of the fallbacks are compiled when first needed, not by
+// every run of every command.
 var (
 	versionRE = regexp.MustCompile(`^\d+\.\d+(\.\d+)?$`)
 	// RUBY_DESCRIPTION begins "ruby 3.3.0 (2023-12-25 revision 5124f9ac75)"
 	// or "ruby 2.7.2p137 (2020-10-01 revision 5445e04352)".
-	descriptionRE = regexp.MustCompile(`ruby (\d+\.\d+\.\d+)(p\d+)? \(\d{4}-\d\d-\d\d[^\x00]{0,200}`)
+	descriptionRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`ruby (\d+\.\d+\.\d+)(p\d+)? \(\d{4}-\d\d-\d\d[^\x00]{0,200}`)
+	})
 	// Version-bearing paths, most precise first: libruby's file name
 	// (libruby.so.3.1.0, Debian's libruby-3.1.so.3.1), a directory named
 	// for the version (.rbenv/versions/2.7.2/, /Ruby/3.3.0/x64/,
 	// ruby-3.2.2/), and last the library directory, which carries the ABI
 	// version (lib/ruby/3.1.0/ for every 3.1.x).
-	pathVersionREs = []*regexp.Regexp{
-		regexp.MustCompile(`(?:^|/)libruby(?:-\d+\.\d+)?\.so\.(\d+\.\d+(?:\.\d+)?)$`),
-		regexp.MustCompile(`/(?:ruby-)?(\d+\.\d+\.\d+)(?:-[0-9a-z]+)?/(?:x64/|x86_64/)?(?:bin|lib)/`),
-		regexp.MustCompile(`/lib/ruby/(\d+\.\d+)\.\d+/`),
-	}
+	pathVersionREs = sync.OnceValue(func() []*regexp.Regexp {
+		return []*regexp.Regexp{
+			regexp.MustCompile(`(?:^|/)libruby(?:-\d+\.\d+)?\.so\.(\d+\.\d+(?:\.\d+)?)$`),
+			regexp.MustCompile(`/(?:ruby-)?(\d+\.\d+\.\d+)(?:-[0-9a-z]+)?/(?:x64/|x86_64/)?(?:bin|lib)/`),
+			regexp.MustCompile(`/lib/ruby/(\d+\.\d+)\.\d+/`),
+		}
+	})
 )
 
 // ValidVersion reports whether s reads as a Ruby version: "3.3.0", or a
@@ -70,7 +77,7 @@ func ValidVersion(s string) bool { return versionRE.MatchString(s) }
 
 // versionFromPaths finds a Ruby version in the paths of the mapped files.
 func versionFromPaths(maps []target.Mapping) (version, path string, ok bool) {
-	for _, re := range pathVersionREs {
+	for _, re := range pathVersionREs() {
 		for _, m := range maps {
 			p := strings.TrimSuffix(m.Path, " (deleted)")
 			if sm := re.FindStringSubmatch(p); sm != nil && !strings.Contains(p, "/gems/") {
@@ -95,7 +102,7 @@ func (v *VM) scanDescription(maps []target.Mapping) (desc, where string, ok bool
 		}
 		b := make([]byte, min(m.End-m.Start, maxDescriptionScan))
 		n, _ := v.T.ReadAt(b, m.Start)
-		if loc := descriptionRE.FindIndex(b[:n]); loc != nil {
+		if loc := descriptionRE().FindIndex(b[:n]); loc != nil {
 			d := b[loc[0]:loc[1]]
 			if i := bytes.IndexByte(d, 0); i >= 0 {
 				d = d[:i]

@@ -147,6 +147,9 @@ type proc struct {
 	// sample's unwound stacks, by TID.
 	unwinder *stacks.Unwinder
 	native   map[int][]unwind.Frame
+	// readOpts are the options of the stack reads (the exec loop's
+	// boundaries, with native frames).
+	readOpts []rubyvm.ReadOption
 }
 
 // foreignMain reports whether tid, the TID Ruby's books give the main
@@ -193,7 +196,7 @@ func (p *proc) prepareNative() {
 	}
 	p.unwinder = u
 	p.native = map[int][]unwind.Frame{}
-	p.vm.MarkExecBoundaries = true
+	p.readOpts = []rubyvm.ReadOption{rubyvm.WithExecBoundaries()}
 }
 
 // onCPUNow narrows running, the threads the kernel calls runnable, to
@@ -715,7 +718,7 @@ func (s *Sampler) sample(p *proc) {
 	gc := rubyvm.GCIdle
 	switch {
 	case s.opts.Nonblocking:
-		threads, err = p.vm.ReadThreads(wanted)
+		threads, err = p.vm.ReadThreads(wanted, p.readOpts...)
 		gc = p.gcPhase(threads)
 	case running == nil:
 		// With Idle every Ruby thread is read, so every Ruby thread stops;
@@ -731,7 +734,7 @@ func (s *Sampler) sample(p *proc) {
 				}
 			}
 			err = p.live.WhilePaused(tids, func(s *target.Stopped) error {
-				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) })
+				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) }, p.readOpts...)
 				gc = p.gcPhase(threads)
 				p.unwindStopped(s, tids)
 				return nil
@@ -853,7 +856,7 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 				return true
 			}
 			return false
-		})
+		}, p.readOpts...)
 		gc = p.gcPhase(ths)
 		if p.unwinder != nil {
 			tids := make([]int, 0, len(done))
@@ -921,7 +924,7 @@ func (s *Sampler) readAllPaused(p *proc, tids []int, wanted func(rubyvm.Thread) 
 	var ths []rubyvm.Thread
 	err := p.live.WhilePaused(tids, func(*target.Stopped) error {
 		var err error
-		ths, err = p.vm.ReadThreads(wanted)
+		ths, err = p.vm.ReadThreads(wanted, p.readOpts...)
 		return err
 	})
 	return ths, err

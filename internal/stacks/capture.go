@@ -74,7 +74,7 @@ type Options struct {
 	// (a stack may then be torn). It cannot go with Native.
 	Nonblocking bool
 	// FrameBudget, when above zero, bounds how many Ruby frames the whole
-	// capture reads (rubyvm.VM.FrameBudget).
+	// capture reads (rubyvm.WithFrameBudget).
 	FrameBudget int
 	// WhileStill, when set, runs while the target stands still, after the
 	// stacks are read, with the threads standing still (not with
@@ -104,9 +104,12 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 		}
 		defer uw.Close()
 	}
-	if vm != nil {
-		vm.MarkExecBoundaries = opts.Native
-		vm.FrameBudget = opts.FrameBudget
+	var readOpts []rubyvm.ReadOption
+	if opts.Native {
+		readOpts = append(readOpts, rubyvm.WithExecBoundaries())
+	}
+	if opts.FrameBudget > 0 {
+		readOpts = append(readOpts, rubyvm.WithFrameBudget(opts.FrameBudget))
 	}
 	var ruby []rubyvm.Thread
 	var stopped []int
@@ -117,7 +120,7 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 		stopped = tids
 		if vm != nil {
 			var err error
-			if ruby, err = vm.Threads(); err != nil {
+			if ruby, err = vm.Threads(readOpts...); err != nil {
 				return err
 			}
 		}
