@@ -2,6 +2,8 @@ package agent
 
 import (
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestQueueDropsOldest: a full queue drops its oldest upload for a new
@@ -23,7 +25,7 @@ func TestQueueDropsOldest(t *testing.T) {
 	}
 	q.put(a)
 	q.putBack(b) // full: b is dropped
-	if n := m.dropped.WithLabelValues("queue_full").Value(); n != 2 {
+	if n := testutil.ToFloat64(m.dropped.WithLabelValues("queue_full")); n != 2 {
 		t.Errorf("%v drops counted, want 2", n)
 	}
 	q.close()

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/pushapi"
@@ -107,10 +108,10 @@ func TestUploaderDropsInvalid(t *testing.T) {
 	if len(p.accepted) != 1 || p.accepted[0] != "good" || p.refused != 1 {
 		t.Errorf("server accepted %v and refused %d, want [good] and 1", p.accepted, p.refused)
 	}
-	if n := m.dropped.WithLabelValues("rejected").Value(); n != 2 {
+	if n := testutil.ToFloat64(m.dropped.WithLabelValues("rejected")); n != 2 {
 		t.Errorf("%v rejected drops counted, want 2", n)
 	}
-	if n := m.uploads.WithLabelValues("ok").Value(); n != 1 {
+	if n := testutil.ToFloat64(m.uploads.WithLabelValues("ok")); n != 1 {
 		t.Errorf("%v ok uploads counted, want 1", n)
 	}
 	if len(said) != 1 || !said["rejected"] {
