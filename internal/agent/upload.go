@@ -12,8 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
+	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
+	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+
 	"github.com/rbscope/rbscope/internal/output"
-	"github.com/rbscope/rbscope/internal/pushapi"
 )
 
 // Backoff between failed uploads: from minBackoff, doubling, to maxBackoff.
@@ -31,11 +35,14 @@ type uploader struct {
 	metrics *Metrics
 	say     func(key, format string, args ...any)
 	http    *http.Client
+	push    pushv1connect.PusherServiceClient
 	ingest  bool // the server has no Push API: use /ingest
 }
 
 func newUploader(cfg Config, m *Metrics, say func(key, format string, args ...any)) *uploader {
-	return &uploader{cfg: cfg, metrics: m, say: say, http: &http.Client{Timeout: uploadTimeout}}
+	hc := &http.Client{Timeout: uploadTimeout}
+	return &uploader{cfg: cfg, metrics: m, say: say, http: hc,
+		push: pushv1connect.NewPusherServiceClient(hc, strings.TrimSuffix(cfg.Server, "/"))}
 }
 
 // runSafe is run, a panic in it (a bug) said once: it returns false then,
@@ -121,10 +128,10 @@ func retryable(err error) bool {
 	if errors.Is(err, errUnencodable) {
 		return false
 	}
-	var pe *pushapi.Error
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case pushapi.CodeInvalidArgument, pushapi.CodeInternal:
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeInvalidArgument, connect.CodeInternal:
 			return false
 		}
 		return true
@@ -152,8 +159,8 @@ func (u *uploader) send(ctx context.Context, it *upload) error {
 	var err error
 	if !u.ingest {
 		err = u.pushOne(ctx, it, pprof.Bytes())
-		var pe *pushapi.Error
-		if errors.As(err, &pe) && (pe.Code == pushapi.CodeUnimplemented || pe.Code == pushapi.CodeNotFound) {
+		var ce *connect.Error
+		if errors.As(err, &ce) && (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) {
 			u.ingest = true
 			u.say("ingest", "rbscope agent: %s has no Push API; using /ingest", u.cfg.Server)
 		}
@@ -162,9 +169,9 @@ func (u *uploader) send(ctx context.Context, it *upload) error {
 		err = u.ingestOne(ctx, it, pprof.Bytes())
 	}
 	if err != nil {
-		var pe *pushapi.Error
+		var ce *connect.Error
 		switch {
-		case errors.As(err, &pe) && (pe.Code == pushapi.CodeUnauthenticated || pe.Code == pushapi.CodePermissionDenied),
+		case errors.As(err, &ce) && (ce.Code() == connect.CodeUnauthenticated || ce.Code() == connect.CodePermissionDenied),
 			errors.Is(err, errAuth):
 			u.say("auth", "rbscope agent: %s refuses the credentials (%v): check --basic-auth-user, --basic-auth-password-file and --tenant-id; profiling goes on, uploads are retried", u.cfg.Server, err)
 		case !retryable(err):
@@ -183,13 +190,17 @@ func (u *uploader) pushOne(ctx context.Context, it *upload, pprof []byte) error 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	labels := make([]pushapi.Label, 0, len(keys))
+	var labels []*typesv1.LabelPair
 	for _, k := range keys {
-		labels = append(labels, pushapi.Label{Name: k, Value: it.labels[k]})
+		labels = append(labels, &typesv1.LabelPair{Name: k, Value: it.labels[k]})
 	}
-	h := http.Header{}
-	u.headers(h)
-	return pushapi.Push(ctx, u.http, u.cfg.Server, labels, pprof, h)
+	req := connect.NewRequest(&pushv1.PushRequest{Series: []*pushv1.RawProfileSeries{{
+		Labels:  labels,
+		Samples: []*pushv1.RawSample{{RawProfile: pprof}},
+	}}})
+	u.headers(req.Header())
+	_, err := u.push.Push(ctx, req)
+	return err
 }
 
 // errAuth is an /ingest upload the server refused for its credentials.

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rbscope/rbscope/internal/profile"
-	"github.com/rbscope/rbscope/internal/pushapi"
 )
 
 // TestLabelsSanitized: a service name from a command line that is not
@@ -126,11 +125,11 @@ func TestRetryable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{&pushapi.Error{Code: pushapi.CodeUnavailable, Message: "x"}, true},
-		{&pushapi.Error{Code: pushapi.CodeUnauthenticated, Message: "x"}, true},
-		{&pushapi.Error{Code: pushapi.CodeUnknown, Message: "x"}, true},
-		{&pushapi.Error{Code: pushapi.CodeInvalidArgument, Message: "x"}, false},
-		{&pushapi.Error{Code: pushapi.CodeInternal, Message: "x"}, false},
+		{connect.NewError(connect.CodeUnavailable, errors.New("x")), true},
+		{connect.NewError(connect.CodeUnauthenticated, errors.New("x")), true},
+		{connect.NewError(connect.CodeUnknown, errors.New("x")), true},
+		{connect.NewError(connect.CodeInvalidArgument, errors.New("x")), false},
+		{connect.NewError(connect.CodeInternal, errors.New("x")), false},
 		{&statusError{code: 400, status: "400 Bad Request"}, false},
 		{&statusError{code: 413, status: "413 Payload Too Large"}, false},
 		{&statusError{code: 429, status: "429 Too Many Requests"}, true},
