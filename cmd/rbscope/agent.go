@@ -26,7 +26,7 @@ import (
 type agentSettings struct {
 	server, serviceName, match, passwordFile, metricsAddr string
 	tenantID, basicAuthUser                               string
-	tags, pids                                            []string
+	tags, pids, profiles                                  []string
 	interval                                              time.Duration
 	rate                                                  float64
 	pause                                                 bool
@@ -43,6 +43,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringArrayVar(&s.pids, "pid", s.pids, "profile this process only (repeatable); default: every Ruby process of the host")
 	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
 	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
+	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
 	fs.StringVar(&s.passwordFile, "basic-auth-password-file", s.passwordFile, "file holding the HTTP basic auth password")
@@ -124,13 +125,23 @@ func (s agentSettings) config() (agent.Config, error) {
 	if cfg.UploadInterval <= 0 {
 		return cfg, usageError{fmt.Errorf("--upload-interval %v: give a positive duration", cfg.UploadInterval)}
 	}
+	for _, p := range s.profiles {
+		switch p {
+		case "cpu":
+			cfg.CPU = true
+		case "wall":
+			cfg.Wall = true
+		default:
+			return cfg, usageError{fmt.Errorf("--profile %q: give cpu, wall or cpu,wall", p)}
+		}
+	}
 	cfg.Log = os.Stderr
 	cfg.VM = vmOptions
 	return cfg, nil
 }
 
 func newAgentCmd() *cobra.Command {
-	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate}
+	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}}
 	var configPath string
 	c := &cobra.Command{
 		Use:   "agent --server URL",

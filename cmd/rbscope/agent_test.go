@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -31,8 +33,13 @@ type received struct {
 	at        time.Time
 	labels    map[string]string
 	functions map[string]bool
-	tenant    string
-	auth      string
+	// clock is the profile's time ("cpu" or "wall"); counts are how many
+	// samples hold each function, and samples how many there are.
+	clock   string
+	counts  map[string]int64
+	samples int64
+	tenant  string
+	auth    string
 }
 
 // fakePyroscope is a Pyroscope-compatible server: the API module's
@@ -47,7 +54,7 @@ type fakePyroscope struct {
 
 func (f *fakePyroscope) Push(ctx context.Context, req *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
 	for _, s := range req.Msg.Series {
-		r := received{at: time.Now(), labels: map[string]string{}, functions: map[string]bool{},
+		r := received{at: time.Now(), labels: map[string]string{}, functions: map[string]bool{}, counts: map[string]int64{},
 			tenant: req.Header().Get("X-Scope-OrgID"), auth: req.Header().Get("Authorization")}
 		for _, l := range s.Labels {
 			r.labels[l.Name] = l.Value
@@ -58,11 +65,32 @@ func (f *fakePyroscope) Push(ctx context.Context, req *connect.Request[pushv1.Pu
 				f.t.Errorf("an upload is not a pprof profile: %v", err)
 				return nil, connect.NewError(connect.CodeInvalidArgument, err)
 			}
-			if len(p.SampleType) == 0 || p.SampleType[len(p.SampleType)-1].Type != "cpu" || p.SampleType[len(p.SampleType)-1].Unit != "nanoseconds" {
-				f.t.Errorf("sample types %v, want cpu/nanoseconds", p.SampleType)
+			if len(p.SampleType) == 0 {
+				f.t.Errorf("a profile without sample types")
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no sample types"))
+			}
+			last := p.SampleType[len(p.SampleType)-1]
+			if r.clock = last.Type; (last.Type != "cpu" && last.Type != "wall") || last.Unit != "nanoseconds" {
+				f.t.Errorf("sample types %v, want cpu/nanoseconds or wall/nanoseconds", p.SampleType)
+			}
+			want := map[string]string{"process_cpu": "cpu", "wall": "wall"}[r.labels["__name__"]]
+			if r.clock != want {
+				f.t.Errorf("a %s profile (__name__ %q) of %s time", want, r.labels["__name__"], r.clock)
 			}
 			for _, fn := range p.Function {
 				r.functions[fn.Name] = true
+			}
+			for _, smp := range p.Sample {
+				r.samples += smp.Value[0]
+				held := map[string]bool{}
+				for _, loc := range smp.Location {
+					for _, l := range loc.Line {
+						held[l.Function.Name] = true
+					}
+				}
+				for fn := range held {
+					r.counts[fn] += smp.Value[0]
+				}
 			}
 		}
 		f.mu.Lock()
@@ -413,5 +441,90 @@ func TestAgentServerRefuses(t *testing.T) {
 				t.Errorf("said %q %d times, want once:\n%s", c.say, n, stderr.String())
 			}
 		})
+	}
+}
+
+// TestAgentWallProfile: with --profile cpu,wall the agent pushes both a
+// CPU profile (process_cpu) and a wall-clock one (wall) of each process.
+// A program that computes half its wall time and sleeps the other half, by
+// its own clock, shows that split in the wall profile, and next to no
+// sleep in the CPU profile.
+func TestAgentWallProfile(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	srv := &fakePyroscope{t: t}
+	srv.start()
+	defer srv.stop()
+	marker := fmt.Sprintf("wallmark%d", time.Now().UnixNano())
+	report := filepath.Join(t.TempDir(), "spent.json")
+	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker)
+	if err := prog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { prog.Process.Kill(); prog.Wait() }()
+	type spent struct {
+		PID          int
+		Compute, Nap float64
+	}
+	read := func() spent {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var s spent
+			if b, err := os.ReadFile(report); err == nil && json.Unmarshal(b, &s) == nil && s.PID > 0 {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("setup: %s wrote no report", filepath.Base(prog.Path))
+			}
+		}
+	}
+	read()
+	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", marker,
+		"--upload-interval", "1s", "--rate", "100", "--profile", "cpu,wall")
+	agentErr := &lockedBuffer{}
+	agentCmd.Stderr = agentErr
+	if err := agentCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { agentCmd.Process.Kill(); agentCmd.Wait() }()
+	pid := strconv.Itoa(prog.Process.Pid)
+	mine := func(rs []received, clock string) []received {
+		var out []received
+		for _, r := range rs {
+			if r.labels["pid"] == pid && r.clock == clock {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	srv.waitFor(time.Now(), "a CPU and a wall profile of the program", func(rs []received) bool {
+		return len(mine(rs, "cpu")) > 0 && len(mine(rs, "wall")) > 0
+	})
+	// Profiles from here on cover the program's split as measured from
+	// here on (it holds still: both halves are set by its own clock).
+	from, before := time.Now(), read()
+	var wall, cpu [2]int64 // samples holding compute, nap
+	for deadline := time.Now().Add(90 * time.Second); wall[0]+wall[1] < 600; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d wall samples of the program in 90 s; agent:\n%s", wall[0]+wall[1], agentErr.String())
+		}
+		wall, cpu = [2]int64{}, [2]int64{}
+		for _, r := range mine(srv.since(from), "wall") {
+			wall[0], wall[1] = wall[0]+r.counts["Object#compute"], wall[1]+r.counts["Object#nap"]
+		}
+		for _, r := range mine(srv.since(from), "cpu") {
+			cpu[0], cpu[1] = cpu[0]+r.counts["Object#compute"], cpu[1]+r.counts["Object#nap"]
+		}
+	}
+	after := read()
+	wantNap := 100 * (after.Nap - before.Nap) / (after.Nap - before.Nap + after.Compute - before.Compute)
+	n := float64(wall[0] + wall[1])
+	gotNap := 100 * float64(wall[1]) / n
+	tol := math.Max(5, 4*math.Sqrt(wantNap*(100-wantNap)/n))
+	t.Logf("wall profile: nap %.1f%% of %.0f samples; the program measured %.1f%% of its wall time asleep; CPU profile: %d compute, %d nap samples",
+		gotNap, n, wantNap, cpu[0], cpu[1])
+	if math.Abs(gotNap-wantNap) > tol {
+		t.Errorf("the wall profile has nap in %.1f%% of samples, the program slept %.1f%% of its wall time (±%.1f)", gotNap, wantNap, tol)
+	}
+	if cpu[0] == 0 || cpu[1]*10 > cpu[0] {
+		t.Errorf("the CPU profile holds %d samples of compute and %d of nap: sleep is not CPU time", cpu[0], cpu[1])
 	}
 }

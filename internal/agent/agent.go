@@ -43,6 +43,10 @@ type Config struct {
 	Match *regexp.Regexp
 	// Pause stops the target for each sample (default: read it running).
 	Pause bool
+	// CPU and Wall choose the profiles pushed for each process: CPU time
+	// (the threads on a CPU; process_cpu) and wall-clock time (every
+	// thread, whatever it does; wall). Neither set means CPU.
+	CPU, Wall bool
 	// TenantID goes in X-Scope-OrgID; BasicAuthUser and BasicAuthPassword
 	// in the Authorization header.
 	TenantID                         string
@@ -133,6 +137,7 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 		FlushEvery:   a.cfg.UploadInterval,
 		VM:           a.cfg.VM,
 		PerProcess:   true,
+		Wall:         a.cfg.Wall,
 		FlushProcess: a.flushed,
 		Failed:       a.failed,
 	})
@@ -273,9 +278,10 @@ func (a *Agent) start(p discover.Process) {
 	a.mu.Unlock()
 }
 
-// flushed pushes a process's samples (the sampler's FlushProcess); done
-// says it has exited, and a later process with its PID is found anew.
-func (a *Agent) flushed(pid int, p *profile.Profile, done bool) {
+// flushed pushes a process's profiles (the sampler's FlushProcess): its
+// CPU profile as process_cpu, its wall-clock profile as wall; done says
+// it has exited, and a later process with its PID is found anew.
+func (a *Agent) flushed(pid int, cpu, wall *profile.Profile, done bool) {
 	a.mu.Lock()
 	r, ok := a.running[pid]
 	if done {
@@ -283,8 +289,14 @@ func (a *Agent) flushed(pid int, p *profile.Profile, done bool) {
 		a.metrics.processes.Set(float64(len(a.running)))
 	}
 	a.mu.Unlock()
-	if ok {
-		a.push(r.labels, p)
+	if !ok {
+		return
+	}
+	if a.cfg.CPU || !a.cfg.Wall {
+		a.push(r.labels, "process_cpu", cpu)
+	}
+	if wall != nil {
+		a.push(r.labels, "wall", wall)
 	}
 }
 
@@ -403,9 +415,9 @@ func labelValue(v string) string {
 	return v[:n]
 }
 
-// push queues one profile for the server (a profile without samples is
-// not sent).
-func (a *Agent) push(labels map[string]string, p *profile.Profile) {
+// push queues one profile for the server under the profile name (the
+// __name__ label) given (a profile without samples is not sent).
+func (a *Agent) push(labels map[string]string, name string, p *profile.Profile) {
 	if p == nil || len(p.Stacks) == 0 {
 		return
 	}
@@ -418,6 +430,7 @@ func (a *Agent) push(labels map[string]string, p *profile.Profile) {
 	for k, v := range labels {
 		lc[k] = v
 	}
+	lc["__name__"] = name
 	a.uploads.put(&upload{labels: lc, profile: p})
 }
 

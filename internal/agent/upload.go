@@ -216,8 +216,12 @@ func (u *uploader) ingestOne(ctx context.Context, it *upload, pprof []byte) erro
 	}
 	sort.Strings(tags)
 	p := it.profile
+	suffix := ".cpu"
+	if p.Wall {
+		suffix = ".wall"
+	}
 	q := url.Values{
-		"name":       {it.labels["service_name"] + ".cpu{" + strings.Join(tags, ",") + "}"},
+		"name":       {it.labels["service_name"] + suffix + "{" + strings.Join(tags, ",") + "}"},
 		"format":     {"pprof"},
 		"from":       {fmt.Sprint(p.Start.Unix())},
 		"until":      {fmt.Sprint(p.Start.Add(p.Duration).Unix())},

@@ -11,12 +11,16 @@ import (
 
 // Pprof writes a gzipped pprof protobuf that `go tool pprof` reads, with a
 // function, file and line per frame and samples weighted by the sampling
-// period.
+// period, as CPU time or, for a wall-clock profile, wall time.
 func Pprof(w io.Writer, p *profile.Profile) error {
 	period := int64(float64(time.Second) / p.Rate)
+	clock := "cpu"
+	if p.Wall {
+		clock = "wall"
+	}
 	prof := &pprof.Profile{
-		SampleType:    []*pprof.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType:    &pprof.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		SampleType:    []*pprof.ValueType{{Type: "samples", Unit: "count"}, {Type: clock, Unit: "nanoseconds"}},
+		PeriodType:    &pprof.ValueType{Type: clock, Unit: "nanoseconds"},
 		Period:        period,
 		TimeNanos:     p.Start.UnixNano(),
 		DurationNanos: p.Duration.Nanoseconds(),

@@ -90,6 +90,9 @@ type Profile struct {
 	// they were waiting for a CPU, not on one (the default mode samples
 	// CPU time; see sampler's onCPUNow).
 	Waiting int
+	// Wall says the samples are of every thread whatever it was doing
+	// (wall-clock time), not of the threads on a CPU (CPU time).
+	Wall bool
 	// Rate is the requested rate in Hz; Start and Duration bound the run.
 	Rate     float64
 	Start    time.Time

@@ -87,9 +87,15 @@ type Options struct {
 	// profiles a host.
 	PerProcess bool
 	// FlushProcess, with PerProcess, is called every FlushEvery with each
-	// process's samples since the last call, and once more when it has
+	// process's samples since the last call (its CPU profile, and with
+	// Wall its wall-clock profile, else nil), and once more when it has
 	// exited (done) or the recording ends.
-	FlushProcess func(pid int, p *profile.Profile, done bool)
+	FlushProcess func(pid int, cpu, wall *profile.Profile, done bool)
+	// Wall, with PerProcess, also keeps a wall-clock profile of each
+	// process: at every tick every Ruby thread, whatever it is doing
+	// (running, asleep, blocked, waiting for the GVL: that leaf), read
+	// without pausing; where time goes, not only CPU time.
+	Wall bool
 	// Failed, with PerProcess, is called when sampling a process failed
 	// in a way that will not change (a panic: an rbscope bug): the
 	// process is dropped, the others go on.
@@ -116,14 +122,21 @@ func (o Options) Validate() error {
 	if o.Native && o.Nonblocking {
 		return fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")
 	}
+	if o.Wall && !o.PerProcess {
+		return fmt.Errorf("wall-clock profiles are kept per process (Options.PerProcess)")
+	}
 	return nil
 }
 
 // proc is one sampled process.
 type proc struct {
 	pid int
-	// prof holds the process's samples with Options.PerProcess.
-	prof *profile.Profile
+	// prof holds the process's samples with Options.PerProcess, and wall
+	// its wall-clock samples with Options.Wall.
+	prof, wall *profile.Profile
+	// wallStacks are the stacks the last wall-clock sample read, by
+	// thread (sampleWall).
+	wallStacks map[uint64]wallStack
 	// title is the process's command line as last read (processTitle).
 	title string
 	// mainTID is the main thread's TID in Ruby's books as last seen, and
@@ -418,6 +431,9 @@ func (s *Sampler) Add(pid int) (rubyVersion string, err error) {
 	if s.opts.PerProcess {
 		p.prof = newProfile(s.opts)
 	}
+	if s.opts.Wall {
+		p.wall = newWallProfile(s.opts)
+	}
 	s.mu.Lock()
 	s.added = append(s.added, p)
 	s.mu.Unlock()
@@ -435,6 +451,9 @@ func (s *Sampler) takeAdded() {
 			old.close() // its PID was another process's, gone since
 		}
 		p.prof.Start = time.Now()
+		if p.wall != nil {
+			p.wall.Start = p.prof.Start
+		}
 		s.procs[p.pid] = p
 	}
 }
@@ -587,6 +606,9 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			if p.prof != nil {
 				p.prof.Ticks++
 			}
+			if p.wall != nil {
+				p.wall.Ticks++
+			}
 			s.sampleSafe(p)
 			if !p.gone {
 				alive++
@@ -641,11 +663,18 @@ func (s *Sampler) flushProcesses(end bool) {
 // starts it a new profile.
 func (s *Sampler) flushProcess(p *proc, done bool) {
 	p.prof.Duration = time.Since(p.prof.Start)
+	if p.wall != nil {
+		p.wall.Duration = time.Since(p.wall.Start)
+	}
 	if s.opts.FlushProcess != nil {
-		s.opts.FlushProcess(p.pid, p.prof, done)
+		s.opts.FlushProcess(p.pid, p.prof, p.wall, done)
 	}
 	p.prof = newProfile(s.opts)
 	p.prof.Start = time.Now()
+	if p.wall != nil {
+		p.wall = newWallProfile(s.opts)
+		p.wall.Start = p.prof.Start
+	}
 }
 
 // sampleSafe is sample; with PerProcess, a panic (a bug) sampling one
@@ -672,6 +701,9 @@ func (s *Sampler) sample(p *proc) {
 	prof := s.profileOf(p)
 	now := time.Now()
 	p.tickAt = now
+	if p.wall != nil {
+		s.sampleWall(p, now)
+	}
 	var running, tasks map[int]bool
 	if !s.opts.Idle {
 		var err error
@@ -751,11 +783,20 @@ func (s *Sampler) sample(p *proc) {
 		}
 		return
 	}
+	s.addSamples(prof, p, threads, gc, now, wanted, tidOf, s.opts.Idle)
+}
+
+// addSamples adds a sample of each of threads that wanted accepts to prof:
+// its Ruby frames (beside its native ones when they were read), under a
+// process and a thread root frame when asked for, with the GC's phase
+// above the GVL holder's and, for a thread waiting for the GVL, that leaf
+// (with Options.GVL, or for every thread: all).
+func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Thread, gc rubyvm.GCPhase, now time.Time, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int, all bool) {
 	for _, th := range threads {
 		if !wanted(th) {
 			continue
 		}
-		if s.opts.Idle && th.Status == "dead" {
+		if all && th.Status == "dead" {
 			continue
 		}
 		if th.Error != "" {
@@ -772,7 +813,7 @@ func (s *Sampler) sample(p *proc) {
 		if s.opts.Threads {
 			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
 		}
-		if native, ok := p.native[tidOf(th)]; ok && len(native) > 0 {
+		if native, ok := p.native[tidOf(th)]; ok && len(native) > 0 && !all {
 			p.unwinder.Name(native, false) // the threads run again
 			mixed := stacks.Merge(th.Frames, native).Frames
 			for i := len(mixed) - 1; i >= 0; i-- {
@@ -787,11 +828,80 @@ func (s *Sampler) sample(p *proc) {
 		switch {
 		case th.GVL && gc != rubyvm.GCIdle:
 			frames = append(frames, gcFrames[gc]...)
-		case (s.opts.GVL || s.opts.Idle) && waitsForGVL(th):
+		case (s.opts.GVL || all) && waitsForGVL(th):
 			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
 		}
 		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
 	}
+}
+
+// wallStack is a thread's stack as its last wall-clock sample read it, and
+// the thread's CPU time then.
+type wallStack struct {
+	cpu    uint64
+	frames []rubyvm.Frame
+}
+
+// sampleWall takes one wall-clock sample of process p (Options.Wall):
+// every Ruby thread, whatever it is doing, read without pausing the
+// process. A thread that has not run since its last wall sample (its CPU
+// time stands still: a thread asleep, blocked or waiting for the GVL)
+// keeps the stack read then, which it cannot have changed, so a process
+// of sleeping threads costs a thread list and a clock read a thread.
+func (s *Sampler) sampleWall(p *proc, now time.Time) {
+	threads, err := p.vm.ReadThreads(nil)
+	if err != nil {
+		p.wall.Errors++
+		return
+	}
+	tidOf := func(th rubyvm.Thread) int {
+		if th.Main && th.TID != p.pid && p.foreignMain(th.TID) {
+			return p.pid
+		}
+		return th.TID
+	}
+	alive := make(map[int]bool, len(threads))
+	tids := make([]int, 0, len(threads))
+	for _, th := range threads {
+		if tid := tidOf(th); tid > 0 {
+			alive[tid], tids = true, append(tids, tid)
+		}
+	}
+	cpu := p.cpuTimes(tids, alive) // nil where the kernel refuses counters
+	if p.wallStacks == nil {
+		p.wallStacks = map[uint64]wallStack{}
+	}
+	fresh := func(th rubyvm.Thread) bool {
+		c, ok := cpu[tidOf(th)]
+		ws, had := p.wallStacks[th.Addr]
+		if ok && had && ws.cpu == c {
+			return false
+		}
+		return true
+	}
+	p.vm.ReadStacks(threads, fresh)
+	seen := make(map[uint64]bool, len(threads))
+	for i := range threads {
+		th := &threads[i]
+		seen[th.Addr] = true
+		c, ok := cpu[tidOf(*th)]
+		if ws, had := p.wallStacks[th.Addr]; had && ok && ws.cpu == c {
+			th.Frames = ws.frames
+			continue
+		}
+		if ok && th.Error == "" {
+			p.wallStacks[th.Addr] = wallStack{cpu: c, frames: th.Frames}
+		} else {
+			delete(p.wallStacks, th.Addr)
+		}
+	}
+	for addr := range p.wallStacks {
+		if !seen[addr] {
+			delete(p.wallStacks, addr)
+		}
+	}
+	all := func(th rubyvm.Thread) bool { return s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th) }
+	s.addSamples(p.wall, p, threads, p.gcPhase(threads), now, all, tidOf, true)
 }
 
 // profileFrame is a mixed frame as profiles keep it: a native frame by its
@@ -987,6 +1097,14 @@ func descends(parents map[int]int, pid, root int) bool {
 
 // SetProgress sets the callback called about once a second while recording.
 func (s *Sampler) SetProgress(f func(Progress)) { s.opts.Progress = f }
+
+// newWallProfile returns the empty wall-clock profile a process's
+// recording with opts starts.
+func newWallProfile(opts Options) *profile.Profile {
+	p := newProfile(opts)
+	p.Wall = true
+	return p
+}
 
 // newProfile returns the empty profile a recording with opts starts.
 func newProfile(opts Options) *profile.Profile {
