@@ -154,6 +154,14 @@ type proc struct {
 	noGC bool
 	// tickAt is when the current tick began (stepAside).
 	tickAt time.Time
+	// clock counts the CPU time of all the process's threads (its first
+	// tick opens it; noClock is set where that fails), lastClock is its
+	// reading at the last tick, and idleTicks counts the ticks since the
+	// thread states were last read (ranSince).
+	clock     *target.ThreadsClock
+	noClock   bool
+	lastClock uint64
+	idleTicks int
 	// tasks tells which threads are running (made at the first sample).
 	tasks *procfs.TaskStates
 	// unwinder unwinds native stacks (Options.Native); native holds this
@@ -163,6 +171,41 @@ type proc struct {
 	// readOpts are the options of the stack reads (the exec loop's
 	// boundaries, with native frames).
 	readOpts []rubyvm.ReadOption
+}
+
+// ranSince tells whether a thread of the process has been on a CPU since
+// the last tick: the clock of all its threads (target.ThreadsClock, exact
+// even for a thread running now) moved. When none has, none is on a CPU
+// now, and the tick reads nothing more: one read per thread the clock was
+// opened on, no allocation. Every everyTicks ticks it says yes anyway, so
+// that the thread states are read and tell when the process has exited
+// (its clock then stands still for good). It says yes where the clock
+// cannot be opened.
+func (p *proc) ranSince(everyTicks int) bool {
+	if p.noClock {
+		return true
+	}
+	if p.clock == nil {
+		tids, err := p.live.Threads()
+		if err == nil {
+			p.clock, err = p.live.ThreadsClock(tids)
+		}
+		if err != nil {
+			p.noClock = true
+			return true
+		}
+	}
+	now, err := p.clock.Read()
+	if err != nil {
+		return true
+	}
+	moved := now != p.lastClock
+	p.lastClock = now
+	if p.idleTicks++; moved || p.idleTicks >= everyTicks {
+		p.idleTicks = 0
+		return true
+	}
+	return false
 }
 
 // foreignMain reports whether tid, the TID Ruby's books give the main
@@ -371,6 +414,9 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 }
 
 func (p *proc) close() {
+	if p.clock != nil {
+		p.clock.Close()
+	}
 	if p.unwinder != nil {
 		p.unwinder.Close()
 		p.unwinder = nil
@@ -703,6 +749,9 @@ func (s *Sampler) sample(p *proc) {
 	p.tickAt = now
 	if p.wall != nil {
 		s.sampleWall(p, now)
+	}
+	if !s.opts.Idle && !s.opts.GVL && !p.ranSince(int(s.opts.Rate)) {
+		return // no thread has been on a CPU since the last tick
 	}
 	var running, tasks map[int]bool
 	if !s.opts.Idle {

@@ -1,0 +1,71 @@
+package sampler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// The costs of one tick of one process that issue targets hold the
+// sampler to: an idle tick (no thread on a CPU) at most 5 µs, a sample of
+// a running thread 50 frames deep at most 20 µs (nonblocking, the agent's
+// mode). The benchmarks report µs a tick (idle) or a sample beside the target.
+const (
+	targetIdleTickMicros   = 5
+	targetSampleTickMicros = 20
+)
+
+// benchTick runs the sampler's tick on one process of
+// testdata/bench_deep.rb, 50 frames deep, asleep or spinning at the bottom.
+func benchTick(b *testing.B, mode string, target float64) {
+	rb := testruby.Rubies(b)[0]
+	p := testruby.Start(b, rb, "bench_deep.rb", nil, "50", mode)
+	var rep struct {
+		PID int `json:"pid"`
+	}
+	p.WaitReport(b, &rep, 30*time.Second)
+	s, err := New(rep.PID, Options{Rate: 100, Nonblocking: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	pr := s.procs[rep.PID]
+	for i := 0; i < 10; i++ { // files opened, caches filled
+		s.sample(pr)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if mode == "sleep" {
+		for i := 0; i < b.N; i++ {
+			s.sample(pr)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/tick")
+	} else {
+		// A tick that finds the thread waiting for a CPU (a busy
+		// machine) takes no sample: an op is one sample taken, and its
+		// cost the time of the ticks that took one.
+		var took time.Duration
+		want := s.profile.Samples + b.N
+		for ticks := 0; s.profile.Samples < want; ticks++ {
+			if ticks > 10000*b.N {
+				b.Fatalf("%d samples of the running thread in %d ticks", s.profile.Samples-want+b.N, ticks)
+			}
+			n, t0 := s.profile.Samples, time.Now()
+			s.sample(pr)
+			if s.profile.Samples > n {
+				took += time.Since(t0)
+			}
+		}
+		b.ReportMetric(float64(took.Nanoseconds())/1e3/float64(b.N), "µs/sample")
+	}
+	b.ReportMetric(target, "target-µs")
+}
+
+// BenchmarkTickIdle: a tick of a process whose threads all sleep.
+func BenchmarkTickIdle(b *testing.B) { benchTick(b, "sleep", targetIdleTickMicros) }
+
+// BenchmarkTickRunning: the ticks of a process whose main thread runs
+// Ruby code 50 frames deep, per sample they take (a tick takes one when the
+// thread is on a CPU at that moment).
+func BenchmarkTickRunning(b *testing.B) { benchTick(b, "spin", targetSampleTickMicros) }
