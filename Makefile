@@ -56,8 +56,9 @@ docs:
 
 # dist builds the release for linux/amd64 into dist/ (tools/dist): a static
 # binary in rbscope-VERSION-linux-amd64.tar.gz with the man pages, the bash,
-# zsh and fish completions and the agent's systemd unit, and the Debian
-# package rbscope_VERSION_amd64.deb. VERSION defaults to the tag vX.Y.Z at
+# zsh and fish completions, the agent's systemd unit and the documentation
+# (README.md, docs/: the pages error messages name), and the Debian package
+# rbscope_VERSION_amd64.deb (the documentation under /usr/share/doc/rbscope). VERSION defaults to the tag vX.Y.Z at
 # HEAD, else 0.0.0~gitDATE.COMMIT.
 VERSION ?=
 dist:

@@ -56,7 +56,7 @@ run() {
   if [ $rc -eq 0 ]; then
     printf 'ok %dms' $(((end - start) / 1000000))
   elif grep -q 'before 3.0' "$out"; then
-    printf 'refused on 2.7 (see README)'
+    printf 'refused on 2.7 (see docs/rubies.md)'
   else
     printf 'FAIL: %s' "$(grep -m1 . "$out" | cut -c1-80)"
     return 1

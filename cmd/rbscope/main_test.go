@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -174,15 +175,15 @@ func TestStackPermissionDenied(t *testing.T) {
 		testruby.Missing(t, "needs root to start a process as another user")
 	}
 	rb := testruby.Rubies(t)[0]
-	target := exec.Command(rb.Bin, "-e", "sleep")
-	if err := target.Start(); err != nil {
+	proc := exec.Command(rb.Bin, "-e", "sleep")
+	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { target.Process.Kill(); target.Wait() }()
+	defer func() { proc.Process.Kill(); proc.Wait() }()
 	if err := os.Chmod(filepath.Dir(rbscopeBin), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(rbscopeBin, "stack", "-p", fmt.Sprint(target.Process.Pid))
+	cmd := exec.Command(rbscopeBin, "stack", "-p", fmt.Sprint(proc.Process.Pid))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	ee, ok := err.(*exec.ExitError)
@@ -191,6 +192,9 @@ func TestStackPermissionDenied(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "CAP_SYS_PTRACE") {
 		t.Errorf("output %q does not explain the permission problem", out)
+	}
+	if !strings.HasSuffix(string(out), "(see "+target.DocPermissions+")\n") && !strings.HasSuffix(string(out), "(see "+target.DocPtraceScope+")\n") {
+		t.Errorf("output %q does not end with the page on permissions", out)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -759,7 +760,8 @@ func (c *rubyContainer) checkRefused(t *testing.T, run runner, pid int) {
 	} {
 		stdout, stderr, code := run(t, args...)
 		if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 ||
-			!strings.Contains(stderr, "permission denied: rbscope runs as root but without CAP_SYS_PTRACE") || !strings.Contains(stderr, "--cap-add SYS_PTRACE") {
+			!strings.Contains(stderr, "permission denied: rbscope runs as root but without CAP_SYS_PTRACE") || !strings.Contains(stderr, "--cap-add SYS_PTRACE") ||
+			!strings.HasSuffix(stderr, "(see "+target.DocContainers+")\n") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line asking for CAP_SYS_PTRACE", args, code, stdout, stderr)
 		}
 		if fileExists(out) {

@@ -33,4 +33,11 @@ func TestChooseLayoutWithoutDWARF(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
+	if !strings.HasSuffix(err.Error(), "(see "+DocRubies+")") {
+		t.Errorf("error %q does not end with the page on supported Rubies, %s", err, DocRubies)
+	}
+	v := &VM{VersionFrom: "the mapped file /opt/ruby/lib/libruby.so.3.0.7"}
+	if err := v.withVersionSource(err); !strings.HasSuffix(err.Error(), "(see "+DocRubies+")") || !strings.Contains(err.Error(), "version taken from") || !errors.Is(err, ErrUnsupported) {
+		t.Errorf("with the version's source: %q, want it before the page, and ErrUnsupported", err)
+	}
 }

@@ -243,6 +243,9 @@ func (v *VM) withVersionSource(err error) error {
 	if v.VersionFrom == "" {
 		return err
 	}
+	if d, ok := err.(docError); ok {
+		return docError{fmt.Errorf("%w (version taken from %s)", d.err, v.VersionFrom), d.doc}
+	}
 	return fmt.Errorf("%w (version taken from %s)", err, v.VersionFrom)
 }
 
@@ -312,15 +315,15 @@ func (v *VM) symbolString(name string, max int) (string, error) {
 func Family(version string) (string, error) {
 	parts := strings.SplitN(version, ".", 3)
 	if len(parts) < 2 {
-		return "", fmt.Errorf("unrecognised Ruby version %q: %w", version, ErrUnsupported)
+		return "", unsupported("unrecognised Ruby version %q: %w", version, ErrUnsupported)
 	}
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	if err1 != nil || err2 != nil {
-		return "", fmt.Errorf("unrecognised Ruby version %q: %w", version, ErrUnsupported)
+		return "", unsupported("unrecognised Ruby version %q: %w", version, ErrUnsupported)
 	}
 	if major < 2 || (major == 2 && minor < 7) {
-		return "", fmt.Errorf("Ruby %s: %w (rbscope reads Ruby %s and newer)", version, ErrUnsupported, MinFamily)
+		return "", unsupported("Ruby %s: %w (rbscope reads Ruby %s and newer)", version, ErrUnsupported, MinFamily)
 	}
 	return fmt.Sprintf("%d.%d", major, minor), nil
 }
@@ -341,12 +344,33 @@ func chooseLayout(im *binary.Image, family, version string) (*layout.Layout, err
 	}
 	builtin := "built-in tables: " + strings.Join(layouts.Families(), ", ")
 	if dwarfErr != nil {
-		return nil, fmt.Errorf("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
+		return nil, unsupported("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
 			version, ErrUnsupported, im.Path, firstLine(dwarfErr), family, builtin)
 	}
-	return nil, fmt.Errorf("Ruby %s: %w: %s carries no debug info and rbscope has no built-in table for Ruby %s (%s); install its debug symbols (a -dbg or -dbgsym package, found by build-id under /usr/lib/debug) or use a Ruby built with -g",
+	return nil, unsupported("Ruby %s: %w: %s carries no debug info and rbscope has no built-in table for Ruby %s (%s); install its debug symbols (a -dbg or -dbgsym package, found by build-id under /usr/lib/debug) or use a Ruby built with -g",
 		version, ErrUnsupported, im.Path, family, builtin)
 }
+
+// DocRubies is the page of rbscope's documentation that says which Rubies
+// it reads and what each command supports on each, as a path in its
+// repository (and under /usr/share/doc/rbscope in its packages).
+const DocRubies = "docs/rubies.md"
+
+// unsupported makes an error that wraps ErrUnsupported, whose message ends
+// with the page that explains which Rubies rbscope reads.
+func unsupported(format string, args ...any) error {
+	return docError{fmt.Errorf(format, args...), DocRubies}
+}
+
+// docError is an error whose message ends with a page of the
+// documentation; what is added to it later goes before that page.
+type docError struct {
+	err error
+	doc string
+}
+
+func (e docError) Error() string { return e.err.Error() + " (see " + e.doc + ")" }
+func (e docError) Unwrap() error { return e.err }
 
 func firstLine(err error) string { s, _, _ := strings.Cut(err.Error(), "\n"); return s }
 
@@ -355,7 +379,7 @@ func firstLine(err error) string { s, _, _ := strings.Cut(err.Error(), "\n"); re
 // looked for, and wraps ErrUnsupported.
 func (v *VM) Supports(f layout.Feature) error {
 	if err := v.Layout.Supports(f); err != nil {
-		return fmt.Errorf("%s is not available for Ruby %s: %w (%w)", featureWhat[f], v.Version, err, ErrUnsupported)
+		return unsupported("%s is not available for Ruby %s: %w (%w)", featureWhat[f], v.Version, err, ErrUnsupported)
 	}
 	return nil
 }

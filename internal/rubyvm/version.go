@@ -44,7 +44,7 @@ func (v *VM) findVersion(maps []target.Mapping, opts Options) error {
 	if err != nil {
 		why = firstLine(err)
 	}
-	return fmt.Errorf("the Ruby version of %s cannot be read (%s), nor found in its memory or the mapped files' paths; pass --force-version X.Y.Z: %w",
+	return unsupported("the Ruby version of %s cannot be read (%s), nor found in its memory or the mapped files' paths; pass --force-version X.Y.Z: %w",
 		v.Image.Path, why, ErrUnsupported)
 }
 

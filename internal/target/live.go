@@ -95,29 +95,45 @@ func Attach(pid int) (*Live, error) {
 	return l, nil
 }
 
-// PermissionError explains why reading pid was refused and what to run.
+// PermissionError explains why reading pid was refused and what to run,
+// ending with the page of the documentation that explains it.
 func PermissionError(pid int) error {
 	advice := "run rbscope as root or grant it CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep rbscope)"
+	see := DocPermissions
 	switch {
 	case os.Geteuid() == 0 && !HasCapability(unix.CAP_SYS_PTRACE):
 		advice = "rbscope runs as root but without CAP_SYS_PTRACE (a container drops it by default): grant it to rbscope's container (docker run --cap-add SYS_PTRACE; Kubernetes securityContext.capabilities.add: [\"SYS_PTRACE\"])"
+		see = DocContainers
 	case os.Geteuid() == 0:
 		advice = "even root was refused: the process may be in another user namespace or a security module (AppArmor, SELinux, seccomp) forbids ptrace; run rbscope inside the process's container or grant it CAP_SYS_PTRACE there"
+		see = DocContainers
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		switch strings.TrimSpace(string(b)) {
 		case "1":
 			if os.Geteuid() != 0 {
 				advice = "kernel.yama.ptrace_scope=1 allows only parents to trace: run rbscope as root, grant CAP_SYS_PTRACE, or set sysctl kernel.yama.ptrace_scope=0"
+				see = DocPtraceScope
 			}
 		case "2":
 			advice = "kernel.yama.ptrace_scope=2 allows tracing only with CAP_SYS_PTRACE: run rbscope as root or grant it CAP_SYS_PTRACE"
+			see = DocPtraceScope
 		case "3":
 			advice = "kernel.yama.ptrace_scope=3 forbids all tracing until reboot; nothing can read this process"
+			see = DocPtraceScope
 		}
 	}
-	return fmt.Errorf("pid %d: %w: %s", pid, ErrPermission, advice)
+	return fmt.Errorf("pid %d: %w: %s (see %s)", pid, ErrPermission, advice, see)
 }
+
+// The pages of rbscope's documentation that permission errors name, as
+// paths in its repository (and under /usr/share/doc/rbscope in its
+// packages).
+const (
+	DocPermissions = "docs/security.md#permissions"
+	DocPtraceScope = "docs/security.md#ptrace_scope"
+	DocContainers  = "docs/guides/containers-kubernetes.md"
+)
 
 // HasCapability reports whether rbscope holds capability c (a CAP_*
 // number) in its effective set, as /proc/self/status says; true when that

@@ -97,6 +97,14 @@ func Build(repo, out, version string) (*Result, error) {
 		fs = append(fs, file{src: p, archive: "man/" + b, deb: "/usr/share/man/man1/" + b + ".gz", mode: 0o644, gzipDeb: true})
 	}
 
+	docs, err := DocFiles(repo)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		fs = append(fs, file{src: filepath.Join(repo, filepath.FromSlash(d)), archive: d, deb: "/usr/share/doc/rbscope/" + d, mode: 0o644})
+	}
+
 	unit := filepath.Join(repo, "contrib", "rbscope-agent.service")
 	if _, err := os.Stat(unit); err != nil {
 		return nil, fmt.Errorf("the agent's systemd unit: %w", err)
@@ -122,6 +130,36 @@ func Build(repo, out, version string) (*Result, error) {
 		return nil, fmt.Errorf("Debian package: %w", err)
 	}
 	return res, nil
+}
+
+// DocFiles lists the user documentation the release carries, as paths
+// relative to repo with forward slashes: README.md and the pages and
+// images under docs/ (the Markdown reference included, the man pages
+// apart). Error messages name these pages by the same paths, which the
+// archive keeps and the Debian package puts under /usr/share/doc/rbscope.
+func DocFiles(repo string) ([]string, error) {
+	out := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(repo, "docs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ext := filepath.Ext(p); ext != ".md" && ext != ".png" {
+			return nil
+		}
+		rel, err := filepath.Rel(repo, p)
+		if err != nil {
+			return err
+		}
+		out = append(out, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the documentation: %w", err)
+	}
+	if len(out) == 1 {
+		return nil, fmt.Errorf("no documentation under %s/docs", repo)
+	}
+	return out, nil
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -116,6 +116,18 @@ func TestArchive(t *testing.T) {
 	if _, err := os.Stat("../../LICENSE"); err == nil {
 		want["LICENSE"] = 0o644
 	}
+	docs, err := DocFiles("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		want[d] = 0o644
+	}
+	for _, d := range []string{"README.md", "docs/security.md", "docs/rubies.md", "docs/guides/containers-kubernetes.md"} {
+		if _, ok := want[d]; !ok {
+			t.Errorf("the release's documentation lacks %s, which error messages name", d)
+		}
+	}
 	for name, mode := range want {
 		if m, ok := got[name]; !ok {
 			t.Errorf("the archive lacks %s", name)
@@ -199,13 +211,17 @@ func TestDebInstall(t *testing.T) {
 			}
 		}
 	})
-	// --path-include: some images keep dpkg from installing man pages.
-	run("dpkg", "--path-include=/usr/share/man/man1/rbscope*", "-i", r.Deb)
+	// --path-include: some images keep dpkg from installing man pages and
+	// documentation.
+	run("dpkg", "--path-include=/usr/share/man/man1/rbscope*", "--path-include=/usr/share/doc/rbscope/*", "-i", r.Deb)
 	listed := strings.Fields(run("dpkg", "-L", "rbscope"))
 
 	wantFiles := []string{"/usr/bin/rbscope", "/usr/share/bash-completion/completions/rbscope",
 		"/usr/share/zsh/vendor-completions/_rbscope", "/usr/share/fish/vendor_completions.d/rbscope.fish",
-		"/lib/systemd/system/rbscope-agent.service"}
+		"/lib/systemd/system/rbscope-agent.service",
+		// The pages error messages name (docs/security.md#permissions, ...).
+		"/usr/share/doc/rbscope/README.md", "/usr/share/doc/rbscope/docs/security.md",
+		"/usr/share/doc/rbscope/docs/rubies.md", "/usr/share/doc/rbscope/docs/guides/containers-kubernetes.md"}
 	for _, p := range manPages(t) {
 		wantFiles = append(wantFiles, "/usr/share/man/man1/"+p+".gz")
 	}

@@ -1,7 +1,8 @@
 // Command dist builds rbscope's release files for linux/amd64 from the
 // repository: a static binary in a tar.gz with the man pages, the bash, zsh
-// and fish completions, the agent's systemd unit and the licence, and a
-// Debian package that installs the same files where Debian keeps them.
+// and fish completions, the agent's systemd unit, the licence and the
+// documentation (README.md, docs/), and a Debian package that installs the
+// same files where Debian keeps them.
 //
 //	go run ./tools/dist [-version 1.2.0] [-o dist]
 //
