@@ -336,9 +336,9 @@ func (a *Agent) refuse(p discover.Process, err error) {
 	case errors.Is(err, target.ErrPermission):
 		a.say("permission", "rbscope agent: pid %d: %v (other processes refused so too are skipped silently)", pid, err)
 	case errors.Is(err, errPanic):
-		a.say("panic", "rbscope agent: skipping pid %d: %v (other processes go on)", pid, err)
+		a.say("panic", "rbscope agent: skipping pid %d (other processes go on): %v", pid, err)
 	case errors.Is(err, rubyvm.ErrUnsupported):
-		a.say("unsupported", "rbscope agent: skipping pid %d: %v (other processes of unsupported versions are skipped silently)", pid, err)
+		a.say("unsupported", "rbscope agent: skipping pid %d (other processes of unsupported versions are skipped silently): %v", pid, err)
 	default:
 		a.say("attach:"+errorKind(err), "rbscope agent: cannot attach to pid %d yet: %v (tried again at each scan; said once)", pid, err)
 	}
