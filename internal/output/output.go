@@ -1,11 +1,12 @@
-// Package output writes profiles in the formats people read them with:
-// flame graph SVG, speedscope JSON, pprof protobuf, collapsed stacks and a
-// text summary.
+// Package output writes profiles in the formats people read them with,
+// all of them in one table (formats): flame graph SVG, speedscope JSON,
+// pprof protobuf, collapsed stacks, callgrind, the Firefox Profiler's
+// processed profile, text summaries (by function and by line) and
+// rbscope's own raw recording, which `rbscope report` reads back.
 package output
 
 import (
 	"fmt"
-	"github.com/rbscope/rbscope/internal/textsafe"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/tempfiles"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 // Options tune what the writers show.
