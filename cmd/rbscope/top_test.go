@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +23,9 @@ func TestTopPlain(t *testing.T) {
 	}
 }
 
-// topPlain runs top on the split workload of rb until its first screen.
+// topPlain runs top on the split workload of rb until a screen of enough
+// samples to show the split (on a busy machine the first seconds may hold
+// few: the workload waits for a CPU).
 func topPlain(t *testing.T, rb testruby.Ruby) {
 	p, _ := startSplit(t, rb, nil, "60")
 	cmd := exec.Command(rbscopeBin, "top", "-p", fmt.Sprint(p.PID()), "--rate", "200")
@@ -31,7 +35,7 @@ func topPlain(t *testing.T, rb testruby.Ruby) {
 	}
 	sc := bufio.NewScanner(out)
 	var screen []string
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(60 * time.Second)
 	lines := make(chan string)
 	go func() {
 		for sc.Scan() {
@@ -39,16 +43,26 @@ func topPlain(t *testing.T, rb testruby.Ruby) {
 		}
 		close(lines)
 	}()
+	samples := regexp.MustCompile(`: (\d+) samples,`)
 collect:
 	for {
 		select {
 		case l, ok := <-lines:
-			if !ok || strings.HasPrefix(l, "----") {
+			if !ok {
 				break collect
 			}
-			screen = append(screen, l)
+			if !strings.HasPrefix(l, "----") {
+				screen = append(screen, l)
+				continue
+			}
+			if m := samples.FindStringSubmatch(strings.Join(screen, "\n")); m != nil {
+				if n, _ := strconv.Atoi(m[1]); n >= 30 {
+					break collect
+				}
+			}
+			screen = nil // too few samples yet: the next screen
 		case <-deadline:
-			t.Fatal("no screen from top within 10s")
+			t.Fatalf("no screen of 30 samples from top within 60s; the last:\n%s", strings.Join(screen, "\n"))
 		}
 	}
 	text := strings.Join(screen, "\n")

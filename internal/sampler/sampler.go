@@ -832,15 +832,16 @@ func (s *Sampler) sample(p *proc) {
 		}
 		return
 	}
-	s.addSamples(prof, p, threads, gc, now, wanted, tidOf, s.opts.Idle)
+	s.addSamples(prof, p, threads, gc, now, wanted, tidOf, s.opts.Idle, true)
 }
 
 // addSamples adds a sample of each of threads that wanted accepts to prof:
 // its Ruby frames (beside its native ones when they were read), under a
 // process and a thread root frame when asked for, with the GC's phase
 // above the GVL holder's and, for a thread waiting for the GVL, that leaf
-// (with Options.GVL, or for every thread: all).
-func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Thread, gc rubyvm.GCPhase, now time.Time, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int, all bool) {
+// (with Options.GVL, or for every thread: all). With native, a thread's
+// native frames unwound at this tick (p.native) go beside its Ruby frames.
+func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Thread, gc rubyvm.GCPhase, now time.Time, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int, all, native bool) {
 	for _, th := range threads {
 		if !wanted(th) {
 			continue
@@ -862,9 +863,9 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		if s.opts.Threads {
 			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
 		}
-		if native, ok := p.native[tidOf(th)]; ok && len(native) > 0 && !all {
-			p.unwinder.Name(native, false) // the threads run again
-			mixed := stacks.Merge(th.Frames, native).Frames
+		if nf, ok := p.native[tidOf(th)]; ok && len(nf) > 0 && native {
+			p.unwinder.Name(nf, false) // the threads run again
+			mixed := stacks.Merge(th.Frames, nf).Frames
 			for i := len(mixed) - 1; i >= 0; i-- {
 				frames = append(frames, profileFrame(mixed[i]))
 			}
@@ -950,7 +951,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 		}
 	}
 	all := func(th rubyvm.Thread) bool { return s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th) }
-	s.addSamples(p.wall, p, threads, p.gcPhase(threads), now, all, tidOf, true)
+	s.addSamples(p.wall, p, threads, p.gcPhase(threads), now, all, tidOf, true, false)
 }
 
 // profileFrame is a mixed frame as profiles keep it: a native frame by its
