@@ -174,7 +174,8 @@ type proc struct {
 }
 
 // ranSince tells whether a thread of the process has been on a CPU since
-// the last tick: the clock of all its threads (target.ThreadsClock, exact
+// the last tick (asked for the agent's processes, Options.PerProcess, most
+// of which sit idle between requests): the clock of all its threads (target.ThreadsClock, exact
 // even for a thread running now) moved. When none has, none is on a CPU
 // now, and the tick reads nothing more: one read per thread the clock was
 // opened on, no allocation. Every everyTicks ticks it says yes anyway, so
@@ -750,7 +751,7 @@ func (s *Sampler) sample(p *proc) {
 	if p.wall != nil {
 		s.sampleWall(p, now)
 	}
-	if !s.opts.Idle && !s.opts.GVL && !p.ranSince(int(s.opts.Rate)) {
+	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.ranSince(int(s.opts.Rate)) {
 		return // no thread has been on a CPU since the last tick
 	}
 	var running, tasks map[int]bool

@@ -25,11 +25,16 @@ func benchTick(b *testing.B, mode string, target float64) {
 		PID int `json:"pid"`
 	}
 	p.WaitReport(b, &rep, 30*time.Second)
-	s, err := New(rep.PID, Options{Rate: 100, Nonblocking: true})
+	// The agent's sampler: a set of processes, a profile each.
+	s, err := NewSet(Options{Rate: 100, Nonblocking: true, PerProcess: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	if _, err := s.Add(rep.PID); err != nil {
+		b.Fatal(err)
+	}
+	s.takeAdded()
 	pr := s.procs[rep.PID]
 	for i := 0; i < 10; i++ { // files opened, caches filled
 		s.sample(pr)
@@ -46,14 +51,14 @@ func benchTick(b *testing.B, mode string, target float64) {
 		// machine) takes no sample: an op is one sample taken, and its
 		// cost the time of the ticks that took one.
 		var took time.Duration
-		want := s.profile.Samples + b.N
-		for ticks := 0; s.profile.Samples < want; ticks++ {
+		want := pr.prof.Samples + b.N
+		for ticks := 0; pr.prof.Samples < want; ticks++ {
 			if ticks > 10000*b.N {
-				b.Fatalf("%d samples of the running thread in %d ticks", s.profile.Samples-want+b.N, ticks)
+				b.Fatalf("%d samples of the running thread in %d ticks", pr.prof.Samples-want+b.N, ticks)
 			}
-			n, t0 := s.profile.Samples, time.Now()
+			n, t0 := pr.prof.Samples, time.Now()
 			s.sample(pr)
-			if s.profile.Samples > n {
+			if pr.prof.Samples > n {
 				took += time.Since(t0)
 			}
 		}
