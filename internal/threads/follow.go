@@ -72,7 +72,11 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent
 				ruby[th.Self] = ft
 				fresh = true
 			}
-			ft.tid = th.TID
+			if th.TID != 0 {
+				// The last native thread it was seen on: a thread being
+				// born has none yet, and one dying has let its go.
+				ft.tid = th.TID
+			}
 			if th.Name != "" {
 				ft.name = th.Name
 			} else if th.Main {
@@ -141,7 +145,9 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent
 	flush := func() {
 		scan()
 		for _, ft := range ruby {
-			printBirth(ft)
+			if ft.tid != 0 { // never on a native thread: half-made, dropped
+				printBirth(ft)
+			}
 		}
 	}
 	scan()
