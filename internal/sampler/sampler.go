@@ -141,6 +141,9 @@ type proc struct {
 	noGC bool
 	// tickAt is when the current tick began (stepAside).
 	tickAt time.Time
+	// keepOff is set when p is the only process sampled: rbscope then
+	// keeps its own threads off p's CPUs (ownCPUs).
+	keepOff bool
 	// tasks tells which threads are running (made at the first sample).
 	tasks *procfs.TaskStates
 	// unwinder unwinds native stacks (Options.Native); native holds this
@@ -232,6 +235,15 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	}
 	for _, tid := range still {
 		delete(running, tid)
+	}
+	if p.keepOff && p.tasks != nil {
+		cpus := make([]int, 0, len(tids))
+		for _, tid := range tids {
+			if c, ok := p.tasks.LastCPU(tid); ok {
+				cpus = append(cpus, c)
+			}
+		}
+		own.keepOff(cpus)
 	}
 	return len(still)
 }
@@ -457,6 +469,7 @@ func New(pid int, opts Options) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.keepOff = !opts.Subprocesses
 	s.procs[pid] = p
 	return s, nil
 }
@@ -530,6 +543,9 @@ func (s *Sampler) RubyVersion() string {
 // Close resumes and releases every target.
 func (s *Sampler) Close() {
 	for _, p := range s.procs {
+		if p.keepOff {
+			own.restore()
+		}
 		p.close()
 	}
 }
@@ -541,8 +557,8 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	prof := s.profile
 	prof.Start = time.Now()
 	period := time.Duration(float64(time.Second) / s.opts.Rate)
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
+	clock := newSampleClock(period)
+	defer clock.Stop()
 	var deadline <-chan time.Time
 	if s.opts.Duration > 0 {
 		timer := time.NewTimer(s.opts.Duration)
@@ -560,7 +576,8 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			s.flushProcesses(true)
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
-		case <-ticker.C:
+		case <-clock.C:
+			clock.next()
 		}
 		if s.opts.PerProcess {
 			s.takeAdded()
