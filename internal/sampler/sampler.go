@@ -213,7 +213,10 @@ func (p *proc) prepareNative() {
 // time. Where the kernel refuses counters, running is left as it is.
 //
 // A thread can also stand still because rbscope's own thread took its CPU
-// to look; that one was on a CPU at the tick (see stepAside).
+// to look; that one was on a CPU at the tick (see stepAside). With
+// p.keepOff, rbscope's threads then move off the CPUs of p's runnable
+// threads for the ticks to come (ownCPUs), so that looking takes no CPU
+// from p.
 func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	tids := make([]int, 0, len(running))
 	for tid := range running {
