@@ -162,6 +162,9 @@ type proc struct {
 	noClock   bool
 	lastClock uint64
 	idleTicks int
+	// keepOff is set when p is the only process sampled: rbscope then
+	// keeps its own threads off p's CPUs (ownCPUs).
+	keepOff bool
 	// tasks tells which threads are running (made at the first sample).
 	tasks *procfs.TaskStates
 	// unwinder unwinds native stacks (Options.Native); native holds this
@@ -267,7 +270,10 @@ func (p *proc) prepareNative() {
 // time. Where the kernel refuses counters, running is left as it is.
 //
 // A thread can also stand still because rbscope's own thread took its CPU
-// to look; that one was on a CPU at the tick (see stepAside).
+// to look; that one was on a CPU at the tick (see stepAside). With
+// p.keepOff, rbscope's threads then move off the CPUs of p's runnable
+// threads for the ticks to come (ownCPUs), so that looking takes no CPU
+// from p.
 func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	tids := make([]int, 0, len(running))
 	for tid := range running {
@@ -289,6 +295,15 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	}
 	for _, tid := range still {
 		delete(running, tid)
+	}
+	if p.keepOff && p.tasks != nil {
+		cpus := make([]int, 0, len(tids))
+		for _, tid := range tids {
+			if c, ok := p.tasks.LastCPU(tid); ok {
+				cpus = append(cpus, c)
+			}
+		}
+		own.keepOff(cpus)
 	}
 	return len(still)
 }
@@ -523,6 +538,7 @@ func New(pid int, opts Options) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.keepOff = !opts.Subprocesses
 	s.procs[pid] = p
 	return s, nil
 }
@@ -596,6 +612,9 @@ func (s *Sampler) RubyVersion() string {
 // Close resumes and releases every target.
 func (s *Sampler) Close() {
 	for _, p := range s.procs {
+		if p.keepOff {
+			own.restore()
+		}
 		p.close()
 	}
 }
@@ -607,8 +626,8 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	prof := s.profile
 	prof.Start = time.Now()
 	period := time.Duration(float64(time.Second) / s.opts.Rate)
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
+	clock := newSampleClock(period)
+	defer clock.Stop()
 	var deadline <-chan time.Time
 	if s.opts.Duration > 0 {
 		timer := time.NewTimer(s.opts.Duration)
@@ -626,7 +645,8 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			s.flushProcesses(true)
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
-		case <-ticker.C:
+		case <-clock.C:
+			clock.next()
 		}
 		if s.opts.PerProcess {
 			s.takeAdded()

@@ -3,6 +3,7 @@ package testruby
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -56,6 +57,23 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 	stop = func() { done.Store(true) }
 	t.Cleanup(stop) // a test that fails early must not leave a core spinning
 	return stop
+}
+
+// Spinners starts n processes that spin on a CPU each, wherever the
+// kernel puts them, until the test ends: a busy machine, whose every CPU
+// a process being profiled shares with others.
+func Spinners(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a spinner: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
 }
 
 // NoSuchPID is a PID no process can have (above the kernel's pid_max), for
