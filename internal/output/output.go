@@ -90,9 +90,15 @@ func Write(w io.Writer, format string, p *profile.Profile, o Options) error {
 // the same directory and renamed into place by Commit. It is readable by
 // its owner only (0600): profiles and heap dumps hold the target's memory
 // (every String of a heap dump), which other users may not read.
+//
+// A path that names a device, a FIFO or a socket (-o /dev/null, a named
+// pipe to another program) is written to as it is: renaming a file over
+// it would replace the device itself, /dev/null included when rbscope
+// runs as root.
 type File struct {
 	*os.File
-	path string
+	path   string
+	direct bool // written in place: not a regular file
 }
 
 // Create prepares path for writing.
@@ -100,6 +106,12 @@ func Create(path string) (*File, error) {
 	dir := filepath.Dir(path)
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return nil, fmt.Errorf("cannot write %s: it is a directory", path)
+	} else if err == nil && !st.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cannot write %s: %w", path, unwrapPathError(err))
+		}
+		return &File{File: f, path: path, direct: true}, nil
 	}
 	sweepStale(dir, "."+filepath.Base(path)+".tmp-")
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -142,6 +154,12 @@ func unwrapPathError(err error) error {
 
 // Commit closes the file and moves it into place.
 func (f *File) Commit() error {
+	if f.direct {
+		if err := f.File.Close(); err != nil {
+			return fmt.Errorf("writing %s: %w", f.path, err)
+		}
+		return nil
+	}
 	defer tempfiles.Forget(f.File.Name())
 	if err := f.File.Close(); err != nil {
 		os.Remove(f.File.Name())
@@ -161,6 +179,9 @@ func (f *File) Commit() error {
 // Abort removes the temporary file.
 func (f *File) Abort() {
 	f.File.Close()
+	if f.direct {
+		return
+	}
 	os.Remove(f.File.Name())
 	tempfiles.Forget(f.File.Name())
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -239,5 +240,47 @@ func TestCreateSweepsStale(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("fresh temporary output removed: %v", err)
+	}
+}
+
+// TestFileDevicesStay: an output path that names a device or a FIFO is
+// written to in place: /dev/null stays the device (a rename over it, as
+// root, would have replaced it with a regular file), and a named pipe's
+// reader gets what was written.
+func TestFileDevicesStay(t *testing.T) {
+	f, err := Create(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("discarded\n")
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(os.DevNull); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		t.Fatalf("%s after an output written to it: %v (%v)", os.DevNull, st.Mode(), err)
+	}
+
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo)
+		got <- string(b)
+	}()
+	w, err := Create(fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("through the pipe\n")
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "through the pipe\n" {
+		t.Errorf("the pipe's reader got %q", s)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO after an output written to it: %v (%v)", st.Mode(), err)
 	}
 }
