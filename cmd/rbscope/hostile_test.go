@@ -504,16 +504,7 @@ func endDuringPause(t *testing.T, h *hostile, sig syscall.Signal) bool {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	defer func() { cmd.Process.Kill(); done <- <-done }()
-	paused := false
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !paused; {
-		paused = processState(t, h.pid()) == "t"
-		if !paused {
-			time.Sleep(200 * time.Microsecond)
-		}
-	}
-	if !paused {
-		t.Fatal("setup: the target was never seen paused by the heap dump")
-	}
+	waitPausedByDump(t, h)
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
@@ -542,6 +533,18 @@ func endDuringPause(t *testing.T, h *hostile, sig syscall.Signal) bool {
 	return true
 }
 
+// waitPausedByDump waits until h's process stands stopped (by the heap
+// dump just started).
+func waitPausedByDump(t *testing.T, h *hostile) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+		if processState(t, h.pid()) == "t" {
+			return
+		}
+	}
+	t.Fatal("setup: the target was never seen paused by the heap dump")
+}
+
 // stopDuringPause runs one heap dump of h, sends rbscope SIGTSTP while the
 // target is stopped, and checks the target runs while rbscope is stopped.
 // It returns false when the pause was over by the time the signal was sent.
@@ -557,16 +560,7 @@ func stopDuringPause(t *testing.T, h *hostile) bool {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	defer func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill(); <-done }()
-	paused := false
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !paused; {
-		paused = processState(t, h.pid()) == "t"
-		if !paused {
-			time.Sleep(200 * time.Microsecond)
-		}
-	}
-	if !paused {
-		t.Fatal("setup: the target was never seen paused by the heap dump")
-	}
+	waitPausedByDump(t, h)
 	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rbscope/rbscope/internal/diskcache"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // TestImageRecord: what is read of a Ruby image is kept on disk (0600) and
@@ -31,17 +31,7 @@ func TestImageRecord(t *testing.T) {
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
 			open := func() *rubyvm.VM {
-				t.Helper()
-				tg, err := target.Attach(p.PID())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { tg.Close() })
-				vm, err := rubyvm.Open(tg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { vm.Close() })
+				_, vm := testvm.Attach(t, p.PID())
 				return vm
 			}
 			vm := open()

@@ -653,17 +653,28 @@ type ThreadsClock struct {
 	buf [8]byte
 }
 
+// maxThreadsClocks bounds the counters (open files) a ThreadsClock holds:
+// a process of more threads is read without one.
+const maxThreadsClocks = 256
+
 // ThreadsClock opens a clock of every thread of the process: on each of
 // tids, which should be all its threads (threads listed again after the
 // clocks are open, and found missing, are opened too). It fails where perf
 // events are not allowed.
 func (l *Live) ThreadsClock(tids []int) (*ThreadsClock, error) {
+	if len(tids) > maxThreadsClocks {
+		return nil, fmt.Errorf("pid %d has %d threads: more than the %d counters a clock of its threads may hold open", l.pid, len(tids), maxThreadsClocks)
+	}
 	c := &ThreadsClock{}
 	opened := map[int]bool{}
 	for round := 0; round < 4 && len(tids) > 0; round++ {
 		for _, tid := range tids {
 			if opened[tid] {
 				continue
+			}
+			if len(c.fds) >= maxThreadsClocks {
+				c.Close()
+				return nil, fmt.Errorf("pid %d: more threads than the %d counters a clock of its threads may hold open", l.pid, maxThreadsClocks)
 			}
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK,
 				Bits: unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | unix.PerfBitInherit}
