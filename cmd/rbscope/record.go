@@ -76,6 +76,7 @@ includes sleeping and waiting threads.`,
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target (lower overhead, occasional torn samples)")
 	f.BoolVar(&opts.Native, "native", false, "add every sampled thread's native frames (unwound with the code's CFI), Ruby frames beside the exec-loop frame that runs them: mixed flame graphs")
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
+	f.BoolVar(&opts.Realtime, "realtime", true, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy machine land where they were drawn; --realtime=false to keep it at normal priority")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
 	return c
 }

@@ -498,3 +498,54 @@ func TestRecordBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordRealtimeSampler: as root, record runs its sampling thread and,
+// in the paused mode, the tracer thread that stops the target at real-time
+// priority (SCHED_FIFO), and no other; none with --realtime=false. (What
+// real time buys is TestRecordKnownSplit's: the shares beside spinners.)
+func TestRecordRealtimeSampler(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("real-time scheduling needs root here")
+	}
+	rb := testruby.Rubies(t)[0]
+	p, _ := startSplit(t, rb, nil, "60")
+	for _, tc := range []struct {
+		flag string
+		want int
+	}{{"--realtime=true", 2}, {"--nonblocking", 1}, {"--realtime=false", 0}} {
+		cmd := exec.Command(rbscopeBin, "record", "-p", fmt.Sprint(p.PID()), "--rate", "200", "--duration", "2s", "-f", "collapsed", "-o", "-", tc.flag)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			most = max(most, fifoThreads(cmd.Process.Pid))
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v: %s", tc.flag, err, stderr.String())
+		}
+		if most != tc.want {
+			t.Errorf("%s: %d threads of rbscope at SCHED_FIFO at most, want %d", tc.flag, most, tc.want)
+		}
+	}
+}
+
+// fifoThreads counts the threads of pid whose scheduling policy (field 41
+// of their stat) is SCHED_FIFO.
+func fifoThreads(pid int) int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 38 && f[38] == "1" {
+			n++
+		}
+	}
+	return n
+}

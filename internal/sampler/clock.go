@@ -3,6 +3,8 @@ package sampler
 import (
 	"math/rand/v2"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // sampleClock gives the sampling instants: one in each period of a fixed
@@ -20,24 +22,24 @@ import (
 type sampleClock struct {
 	period time.Duration
 	slot   time.Time // start of the period the next instant falls in
+	at     time.Time // the next instant
 	timer  *time.Timer
-	// C receives each instant; after each, the receiver calls next.
-	C <-chan time.Time
 }
 
 func newSampleClock(period time.Duration) *sampleClock {
-	c := &sampleClock{period: period, slot: time.Now()}
-	c.timer = time.NewTimer(c.pick(time.Now()))
-	c.C = c.timer.C
+	now := time.Now()
+	c := &sampleClock{period: period, slot: now}
+	c.at = now.Add(c.pick(now))
 	return c
 }
 
-// next arms the clock for the instant after the one just received. A
-// period whose instant has passed (the last sample ran late) is skipped,
-// as a time.Ticker drops ticks.
+// next draws the instant after the one just reached. A period whose
+// instant has passed (the last sample ran late) is skipped, as a
+// time.Ticker drops ticks.
 func (c *sampleClock) next() {
 	c.slot = c.slot.Add(c.period)
-	c.timer.Reset(c.pick(time.Now()))
+	now := time.Now()
+	c.at = now.Add(c.pick(now))
 }
 
 // pick draws the next instant at or after now, moving c.slot to its
@@ -55,5 +57,50 @@ func (c *sampleClock) pick(now time.Time) time.Duration {
 	}
 }
 
+// wait returns true at the next instant, or false once done is closed or
+// end (unless zero) comes first. With nap it sleeps on the calling OS
+// thread itself, so that a real-time thread (package realtime) wakes at
+// the instant; otherwise on a runtime timer.
+func (c *sampleClock) wait(done <-chan struct{}, end time.Time, nap bool) bool {
+	until, last := c.at, false
+	if !end.IsZero() && !end.After(until) {
+		until, last = end, true
+	}
+	if nap {
+		for {
+			select {
+			case <-done:
+				return false
+			default:
+			}
+			d := time.Until(until)
+			if d <= 0 {
+				return !last
+			}
+			ts := unix.NsecToTimespec(int64(min(d, maxNap)))
+			_ = unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &ts, nil) // EINTR: looked at again
+		}
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(time.Until(until))
+	} else {
+		c.timer.Reset(time.Until(until))
+	}
+	select {
+	case <-done:
+		return false
+	case <-c.timer.C:
+		return !last
+	}
+}
+
+// maxNap is the longest sleep of wait's nap: how soon after done is closed
+// a sleeping sampler sees it.
+const maxNap = 20 * time.Millisecond
+
 // Stop releases the clock's timer.
-func (c *sampleClock) Stop() { c.timer.Stop() }
+func (c *sampleClock) Stop() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}

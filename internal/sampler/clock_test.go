@@ -40,3 +40,27 @@ func TestSampleClockPick(t *testing.T) {
 		t.Errorf("after a late sample: period %v, instant %v (now %v)", c.slot.Sub(start), at.Sub(start), late.Sub(start))
 	}
 }
+
+// TestSampleClockWait: wait returns true at the instant (not before), and
+// false when done is closed or the end comes first; sleeping on the
+// thread (nap) or on a runtime timer alike.
+func TestSampleClockWait(t *testing.T) {
+	for _, nap := range []bool{false, true} {
+		c := &sampleClock{period: time.Second}
+		c.at = time.Now().Add(30 * time.Millisecond)
+		if !c.wait(nil, time.Time{}, nap) || time.Now().Before(c.at) {
+			t.Errorf("nap %v: wait returned before the instant, or false", nap)
+		}
+		c.at = time.Now().Add(time.Hour)
+		end := time.Now().Add(30 * time.Millisecond)
+		if c.wait(nil, end, nap) || time.Now().Before(end) {
+			t.Errorf("nap %v: wait with the end before the instant: true, or before the end", nap)
+		}
+		done := make(chan struct{})
+		time.AfterFunc(30*time.Millisecond, func() { close(done) })
+		if c.wait(done, time.Time{}, nap) {
+			t.Errorf("nap %v: wait returned true with done closed and the instant an hour away", nap)
+		}
+		c.Stop()
+	}
+}

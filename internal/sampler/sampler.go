@@ -50,6 +50,10 @@ type Options struct {
 	Idle bool
 	// Nonblocking reads without pausing the target.
 	Nonblocking bool
+	// Realtime runs the sampling thread at real-time priority where the
+	// kernel allows it (see realtime.go), so that its instants stay
+	// where they were drawn on a machine whose CPUs are all busy.
+	Realtime bool
 	// GVL also samples the threads waiting for the GVL (Ruby threads
 	// ready to run, asleep until the thread holding the lock lets it go),
 	// each with a leaf frame profile.LabelGVLWait. With Idle they are
@@ -162,6 +166,9 @@ type proc struct {
 	noClock   bool
 	lastClock uint64
 	idleTicks int
+	// tracerRT is set while p's tracer thread is real-time, as the
+	// sampling thread is (readPaused).
+	tracerRT bool
 	// keepOff is set when p is the only process sampled: rbscope then
 	// keeps its own threads off p's CPUs (ownCPUs).
 	keepOff bool
@@ -467,6 +474,9 @@ type Sampler struct {
 
 	mu    sync.Mutex
 	added []*proc // attached by Add, for the loop to take in
+
+	// rt is the sampling thread's real-time scheduling (Run).
+	rt *rtSampler
 }
 
 // NewSet makes a sampler of no process yet, for Options.PerProcess: Add
@@ -628,26 +638,22 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	period := time.Duration(float64(time.Second) / s.opts.Rate)
 	clock := newSampleClock(period)
 	defer clock.Stop()
-	var deadline <-chan time.Time
+	var end time.Time
 	if s.opts.Duration > 0 {
-		timer := time.NewTimer(s.opts.Duration)
-		defer timer.Stop()
-		deadline = timer.C
+		end = prof.Start.Add(s.opts.Duration)
 	}
+	rt := enterRealtime(s.opts.Realtime)
+	defer rt.leave()
+	s.rt = rt
 	lastScan, lastProgress, lastForget, lastFlush := time.Now(), time.Now(), time.Now(), time.Now()
 	for {
-		select {
-		case <-ctx.Done():
+		if !clock.wait(ctx.Done(), end, rt.on()) {
 			s.flushProcesses(true)
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
-		case <-deadline:
-			s.flushProcesses(true)
-			prof.Duration = time.Since(prof.Start)
-			return s.nameProcesses(prof)
-		case <-clock.C:
-			clock.next()
 		}
+		tickAt := time.Now()
+		clock.next()
 		if s.opts.PerProcess {
 			s.takeAdded()
 		}
@@ -709,6 +715,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			lastProgress = time.Now()
 			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
 		}
+		rt.charge(tickAt)
 	}
 }
 
@@ -1027,6 +1034,11 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 			}
 		}
 		return tids
+	}
+	if rt := s.rt != nil && s.rt.on(); rt != p.tracerRT {
+		// The tracer thread stops the threads at the sampler's instant:
+		// real-time alike, or it would be woken at the scheduler's ticks.
+		p.tracerRT = p.live.SetTracerRealtime(rt) == nil && rt
 	}
 	done := map[int]bool{}
 	err = p.live.WhilePausedPicked(pick, func(st *target.Stopped) error {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/realtime"
 )
 
 // Live is a running process read through process_vm_readv (or /proc/PID/mem
@@ -265,6 +266,31 @@ func (l *Live) startTracing() {
 		l.tracer = newTracer()
 	}
 	registerPaused(l)
+}
+
+// SetTracerRealtime moves the tracer thread, the one that stops the
+// threads (WhilePaused), to real-time scheduling (package realtime), or
+// back with on false. A sampler that is real-time itself then waits for no
+// thread of the normal class to be scheduled between its instant and the
+// stop. It starts the tracer thread if it is not running yet.
+func (l *Live) SetTracerRealtime(on bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.startTracing()
+	t := l.tracer
+	return t.do(func() error {
+		if on == (t.rt != nil) {
+			return nil
+		}
+		if !on {
+			err := t.rt.Leave()
+			t.rt = nil
+			return err
+		}
+		th, err := realtime.Enter()
+		t.rt = th
+		return err
+	})
 }
 
 // WhilePaused is the one way rbscope stops a target: it stops the given
@@ -739,6 +765,9 @@ func (c *ThreadsClock) Close() {
 // that every request for a tracee comes from the thread that seized it.
 type tracer struct {
 	reqs chan func()
+	// rt is set while the thread is real-time (Live.SetTracerRealtime);
+	// only the tracer thread touches it.
+	rt *realtime.Thread
 }
 
 func newTracer() *tracer {
@@ -756,6 +785,9 @@ func newTracer() *tracer {
 		blocked := unix.PthreadSigmask(unix.SIG_BLOCK, &chld, &old) == nil
 		for f := range t.reqs {
 			f()
+		}
+		if t.rt.Leave() != nil {
+			return // still real-time: the thread ends with the goroutine
 		}
 		// Every tracee is detached by now. Unlocking keeps the OS thread
 		// alive: were it to end, children it had started with a parent-death
