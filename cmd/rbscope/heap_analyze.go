@@ -79,15 +79,7 @@ Dump a process's heap with:
 				return fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or use --by class", args[1])
 			}
 			d := heap.Diff(a, b)
-			rows := d.ByClass
-			if by == "site" {
-				rows = d.BySite
-			}
-			more := 0
-			if top > 0 && len(rows) > top {
-				more = len(rows) - top
-				rows = rows[:top]
-			}
+			rows, more := d.Rows(by, top)
 			if asJSON {
 				return printJSON(wire.NewHeapDiff(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), d, by, rows, more))
 			}

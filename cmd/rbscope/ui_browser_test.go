@@ -241,6 +241,22 @@ func TestUIBrowser(t *testing.T) {
 		}
 	}
 
+	// Compare: with no other heap dump open, the page says so; against
+	// itself, heap diff's figures (nothing new).
+	visit(t, ctx, s, "#/heap/0/diff", "heap-diff-pick")
+	if got := eval[string](t, ctx, `document.getElementById("before-pick").innerText`); !strings.Contains(got, "no other heap dump is open") {
+		t.Errorf("compare with no other dump: %q", got)
+	}
+	stdout, _, code = rbscope(t, "heap", "diff", dump, dump, "--json")
+	var self wire.HeapDiff
+	if code != 0 || json.Unmarshal([]byte(stdout), &self) != nil {
+		t.Fatalf("heap diff: %s", stdout)
+	}
+	visit(t, ctx, s, "#/heap/0/diff?before=0", "heap-diff")
+	if got, want := eval[string](t, ctx, `document.getElementById("diff-summary").innerText`), fmt.Sprintf(": %s objects (", commas(self.NewObjects)); !strings.Contains(got, want) {
+		t.Errorf("diff summary %q, want %q (heap diff --json)", got, want)
+	}
+
 	// Object page of the largest retainer.
 	r0 := top.Retainers[0]
 	visit(t, ctx, s, "#/heap/0/object?addr="+r0.Address, "heap-object")

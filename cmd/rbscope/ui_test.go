@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -555,5 +556,57 @@ func TestUICrashes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || !strings.Contains(string(b), `"error":"no crash store: `) {
 		t.Errorf("no store: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestUIHeapDiff: the page's comparison of two dumps of a real program is
+// heap diff --json's, by class and by allocation site, and its largest row
+// is the objects the program says it kept between the dumps.
+func TestUIHeapDiff(t *testing.T) {
+	dir := t.TempDir()
+	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
+	var rep struct {
+		Leaky uint64 `json:"leaky"`
+		Site  string `json:"site"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	s := startUI(t, before, after)
+	if files := s.waitLoaded(t); len(files) != 2 || files[0].State != "ready" || files[1].State != "ready" {
+		t.Fatalf("files: %+v", files)
+	}
+	for _, by := range []string{"class", "site"} {
+		stdout, stderr, code := rbscope(t, "heap", "diff", before, after, "--json", "--by", by, "--top", "10")
+		if code != 0 {
+			t.Fatalf("heap diff --by %s: %s", by, stderr)
+		}
+		var cli, ui wire.HeapDiff
+		if err := json.Unmarshal([]byte(stdout), &cli); err != nil {
+			t.Fatal(err)
+		}
+		s.get(t, "/api/heap/diff?f=1&before=0&top=10&by="+by, &ui)
+		if !reflect.DeepEqual(cli, ui) {
+			t.Errorf("by %s: the page's diff differs from heap diff --json:\nui  %+v\ncli %+v", by, ui, cli)
+		}
+		if len(ui.Rows) == 0 || ui.Rows[0].Class != "Leaky" || ui.Rows[0].Count != rep.Leaky || by == "site" && ui.Rows[0].Site != rep.Site {
+			t.Errorf("by %s: first row %+v, the program kept %d Leaky from %s", by, ui.Rows, rep.Leaky, rep.Site)
+		}
+	}
+	// Bad requests: one message each.
+	for path, want := range map[string]string{
+		"/api/heap/diff?f=1&before=7":         `no file "7"`,
+		"/api/heap/diff?f=1&before=0&by=size": `by="size": want one of class, site`,
+		"/api/heap/diff?f=1&before=0&top=-1":  `top="-1": want a number from 0 to 1000`,
+	} {
+		resp, err := http.Get(s.base + path + "&token=" + s.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error string }
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode == 200 || err != nil || !strings.Contains(e.Error, want) {
+			t.Errorf("GET %s: %d %q (%v), want an error saying %s", path, resp.StatusCode, e.Error, err, want)
+		}
 	}
 }

@@ -107,3 +107,17 @@ func sortedRows[K comparable](m map[K]*DiffRow) []DiffRow {
 	})
 	return rows
 }
+
+// Rows returns the largest top rows grouped by class ("class") or by
+// allocation site ("site"), all of them when top is 0, and how many more
+// there are.
+func (d *DiffResult) Rows(by string, top int) (rows []DiffRow, more int) {
+	rows = d.ByClass
+	if by == "site" {
+		rows = d.BySite
+	}
+	if top > 0 && len(rows) > top {
+		return rows[:top], len(rows) - top
+	}
+	return rows, 0
+}

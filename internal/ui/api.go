@@ -32,6 +32,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/object", s.heapHandler(apiObject))
 	s.mux.HandleFunc("GET /api/heap/paths", s.heapHandler(apiPaths))
 	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
+	s.mux.HandleFunc("GET /api/heap/diff", s.heapDiff)
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
@@ -124,10 +125,15 @@ func (s *Server) apiUpload(w http.ResponseWriter, r *http.Request) {
 // openFile returns the loaded file the f parameter names, or answers the
 // request with why not.
 func (s *Server) openFile(w http.ResponseWriter, r *http.Request, kind string) *file {
-	id, err := strconv.Atoi(r.URL.Query().Get("f"))
+	return s.openFileParam(w, r, "f", kind)
+}
+
+// openFileParam is openFile for the file the parameter param names.
+func (s *Server) openFileParam(w http.ResponseWriter, r *http.Request, param, kind string) *file {
+	id, err := strconv.Atoi(r.URL.Query().Get(param))
 	f := s.get(id)
 	if err != nil || f == nil {
-		fail(w, http.StatusNotFound, "no file %q", r.URL.Query().Get("f"))
+		fail(w, http.StatusNotFound, "no file %q", r.URL.Query().Get(param))
 		return nil
 	}
 	s.load(f)
@@ -423,6 +429,33 @@ func apiPaths(f *file, q *query) (any, error) {
 func apiTop(f *file, q *query) (any, error) {
 	n := q.num("n", 20, 1, maxLimit)
 	return wire.NewHeapTop(f.Path, f.heap.g, f.heap.d, f.heap.d.Top(n)), nil
+}
+
+// heapDiff answers what heap diff --json does: the objects of the dump f
+// that the dump before lacks, grouped by class or by allocation site
+// (by), the largest top groups (0: all).
+func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
+	after := s.openFile(w, r, "heap")
+	if after == nil {
+		return
+	}
+	before := s.openFileParam(w, r, "before", "heap")
+	if before == nil {
+		return
+	}
+	answer(w, r, after, func(f *file, q *query) (any, error) {
+		by := q.oneOf("by", "class", "class", "site")
+		top := q.num("top", 30, 0, maxLimit)
+		if q.err != nil {
+			return nil, q.err
+		}
+		if by == "site" && !f.heap.g.HasSites() {
+			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or group by class", f.Name)
+		}
+		d := heap.Diff(before.heap.g, f.heap.g)
+		rows, more := d.Rows(by, top)
+		return wire.NewHeapDiff(wire.NewDumpInfo(before.Name, before.heap.g), wire.NewDumpInfo(f.Name, f.heap.g), d, by, rows, more), nil
+	})
 }
 
 func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {

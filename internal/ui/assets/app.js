@@ -106,7 +106,8 @@ function dumpHead(d) {
 function heapTabs(f, active) {
   return el("nav", { class: "tabs" },
     el("a", { href: hashFor(`/heap/${f}/overview`), class: active === "overview" ? "on" : "" }, "Overview"),
-    el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"));
+    el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"),
+    el("a", { href: hashFor(`/heap/${f}/diff`), class: active === "diff" ? "on" : "", id: "diff-tab" }, "Compare"));
 }
 
 const views = {
@@ -233,6 +234,34 @@ const views = {
     show(gen, "ready", heapTabs(f, "top"),
       el("p", { class: "summary" }, `${num(d.objects)} objects, ${bytes(d.bytes)}; ${num(d.reachable)} reachable (${bytes(d.reachable_bytes)})`),
       table(cols, d.retainers), el("p", {}, el("a", { href: hashFor(`/heap/${f}/top`, { n: Number(n) * 2 }) }, "more")));
+  },
+
+  async "heap/diff"(gen, f, p) {
+    const by = p.by || "class", top = p.top || 100;
+    const files = (await api("files", {})).files.filter(x => x.kind === "heap" && x.state === "ready" && String(x.id) !== String(f));
+    const base = `/heap/${f}/diff`;
+    const pick = el("p", { class: "pivot", id: "before-pick" }, "Compare with an earlier dump: ",
+      files.length ? files.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { before: x.id, by }), class: String(x.id) === p.before ? "on" : "" }, x.name)])
+        : "no other heap dump is open (drop one on this page).");
+    if (p.before === undefined) {
+      setCrumbs(["files", "#/"], ["compare"]);
+      show(gen, "ready", heapTabs(f, "diff"), el("h1", {}, "What is new in this dump"), pick);
+      return;
+    }
+    const d = await api("heap/diff", { f, before: p.before, by, top });
+    setCrumbs(["files", "#/"], [d.after.file, hashFor(`/heap/${f}/overview`)], ["new since " + d.before.file]);
+    const cols = [];
+    if (by === "site") cols.push({ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" });
+    cols.push({ label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
+      { label: "New objects", num: true, cell: r => num(r.count) }, { label: "Bytes", num: true, cell: r => num(r.bytes) });
+    show(gen, "ready", heapTabs(f, "diff"), pick,
+      el("p", { class: "summary", id: "diff-summary" }, `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks; `,
+        `${num(d.gone_objects)} objects (${bytes(d.gone_bytes)}) of it are gone`),
+      el("p", { class: "pivot" }, "Group by: ",
+        el("a", { href: hashFor(base, { before: p.before, by: "class" }), class: by === "class" ? "on" : "" }, "class"), " · ",
+        el("a", { href: hashFor(base, { before: p.before, by: "site" }), class: by === "site" ? "on" : "" }, "allocation site")),
+      table(cols, d.rows, { id: "diff" }),
+      d.more_rows ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, by, top: Math.min(Number(top) * 2, 1000) }) }, `${num(d.more_rows)} more`)) : null);
   },
 
   async "profile/functions"(gen, f, p) {
