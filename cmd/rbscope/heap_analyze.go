@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // addHeapAnalyzeCmds adds the offline analyses of ObjectSpace.dump_all
 // files (diff, path, top) to the heap command.
 func addHeapAnalyzeCmds(c *cobra.Command) {
-	c.AddCommand(newHeapDiffCmd(), newHeapPathCmd(), newHeapTopCmd())
+	c.AddCommand(newHeapDiffCmd(), newHeapSuspectsCmd(), newHeapPathCmd(), newHeapTopCmd())
 }
 
 // heapDumpArgs checks that a command got exactly its n positional arguments.
@@ -67,11 +68,7 @@ Dump a process's heap with:
 			if top < 0 {
 				return usageError{fmt.Errorf("--top %d: want 0 (all) or more (see '%s --help')", top, c.CommandPath())}
 			}
-			a, err := heap.LoadFile(args[0])
-			if err != nil {
-				return err
-			}
-			b, err := heap.LoadFile(args[1])
+			a, b, err := loadDumpPair(args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -118,6 +115,111 @@ Dump a process's heap with:
 	c.Flags().IntVar(&top, "top", 30, "print the largest N groups (0: all)")
 	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"before", "after", "new_objects", "new_bytes", "gone_objects", "gone_bytes", "by", "rows": [{"class", "type", "site", "count", "bytes"}], "more_rows"}`)
 	return c
+}
+
+func newHeapSuspectsCmd() *cobra.Command {
+	var top int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "suspects BEFORE AFTER",
+		Short: "Where a heap grew between two dumps, by the object that keeps the new objects (leak suspects)",
+		Long: `Compare two heap dumps of the same process (ObjectSpace.dump_all's JSON lines, or
+rbscope heap dump's), BEFORE taken earlier, and find where AFTER grew: every
+object of AFTER that BEFORE lacks is charged to its nearest dominator that
+BEFORE has too, the holder, and the holders are ranked by the bytes of the
+new objects they keep. A leak through a cache (a Hash in a constant, keyed
+by request) shows as that Hash; one through a callback list as its Array.
+Each suspect comes with its shortest path from the roots, the new objects
+it keeps by class, and by allocation site when AFTER has sites (dumped
+after ObjectSpace.trace_object_allocations_start).
+
+Take the dumps some requests apart, after the application warmed up: what
+a process allocates once (caches filled on first use) looks like growth
+too between a cold and a warm dump.`,
+		Example: `  rbscope heap dump -p 4242 -o before.json; sleep 600; rbscope heap dump -p 4242 -o after.json
+  rbscope heap suspects before.json after.json
+  rbscope heap suspects before.json after.json --top 3 --json`,
+		Args: heapDumpArgs(2, "two dump files, BEFORE and AFTER"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if top < 1 {
+				return usageError{fmt.Errorf("--top %d: want 1 or more (see '%s --help')", top, c.CommandPath())}
+			}
+			a, b, err := loadDumpPair(args[0], args[1])
+			if err != nil {
+				return err
+			}
+			doc := wire.NewHeapSuspects(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), b, heap.Diff(a, b), heap.Suspects(a, b, heap.Dominators(b), top))
+			if asJSON {
+				return printJSON(doc)
+			}
+			printSuspects(os.Stdout, doc)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&top, "top", 10, "print the N largest suspects")
+	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"before", "after", "new_objects", "new_bytes", "suspects": [{"holder", "retained", "new_objects", "new_bytes", "classes", "sites", "path"}]} (docs/json.md)`)
+	return c
+}
+
+// printSuspects prints heap suspects' text.
+func printSuspects(w io.Writer, d *wire.HeapSuspects) {
+	fmt.Fprintf(w, "%s: %d objects, %d bytes\n", d.Before.File, d.Before.Objects, d.Before.Bytes)
+	fmt.Fprintf(w, "%s: %d objects, %d bytes\n", d.After.File, d.After.Objects, d.After.Bytes)
+	fmt.Fprintf(w, "new: %d objects, %d bytes\n", d.NewObjects, d.NewBytes)
+	for k, s := range d.Suspects {
+		fmt.Fprintln(w)
+		if s.Holder == nil {
+			fmt.Fprintf(w, "%d. held by the roots directly: %d new objects, %d bytes\n", k+1, s.NewObjects, s.NewBytes)
+		} else {
+			h := s.Holder
+			fmt.Fprintf(w, "%d. %s %s %s %s (retains %d bytes): %d new objects, %d bytes\n", k+1, h.Address, h.Type, heapOrNone(h.Class), h.Desc, s.Retained, s.NewObjects, s.NewBytes)
+		}
+		if s.Path != nil {
+			hops := []string{"root " + s.Path.Root}
+			for _, h := range s.Path.Hops {
+				hops = append(hops, strings.TrimSpace(h.Type+" "+h.Class+" "+h.Desc))
+			}
+			fmt.Fprintf(w, "   path: %s\n", strings.Join(hops, " -> "))
+		}
+		// By site when the dump says (the rows name the class too), else
+		// by class.
+		head, right := []string{"CLASS", "TYPE", "COUNT", "BYTES"}, []bool{false, false, true, true}
+		var rows [][]string
+		for _, r := range s.Classes {
+			rows = append(rows, []string{heapOrNone(r.Class), r.Type, strconv.FormatUint(r.Count, 10), strconv.FormatUint(r.Bytes, 10)})
+		}
+		if len(s.Sites) > 0 {
+			head, right, rows = append([]string{"SITE"}, head...), append([]bool{false}, right...), nil
+			for _, r := range s.Sites {
+				site := r.Site
+				if site == "" {
+					site = "(unknown)"
+				}
+				rows = append(rows, []string{site, heapOrNone(r.Class), r.Type, strconv.FormatUint(r.Count, 10), strconv.FormatUint(r.Bytes, 10)})
+			}
+		}
+		var b strings.Builder
+		printTable(&b, head, rows, right)
+		for _, line := range strings.SplitAfter(b.String(), "\n") {
+			if line != "" {
+				fmt.Fprint(w, "   ", line)
+			}
+		}
+	}
+}
+
+// loadDumpPair loads the dumps BEFORE and AFTER of heap diff and heap
+// suspects.
+func loadDumpPair(before, after string) (*heap.Graph, *heap.Graph, error) {
+	a, err := heap.LoadFile(before)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := heap.LoadFile(after)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, b, nil
 }
 
 // parseHeapAddress parses an object address as dumps print it ("0x7f..."),

@@ -29,56 +29,44 @@ type DiffResult struct {
 	SitesKnown uint64
 }
 
-// same tells whether object i of x and object j of y are the same object:
-// same address, type and class.
+// same tells whether object i of x and object j of y, at one address, are
+// the same object: same type and class, and where both dumps carry
+// allocation sites, the same site. A slot freed between the dumps is
+// often taken again by an object of the same class (a request's garbage
+// String by the String a cache keeps); its site, when known, tells them
+// apart.
 func same(x *Graph, i int, y *Graph, j int) bool {
-	return x.Type(i) == y.Type(j) && x.ClassAddress(i) == y.ClassAddress(j)
+	if x.Type(i) != y.Type(j) || x.ClassAddress(i) != y.ClassAddress(j) {
+		return false
+	}
+	if x.HasSites() && y.HasSites() {
+		si, oki := x.Site(i)
+		sj, okj := y.Site(j)
+		return oki == okj && si == sj
+	}
+	return true
 }
 
-// Diff returns the objects of b that are not in a: an address a has no
-// object at, or one whose type or class differs (the slot was freed and
-// reused).
+// isNew tells whether object j of b is one that a lacks: an address a has
+// no object at, or one whose type or class differs (the slot was freed
+// and reused).
+func isNew(a, b *Graph, j int) bool {
+	i, ok := a.Lookup(b.addr[j])
+	return !ok || !same(a, i, b, j)
+}
+
+// Diff returns the objects of b that are not in a (isNew).
 func Diff(a, b *Graph) *DiffResult {
-	type classKey struct {
-		class uint32
-		typ   uint8
-	}
-	type siteKey struct {
-		site, class uint32
-		typ         uint8
-	}
 	res := &DiffResult{}
-	byClass := map[classKey]*DiffRow{}
-	bySite := map[siteKey]*DiffRow{}
+	c := newGroupCounter()
 	for j := 0; j < b.Len(); j++ {
-		if i, ok := a.Lookup(b.addr[j]); ok && same(a, i, b, j) {
+		if !isNew(a, b, j) {
 			continue
 		}
 		m := b.Memsize(j)
 		res.NewObjects++
 		res.NewBytes += m
-		ck := classKey{b.class[j], b.typ[j]}
-		r := byClass[ck]
-		if r == nil {
-			r = &DiffRow{Class: b.ClassName(j), Type: b.Type(j)}
-			byClass[ck] = r
-		}
-		r.Count++
-		r.Bytes += m
-		sk := siteKey{b.site[j], b.class[j], b.typ[j]}
-		if sk.site != 0 {
-			res.SitesKnown++
-		}
-		r = bySite[sk]
-		if r == nil {
-			r = &DiffRow{Class: b.ClassName(j), Type: b.Type(j)}
-			if s, ok := b.Site(j); ok {
-				r.Site = s.String()
-			}
-			bySite[sk] = r
-		}
-		r.Count++
-		r.Bytes += m
+		c.add(b, j, m)
 	}
 	for i := 0; i < a.Len(); i++ {
 		if j, ok := b.Lookup(a.addr[i]); ok && same(a, i, b, j) {
@@ -87,9 +75,58 @@ func Diff(a, b *Graph) *DiffResult {
 		res.GoneObjects++
 		res.GoneBytes += a.Memsize(i)
 	}
-	res.ByClass = sortedRows(byClass)
-	res.BySite = sortedRows(bySite)
+	res.ByClass = sortedRows(c.byClass)
+	res.BySite = sortedRows(c.bySite)
+	res.SitesKnown = c.sitesKnown
 	return res
+}
+
+// groupCounter counts objects of a dump by class and type, and by
+// allocation site, class and type.
+type groupCounter struct {
+	byClass    map[classKey]*DiffRow
+	bySite     map[siteKey]*DiffRow
+	sitesKnown uint64 // objects with a site
+}
+
+type classKey struct {
+	class uint32
+	typ   uint8
+}
+
+type siteKey struct {
+	site, class uint32
+	typ         uint8
+}
+
+func newGroupCounter() *groupCounter {
+	return &groupCounter{byClass: map[classKey]*DiffRow{}, bySite: map[siteKey]*DiffRow{}}
+}
+
+// add counts object j of g, of m bytes.
+func (c *groupCounter) add(g *Graph, j int, m uint64) {
+	ck := classKey{g.class[j], g.typ[j]}
+	r := c.byClass[ck]
+	if r == nil {
+		r = &DiffRow{Class: g.ClassName(j), Type: g.Type(j)}
+		c.byClass[ck] = r
+	}
+	r.Count++
+	r.Bytes += m
+	sk := siteKey{g.site[j], g.class[j], g.typ[j]}
+	if sk.site != 0 {
+		c.sitesKnown++
+	}
+	r = c.bySite[sk]
+	if r == nil {
+		r = &DiffRow{Class: g.ClassName(j), Type: g.Type(j)}
+		if s, ok := g.Site(j); ok {
+			r.Site = s.String()
+		}
+		c.bySite[sk] = r
+	}
+	r.Count++
+	r.Bytes += m
 }
 
 func sortedRows[K comparable](m map[K]*DiffRow) []DiffRow {

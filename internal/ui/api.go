@@ -33,6 +33,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/paths", s.heapHandler(apiPaths))
 	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
 	s.mux.HandleFunc("GET /api/heap/diff", s.heapDiff)
+	s.mux.HandleFunc("GET /api/heap/suspects", s.heapSuspects)
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
@@ -431,16 +432,26 @@ func apiTop(f *file, q *query) (any, error) {
 	return wire.NewHeapTop(f.Path, f.heap.g, f.heap.d, f.heap.d.Top(n)), nil
 }
 
+// openPair returns the heap dumps a comparison names, the later as f and
+// the earlier as before, or answers the request with why not (and nil).
+func (s *Server) openPair(w http.ResponseWriter, r *http.Request) (before, after *file) {
+	after = s.openFile(w, r, "heap")
+	if after == nil {
+		return nil, nil
+	}
+	before = s.openFileParam(w, r, "before", "heap")
+	if before == nil {
+		return nil, nil
+	}
+	return before, after
+}
+
 // heapDiff answers what heap diff --json does: the objects of the dump f
 // that the dump before lacks, grouped by class or by allocation site
 // (by), the largest top groups (0: all).
 func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
-	after := s.openFile(w, r, "heap")
+	before, after := s.openPair(w, r)
 	if after == nil {
-		return
-	}
-	before := s.openFileParam(w, r, "before", "heap")
-	if before == nil {
 		return
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
@@ -455,6 +466,24 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 		d := heap.Diff(before.heap.g, f.heap.g)
 		rows, more := d.Rows(by, top)
 		return wire.NewHeapDiff(wire.NewDumpInfo(before.Name, before.heap.g), wire.NewDumpInfo(f.Name, f.heap.g), d, by, rows, more), nil
+	})
+}
+
+// heapSuspects answers what heap suspects --json does: where the dump f
+// grew against the dump before, by the object that keeps the new
+// objects, the largest top.
+func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
+	before, after := s.openPair(w, r)
+	if after == nil {
+		return
+	}
+	answer(w, r, after, func(f *file, q *query) (any, error) {
+		top := q.num("top", 10, 1, 100)
+		if q.err != nil {
+			return nil, q.err
+		}
+		a, b := before.heap.g, f.heap.g
+		return wire.NewHeapSuspects(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), b, heap.Diff(a, b), heap.Suspects(a, b, f.heap.d, top)), nil
 	})
 }
 

@@ -32,6 +32,7 @@ var documents = []document{
 	{"heap census --json", HeapCensus{}, true},
 	{"heap diff --json", HeapDiff{}, true},
 	{"heap path --json", HeapPath{}, true},
+	{"heap suspects --json", HeapSuspects{}, true},
 	{"heap top --json", HeapTop{}, true},
 	{"alloc --json", Alloc{}, true},
 	{"crash list --json", CrashList{}, true},

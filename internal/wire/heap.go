@@ -57,10 +57,15 @@ func NewDumpInfo(file string, g *heap.Graph) DumpInfo {
 // NewHeapDiff maps a diff of before and after whose rows, grouped by by,
 // were cut to rows with more left out.
 func NewHeapDiff(before, after DumpInfo, d *heap.DiffResult, by string, rows []heap.DiffRow, more int) *HeapDiff {
-	out := &HeapDiff{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes,
-		GoneObjects: d.GoneObjects, GoneBytes: d.GoneBytes, By: by, Rows: make([]DiffRow, len(rows)), More: more}
+	return &HeapDiff{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes,
+		GoneObjects: d.GoneObjects, GoneBytes: d.GoneBytes, By: by, Rows: newDiffRows(rows), More: more}
+}
+
+// newDiffRows maps rows of new objects.
+func newDiffRows(rows []heap.DiffRow) []DiffRow {
+	out := make([]DiffRow, len(rows))
 	for i, r := range rows {
-		out.Rows[i] = DiffRow{Class: r.Class, Type: r.Type, Site: r.Site, Count: r.Count, Bytes: r.Bytes}
+		out[i] = DiffRow{Class: r.Class, Type: r.Type, Site: r.Site, Count: r.Count, Bytes: r.Bytes}
 	}
 	return out
 }
@@ -105,13 +110,18 @@ func NewHeapPath(g *heap.Graph, target int, holders []int, paths []heap.Path) *H
 		out.Holders[i] = hex(g.Address(h))
 	}
 	for i, p := range paths {
-		rp := RootPath{Root: p.Root}
-		for _, h := range p.Hops {
-			rp.Hops = append(rp.Hops, NewHeapObject(g, h))
-		}
-		out.Paths[i] = rp
+		out.Paths[i] = newRootPath(g, p)
 	}
 	return out
+}
+
+// newRootPath maps a path of dump g.
+func newRootPath(g *heap.Graph, p heap.Path) RootPath {
+	rp := RootPath{Root: p.Root}
+	for _, h := range p.Hops {
+		rp.Hops = append(rp.Hops, NewHeapObject(g, h))
+	}
+	return rp
 }
 
 // HeapTop is the document `rbscope heap top --json` prints: the objects
@@ -151,4 +161,50 @@ func Dominator(g *heap.Graph, r heap.Retainer) string {
 		return "root"
 	}
 	return hex(g.Address(r.Idom))
+}
+
+// HeapSuspects is the document `rbscope heap suspects --json` prints: where
+// the AFTER dump grew against the BEFORE one, by the object both hold that
+// keeps the new objects, largest first.
+type HeapSuspects struct {
+	Before     DumpInfo  `json:"before"`
+	After      DumpInfo  `json:"after"`
+	NewObjects uint64    `json:"new_objects"`
+	NewBytes   uint64    `json:"new_bytes"`
+	Suspects   []Suspect `json:"suspects"`
+}
+
+// Suspect is one holder of new objects: an object of both dumps (null
+// when the root sets hold the new objects directly), what it retains in
+// AFTER, the new objects it keeps by class and by allocation site (when
+// the dump has sites), and its shortest path from the roots.
+type Suspect struct {
+	Holder     *HeapObject `json:"holder"`
+	Retained   uint64      `json:"retained"`
+	NewObjects uint64      `json:"new_objects"`
+	NewBytes   uint64      `json:"new_bytes"`
+	Classes    []DiffRow   `json:"classes"`
+	Sites      []DiffRow   `json:"sites,omitempty"`
+	Path       *RootPath   `json:"path"`
+}
+
+// NewHeapSuspects maps the suspects of after (g) against before.
+func NewHeapSuspects(before, after DumpInfo, g *heap.Graph, d *heap.DiffResult, suspects []heap.Suspect) *HeapSuspects {
+	out := &HeapSuspects{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes, Suspects: make([]Suspect, len(suspects))}
+	for i, s := range suspects {
+		ws := Suspect{Retained: s.Retained, NewObjects: s.NewObjects, NewBytes: s.NewBytes, Classes: newDiffRows(s.Classes)}
+		if len(s.Sites) > 0 {
+			ws.Sites = newDiffRows(s.Sites)
+		}
+		if !s.FromRoots {
+			h := NewHeapObject(g, s.Holder)
+			ws.Holder = &h
+		}
+		if s.Path != nil {
+			rp := newRootPath(g, *s.Path)
+			ws.Path = &rp
+		}
+		out.Suspects[i] = ws
+	}
+	return out
 }

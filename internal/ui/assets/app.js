@@ -107,7 +107,16 @@ function heapTabs(f, active) {
   return el("nav", { class: "tabs" },
     el("a", { href: hashFor(`/heap/${f}/overview`), class: active === "overview" ? "on" : "" }, "Overview"),
     el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"),
-    el("a", { href: hashFor(`/heap/${f}/diff`), class: active === "diff" ? "on" : "", id: "diff-tab" }, "Compare"));
+    el("a", { href: hashFor(`/heap/${f}/diff`), class: active === "diff" ? "on" : "", id: "diff-tab" }, "Compare"),
+    el("a", { href: hashFor(`/heap/${f}/suspects`), class: active === "suspects" ? "on" : "", id: "suspects-tab" }, "Leak suspects"));
+}
+
+// beforePick lists the other open heap dumps to compare dump f with.
+async function beforePick(f, base, p, extra) {
+  const files = (await api("files", {})).files.filter(x => x.kind === "heap" && x.state === "ready" && String(x.id) !== String(f));
+  return el("p", { class: "pivot", id: "before-pick" }, "Compare with an earlier dump: ",
+    files.length ? files.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { ...extra, before: x.id }), class: String(x.id) === p.before ? "on" : "" }, x.name)])
+      : "no other heap dump is open (drop one on this page).");
 }
 
 const views = {
@@ -238,11 +247,8 @@ const views = {
 
   async "heap/diff"(gen, f, p) {
     const by = p.by || "class", top = p.top || 100;
-    const files = (await api("files", {})).files.filter(x => x.kind === "heap" && x.state === "ready" && String(x.id) !== String(f));
     const base = `/heap/${f}/diff`;
-    const pick = el("p", { class: "pivot", id: "before-pick" }, "Compare with an earlier dump: ",
-      files.length ? files.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { before: x.id, by }), class: String(x.id) === p.before ? "on" : "" }, x.name)])
-        : "no other heap dump is open (drop one on this page).");
+    const pick = await beforePick(f, base, p, { by });
     if (p.before === undefined) {
       setCrumbs(["files", "#/"], ["compare"]);
       show(gen, "ready", heapTabs(f, "diff"), el("h1", {}, "What is new in this dump"), pick);
@@ -262,6 +268,39 @@ const views = {
         el("a", { href: hashFor(base, { before: p.before, by: "site" }), class: by === "site" ? "on" : "" }, "allocation site")),
       table(cols, d.rows, { id: "diff" }),
       d.more_rows ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, by, top: Math.min(Number(top) * 2, 1000) }) }, `${num(d.more_rows)} more`)) : null);
+  },
+
+  async "heap/suspects"(gen, f, p) {
+    const top = p.top || 10;
+    const base = `/heap/${f}/suspects`;
+    const pick = await beforePick(f, base, p, {});
+    if (p.before === undefined) {
+      setCrumbs(["files", "#/"], ["leak suspects"]);
+      show(gen, "ready", heapTabs(f, "suspects"), el("h1", {}, "Where this dump grew"), pick);
+      return;
+    }
+    const d = await api("heap/suspects", { f, before: p.before, top });
+    setCrumbs(["files", "#/"], [d.after.file, hashFor(`/heap/${f}/overview`)], ["leak suspects since " + d.before.file]);
+    const blocks = d.suspects.map((s, k) => {
+      const h = s.holder;
+      const title = h ? [`${k + 1}. `, objLink(f, h), ` ${h.type} ${h.class || ""} ${h.desc} keeps `]
+        : [`${k + 1}. The root sets directly keep `];
+      const rows = s.sites && s.sites.length ? s.sites : s.classes;
+      const cols = [];
+      if (s.sites && s.sites.length) cols.push({ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" });
+      cols.push({ label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
+        { label: "New objects", num: true, cell: r => num(r.count) }, { label: "Bytes", num: true, cell: r => num(r.bytes) });
+      return el("div", { class: "suspect" },
+        el("h2", {}, ...title, `${num(s.new_objects)} new objects (${bytes(s.new_bytes)})`, h ? `, retains ${bytes(s.retained)}` : ""),
+        s.path ? el("ol", { class: "path" }, el("li", {}, "root " + s.path.root),
+          s.path.hops.map(x => el("li", {}, objLink(f, x), " ", x.type, " ", x.class || "(none)", " ", el("span", { class: "desc" }, x.desc),
+            x.conservative ? el("span", { class: "tag" }, "conservative") : null))) : null,
+        table(cols, rows, { id: "suspect-" + k }));
+    });
+    show(gen, "ready", heapTabs(f, "suspects"), pick,
+      el("p", { class: "summary", id: "suspects-summary" }, `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks, charged to the nearest object both dumps hold that keeps them.`),
+      blocks.length ? blocks : el("p", {}, "Nothing new is kept."),
+      d.suspects.length >= top ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, top: Math.min(Number(top) * 2, 100) }) }, "more")) : null);
   },
 
   async "profile/functions"(gen, f, p) {
