@@ -610,3 +610,97 @@ func TestUIHeapDiff(t *testing.T) {
 		}
 	}
 }
+
+// TestUIHeapPivots: on a dump with allocation sites, the overview groups
+// by site and by gem, and its rows hold the objects the program says it
+// made there: 3,000 Strings at a line of a gem of its own, 2,000 Objects
+// at a line of its own, all of them under the gem's row or the app's.
+// A dump without sites says why it has no such grouping.
+func TestUIHeapPivots(t *testing.T) {
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "gems.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_gems.rb", nil, dump, dir)
+	var rep struct {
+		GemSite    string `json:"gem_site"`
+		AppSite    string `json:"app_site"`
+		GemStrings uint64 `json:"gem_strings"`
+		AppObjects uint64 `json:"app_objects"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	plain, _ := heapGraphDump(t, dir)
+	s := startUI(t, dump, plain)
+	files := s.waitLoaded(t)
+	type row struct {
+		ID                int
+		Site, Gem, Class  string
+		Type              string
+		Count             uint64
+		Shallow, Retained uint64
+	}
+	overview := func(by string) (rows []row, objects int) {
+		var ov struct {
+			Objects  int  `json:"objects"`
+			HasSites bool `json:"has_sites"`
+			Page     struct{ Rows []row }
+		}
+		s.get(t, "/api/heap/overview?f=0&limit=1000&by="+by, &ov)
+		var sum uint64
+		for _, r := range ov.Page.Rows {
+			sum += r.Count
+		}
+		if !ov.HasSites || int(sum) != ov.Objects || ov.Objects != files[0].Objects {
+			t.Errorf("by %s: has_sites %v; rows add up to %d objects of %d (the dump has %d)", by, ov.HasSites, sum, ov.Objects, files[0].Objects)
+		}
+		return ov.Page.Rows, ov.Objects
+	}
+	find := func(rows []row, f func(row) bool) (row, bool) {
+		for _, r := range rows {
+			if f(r) {
+				return r, true
+			}
+		}
+		return row{}, false
+	}
+	rows, _ := overview("site")
+	if r, ok := find(rows, func(r row) bool { return r.Site == rep.GemSite && r.Class == "String" }); !ok || r.Count != rep.GemStrings || r.Type != "STRING" {
+		t.Errorf("by site: the gem's row %+v (found %v), the program made %d Strings at %s", r, ok, rep.GemStrings, rep.GemSite)
+	} else {
+		var objs struct{ Page struct{ Total int } }
+		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=site&group=%d&limit=1", r.ID), &objs)
+		if objs.Page.Total != int(rep.GemStrings) {
+			t.Errorf("by site: the gem's row drills down to %d objects, want %d", objs.Page.Total, rep.GemStrings)
+		}
+	}
+	if r, ok := find(rows, func(r row) bool { return r.Site == rep.AppSite && r.Class == "Object" }); !ok || r.Count != rep.AppObjects {
+		t.Errorf("by site: the app's row %+v (found %v), the program made %d Objects at %s", r, ok, rep.AppObjects, rep.AppSite)
+	}
+	rows, _ = overview("gem")
+	if r, ok := find(rows, func(r row) bool { return r.Gem == "fakegem-1.2.3" }); !ok || r.Count < rep.GemStrings {
+		t.Errorf("by gem: fakegem-1.2.3's row %+v (found %v), want at least its %d Strings", r, ok, rep.GemStrings)
+	}
+	if r, ok := find(rows, func(r row) bool { return r.Gem == "(app)" }); !ok || r.Count < rep.AppObjects {
+		t.Errorf("by gem: the app's row %+v (found %v), want at least its %d Objects", r, ok, rep.AppObjects)
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/overview?by=gem", "heap-overview-gem")
+	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "fakegem-1.2.3") || !strings.Contains(text, "(app)") {
+		t.Errorf("the page by gem:\n%s", text)
+	}
+	visit(t, ctx, s, "#/heap/1/overview", "heap-overview-no-sites")
+	if text := eval[string](t, ctx, `document.getElementById("pivots").innerText`); strings.Contains(text, "gem ·") || !strings.Contains(text, "trace_object_allocations_start") {
+		t.Errorf("the page's groupings of a dump without sites: %q", text)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+	resp, err := http.Get(s.base + "/api/heap/overview?f=1&by=gem&token=" + s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error string }
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(e.Error, "has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start to group by gem") {
+		t.Errorf("by gem on a dump without sites: %d %q", resp.StatusCode, e.Error)
+	}
+}

@@ -277,12 +277,12 @@ type overviewRow struct {
 // apiOverview: the objects by class (and type) or by type, with count,
 // shallow and retained bytes; sort=retained|shallow|count|name.
 func apiOverview(f *file, q *query) (any, error) {
-	by := q.oneOf("by", "class", "class", "type")
+	by := q.oneOf("by", "class", pivots...)
 	sortBy := q.oneOf("sort", "retained", "retained", "shallow", "count", "name")
 	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
-	gs := f.heap.byClass
-	if by == "type" {
-		gs = f.heap.byType
+	gs, err := f.heap.pivot(f.Name, by)
+	if err != nil {
+		return nil, err
 	}
 	rows := make([]overviewRow, len(gs.rows))
 	for k, r := range gs.rows {
@@ -295,24 +295,47 @@ func apiOverview(f *file, q *query) (any, error) {
 		case "count":
 			return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.ID, b.ID))
 		case "name":
-			return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Type, b.Type), cmp.Compare(a.ID, b.ID))
+			return cmp.Or(cmp.Compare(a.Gem, b.Gem), cmp.Compare(a.Site, b.Site), cmp.Compare(a.Class, b.Class), cmp.Compare(a.Type, b.Type), cmp.Compare(a.ID, b.ID))
 		}
 		return cmp.Or(cmp.Compare(b.Retained, a.Retained), cmp.Compare(b.Shallow, a.Shallow), cmp.Compare(a.ID, b.ID))
 	})
 	return struct {
 		dumpSummary
-		By   string            `json:"by"`
-		Sort string            `json:"sort"`
-		Page page[overviewRow] `json:"page"`
-	}{f.summary(), by, sortBy, paged(rows, offset, limit, func(r overviewRow) overviewRow { return r })}, nil
+		By       string            `json:"by"`
+		Sort     string            `json:"sort"`
+		HasSites bool              `json:"has_sites"`
+		Page     page[overviewRow] `json:"page"`
+	}{f.summary(), by, sortBy, f.heap.bySite != nil, paged(rows, offset, limit, func(r overviewRow) overviewRow { return r })}, nil
+}
+
+// pivots are the overview's groupings: by class (and type), by type, by
+// allocation site (and class and type) and by gem.
+var pivots = []string{"class", "type", "site", "gem"}
+
+// pivot returns the groups of pivot by of the dump named name, or why
+// there are none.
+func (ix *heapIndex) pivot(name, by string) (*groups, error) {
+	switch by {
+	case "type":
+		return ix.byType, nil
+	case "site", "gem":
+		if ix.bySite == nil {
+			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start to group by %s", name, by)
+		}
+		if by == "site" {
+			return ix.bySite, nil
+		}
+		return ix.byGem, nil
+	}
+	return ix.byClass, nil
 }
 
 // apiObjects: the objects of one overview row, largest retained first.
 func apiObjects(f *file, q *query) (any, error) {
-	by := q.oneOf("by", "class", "class", "type")
-	gs := f.heap.byClass
-	if by == "type" {
-		gs = f.heap.byType
+	by := q.oneOf("by", "class", pivots...)
+	gs, err := f.heap.pivot(f.Name, by)
+	if err != nil {
+		return nil, err
 	}
 	id := q.num("group", 0, 0, len(gs.rows)-1)
 	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)

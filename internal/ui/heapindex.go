@@ -32,6 +32,9 @@ type heapIndex struct {
 
 	byClass *groups // by class name and type
 	byType  *groups // by type
+	// bySite groups by allocation site, class name and type, byGem by the
+	// gem of the site (heap.Gem); both nil when the dump has no sites.
+	bySite, byGem *groups
 }
 
 // groups partitions the objects: group[i] is object i's group, members
@@ -46,10 +49,12 @@ type groups struct {
 }
 
 // groupRow is one row of the overview: the objects of a class (or a
-// type), their count and own bytes, and what they retain together (the
+// type, an allocation site, a gem), their count and own bytes, and what they retain together (the
 // retained size of the set: an object inside another of the same group
 // counts once).
 type groupRow struct {
+	Site          string `json:"site,omitempty"`
+	Gem           string `json:"gem,omitempty"`
 	Class         string `json:"class,omitempty"`
 	Type          string `json:"type"`
 	Count         uint64 `json:"count"`
@@ -194,7 +199,32 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
 		return groupRow{Class: g.ClassName(i), Type: g.Type(i)}
 	})
 	ix.byType = makeGroups(g, g.Type, func(i int) groupRow { return groupRow{Type: g.Type(i)} })
-	ix.retainedByGroup(ix.byClass, ix.byType)
+	all := []*groups{ix.byClass, ix.byType}
+	if g.HasSites() {
+		siteOf := func(i int) string {
+			if s, ok := g.Site(i); ok {
+				return s.String()
+			}
+			return heap.GemUnknown
+		}
+		type siteKey struct{ site, class, typ string }
+		ix.bySite = makeGroups(g, func(i int) siteKey { return siteKey{siteOf(i), g.ClassName(i), g.Type(i)} }, func(i int) groupRow {
+			return groupRow{Site: siteOf(i), Class: g.ClassName(i), Type: g.Type(i)}
+		})
+		gems := map[string]string{} // file -> gem
+		gemOf := func(i int) string {
+			s, _ := g.Site(i)
+			gem, ok := gems[s.File]
+			if !ok {
+				gem = heap.Gem(s.File)
+				gems[s.File] = gem
+			}
+			return gem
+		}
+		ix.byGem = makeGroups(g, gemOf, func(i int) groupRow { return groupRow{Gem: gemOf(i)} })
+		all = append(all, ix.bySite, ix.byGem)
+	}
+	ix.retainedByGroup(all...)
 	return ix
 }
 

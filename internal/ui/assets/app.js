@@ -165,16 +165,21 @@ const views = {
     setCrumbs(["files", "#/"], [d.file]);
     const base = `/heap/${f}/overview`;
     const cols = [];
-    if (by === "class") cols.push({ label: "Class", sort: "name", cell: r => el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, r.class || "(none)") });
-    cols.push({ label: "Type", sort: by === "type" ? "name" : undefined, cell: r => by === "type" ? el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, r.type) : r.type },
+    const drill = (r, text) => el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, text);
+    if (by === "gem") cols.push({ label: "Gem", sort: "name", cell: r => drill(r, r.gem) });
+    if (by === "site") cols.push({ label: "Allocation site", sort: "name", cls: "fn", cell: r => drill(r, r.site) });
+    if (by === "class" || by === "site") cols.push({ label: "Class", sort: by === "class" ? "name" : undefined, cell: r => by === "class" ? drill(r, r.class || "(none)") : r.class || "(none)" });
+    if (by !== "gem") cols.push({ label: "Type", sort: by === "type" ? "name" : undefined, cell: r => by === "type" ? drill(r, r.type) : r.type });
+    cols.push(
       { label: "Count", num: true, sort: "count", cell: r => num(r.count) },
       { label: "Shallow bytes", num: true, sort: "shallow", cell: r => num(r.shallow) },
       { label: "Retained bytes", num: true, sort: "retained", cell: r => num(r.retained) },
       { label: "Retained count", num: true, cell: r => num(r.retained_count) });
     show(gen, "ready", heapTabs(f, "overview"), dumpHead(d),
-      el("p", { class: "pivot" }, "Group by: ",
-        el("a", { href: hashFor(base, { by: "class", sort }), class: by === "class" ? "on" : "" }, "class"), " · ",
-        el("a", { href: hashFor(base, { by: "type", sort }), class: by === "type" ? "on" : "" }, "type")),
+      el("p", { class: "pivot", id: "pivots" }, "Group by: ",
+        (d.has_sites ? ["class", "type", "site", "gem"] : ["class", "type"]).map((p, k) =>
+          [k ? " · " : "", el("a", { href: hashFor(base, { by: p, sort }), class: by === p ? "on" : "" }, p === "site" ? "allocation site" : p)]),
+        d.has_sites ? null : el("span", { class: "hint" }, " (by allocation site and gem: dump after ObjectSpace.trace_object_allocations_start)")),
       table(cols, d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { by, sort: s }) }),
       pager(d.page, limit, base, { by, sort }, "offset"));
   },
@@ -183,9 +188,10 @@ const views = {
     const by = p.by || "class", group = p.group || 0, offset = +p.offset || 0, limit = 100;
     const d = await api("heap/objects", { f, by, group, offset, limit });
     const g = d.group;
-    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [(g.class ? g.class + " " : "") + g.type]);
+    const name = [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [name]);
     show(gen, "ready", heapTabs(f, ""), dumpHead(d),
-      el("h2", {}, `${g.class || ""} ${g.type}: ${num(g.count)} objects, ${num(g.shallow)} bytes, retaining ${num(g.retained)} bytes`),
+      el("h2", {}, `${name}: ${num(g.count)} objects, ${num(g.shallow)} bytes, retaining ${num(g.retained)} bytes`),
       table(objectCols(f), d.page.rows), pager(d.page, limit, `/heap/${f}/objects`, { by, group }, "offset"));
   },
 
