@@ -704,3 +704,60 @@ func TestUIHeapPivots(t *testing.T) {
 		t.Errorf("by gem on a dump without sites: %d %q", resp.StatusCode, e.Error)
 	}
 }
+
+// TestUIHeapWaste: the Waste view finds the value a program holds in
+// 4,000 Strings, first, with the bytes the program measures them at, and
+// the 3,000 empty Arrays it made, at the line Ruby says; in Chromium too.
+func TestUIHeapWaste(t *testing.T) {
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "waste.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_waste.rb", nil, dump)
+	var rep struct {
+		Value       string `json:"value"`
+		Copies      uint64 `json:"copies"`
+		CopyBytes   uint64 `json:"copy_bytes"`
+		EmptyArrays uint64 `json:"empty_arrays"`
+		EmptySite   string `json:"empty_site"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	var w struct {
+		Strings []struct {
+			Value                string
+			Cut                  bool
+			Count, Bytes, Wasted uint64
+		}
+		StringsWasted uint64         `json:"strings_wasted"`
+		Empty         []wire.DiffRow `json:"empty"`
+		EmptySites    []wire.DiffRow `json:"empty_sites"`
+	}
+	s.get(t, "/api/heap/waste?f=0&n=10", &w)
+	// The program's Strings, and perhaps the one its report built.
+	if len(w.Strings) == 0 || w.Strings[0].Value != rep.Value || w.Strings[0].Cut || w.Strings[0].Count < rep.Copies || w.Strings[0].Count > rep.Copies+1 ||
+		w.Strings[0].Bytes < rep.CopyBytes || w.Strings[0].Wasted < rep.CopyBytes*(rep.Copies-1)/rep.Copies || w.StringsWasted < w.Strings[0].Wasted {
+		t.Errorf("duplicate Strings %+v (%d wasted in all); the program holds %q %d times in %d bytes", w.Strings, w.StringsWasted, rep.Value, rep.Copies, rep.CopyBytes)
+	}
+	var byClass, bySite uint64
+	for _, r := range w.Empty {
+		if r.Class == "Array" {
+			byClass = r.Count
+		}
+	}
+	for _, r := range w.EmptySites {
+		if r.Class == "Array" && r.Site == rep.EmptySite {
+			bySite = r.Count
+		}
+	}
+	if byClass < rep.EmptyArrays || bySite != rep.EmptyArrays {
+		t.Errorf("empty Arrays: %d in all, %d at %s; the program made %d there (%+v)", byClass, bySite, rep.EmptySite, rep.EmptyArrays, w.EmptySites)
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/waste", "heap-waste")
+	if rows := cells(t, ctx, "#dup-strings"); len(rows) == 0 || !strings.Contains(rows[0][0], rep.Value) || rows[0][1] != commas(w.Strings[0].Count) {
+		t.Errorf("the page's duplicate Strings: %q", rows)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}

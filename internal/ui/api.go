@@ -34,6 +34,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
 	s.mux.HandleFunc("GET /api/heap/diff", s.heapDiff)
 	s.mux.HandleFunc("GET /api/heap/suspects", s.heapSuspects)
+	s.mux.HandleFunc("GET /api/heap/waste", s.heapHandler(apiWaste))
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
@@ -508,6 +509,40 @@ func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
 		a, b := before.heap.g, f.heap.g
 		return wire.NewHeapSuspects(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), b, heap.Diff(a, b), heap.Suspects(a, b, f.heap.d, top)), nil
 	})
+}
+
+// dupString is a row of the Waste view's duplicate Strings.
+type dupString struct {
+	Value   string     `json:"value"`
+	Cut     bool       `json:"cut,omitempty"`
+	Count   uint64     `json:"count"`
+	Bytes   uint64     `json:"bytes"`
+	Wasted  uint64     `json:"wasted"`
+	Example heapObject `json:"example"`
+}
+
+// apiWaste: memory a dump spends for nothing: the values held by several
+// Strings each (the n that waste the most), and the empty Arrays and
+// Hashes by class and by allocation site.
+func apiWaste(f *file, q *query) (any, error) {
+	n := q.num("n", 50, 1, maxLimit)
+	if q.err != nil {
+		return nil, q.err
+	}
+	ix := f.heap
+	dups, wasted := heap.DuplicateStrings(ix.g, n)
+	rows := make([]dupString, len(dups))
+	for k, d := range dups {
+		rows[k] = dupString{Value: d.Value, Cut: d.Cut, Count: d.Count, Bytes: d.Bytes, Wasted: d.Wasted, Example: ix.object(d.Example)}
+	}
+	byClass, bySite := heap.EmptyCollections(ix.g)
+	return struct {
+		dumpSummary
+		Strings       []dupString    `json:"strings"`
+		StringsWasted uint64         `json:"strings_wasted"`
+		Empty         []wire.DiffRow `json:"empty"`
+		EmptySites    []wire.DiffRow `json:"empty_sites,omitempty"`
+	}{f.summary(), rows, wasted, wire.NewDiffRows(byClass), wire.NewDiffRows(bySite)}, nil
 }
 
 func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {

@@ -58,11 +58,11 @@ func NewDumpInfo(file string, g *heap.Graph) DumpInfo {
 // were cut to rows with more left out.
 func NewHeapDiff(before, after DumpInfo, d *heap.DiffResult, by string, rows []heap.DiffRow, more int) *HeapDiff {
 	return &HeapDiff{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes,
-		GoneObjects: d.GoneObjects, GoneBytes: d.GoneBytes, By: by, Rows: newDiffRows(rows), More: more}
+		GoneObjects: d.GoneObjects, GoneBytes: d.GoneBytes, By: by, Rows: NewDiffRows(rows), More: more}
 }
 
 // newDiffRows maps rows of new objects.
-func newDiffRows(rows []heap.DiffRow) []DiffRow {
+func NewDiffRows(rows []heap.DiffRow) []DiffRow {
 	out := make([]DiffRow, len(rows))
 	for i, r := range rows {
 		out[i] = DiffRow{Class: r.Class, Type: r.Type, Site: r.Site, Count: r.Count, Bytes: r.Bytes}
@@ -192,9 +192,9 @@ type Suspect struct {
 func NewHeapSuspects(before, after DumpInfo, g *heap.Graph, d *heap.DiffResult, suspects []heap.Suspect) *HeapSuspects {
 	out := &HeapSuspects{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes, Suspects: make([]Suspect, len(suspects))}
 	for i, s := range suspects {
-		ws := Suspect{Retained: s.Retained, NewObjects: s.NewObjects, NewBytes: s.NewBytes, Classes: newDiffRows(s.Classes)}
+		ws := Suspect{Retained: s.Retained, NewObjects: s.NewObjects, NewBytes: s.NewBytes, Classes: NewDiffRows(s.Classes)}
 		if len(s.Sites) > 0 {
-			ws.Sites = newDiffRows(s.Sites)
+			ws.Sites = NewDiffRows(s.Sites)
 		}
 		if !s.FromRoots {
 			h := NewHeapObject(g, s.Holder)

@@ -108,7 +108,8 @@ function heapTabs(f, active) {
     el("a", { href: hashFor(`/heap/${f}/overview`), class: active === "overview" ? "on" : "" }, "Overview"),
     el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"),
     el("a", { href: hashFor(`/heap/${f}/diff`), class: active === "diff" ? "on" : "", id: "diff-tab" }, "Compare"),
-    el("a", { href: hashFor(`/heap/${f}/suspects`), class: active === "suspects" ? "on" : "", id: "suspects-tab" }, "Leak suspects"));
+    el("a", { href: hashFor(`/heap/${f}/suspects`), class: active === "suspects" ? "on" : "", id: "suspects-tab" }, "Leak suspects"),
+    el("a", { href: hashFor(`/heap/${f}/waste`), class: active === "waste" ? "on" : "", id: "waste-tab" }, "Waste"));
 }
 
 // beforePick lists the other open heap dumps to compare dump f with.
@@ -307,6 +308,29 @@ const views = {
       el("p", { class: "summary", id: "suspects-summary" }, `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks, charged to the nearest object both dumps hold that keeps them.`),
       blocks.length ? blocks : el("p", {}, "Nothing new is kept."),
       d.suspects.length >= top ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, top: Math.min(Number(top) * 2, 100) }) }, "more")) : null);
+  },
+
+  async "heap/waste"(gen, f, p) {
+    const n = p.n || 50;
+    const d = await api("heap/waste", { f, n });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], ["waste"]);
+    const emptyCols = by => [...(by === "site" ? [{ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" }] : []),
+      { label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
+      { label: "Empty", num: true, cell: r => num(r.count) }, { label: "Bytes", num: true, cell: r => num(r.bytes) }];
+    show(gen, "ready", heapTabs(f, "waste"), dumpHead(d),
+      el("h2", {}, `Duplicate Strings: ${bytes(d.strings_wasted)} wasted`),
+      el("p", { class: "hint" }, "Values held by several Strings, each in its own memory: keeping one (freeze it, or String#-@) saves the rest. A long value is known by its first bytes and its size (marked …)."),
+      d.strings.length ? table([
+        { label: "Value", cls: "desc", cell: r => JSON.stringify(r.value) + (r.cut ? "…" : "") },
+        { label: "Strings", num: true, cell: r => num(r.count) },
+        { label: "Bytes", num: true, cell: r => num(r.bytes) },
+        { label: "Wasted", num: true, cell: r => num(r.wasted) },
+        { label: "One of them", cell: r => objLink(f, r.example) },
+      ], d.strings, { id: "dup-strings" }) : el("p", {}, "No value is held twice (or the dump has no String values: --redact-strings)."),
+      d.strings.length >= n ? el("p", {}, el("a", { href: hashFor(`/heap/${f}/waste`, { n: Math.min(Number(n) * 2, 1000) }) }, "more")) : null,
+      el("h2", {}, "Empty Arrays and Hashes"),
+      d.empty.length ? table(emptyCols("class"), d.empty, { id: "empty" }) : el("p", {}, "None."),
+      d.empty_sites && d.empty_sites.length ? [el("h2", {}, "… by allocation site"), table(emptyCols("site"), d.empty_sites.slice(0, 50), { id: "empty-sites" })] : null);
   },
 
   async "profile/functions"(gen, f, p) {
