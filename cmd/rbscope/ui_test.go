@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -759,5 +760,73 @@ func TestUIHeapWaste(t *testing.T) {
 	}
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
+	}
+}
+
+// TestUIRedactedDump: a --redact-strings dump stays redacted in every heap
+// view of the page and in the index it builds: the program's secret
+// String shows with its size only.
+func TestUIRedactedDump(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
+	cmd := exec.Command(rb.Bin, "-e", `require "objspace"; $keep = ARGV[0].chars.join; $copy = ARGV[0].chars.join; $stdout.puts ObjectSpace.dump($keep)[/"address":"(0x\h+)"/, 1]; $stdout.flush; sleep`, marker)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	addr = strings.TrimSpace(addr)
+	if err != nil || !strings.HasPrefix(addr, "0x") {
+		t.Fatalf("setup: the program said %q, %v", addr, err)
+	}
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "redacted.json")
+	if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", dump, "--redact-strings"); code != 0 {
+		t.Fatalf("heap dump: %s", errOut)
+	}
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	var ov struct {
+		Page struct {
+			Rows []struct {
+				ID    int
+				Class string
+			}
+		}
+	}
+	s.get(t, "/api/heap/overview?f=0&limit=1000", &ov)
+	group := -1
+	for _, r := range ov.Page.Rows {
+		if r.Class == "String" {
+			group = r.ID
+		}
+	}
+	var obj struct {
+		Object struct{ Desc string }
+	}
+	s.get(t, "/api/heap/object?f=0&addr="+addr, &obj)
+	if strings.Contains(obj.Object.Desc, "secret") {
+		t.Errorf("the object page describes the String as %q", obj.Object.Desc)
+	}
+	for _, path := range []string{
+		fmt.Sprintf("/api/heap/objects?f=0&by=class&group=%d&limit=1000", group),
+		"/api/heap/object?f=0&addr=" + addr,
+		"/api/heap/paths?f=0&addr=" + addr,
+		"/api/heap/top?f=0&n=1000",
+		"/api/heap/waste?f=0&n=1000",
+		"/api/heap/diff?f=0&before=0&by=class",
+		"/api/heap/suspects?f=0&before=0",
+	} {
+		var v any
+		s.get(t, path, &v)
+		if b, _ := json.Marshal(v); strings.Contains(string(b), "secret-marker") {
+			t.Errorf("%s shows the redacted String", path)
+		}
+	}
+	index := filepath.Join(dir, ".redacted.json.rbscope-index")
+	b, err := os.ReadFile(index)
+	if st, serr := os.Stat(index); err != nil || serr != nil || st.Mode().Perm() != 0o600 || bytes.Contains(b, []byte("secret-marker")) {
+		t.Errorf("the index %s: %v %v, mode %v, holds the String: %v", index, err, serr, st, bytes.Contains(b, []byte("secret-marker")))
 	}
 }
