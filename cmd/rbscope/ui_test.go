@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -828,5 +829,147 @@ func TestUIRedactedDump(t *testing.T) {
 	b, err := os.ReadFile(index)
 	if st, serr := os.Stat(index); err != nil || serr != nil || st.Mode().Perm() != 0o600 || bytes.Contains(b, []byte("secret-marker")) {
 		t.Errorf("the index %s: %v %v, mode %v, holds the String: %v", index, err, serr, st, bytes.Contains(b, []byte("secret-marker")))
+	}
+}
+
+// summaryRows parses report -f summary's function table: function -> self,
+// total.
+func summaryRows(t *testing.T, raw string) map[string][2]int {
+	t.Helper()
+	summary, stderr, code := rbscope(t, "report", "-i", raw, "-f", "summary", "-o", "-")
+	if code != 0 {
+		t.Fatalf("report: %s", stderr)
+	}
+	out := map[string][2]int{}
+	for _, m := range regexp.MustCompile(`(?m)^ *[\d.]+% +[\d.]+% +(\d+) +(\d+)  (.*)$`).FindAllStringSubmatch(summary, -1) {
+		self, _ := strconv.Atoi(m[1])
+		total, _ := strconv.Atoi(m[2])
+		out[m[3]] = [2]int{self, total}
+	}
+	return out
+}
+
+// TestUIProfileSandwichAndDiff: a function's callers and callees are what
+// the collapsed stacks of report say (a recording of split.rb: burn called
+// from chain_a's, chain_b's and chain_c's blocks); the comparison of two
+// recordings lists every function of either with report's self and total
+// for each, and the change of its shares; both views render in Chromium.
+func TestUIProfileSandwichAndDiff(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p, _ := startSplit(t, rb, nil, "30")
+	raw := filepath.Join(t.TempDir(), "split.raw.gz")
+	if _, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "250", "--duration", "2s", "-f", "raw", "-o", raw); code != 0 {
+		t.Fatalf("record: %s", stderr)
+	}
+	demo := testruby.Testdata("golden/demo.raw.gz")
+	s := startUI(t, demo, raw)
+	s.waitLoaded(t)
+
+	// Sandwich of burn, against the collapsed stacks.
+	collapsed, _, code := rbscope(t, "report", "-i", raw, "-f", "collapsed", "--nolineno", "-o", "-")
+	if code != 0 {
+		t.Fatal("report -f collapsed failed")
+	}
+	var burn string
+	callers, callees := map[string]int{}, map[string]int{}
+	var self, total int
+	for _, line := range strings.Split(strings.TrimSpace(collapsed), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		n, _ := strconv.Atoi(line[sp+1:])
+		frames := strings.Split(line[:sp], ";")
+		seenR, seenE, in := map[string]bool{}, map[string]bool{}, false
+		for k, fr := range frames {
+			if !strings.HasPrefix(fr, "Object#burn (") {
+				continue
+			}
+			burn, in = fr, true
+			if c := frames[k-1]; !seenR[c] {
+				seenR[c] = true
+				callers[c] += n
+			}
+			if k+1 < len(frames) && !seenE[frames[k+1]] {
+				seenE[frames[k+1]] = true
+				callees[frames[k+1]] += n
+			}
+		}
+		if in {
+			total += n
+			if strings.HasPrefix(frames[len(frames)-1], "Object#burn (") {
+				self += n
+			}
+		}
+	}
+	if burn == "" || len(callers) != 3 {
+		t.Fatalf("setup: burn %q called from %v in the collapsed stacks", burn, callers)
+	}
+	var sw struct {
+		Function         string
+		Self, Total      int
+		Callers, Callees []struct {
+			Function string
+			Samples  int
+		}
+	}
+	s.get(t, "/api/profile/sandwich?f=1&fn="+url.QueryEscape(burn), &sw)
+	got := func(rows []struct {
+		Function string
+		Samples  int
+	}) map[string]int {
+		m := map[string]int{}
+		for _, r := range rows {
+			m[r.Function] = r.Samples
+		}
+		return m
+	}
+	if sw.Function != burn || sw.Self != self || sw.Total != total || !reflect.DeepEqual(got(sw.Callers), callers) || !reflect.DeepEqual(got(sw.Callees), callees) {
+		t.Errorf("sandwich of %s: self %d total %d, callers %v callees %v; collapsed: self %d total %d, callers %v callees %v",
+			burn, sw.Self, sw.Total, got(sw.Callers), got(sw.Callees), self, total, callers, callees)
+	}
+
+	// The comparison: report's numbers for each side.
+	before, after := summaryRows(t, demo), summaryRows(t, raw)
+	var diff struct {
+		Page uiPage[struct {
+			Function string
+			BS       int     `json:"before_self"`
+			BT       int     `json:"before_total"`
+			AS       int     `json:"after_self"`
+			AT       int     `json:"after_total"`
+			SC       float64 `json:"self_change"`
+		}]
+	}
+	s.get(t, "/api/profile/diff?f=1&before=0&limit=1000", &diff)
+	seen := map[string]bool{}
+	for k, r := range diff.Page.Rows {
+		seen[r.Function] = true
+		if b, a := before[r.Function], after[r.Function]; r.BS != b[0] || r.BT != b[1] || r.AS != a[0] || r.AT != a[1] {
+			t.Errorf("diff row %s: before %d/%d after %d/%d; report: before %v after %v", r.Function, r.BS, r.BT, r.AS, r.AT, b, a)
+		}
+		if k > 0 && math.Abs(r.SC) > math.Abs(diff.Page.Rows[k-1].SC) {
+			t.Errorf("diff rows not by the size of the self change at %s", r.Function)
+		}
+	}
+	for fn := range before {
+		if !seen[fn] {
+			t.Errorf("diff lacks %s of the first recording", fn)
+		}
+	}
+	for fn := range after {
+		if !seen[fn] {
+			t.Errorf("diff lacks %s of the second recording", fn)
+		}
+	}
+
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/profile/1/sandwich?fn="+url.QueryEscape(burn), "profile-sandwich")
+	if rows := cells(t, ctx, "#callers"); len(rows) != 3 {
+		t.Errorf("the page's callers of burn: %q", rows)
+	}
+	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
+	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {
+		t.Errorf("the page's comparison: %d rows, %d functions", len(rows), len(seen))
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
 	}
 }

@@ -37,6 +37,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/waste", s.heapHandler(apiWaste))
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
+	s.mux.HandleFunc("GET /api/profile/sandwich", s.profileHandler(apiSandwich))
+	s.mux.HandleFunc("GET /api/profile/diff", s.profileDiff)
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
 	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
 	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
@@ -456,14 +458,15 @@ func apiTop(f *file, q *query) (any, error) {
 	return wire.NewHeapTop(f.Path, f.heap.g, f.heap.d, f.heap.d.Top(n)), nil
 }
 
-// openPair returns the heap dumps a comparison names, the later as f and
-// the earlier as before, or answers the request with why not (and nil).
-func (s *Server) openPair(w http.ResponseWriter, r *http.Request) (before, after *file) {
-	after = s.openFile(w, r, "heap")
+// openPair returns the files of a kind a comparison names, the later as f
+// and the earlier as before, or answers the request with why not (and
+// nil).
+func (s *Server) openPair(w http.ResponseWriter, r *http.Request, kind string) (before, after *file) {
+	after = s.openFile(w, r, kind)
 	if after == nil {
 		return nil, nil
 	}
-	before = s.openFileParam(w, r, "before", "heap")
+	before = s.openFileParam(w, r, "before", kind)
 	if before == nil {
 		return nil, nil
 	}
@@ -474,7 +477,7 @@ func (s *Server) openPair(w http.ResponseWriter, r *http.Request) (before, after
 // that the dump before lacks, grouped by class or by allocation site
 // (by), the largest top groups (0: all).
 func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
-	before, after := s.openPair(w, r)
+	before, after := s.openPair(w, r, "heap")
 	if after == nil {
 		return
 	}
@@ -497,7 +500,7 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 // grew against the dump before, by the object that keeps the new
 // objects, the largest top.
 func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
-	before, after := s.openPair(w, r)
+	before, after := s.openPair(w, r, "heap")
 	if after == nil {
 		return
 	}

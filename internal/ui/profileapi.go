@@ -2,6 +2,9 @@ package ui
 
 import (
 	"cmp"
+	"fmt"
+	"math"
+	"net/http"
 	"slices"
 
 	"github.com/rbscope/rbscope/internal/output"
@@ -138,4 +141,154 @@ func apiTree(f *file, q *query) (any, error) {
 		Ancestors []treeRow     `json:"ancestors"`
 		Children  page[treeRow] `json:"children"`
 	}{f.profileSummary(), row(id), ancestors, paged(t[id].Children, offset, limit, row)}, nil
+}
+
+// callRow is a caller or callee of the sandwich view: a function and the
+// samples of the sandwiched function's stacks it is in that place in.
+type callRow struct {
+	Function string  `json:"function"`
+	Kind     string  `json:"kind"`
+	Samples  int     `json:"samples"`
+	Pct      float64 `json:"pct"` // of the sandwiched function's total
+}
+
+// apiSandwich: one function (fn, as the function table names it), with
+// the functions that call it and those it calls, each with the samples of
+// the stacks in which it does (a stack counts once per caller and per
+// callee, however deep the recursion).
+func apiSandwich(f *file, q *query) (any, error) {
+	name := q.str("fn", "")
+	p := f.prof.p
+	names := make([]string, len(p.Frames))
+	for i, fr := range p.Frames {
+		names[i] = fr.Name(false)
+	}
+	var self, total int
+	callers, callees := map[string]int{}, map[string]int{}
+	kinds := map[string]string{}
+	for _, st := range p.Stacks {
+		in := false
+		seenCaller, seenCallee := map[string]bool{}, map[string]bool{}
+		for k, id := range st.Frames {
+			if names[id] != name {
+				continue
+			}
+			in = true
+			caller := "(root)"
+			if k > 0 {
+				caller = names[st.Frames[k-1]]
+				kinds[caller] = string(p.Frames[st.Frames[k-1]].Kind)
+			}
+			if !seenCaller[caller] {
+				seenCaller[caller] = true
+				callers[caller] += st.Count
+			}
+			if k+1 < len(st.Frames) {
+				callee := names[st.Frames[k+1]]
+				kinds[callee] = string(p.Frames[st.Frames[k+1]].Kind)
+				if !seenCallee[callee] {
+					seenCallee[callee] = true
+					callees[callee] += st.Count
+				}
+			}
+		}
+		if in {
+			total += st.Count
+			if names[st.Frames[len(st.Frames)-1]] == name {
+				self += st.Count
+			}
+		}
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("fn=%q: no sample of the recording is in that function", name)
+	}
+	rows := func(m map[string]int) []callRow {
+		out := make([]callRow, 0, len(m))
+		for fn, n := range m {
+			out = append(out, callRow{Function: fn, Kind: kinds[fn], Samples: n, Pct: output.Pct(n, total)})
+		}
+		slices.SortFunc(out, func(a, b callRow) int {
+			return cmp.Or(cmp.Compare(b.Samples, a.Samples), cmp.Compare(a.Function, b.Function))
+		})
+		return out
+	}
+	return struct {
+		profileSummary
+		Function string    `json:"function"`
+		Self     int       `json:"self"`
+		Total    int       `json:"total"`
+		Callers  []callRow `json:"callers"`
+		Callees  []callRow `json:"callees"`
+	}{f.profileSummary(), name, self, total, rows(callers), rows(callees)}, nil
+}
+
+// diffRow is a function of the comparison of two recordings: its self and
+// total samples in each, and the change of its shares of each one's
+// samples, in points.
+type diffRow struct {
+	Function     string  `json:"function"`
+	Kind         string  `json:"kind"`
+	BeforeSelf   int     `json:"before_self"`
+	BeforeTotal  int     `json:"before_total"`
+	AfterSelf    int     `json:"after_self"`
+	AfterTotal   int     `json:"after_total"`
+	SelfChange   float64 `json:"self_change"`
+	TotalChange  float64 `json:"total_change"`
+	BeforeSelfPc float64 `json:"before_self_pct"`
+	AfterSelfPc  float64 `json:"after_self_pct"`
+}
+
+// profileDiff compares the function tables of the recording f and the
+// recording before: every function of either, largest change of its self
+// share first (sort=self) or of its total share (sort=total).
+func (s *Server) profileDiff(w http.ResponseWriter, r *http.Request) {
+	before, after := s.openPair(w, r, "profile")
+	if after == nil {
+		return
+	}
+	answer(w, r, after, func(f *file, q *query) (any, error) {
+		sortBy := q.oneOf("sort", "self", "self", "total")
+		offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
+		a, b := before.prof.p, f.prof.p
+		byName := map[string]*diffRow{}
+		row := func(st profile.FunctionStat) *diffRow {
+			n := st.Frame.Name(false)
+			d := byName[n]
+			if d == nil {
+				d = &diffRow{Function: n, Kind: string(st.Frame.Kind)}
+				byName[n] = d
+			}
+			return d
+		}
+		for _, st := range before.prof.funcs {
+			d := row(st)
+			d.BeforeSelf, d.BeforeTotal = st.Self, st.Total
+		}
+		for _, st := range f.prof.funcs {
+			d := row(st)
+			d.AfterSelf, d.AfterTotal = st.Self, st.Total
+		}
+		rows := make([]diffRow, 0, len(byName))
+		for _, d := range byName {
+			d.BeforeSelfPc, d.AfterSelfPc = output.Pct(d.BeforeSelf, a.Samples), output.Pct(d.AfterSelf, b.Samples)
+			d.SelfChange = d.AfterSelfPc - d.BeforeSelfPc
+			d.TotalChange = output.Pct(d.AfterTotal, b.Samples) - output.Pct(d.BeforeTotal, a.Samples)
+			rows = append(rows, *d)
+		}
+		key := func(d diffRow) float64 {
+			if sortBy == "total" {
+				return math.Abs(d.TotalChange)
+			}
+			return math.Abs(d.SelfChange)
+		}
+		slices.SortFunc(rows, func(x, y diffRow) int {
+			return cmp.Or(cmp.Compare(key(y), key(x)), cmp.Compare(x.Function, y.Function))
+		})
+		return struct {
+			Before profileSummary `json:"before"`
+			After  profileSummary `json:"after"`
+			Sort   string         `json:"sort"`
+			Page   page[diffRow]  `json:"page"`
+		}{before.profileSummary(), f.profileSummary(), sortBy, paged(rows, offset, limit, func(d diffRow) diffRow { return d })}, nil
+	})
 }

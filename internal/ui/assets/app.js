@@ -333,6 +333,48 @@ const views = {
       d.empty_sites && d.empty_sites.length ? [el("h2", {}, "… by allocation site"), table(emptyCols("site"), d.empty_sites.slice(0, 50), { id: "empty-sites" })] : null);
   },
 
+  async "profile/sandwich"(gen, f, p) {
+    const d = await api("profile/sandwich", { f, fn: p.fn });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`)], [d.function]);
+    const calls = (id, rows) => rows.length ? table([
+      { label: "Function", cls: "fn", cell: r => r.function === "(root)" ? r.function : el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function }) }, r.function) },
+      { label: "Samples", num: true, cell: r => num(r.samples) },
+      { label: "% of its total", num: true, cell: r => pct(r.pct) },
+    ], rows, { id }) : el("p", {}, "none");
+    show(gen, "ready", profileTabs(f, ""), profileHead(d),
+      el("h1", {}, d.function),
+      el("p", { class: "summary", id: "sandwich-summary" }, `In ${num(d.total)} samples (${pct(100 * d.total / d.samples)}), ${num(d.self)} of them in its own code.`),
+      el("h2", {}, "Called by"), calls("callers", d.callers),
+      el("h2", {}, "Calls"), calls("callees", d.callees));
+  },
+
+  async "profile/diff"(gen, f, p) {
+    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100;
+    const base = `/profile/${f}/diff`;
+    const files = (await api("files", {})).files.filter(x => x.kind === "profile" && x.state === "ready" && String(x.id) !== String(f));
+    const pick = el("p", { class: "pivot", id: "before-pick" }, "Compare with another recording: ",
+      files.length ? files.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { before: x.id, sort }), class: String(x.id) === p.before ? "on" : "" }, x.name)])
+        : "no other recording is open (drop one on this page).");
+    if (p.before === undefined) {
+      setCrumbs(["files", "#/"], ["compare"]);
+      show(gen, "ready", profileTabs(f, "diff"), el("h1", {}, "What changed against another recording"), pick);
+      return;
+    }
+    const d = await api("profile/diff", { f, before: p.before, sort, offset, limit });
+    setCrumbs(["files", "#/"], [d.after.file, hashFor(`/profile/${f}/functions`)], ["against " + d.before.file]);
+    const change = v => el("span", { class: v > 0 ? "up" : v < 0 ? "down" : "" }, (v > 0 ? "+" : "") + v.toFixed(2));
+    show(gen, "ready", profileTabs(f, "diff"), pick,
+      el("p", { class: "summary" }, `${d.before.file}: ${num(d.before.samples)} samples; ${d.after.file}: ${num(d.after.samples)} samples. Shares are of each recording's samples; changes in points.`),
+      table([
+        { label: "Self before %", num: true, cell: r => pct(r.before_self_pct) },
+        { label: "Self after %", num: true, cell: r => pct(r.after_self_pct) },
+        { label: "Self change", num: true, sort: "self", cell: r => change(r.self_change) },
+        { label: "Total change", num: true, sort: "total", cell: r => change(r.total_change) },
+        { label: "Function", cls: "fn", cell: r => r.function },
+      ], d.page.rows, { id: "diff", sorted: sort, sortHref: s => hashFor(base, { before: p.before, sort: s }) }),
+      pager(d.page, limit, base, { before: p.before, sort }, "offset"));
+  },
+
   async "profile/functions"(gen, f, p) {
     const sort = p.sort || "self", offset = +p.offset || 0, limit = 100;
     const d = await api("profile/functions", { f, sort, offset, limit });
@@ -344,7 +386,7 @@ const views = {
         { label: "Total %", num: true, sort: "total", cell: r => pct(r.total_pct) },
         { label: "Self", num: true, cell: r => num(r.self) },
         { label: "Total", num: true, cell: r => num(r.total) },
-        { label: "Function", sort: "name", cell: r => r.function, cls: "fn" },
+        { label: "Function", sort: "name", cell: r => el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function }) }, r.function), cls: "fn" },
       ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s }) }),
       pager(d.page, limit, base, { sort }, "offset"));
   },
@@ -377,7 +419,8 @@ function profileTabs(f, active) {
   return el("nav", { class: "tabs" },
     el("a", { href: hashFor(`/profile/${f}/functions`), class: active === "functions" ? "on" : "" }, "Functions"),
     el("a", { href: hashFor(`/profile/${f}/flame`), class: active === "flame" ? "on" : "" }, "Flame graph"),
-    el("a", { href: hashFor(`/profile/${f}/tree`), class: active === "tree" ? "on" : "" }, "Call tree"));
+    el("a", { href: hashFor(`/profile/${f}/tree`), class: active === "tree" ? "on" : "" }, "Call tree"),
+    el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"));
 }
 
 function profileHead(d) {
