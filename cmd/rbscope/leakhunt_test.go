@@ -3,15 +3,20 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/ui"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -153,5 +158,130 @@ func checkSuspects(t *testing.T, what string, doc wire.HeapSuspects, rep leakRep
 				t.Errorf("%s: suspect %d's sites %+v lack %d %s from %s", what, k+1, s.Sites, requests, want.class, want.site)
 			}
 		}
+	}
+}
+
+// post makes a POST to the page with its CSRF token (none when csrf is
+// empty) and decodes the answer into v; it returns the status.
+func (s *uiServer) post(t *testing.T, path, csrf string, v any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.base+path+"&token="+s.token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if csrf != "" {
+		req.Header.Set("X-CSRF-Token", csrf)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("POST %s: %v: %s", path, err, b)
+		}
+	} else if v != nil {
+		json.Unmarshal(b, v)
+	}
+	return resp.StatusCode
+}
+
+// csrfToken reads the page's CSRF token from its HTML.
+func (s *uiServer) csrfToken(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`name="csrf-token" content="([0-9a-f]+)"`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no CSRF token in the page:\n%s", b)
+	}
+	return string(m[1])
+}
+
+// TestLeakHuntThroughThePage: the leak hunt from the page alone. The
+// Processes view lists the leaking program (its command, Ruby version,
+// threads); its stack from the page is stack --json's threads; two heap
+// dumps taken from the page, requests apart, open on it, and their Leak
+// suspects are the cache's Hash and the callback list's Array first; a
+// recording from the page opens as a profile. Actions need the CSRF token
+// and a Ruby process the page lists.
+func TestLeakHuntThroughThePage(t *testing.T) {
+	const requests = 1000
+	rb := testruby.Rubies(t)[0]
+	p := testruby.Start(t, rb, "leak_hunt.rb", nil, fmt.Sprint(requests))
+	rep := waitLeakReport(t, p, 0)
+	s := startUI(t)
+	csrf := s.csrfToken(t)
+
+	var live struct {
+		Processes []ui.LiveProcess `json:"processes"`
+	}
+	s.get(t, "/api/live?x=1", &live)
+	var lp ui.LiveProcess
+	for _, q := range live.Processes {
+		if q.PID == p.PID() {
+			lp = q
+		}
+	}
+	if lp.PID == 0 || !strings.Contains(lp.Command, "leak_hunt.rb") || lp.Threads < 1 || lp.RSS == 0 ||
+		strings.HasSuffix(rb.Name, "-shared") && lp.Ruby != testruby.Version(rb) {
+		t.Errorf("Processes: %+v lacks pid %d of Ruby %s as it is", live.Processes, p.PID(), testruby.Version(rb))
+	}
+
+	// Refused: no CSRF token; a process that is not Ruby.
+	var e struct{ Error string }
+	if code := s.post(t, fmt.Sprintf("/api/live/heap?pid=%d", p.PID()), "", &e); code != http.StatusForbidden {
+		t.Errorf("a heap dump without the CSRF token: %d", code)
+	}
+	if code := s.post(t, fmt.Sprintf("/api/live/stack?pid=%d", os.Getpid()), csrf, &e); code != http.StatusNotFound || !strings.Contains(e.Error, "not a Ruby process this user can read") {
+		t.Errorf("a stack of a process that is not Ruby: %d %q", code, e.Error)
+	}
+
+	var stack wire.Stack
+	if code := s.post(t, fmt.Sprintf("/api/live/stack?pid=%d", p.PID()), csrf, &stack); code != http.StatusOK {
+		t.Fatalf("stack from the page: %d", code)
+	}
+	stdout, _, code := rbscope(t, "stack", "-p", fmt.Sprint(p.PID()), "--json")
+	var cli wire.Stack
+	if code != 0 || json.Unmarshal([]byte(stdout), &cli) != nil {
+		t.Fatalf("stack --json: %s", stdout)
+	}
+	if len(stack.Threads) == 0 || len(stack.Threads) != len(cli.Threads) || stack.Threads[0].TID != cli.Threads[0].TID || stack.RubyVersion != cli.RubyVersion {
+		t.Errorf("the page's stack %+v, stack --json's %+v", stack, cli)
+	}
+
+	var first, second, recorded uiFile
+	if code := s.post(t, fmt.Sprintf("/api/live/heap?pid=%d", p.PID()), csrf, &first); code != http.StatusOK {
+		t.Fatalf("heap dump from the page: %d", code)
+	}
+	p.Cmd.Process.Signal(syscall.SIGUSR1)
+	rep = waitLeakReport(t, p, 1)
+	if code := s.post(t, fmt.Sprintf("/api/live/heap?pid=%d", p.PID()), csrf, &second); code != http.StatusOK {
+		t.Fatalf("heap dump from the page: %d", code)
+	}
+	if code := s.post(t, fmt.Sprintf("/api/live/record?pid=%d&seconds=1", p.PID()), csrf, &recorded); code != http.StatusOK {
+		t.Fatalf("record from the page: %d", code)
+	}
+	files := s.waitLoaded(t)
+	if len(files) != 3 || files[first.ID].Kind != "heap" || files[second.ID].Kind != "heap" || files[recorded.ID].Kind != "profile" || files[recorded.ID].State != "ready" {
+		t.Fatalf("files after the actions: %+v", files)
+	}
+	var sus wire.HeapSuspects
+	s.get(t, fmt.Sprintf("/api/heap/suspects?f=%d&before=%d", second.ID, first.ID), &sus)
+	checkSuspects(t, "dumps from the page", sus, rep, requests, false)
+
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/live", "live")
+	if rows := cells(t, ctx, "#processes"); !slices.ContainsFunc(rows, func(r []string) bool { return len(r) > 0 && r[0] == fmt.Sprint(p.PID()) }) {
+		t.Errorf("the Processes view lacks pid %d: %q", p.PID(), rows)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
 	}
 }

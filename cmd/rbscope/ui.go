@@ -20,8 +20,12 @@ func newUICmd() *cobra.Command {
 		Long: `Serve a web page on this machine for heap dumps (ObjectSpace.dump_all JSON
 lines, from rbscope heap dump or Ruby itself) and raw recordings (record
 --format raw) given as arguments or dropped on the page, and the reports of
-the crash store (rbscope crash install's). rbscope prints one
-URL, with a random token every request needs, and serves until interrupted.
+the crash store (rbscope crash install's), and the Ruby processes of the
+host that this user may read: their stacks, heap dumps and 10-second
+recordings are taken from the page by the same code as rbscope stack, heap
+dump and record (each action a POST with the page's CSRF token; dumps and
+recordings kept under the cache directory, 0600). rbscope prints one URL,
+with a random token every request needs, and serves until interrupted.
 
 A dump is indexed on first open (its graph, dominator tree and retained
 sizes); the index is kept beside the dump (or under --cache-dir when the
@@ -50,7 +54,7 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 			if err != nil {
 				return fmt.Errorf("cannot listen on %s: %w", listen, err)
 			}
-			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr}
+			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr, Live: uiLive{}}
 			if cfg, err := crash.LoadConfig(crashConfig); err == nil {
 				o.CrashDir = cfg.Dir
 			} else {

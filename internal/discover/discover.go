@@ -25,6 +25,8 @@ type Process struct {
 	// Start is when it started, in clock ticks since boot (0 if unknown):
 	// with PID, it names one process, as a PID alone does not once reused.
 	Start uint64
+	// Image is the path of its Ruby image as its mappings name it.
+	Image string
 }
 
 // Budgets on what a process's /proc files may make the scan read.
@@ -56,10 +58,11 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 		if err != nil {
 			continue
 		}
-		if _, ok := procfs.RubyImage(maps); !ok {
+		image, ok := procfs.RubyImage(maps)
+		if !ok {
 			continue
 		}
-		out = append(out, Process{PID: pid, Args: args, Start: StartTime(proc, pid)})
+		out = append(out, Process{PID: pid, Args: args, Start: StartTime(proc, pid), Image: image})
 	}
 	return out, nil
 }

@@ -75,7 +75,7 @@ func TestRubyFakeProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Process{{PID: 4242, Args: "puma: cluster worker 0", Start: 777}}
+	want := []Process{{PID: 4242, Args: "puma: cluster worker 0", Start: 777, Image: "/usr/lib/x86_64-linux-gnu/libruby-3.3.so.3.3.0"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Ruby(fake proc) = %+v, want %+v", got, want)
 	}

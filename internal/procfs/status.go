@@ -20,6 +20,8 @@ type Status struct {
 	NSpid []int
 	// CapEff is the effective capability set.
 	CapEff uint64
+	// RSS is the process's resident memory, in bytes.
+	RSS uint64
 }
 
 // ReadStatus reads the status file of thread tid of process pid, or of
@@ -42,7 +44,7 @@ func ReadStatus(pid, tid int) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{UIDs: ps.UIDs, CapEff: ps.CapEff}
+	s := Status{UIDs: ps.UIDs, CapEff: ps.CapEff, RSS: ps.VmRSS}
 	for _, id := range ps.NSpids {
 		if id == 0 || id > 1<<31 {
 			return Status{}, fmt.Errorf("pid %d status: NSpid %d", pid, id)

@@ -42,6 +42,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
 	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
 	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
+	s.mux.HandleFunc("GET /api/live", s.apiLive)
+	s.mux.HandleFunc("POST /api/live/stack", s.apiLiveStack)
+	s.mux.HandleFunc("POST /api/live/heap", s.apiLiveHeap)
+	s.mux.HandleFunc("POST /api/live/record", s.apiLiveRecord)
 }
 
 var pageTmpl = template.Must(template.ParseFS(assets, "assets/index.html"))

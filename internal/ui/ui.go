@@ -46,6 +46,9 @@ type Options struct {
 	// Log receives one line per file that fails to open, and per index
 	// built (os.Stderr in the command).
 	Log io.Writer
+	// Live acts on the host's Ruby processes (the Processes view); nil
+	// leaves the view out.
+	Live Live
 }
 
 // Server is the web page's server.

@@ -45,6 +45,14 @@ function route() {
   return { parts: path.split("/").filter(Boolean), params: Object.fromEntries(new URLSearchParams(qs || "")) };
 }
 
+async function post(path, params) {
+  const q = new URLSearchParams(params);
+  const r = await fetch("/api/" + path + "?" + q.toString(), { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
+  const body = await r.json().catch(() => ({ error: "the server's answer is not JSON (" + r.status + ")" }));
+  if (!r.ok || body.error) throw new Error(body.error || ("HTTP " + r.status));
+  return body;
+}
+
 async function api(path, params) {
   const q = new URLSearchParams(params);
   const r = await fetch("/api/" + path + "?" + q.toString(), { credentials: "same-origin" });
@@ -135,9 +143,46 @@ const views = {
     });
     show(gen, "ready", el("h1", {}, "Files"),
       rows.length ? el("table", { id: "files" }, el("tbody", {}, rows)) : el("p", {}, "No file given: drop a heap dump or a raw recording on this page."),
-      el("p", {}, el("a", { href: "#/crashes", id: "crashes-link" }, "Crash reports →")),
+      el("p", {}, el("a", { href: "#/crashes", id: "crashes-link" }, "Crash reports →"), " · ", el("a", { href: "#/live", id: "live-link" }, "Live Ruby processes →")),
       el("p", { class: "hint" }, "Drop a heap dump (ObjectSpace.dump_all or rbscope heap dump) or a raw recording (rbscope record --format raw) anywhere on this page to open it."));
     if (d.files.some(f => f.state === "loading")) setTimeout(() => { if (gen === generation) render(); }, 1000);
+  },
+
+  async live(gen, _, p) {
+    setCrumbs(["files", "#/"], ["live processes"]);
+    const d = await api("live", {});
+    const out = el("div", { id: "live-out" });
+    const act = async (what, pid, btn) => {
+      btn.disabled = true;
+      out.replaceChildren(el("p", { class: "hint" }, `${what} of pid ${pid}…`));
+      try {
+        if (what === "stack") {
+          const s = await post("live/stack", { pid });
+          out.replaceChildren(el("h2", {}, `pid ${s.pid}, Ruby ${s.ruby_version}`), ...s.threads.map(th => el("div", { class: "thread" },
+            el("h3", {}, `${th.name || (th.main ? "main" : "thread")} (tid ${th.tid}, ${th.status}${th.gvl ? ", holds the GVL" : ""})`),
+            el("ol", { class: "frames" }, th.frames.map(fr => el("li", {}, el("span", { class: "fn" }, fr.label), " ", fr.kind === "ruby" ? `${fr.path}:${fr.line}` : `<${fr.kind}>`))))));
+        } else {
+          const f = await post("live/" + what, what === "record" ? { pid, seconds: 10 } : { pid });
+          location.hash = f.kind === "profile" || what === "record" ? `#/profile/${f.id}/functions` : `#/heap/${f.id}/overview`;
+        }
+      } catch (e) {
+        out.replaceChildren(el("p", { class: "error" }, e.message));
+      }
+      btn.disabled = false;
+    };
+    const button = (label, what, pid) => { const b = el("button", { type: "button", class: "act-" + what }, label); b.addEventListener("click", () => act(what, pid, b)); return b; };
+    show(gen, "ready", el("h1", {}, "Live Ruby processes"),
+      el("p", { class: "hint" }, "The Ruby processes of this host that you may read. Stack pauses a process for a few milliseconds; heap dump for as long as it takes to copy its heap; record 10 s samples it at 100 Hz. Dumps and recordings open here and are kept in the cache directory."),
+      d.processes.length ? table([
+        { label: "PID", num: true, cell: r => r.pid },
+        { label: "Ruby", cell: r => r.ruby || "?" },
+        { label: "RSS", num: true, cell: r => bytes(r.rss) },
+        { label: "CPU s", num: true, cell: r => r.cpu_seconds.toFixed(1) },
+        { label: "Threads", num: true, cell: r => r.threads },
+        { label: "Command", cls: "desc", cell: r => r.command },
+        { label: "", cell: r => [button("stack", "stack", r.pid), " ", button("heap dump", "heap", r.pid), " ", button("record 10 s", "record", r.pid)] },
+      ], d.processes, { id: "processes" }) : el("p", {}, "No Ruby process you may read."),
+      out);
   },
 
   async crashes(gen) {

@@ -1,0 +1,143 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Live acts on the host's Ruby processes for the Processes view, with the
+// commands' own code (stack, heap dump, record), so that a look from the
+// page pauses a process no longer, and checks no less, than the command
+// would.
+type Live interface {
+	// Processes lists the Ruby processes the user running the page could
+	// read from the command line.
+	Processes() ([]LiveProcess, error)
+	// Stack returns the stacks of pid's threads, the document stack
+	// --json prints.
+	Stack(pid int) (any, error)
+	// HeapDump writes pid's heap to path, as heap dump -o path does.
+	HeapDump(pid int, path string) error
+	// Record records pid for d into path, as record --format raw does.
+	Record(ctx context.Context, pid int, d time.Duration, path string) error
+}
+
+// LiveProcess is a row of the Processes view.
+type LiveProcess struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	// Ruby is the version the Ruby image's file name gives ("" when it
+	// does not: a static build).
+	Ruby       string  `json:"ruby"`
+	RSS        uint64  `json:"rss"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Threads    int     `json:"threads"`
+}
+
+// maxRecordSeconds bounds a recording started from the page.
+const maxRecordSeconds = 60
+
+func (s *Server) apiLive(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Live == nil {
+		fail(w, http.StatusNotFound, "no live processes here")
+		return
+	}
+	ps, err := s.opts.Live.Processes()
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "%s", oneLine(err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"processes": ps})
+}
+
+// livePID returns the process the pid parameter names if it is one of the
+// Ruby processes the page lists, or answers the request with why not.
+func (s *Server) livePID(w http.ResponseWriter, r *http.Request) (int, bool) {
+	if s.opts.Live == nil {
+		fail(w, http.StatusNotFound, "no live processes here")
+		return 0, false
+	}
+	pid, err := strconv.Atoi(r.URL.Query().Get("pid"))
+	ps, lerr := s.opts.Live.Processes()
+	if err != nil || lerr != nil || !slices.ContainsFunc(ps, func(p LiveProcess) bool { return p.PID == pid }) {
+		fail(w, http.StatusNotFound, "pid=%q: not a Ruby process this user can read (see the Processes view)", r.URL.Query().Get("pid"))
+		return 0, false
+	}
+	return pid, true
+}
+
+func (s *Server) apiLiveStack(w http.ResponseWriter, r *http.Request) {
+	pid, ok := s.livePID(w, r)
+	if !ok {
+		return
+	}
+	doc, err := s.opts.Live.Stack(pid)
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%s", oneLine(err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, doc)
+}
+
+// liveFile returns a new path for what an action on pid writes, in the
+// cache directory's live/ (0700).
+func (s *Server) liveFile(pid int, kind, ext string) (string, error) {
+	if s.opts.CacheDir == "" {
+		return "", fmt.Errorf("no cache directory to keep %s in", kind)
+	}
+	dir := filepath.Join(s.opts.CacheDir, "live")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s-%d-%s%s", kind, pid, time.Now().Format("20060102-150405.000"), ext)), nil
+}
+
+// apiLiveHeap dumps a process's heap into the cache directory and opens
+// the dump.
+func (s *Server) apiLiveHeap(w http.ResponseWriter, r *http.Request) {
+	pid, ok := s.livePID(w, r)
+	if !ok {
+		return
+	}
+	s.liveWrite(w, pid, "heap", ".json", func(path string) error { return s.opts.Live.HeapDump(pid, path) })
+}
+
+// liveWrite has write make a file of the action kind on pid in the cache
+// directory, opens it on the page and answers with it.
+func (s *Server) liveWrite(w http.ResponseWriter, pid int, kind, ext string, write func(path string) error) {
+	path, err := s.liveFile(pid, kind, ext)
+	if err == nil {
+		err = write(path)
+	}
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%s", oneLine(err.Error()))
+		return
+	}
+	f := s.add(path, filepath.Base(path))
+	go s.load(f)
+	writeJSON(w, http.StatusOK, f.info())
+}
+
+// apiLiveRecord records a process for seconds (1 to maxRecordSeconds)
+// into the cache directory and opens the recording.
+func (s *Server) apiLiveRecord(w http.ResponseWriter, r *http.Request) {
+	q := &query{r: r}
+	secs := q.num("seconds", 10, 1, maxRecordSeconds)
+	if q.err != nil {
+		fail(w, http.StatusBadRequest, "%s", q.err)
+		return
+	}
+	pid, ok := s.livePID(w, r)
+	if !ok {
+		return
+	}
+	s.liveWrite(w, pid, "record", ".raw.gz", func(path string) error {
+		return s.opts.Live.Record(r.Context(), pid, time.Duration(secs)*time.Second, path)
+	})
+}
