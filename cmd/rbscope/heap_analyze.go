@@ -234,6 +234,7 @@ func parseHeapAddress(s string) (uint64, error) {
 }
 
 func newHeapPathCmd() *cobra.Command {
+	var ignore []string
 	var n int
 	var asJSON bool
 	c := &cobra.Command{
@@ -268,10 +269,22 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 			if !ok {
 				return fmt.Errorf("%#x is not in %s (%d objects): no object at that address when the dump was taken", addr, args[0], g.Len())
 			}
-			paths := heap.Paths(g, target, n)
+			var skip []int
+			for _, s := range ignore {
+				a, err := parseHeapAddress(s)
+				if err != nil {
+					return usageError{fmt.Errorf("--ignore: %w", err)}
+				}
+				i, ok := g.Lookup(a)
+				if !ok {
+					return fmt.Errorf("--ignore %#x is not in %s: no object at that address when the dump was taken", a, args[0])
+				}
+				skip = append(skip, i)
+			}
+			paths := heap.PathsIgnoring(g, target, n, skip)
 			holders := g.Holders(target)
 			if asJSON {
-				return printJSON(wire.NewHeapPath(g, target, holders, paths))
+				return printJSON(wire.NewHeapPath(g, target, holders, paths, skip))
 			}
 			w := os.Stdout
 			h := g.Hop(target)
@@ -304,6 +317,7 @@ that no root reaches was garbage not yet collected when the dump was taken.`,
 		},
 	}
 	c.Flags().IntVar(&n, "all", 1, "print up to N paths, one per holder, shortest first")
+	c.Flags().StringSliceVar(&ignore, "ignore", nil, "find paths through none of these objects (addresses; repeat or separate with commas): what else holds it once they let go")
 	c.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"address", "type", "class", "desc", "memsize", "holders", "paths": [{"root", "hops": [{"address", "type", "class", "desc", "memsize", "conservative"}]}]}`)
 	return c
 }

@@ -304,6 +304,42 @@ func TestUIHeapAgainstCLI(t *testing.T) {
 		t.Errorf("the Hash row: %+v (%d listed) lacks %s or retains less than it", objs.Group, len(objs.Page.Rows), rep.Hash)
 	}
 
+	// paths ignoring holders: heap path --ignore's, through none of them
+	// (ignoring the Hash, the target's only holder, leaves none).
+	for _, ignore := range []string{rep.Path.Hash, rep.Path.Array, rep.Path.Module + "," + rep.Path.Array} {
+		stdout, stderr, code := rbscope(t, "heap", "path", dump, rep.Path.Target, "--all", "5", "--json", "--ignore", ignore)
+		if code != 0 {
+			t.Fatalf("heap path --ignore %s: %s", ignore, stderr)
+		}
+		var cli wire.HeapPath
+		json.Unmarshal([]byte(stdout), &cli)
+		var ui struct {
+			Ignored []string
+			Paths   []wire.RootPath
+		}
+		s.get(t, "/api/heap/paths?f=0&n=5&addr="+rep.Path.Target+"&ignore="+ignore, &ui)
+		hops := func(ps []wire.RootPath) (out []string) {
+			for _, p := range ps {
+				for _, h := range p.Hops {
+					out = append(out, h.Address)
+				}
+				out = append(out, "|")
+			}
+			return out
+		}
+		if !slices.Equal(hops(ui.Paths), hops(cli.Paths)) || strings.Join(ui.Ignored, ",") != ignore || strings.Join(cli.Ignored, ",") != ignore {
+			t.Errorf("ignoring %s: the page's paths %v (ignored %v), heap path's %v (ignored %v)", ignore, hops(ui.Paths), ui.Ignored, hops(cli.Paths), cli.Ignored)
+		}
+		for _, a := range hops(cli.Paths) {
+			if strings.Contains(ignore, a) {
+				t.Errorf("ignoring %s: a path passes through %s", ignore, a)
+			}
+		}
+		if ignore == rep.Path.Hash && len(cli.Paths) != 0 {
+			t.Errorf("ignoring the Hash, the target's only holder: %v", hops(cli.Paths))
+		}
+	}
+
 	// paths: heap path --json's paths, hop for hop, dominators marked.
 	stdout, stderr, code = rbscope(t, "heap", "path", dump, rep.Path.Target, "--all", "3", "--json")
 	if code != 0 {

@@ -50,9 +50,19 @@ func (g *Graph) Holders(target int) []int {
 // Graph.Conservative) only when no other reaches that holder, and its hops
 // say so. Paths returns nothing when no root reaches the target (garbage
 // not yet collected).
-func Paths(g *Graph, target, n int) []Path {
+func Paths(g *Graph, target, n int) []Path { return PathsIgnoring(g, target, n, nil) }
+
+// PathsIgnoring is Paths through none of the objects ignore names: what
+// else holds the target once those let it go (a cache the user knows of,
+// a holder that is fine). With every holder ignored it returns nothing.
+func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 	if n <= 0 {
 		return nil
+	}
+	avoid := make([]bool, g.Len())
+	avoid[target] = true
+	for _, i := range ignore {
+		avoid[i] = true
 	}
 	N := g.Len()
 	var direct []Path
@@ -61,20 +71,20 @@ func Paths(g *Graph, target, n int) []Path {
 			direct = append(direct, Path{Root: r.Name, Hops: []Hop{g.Hop(target)}})
 		}
 	}
-	exact := g.parents(target, false)
+	exact := g.parents(avoid, false)
 	var all []uint32 // computed when a holder needs it
 	paths := direct
 	for _, h := range g.Holders(target) {
 		if len(paths) >= n && len(paths[0].Hops) == 1 {
 			break // enough paths of length 1 already
 		}
-		if h == target {
+		if avoid[h] {
 			continue
 		}
 		parent := exact
 		if exact[h] == unseen || g.Conservative(h, target) {
 			if all == nil {
-				all = g.parents(target, true)
+				all = g.parents(avoid, true)
 			}
 			parent = all
 		}
@@ -105,10 +115,10 @@ func Paths(g *Graph, target, n int) []Path {
 const unseen = math.MaxUint32
 
 // parents runs a breadth-first search from the roots that never enters
-// target and returns, for each object, the object it was first reached
-// from (N+k for root k; unseen if none), following conservative
-// references only when withConservative is set.
-func (g *Graph) parents(target int, withConservative bool) []uint32 {
+// the objects avoid names and returns, for each object, the object it was
+// first reached from (N+k for root k; unseen if none), following
+// conservative references only when withConservative is set.
+func (g *Graph) parents(avoid []bool, withConservative bool) []uint32 {
 	N := g.Len()
 	parent := make([]uint32, N)
 	for i := range parent {
@@ -117,7 +127,7 @@ func (g *Graph) parents(target int, withConservative bool) []uint32 {
 	queue := make([]uint32, 0, 1024)
 	for k, r := range g.Roots {
 		for _, o := range r.Refs {
-			if int(o) != target && parent[o] == unseen {
+			if !avoid[o] && parent[o] == unseen {
 				parent[o] = uint32(N + k)
 				queue = append(queue, o)
 			}
@@ -126,7 +136,7 @@ func (g *Graph) parents(target int, withConservative bool) []uint32 {
 	for q := 0; q < len(queue); q++ {
 		v := queue[q]
 		for _, w := range g.Refs(int(v)) {
-			if int(w) != target && parent[w] == unseen && (withConservative || !g.Conservative(int(v), int(w))) {
+			if parent[w] == unseen && !avoid[w] && (withConservative || !g.Conservative(int(v), int(w))) {
 				parent[w] = v
 				queue = append(queue, w)
 			}

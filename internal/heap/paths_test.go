@@ -1,6 +1,7 @@
 package heap
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,54 @@ func TestPathsPreferExactReferences(t *testing.T) {
 	// 0x40 through the exact chain, though the conservative one is shorter.
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("paths = %q, want %q", got, want)
+	}
+}
+
+// TestPathsIgnoring: ignoring a holder gives the paths that avoid it, and
+// ignoring an object on the way reroutes through another.
+func TestPathsIgnoring(t *testing.T) {
+	// vm -> 0x10 -> 0x30 (target); vm -> 0x20 -> 0x21 -> 0x30;
+	// global_tbl -> 0x40 -> 0x10.
+	dump := `{"type":"ROOT", "root":"vm", "references":["0x10", "0x20"]}
+{"type":"ROOT", "root":"global_tbl", "references":["0x40"]}
+{"address":"0x10", "type":"ARRAY", "references":["0x30"], "memsize":40}
+{"address":"0x20", "type":"HASH", "references":["0x21"], "memsize":40}
+{"address":"0x21", "type":"ARRAY", "references":["0x30"], "memsize":40}
+{"address":"0x30", "type":"STRING", "value":"target", "memsize":40}
+{"address":"0x40", "type":"OBJECT", "references":["0x10"], "memsize":40}
+`
+	g, err := Load(strings.NewReader(dump), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := func(a uint64) int { i, _ := g.Lookup(a); return i }
+	show := func(ps []Path) string {
+		var out []string
+		for _, p := range ps {
+			s := p.Root
+			for _, h := range p.Hops {
+				s += fmt.Sprintf(" %#x", h.Address)
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, "; ")
+	}
+	for _, tc := range []struct {
+		ignore []uint64
+		want   string
+	}{
+		{nil, "vm 0x10 0x30; vm 0x20 0x21 0x30"},
+		{[]uint64{0x10}, "vm 0x20 0x21 0x30"},
+		{[]uint64{0x21}, "vm 0x10 0x30"},
+		{[]uint64{0x10, 0x21}, ""},
+		{[]uint64{0x20}, "vm 0x10 0x30"},
+	} {
+		var ig []int
+		for _, a := range tc.ignore {
+			ig = append(ig, idx(a))
+		}
+		if got := show(PathsIgnoring(g, idx(0x30), 5, ig)); got != tc.want {
+			t.Errorf("ignoring %#x: %q, want %q", tc.ignore, got, tc.want)
+		}
 	}
 }

@@ -359,8 +359,11 @@ func apiObjects(f *file, q *query) (any, error) {
 		paged(ix.membersByRetained(gs, id), offset, limit, func(o uint32) heapObject { return ix.object(int(o)) })}, nil
 }
 
-func (ix *heapIndex) lookup(q *query) (int, error) {
-	s := q.str("addr", "")
+func (ix *heapIndex) lookup(q *query) (int, error) { return ix.lookupAddr(q.str("addr", "")) }
+
+// lookupAddr finds the object at the address s ("0x7f..."), or says why
+// there is none.
+func (ix *heapIndex) lookupAddr(s string) (int, error) {
 	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
 	a, err := strconv.ParseUint(h, 16, 64)
 	if err != nil || h == "" {
@@ -432,6 +435,21 @@ func apiPaths(f *file, q *query) (any, error) {
 		return nil, err
 	}
 	n := q.num("n", 5, 1, 100)
+	var ignore []int
+	var ignored []string
+	for _, a := range strings.Split(q.str("ignore", ""), ",") {
+		if a == "" {
+			continue
+		}
+		j, err := ix.lookupAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("ignore: %w", err)
+		}
+		ignore, ignored = append(ignore, j), append(ignored, wire.NewHeapObject(ix.g, ix.g.Hop(j)).Address)
+	}
+	if len(ignore) > 50 {
+		return nil, fmt.Errorf("ignore: %d objects, at most 50", len(ignore))
+	}
 	doms := map[int]bool{}
 	for d, ok := ix.d.Idom(i); ok && d >= 0; d, ok = ix.d.Idom(d) {
 		doms[d] = true
@@ -444,9 +462,10 @@ func apiPaths(f *file, q *query) (any, error) {
 		dumpSummary
 		Object  heapObject `json:"object"`
 		Holders int        `json:"holders"`
+		Ignored []string   `json:"ignored"`
 		Paths   []rootPath `json:"paths"`
-	}{dumpSummary: f.summary(), Object: ix.object(i), Holders: len(ix.rev.Of(i)), Paths: []rootPath{}}
-	for _, p := range heap.Paths(ix.g, i, n) {
+	}{dumpSummary: f.summary(), Object: ix.object(i), Holders: len(ix.rev.Of(i)), Ignored: append([]string{}, ignored...), Paths: []rootPath{}}
+	for _, p := range heap.PathsIgnoring(ix.g, i, n, ignore) {
 		rp := rootPath{Root: p.Root}
 		for _, h := range p.Hops {
 			rp.Hops = append(rp.Hops, pathHop{HeapObject: wire.NewHeapObject(ix.g, h), Dominator: doms[h.Index]})

@@ -92,7 +92,9 @@ func NewHeapObject(g *heap.Graph, h heap.Hop) HeapObject {
 // the objects that hold it, and the shortest paths from the roots to it.
 type HeapPath struct {
 	HeapObject
-	Holders []string   `json:"holders"`
+	Holders []string `json:"holders"`
+	// Ignored are the objects the paths avoid (--ignore).
+	Ignored []string   `json:"ignored,omitempty"`
 	Paths   []RootPath `json:"paths"`
 }
 
@@ -103,9 +105,13 @@ type RootPath struct {
 	Hops []HeapObject `json:"hops"`
 }
 
-// NewHeapPath maps object target of dump g, its holders and its paths.
-func NewHeapPath(g *heap.Graph, target int, holders []int, paths []heap.Path) *HeapPath {
+// NewHeapPath maps object target of dump g, its holders and its paths,
+// which avoid the objects ignored.
+func NewHeapPath(g *heap.Graph, target int, holders []int, paths []heap.Path, ignored []int) *HeapPath {
 	out := &HeapPath{HeapObject: NewHeapObject(g, g.Hop(target)), Holders: make([]string, len(holders)), Paths: make([]RootPath, len(paths))}
+	for _, i := range ignored {
+		out.Ignored = append(out.Ignored, hex(g.Address(i)))
+	}
 	for i, h := range holders {
 		out.Holders[i] = hex(g.Address(h))
 	}

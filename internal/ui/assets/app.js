@@ -268,8 +268,9 @@ const views = {
   },
 
   async "heap/paths"(gen, f, p) {
-    const n = p.n || 5;
-    const d = await api("heap/paths", { f, addr: p.addr, n });
+    const n = p.n || 5, ignore = p.ignore || "";
+    const d = await api("heap/paths", { f, addr: p.addr, n, ignore });
+    const ignoring = a => hashFor(`/heap/${f}/paths`, { addr: p.addr, n, ignore: [...d.ignored, a].join(",") });
     const o = d.object;
     setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], [o.address, hashFor(`/heap/${f}/object`, { addr: o.address })], ["paths"]);
     const paths = d.paths.map((pa, k) => el("div", { class: "path" },
@@ -277,11 +278,15 @@ const views = {
       el("ol", {}, pa.hops.map(h => el("li", { class: h.dominator ? "dom" : "" },
         objLink(f, h), " ", h.type, " ", h.class || "(none)", " ", el("span", { class: "desc" }, h.desc),
         h.conservative ? el("span", { class: "tag" }, "conservative") : null,
-        h.dominator ? el("span", { class: "tag dom" }, "dominator") : null)))));
+        h.dominator ? el("span", { class: "tag dom" }, "dominator") : null,
+        h.address !== d.object.address ? [" ", el("a", { href: ignoring(h.address), class: "ignore" }, "ignore this holder")] : null)))));
     show(gen, "ready", heapTabs(f, ""), el("h1", {}, `Who holds ${o.type} ${o.class || ""} ${o.address}`),
       el("p", {}, `Held by ${num(d.holders)} object(s). `, el("span", { class: "tag dom" }, "dominator"), " marks the objects every path passes through: freeing one frees this object."),
-      d.paths.length ? paths : el("p", {}, "Not reachable from the roots (garbage not yet collected when the dump was taken)."),
-      el("p", {}, el("a", { href: hashFor(`/heap/${f}/paths`, { addr: o.address, n: Number(n) * 2 }) }, "more paths")));
+      d.ignored.length ? el("p", { id: "ignored" }, `Paths through none of ${d.ignored.join(", ")} (ignored) `,
+        el("a", { href: hashFor(`/heap/${f}/paths`, { addr: p.addr, n }) }, "ignore none")) : null,
+      d.paths.length ? paths : el("p", {}, d.ignored.length ? "No path avoids the ignored objects: they are what holds it."
+        : "Not reachable from the roots (garbage not yet collected when the dump was taken)."),
+      el("p", {}, el("a", { href: hashFor(`/heap/${f}/paths`, { addr: o.address, n: Number(n) * 2, ignore }) }, "more paths")));
   },
 
   async "heap/top"(gen, f, p) {
