@@ -1,0 +1,97 @@
+#!/bin/bash
+# Times `rbscope ui` on heap dumps of millions of objects against issue
+# #26's targets: a Ruby program (testdata/heap_graph_diff.rb) builds N
+# objects (default five million), writes ObjectSpace.dump_all before and
+# after allocating 5,000 Leaky objects, and this script opens both dumps
+# in `rbscope ui`, then prints:
+#   - the first open: the time until both dumps are indexed (target: 30 s
+#     a dump), and the server's peak memory against the larger dump's size
+#     (target: 1.5x);
+#   - each view's answer time at the server, the median of 3 requests
+#     (target: 300 ms): overview by class and type, a group's objects, an
+#     object page, paths to the last Leaky object, top retainers, waste,
+#     the diff and the leak suspects of the two dumps;
+#   - a second open, from the index files (target: the overview within 2 s
+#     of the start).
+#
+#   bench/ui_scale.sh            # N=5000000
+#   N=1000000 bench/ui_scale.sh
+#
+# Needs curl and a Ruby (RUBY, default /usr/bin/ruby); the dumps (about
+# 1 GB each at five million objects) go to a temporary directory that is
+# removed at exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-5000000}
+RUBY=${RUBY:-/usr/bin/ruby}
+command -v curl >/dev/null || { echo "ui_scale.sh: curl is missing: apt-get install curl" >&2; exit 1; }
+[ -x "$RUBY" ] || { echo "ui_scale.sh: no Ruby at $RUBY: apt-get install ruby, or set RUBY" >&2; exit 1; }
+dir=$(mktemp -d /tmp/rbscope-uiscale.XXXXXX)
+server=
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"' EXIT
+go build -o "$dir/rbscope" ./cmd/rbscope
+echo "building $N objects and dumping them twice with ObjectSpace.dump_all ($RUBY)..."
+"$RUBY" testdata/heap_graph_diff.rb "$dir/report.json" "$dir/a.json" "$dir/b.json" "$N"
+leaky=$(sed -n 's/.*"last_leaky":"\([^"]*\)".*/\1/p' "$dir/report.json")
+size=$(stat -c %s "$dir/b.json")
+printf 'dumps: %d and %d objects, %.0f MB and %.0f MB\n\n' "$(wc -l < "$dir/a.json")" "$(wc -l < "$dir/b.json")" \
+  "$(echo "$(stat -c %s "$dir/a.json") / 1000000" | bc -l)" "$(echo "$size / 1000000" | bc -l)"
+
+# start opens both dumps in a new server and waits until both are indexed;
+# it sets server, base, token and elapsed (the seconds that took).
+start() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  rm -f "$dir/url"
+  "$dir/rbscope" ui --cache-dir "$dir/cache" "$dir/a.json" "$dir/b.json" > "$dir/url" 2> "$dir/ui.err" &
+  server=$!
+  while ! grep -q token "$dir/url" 2>/dev/null; do sleep 0.05; done
+  url=$(head -1 "$dir/url")
+  base=${url%%/?token=*}
+  token=${url##*token=}
+  until curl -sf "$base/api/files?token=$token" | grep -q '"state":"ready".*"state":"ready"'; do
+    if curl -sf "$base/api/files?token=$token" | grep -q '"state":"error"'; then
+      echo "a dump failed to open:" >&2; cat "$dir/ui.err" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+  t1=$(date +%s.%N)
+  elapsed=$(echo "$t1 - $t0" | bc -l)
+}
+
+# view NAME PATH: the median of 3 answer times of GET PATH at the server.
+view() {
+  local name=$1 path=$2 times=()
+  for _ in 1 2 3; do
+    times+=("$(curl -s -o "$dir/answer" -w '%{time_total}' "$base$path&token=$token")")
+    grep -q '"error"' "$dir/answer" && { echo "$name: $(cat "$dir/answer")" >&2; exit 1; }
+  done
+  local med
+  med=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)
+  printf '%-36s %9.0f %9.2f\n' "$name" "$(echo "$med * 1000" | bc -l)" "$(echo "$med / 0.3" | bc -l)"
+}
+
+start
+first=$elapsed
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$server/status")
+printf '%-36s %9.1f s %6.2f of 2x30 s\n' "first open, both dumps indexed" "$first" "$(echo "$first / 60" | bc -l)"
+printf '%-36s %9.0f MB %6.2f x the larger dump (target 1.5)\n\n' "server peak memory" "$(echo "$hwm * 1024 / 1000000" | bc -l)" "$(echo "$hwm * 1024 / $size" | bc -l)"
+printf '%-36s %9s %9s\n' view ms /300ms
+view "overview by class" "/api/heap/overview?f=1&by=class"
+view "overview by type" "/api/heap/overview?f=1&by=type"
+view "overview sorted by count" "/api/heap/overview?f=1&by=class&sort=count"
+view "objects of the largest group" "/api/heap/objects?f=1&by=class&group=0"
+view "object page of the last Leaky" "/api/heap/object?f=1&addr=$leaky"
+view "paths to the last Leaky" "/api/heap/paths?f=1&addr=$leaky"
+view "top retainers" "/api/heap/top?f=1&n=50"
+view "waste" "/api/heap/waste?f=1"
+view "diff of the two dumps" "/api/heap/diff?f=1&before=0"
+view "leak suspects of the two dumps" "/api/heap/suspects?f=1&before=0"
+kill "$server"; wait "$server" 2>/dev/null || true
+start
+again=$elapsed
+t0=$(date +%s.%N)
+curl -sf -o /dev/null "$base/api/heap/overview?f=1&by=class&token=$token"
+ov=$(echo "$(date +%s.%N) - $t0" | bc -l)
+printf '\n%-36s %9.1f s %6.2f of 2 s (both dumps ready %.1f s, then the overview %.2f s)\n' "second open, from the indexes" \
+  "$(echo "$again + $ov" | bc -l)" "$(echo "($again + $ov) / 2" | bc -l)" "$again" "$ov"
