@@ -24,10 +24,12 @@ build:
 # with Redis, and a Rails application (railties, ActiveRecord on SQLite,
 # ActionPack) under ab's load (apache2-utils); man-db and bash-completion,
 # which the test of the Debian package runs (man -w, the completion script);
-# Chromium runs the browser tests of rbscope ui.
+# Chromium runs the browser tests of rbscope ui; Graphviz's dot draws the
+# call graph of pprof's web interface, which rbscope ui mounts.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
-	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium
+	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
+	graphviz
 
 # deps installs the DEPS_PACKAGES that are missing.
 deps:

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -1007,5 +1009,65 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	}
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
+	}
+}
+
+// TestUIPprofWeb: pprof's own web interface over a recording, mounted on
+// the page: its top table, flame graph and call graph (Graphviz's dot)
+// answer with the recording's functions, under the page's token; a
+// recording that is not one, or a page of pprof's it lacks, is refused.
+func TestUIPprofWeb(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p, _ := startSplit(t, rb, nil, "30")
+	raw := filepath.Join(t.TempDir(), "split.raw.gz")
+	if _, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "250", "--duration", "1s", "-f", "raw", "-o", raw); code != 0 {
+		t.Fatalf("record: %s", stderr)
+	}
+	dump, _ := heapGraphDump(t, t.TempDir())
+	s := startUI(t, raw, dump)
+	s.waitLoaded(t)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(s.base + path + "?token=" + s.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, page := range []string{"top", "flamegraph", ""} {
+		code, body := get("/pprof/0/" + page)
+		if code != 200 || !strings.Contains(body, "Object#burn") {
+			t.Errorf("/pprof/0/%s: %d, burn in it: %v\n%.500s", page, code, strings.Contains(body, "Object#burn"), body)
+		}
+	}
+	if code, _ := get("/pprof/1/top"); code != 404 {
+		t.Errorf("pprof of a heap dump: %d", code)
+	}
+	if code, _ := get("/pprof/0/nothing"); code != 404 {
+		t.Errorf("a page pprof lacks: %d", code)
+	}
+	resp, err := http.Get(s.base + "/pprof/0/top")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("pprof without the token: %d", resp.StatusCode)
+	}
+	// In Chromium: pprof's pages run (their script under the page's
+	// policy) and ask nothing of the outside.
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/profile/0/functions", "profile-functions-pprof-link")
+	for _, page := range []string{"flamegraph", "top", ""} {
+		if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/pprof/0/"+page)); err != nil {
+			t.Fatal(err)
+		}
+		if text := eval[string](t, ctx, `document.body.innerText`); !strings.Contains(text, "Object#burn") {
+			t.Errorf("pprof's %q page in Chromium lacks burn:\n%.500s", page, text)
+		}
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("pprof's pages: %v", pr)
 	}
 }

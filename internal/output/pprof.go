@@ -9,10 +9,20 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 )
 
-// Pprof writes a gzipped pprof protobuf that `go tool pprof` reads, with a
-// function, file and line per frame and samples weighted by the sampling
-// period, as CPU time or, for a wall-clock profile, wall time.
+// Pprof writes a gzipped pprof protobuf that `go tool pprof` reads: the
+// profile PprofProfile makes.
 func Pprof(w io.Writer, p *profile.Profile) error {
+	prof, err := PprofProfile(p)
+	if err != nil {
+		return err
+	}
+	return prof.Write(w)
+}
+
+// PprofProfile maps p to a pprof profile, with a function, file and line
+// per frame and samples weighted by the sampling period, as CPU time or,
+// for a wall-clock profile, wall time.
+func PprofProfile(p *profile.Profile) (*pprof.Profile, error) {
 	period := int64(float64(time.Second) / p.Rate)
 	clock := "cpu"
 	if p.Wall {
@@ -54,7 +64,7 @@ func Pprof(w io.Writer, p *profile.Profile) error {
 		prof.Sample = append(prof.Sample, s)
 	}
 	if err := prof.CheckValid(); err != nil {
-		return err
+		return nil, err
 	}
-	return prof.Write(w)
+	return prof, nil
 }

@@ -42,6 +42,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
 	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
 	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
+	s.mux.HandleFunc("GET /pprof/{id}/{rest...}", s.servePprof)
+	// pprof's pages name no icon: the browser asks for this one.
+	s.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /api/live", s.apiLive)
 	s.mux.HandleFunc("POST /api/live/stack", s.apiLiveStack)
 	s.mux.HandleFunc("POST /api/live/heap", s.apiLiveHeap)

@@ -60,6 +60,9 @@ type Server struct {
 
 	mu    sync.Mutex
 	files []*file
+
+	// pprof is pprof's web interface over the recordings.
+	pprof pprofWeb
 }
 
 // file is one opened file: a heap dump or a raw recording, loaded once.

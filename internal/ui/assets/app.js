@@ -470,7 +470,8 @@ function profileTabs(f, active) {
     el("a", { href: hashFor(`/profile/${f}/functions`), class: active === "functions" ? "on" : "" }, "Functions"),
     el("a", { href: hashFor(`/profile/${f}/flame`), class: active === "flame" ? "on" : "" }, "Flame graph"),
     el("a", { href: hashFor(`/profile/${f}/tree`), class: active === "tree" ? "on" : "" }, "Call tree"),
-    el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"));
+    el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"),
+    el("a", { href: `/pprof/${f}/`, target: "_blank", rel: "noopener", id: "pprof-link" }, "pprof ↗"));
 }
 
 function profileHead(d) {
