@@ -19,6 +19,10 @@ SPINNERS = [int(x) for x in os.environ.get("BENCH_SPINNERS", "0,1,2").split(",")
 RATES = [int(x) for x in os.environ.get("BENCH_RATES", "100,400,1000").split(",")]
 MODES = [m for m in os.environ.get("BENCH_MODES", "paused,nonblocking").split(",")]
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+# BENCH_SHARED=1: the target shares its first allowed CPU with one more
+# spinner pinned there (TestRecordKnownSplit's harder case), besides the
+# free spinners.
+SHARED = os.environ.get("BENCH_SHARED", "") == "1"
 # Seconds per recording, by rate: about 1,000 samples of a target that has
 # most of a CPU.
 SECONDS = {100: 12, 400: 5, 1000: 4}
@@ -70,6 +74,13 @@ def cell(ruby, nspin, rate, mode):
                 raise RuntimeError("split.rb did not start")
             time.sleep(0.01)
         time.sleep(0.5)
+        if SHARED:
+            cpu = min(os.sched_getaffinity(0))
+            for tid in os.listdir("/proc/%d/task" % proc.pid):
+                os.sched_setaffinity(int(tid), {cpu})
+            pinned = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+            os.sched_setaffinity(pinned.pid, {cpu})
+            spinners.append(pinned)
         seq = 0
         errs = []
         for _ in range(RUNS):
@@ -99,6 +110,8 @@ def cell(ruby, nspin, rate, mode):
 def main():
     print("machine: %d cores, load %s at start" % (os.cpu_count(), open("/proc/loadavg").read().split()[0]))
     print("error = samples' share - program's CPU share, in points; mean over %d runs (worst run); se = one standard error of a 50%% share" % RUNS)
+    if SHARED:
+        print("the target shares one CPU with a pinned spinner (BENCH_SHARED=1), besides the spinners counted")
     print("%-10s %4s %5s %-11s %6s %6s %6s   %-26s %5s %5s" % ("ruby", "spin", "rate", "mode", "a", "b", "c", "worst run (a b c)", "n", "se"))
     for ruby in RUBIES:
         name = "3.1-dbg" if "rubies" in ruby else "debian"

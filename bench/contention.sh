@@ -16,6 +16,7 @@
 #   BENCH_RATES=100,400,1000     rates (Hz)
 #   BENCH_MODES=paused,nonblocking
 #   BENCH_RUBIES=/var/cache/rbscope/rubies/ruby-3.1-shared/bin/ruby:/usr/bin/ruby
+#   BENCH_SHARED=1               the target shares a CPU with one more, pinned spinner
 #   RBSCOPE=path to use a given rbscope binary (default: build the tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."
