@@ -125,7 +125,12 @@ func TestPausedSamplesAreNeverTorn(t *testing.T) {
 					var torn []string
 					n, samples, waiting, errs := 0, 0, 0, 0
 					for try := 0; try < 10 && (samples+waiting < 200 || samples < 30); try++ {
-						s, err := sampler.New(p.PID(), sampler.Options{Rate: 1000, Duration: 1500 * time.Millisecond, Nonblocking: nonblocking})
+						// Real-time, as record's sampler is: on a busy
+						// machine one of the normal class wakes at the
+						// scheduler's ticks, when the thread sharing its CPU
+						// also gets it back, and may then never find it
+						// waiting.
+						s, err := sampler.New(p.PID(), sampler.Options{Rate: 1000, Duration: 1500 * time.Millisecond, Nonblocking: nonblocking, Realtime: true})
 						if err != nil {
 							t.Fatal(err)
 						}
