@@ -64,7 +64,6 @@ func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 	for _, i := range ignore {
 		avoid[i] = true
 	}
-	N := g.Len()
 	var direct []Path
 	for _, r := range g.Roots {
 		if slices.Contains(r.Refs, uint32(target)) && !slices.ContainsFunc(direct, func(p Path) bool { return p.Root == r.Name }) {
@@ -91,19 +90,7 @@ func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 		if parent[h] == unseen {
 			continue
 		}
-		chain := []int{target}
-		x := uint32(h)
-		for x < uint32(N) {
-			chain = append(chain, int(x))
-			x = parent[x]
-		}
-		p := Path{Root: g.Roots[int(x)-N].Name}
-		for i := len(chain) - 1; i >= 0; i-- {
-			hop := g.Hop(chain[i])
-			hop.Conservative = i < len(chain)-1 && g.Conservative(chain[i+1], chain[i])
-			p.Hops = append(p.Hops, hop)
-		}
-		paths = append(paths, p)
+		paths = append(paths, g.pathThrough(parent, h, []int{target}))
 	}
 	slices.SortStableFunc(paths, func(a, b Path) int { return len(a.Hops) - len(b.Hops) })
 	if len(paths) > n {
@@ -113,6 +100,49 @@ func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 }
 
 const unseen = math.MaxUint32
+
+// pathThrough is the path from the roots to object x along parent (a
+// search's, see parents), followed by the objects after (x's own holder
+// chain down to the target, innermost first).
+func (g *Graph) pathThrough(parent []uint32, x int, after []int) Path {
+	N := uint32(g.Len())
+	chain := slices.Clone(after)
+	v := uint32(x)
+	for v < N {
+		chain = append(chain, int(v))
+		v = parent[v]
+	}
+	p := Path{Root: g.Roots[int(v-N)].Name}
+	for i := len(chain) - 1; i >= 0; i-- {
+		hop := g.Hop(chain[i])
+		hop.Conservative = i < len(chain)-1 && g.Conservative(chain[i+1], chain[i])
+		p.Hops = append(p.Hops, hop)
+	}
+	return p
+}
+
+// ShortestPaths returns one shortest path from the roots to each of
+// targets that a root reaches, by one search for them all (through exact
+// references where they reach, as Paths goes).
+func ShortestPaths(g *Graph, targets []int) map[int]Path {
+	out := map[int]Path{}
+	avoid := make([]bool, g.Len())
+	var all []uint32
+	exact := g.parents(avoid, false)
+	for _, t := range targets {
+		parent := exact
+		if exact[t] == unseen {
+			if all == nil {
+				all = g.parents(avoid, true)
+			}
+			parent = all
+		}
+		if parent[t] != unseen {
+			out[t] = g.pathThrough(parent, t, nil)
+		}
+	}
+	return out
+}
 
 // parents runs a breadth-first search from the roots that never enters
 // the objects avoid names and returns, for each object, the object it was

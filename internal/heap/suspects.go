@@ -105,6 +105,13 @@ func Suspects(a, b *Graph, d *DomTree, n int) []Suspect {
 	if n >= 0 && len(keys) > n {
 		keys = keys[:n]
 	}
+	var holders []int
+	for _, h := range keys {
+		if h != super {
+			holders = append(holders, int(h))
+		}
+	}
+	paths := ShortestPaths(b, holders)
 	out := make([]Suspect, 0, len(keys))
 	for _, h := range keys {
 		g := groups[h]
@@ -117,8 +124,8 @@ func Suspects(a, b *Graph, d *DomTree, n int) []Suspect {
 		} else {
 			s.Holder = b.Hop(int(h))
 			s.Retained = d.Retained[h]
-			if ps := Paths(b, int(h), 1); len(ps) > 0 {
-				s.Path = &ps[0]
+			if p, ok := paths[int(h)]; ok {
+				s.Path = &p
 			}
 		}
 		out = append(out, s)

@@ -516,7 +516,7 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 		if by == "site" && !f.heap.g.HasSites() {
 			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or group by class", f.Name)
 		}
-		d := heap.Diff(before.heap.g, f.heap.g)
+		d := s.pairs.of(before, f, false).diff
 		rows, more := d.Rows(by, top)
 		return wire.NewHeapDiff(wire.NewDumpInfo(before.Name, before.heap.g), wire.NewDumpInfo(f.Name, f.heap.g), d, by, rows, more), nil
 	})
@@ -531,12 +531,13 @@ func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
-		top := q.num("top", 10, 1, 100)
+		top := q.num("top", 10, 1, maxSuspects)
 		if q.err != nil {
 			return nil, q.err
 		}
 		a, b := before.heap.g, f.heap.g
-		return wire.NewHeapSuspects(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), b, heap.Diff(a, b), heap.Suspects(a, b, f.heap.d, top)), nil
+		pr := s.pairs.of(before, f, true)
+		return wire.NewHeapSuspects(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), b, pr.diff, pr.suspects[:min(top, len(pr.suspects))]), nil
 	})
 }
 
@@ -559,19 +560,19 @@ func apiWaste(f *file, q *query) (any, error) {
 		return nil, q.err
 	}
 	ix := f.heap
-	dups, wasted := heap.DuplicateStrings(ix.g, n)
+	w := ix.waste()
+	dups := w.dups[:min(n, len(w.dups))]
 	rows := make([]dupString, len(dups))
 	for k, d := range dups {
 		rows[k] = dupString{Value: d.Value, Cut: d.Cut, Count: d.Count, Bytes: d.Bytes, Wasted: d.Wasted, Example: ix.object(d.Example)}
 	}
-	byClass, bySite := heap.EmptyCollections(ix.g)
 	return struct {
 		dumpSummary
 		Strings       []dupString    `json:"strings"`
 		StringsWasted uint64         `json:"strings_wasted"`
 		Empty         []wire.DiffRow `json:"empty"`
 		EmptySites    []wire.DiffRow `json:"empty_sites,omitempty"`
-	}{f.summary(), rows, wasted, wire.NewDiffRows(byClass), wire.NewDiffRows(bySite)}, nil
+	}{f.summary(), rows, w.wasted, wire.NewDiffRows(w.emptyByClass), wire.NewDiffRows(w.emptyBySite)}, nil
 }
 
 func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {

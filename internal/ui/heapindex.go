@@ -35,6 +35,9 @@ type heapIndex struct {
 	// bySite groups by allocation site, class name and type, byGem by the
 	// gem of the site (heap.Gem); both nil when the dump has no sites.
 	bySite, byGem *groups
+
+	// wasteMemo is the Waste view's findings (waste).
+	wasteMemo heapWaste
 }
 
 // groups partitions the objects: group[i] is object i's group, members

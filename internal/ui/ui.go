@@ -63,6 +63,8 @@ type Server struct {
 
 	// pprof is pprof's web interface over the recordings.
 	pprof pprofWeb
+	// pairs are the comparisons of two dumps made so far.
+	pairs pairs
 }
 
 // file is one opened file: a heap dump or a raw recording, loaded once.
