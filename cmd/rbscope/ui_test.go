@@ -1071,3 +1071,90 @@ func TestUIPprofWeb(t *testing.T) {
 		t.Errorf("pprof's pages: %v", pr)
 	}
 }
+
+// TestUIDomTree: the dominator tree, a level a request, holds together as
+// heap top --json says: the roots' largest child is heap top's first
+// retainer; the roots' children retain every reachable byte, by object and
+// by class alike; a node retains its own bytes and its children's; its
+// children are the object page's dominated objects; it renders in
+// Chromium.
+func TestUIDomTree(t *testing.T) {
+	dump, _ := heapGraphDump(t, t.TempDir())
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	stdout, _, code := rbscope(t, "heap", "top", dump, "--top", "5", "--json")
+	var top wire.HeapTop
+	if code != 0 || json.Unmarshal([]byte(stdout), &top) != nil {
+		t.Fatalf("heap top: %s", stdout)
+	}
+	type row struct {
+		Address           string
+		Memsize, Retained uint64
+		Children          int
+	}
+	type level struct {
+		ReachableBytes uint64 `json:"reachable_bytes"`
+		Node           *row
+		Ancestors      []row
+		Objects        *uiPage[row]
+		Groups         *uiPage[struct {
+			Count    int
+			Retained uint64
+		}]
+	}
+	children := func(addr string) (level, []row) {
+		var all []row
+		var lv level
+		for off := 0; ; off += 1000 {
+			lv = level{}
+			s.get(t, fmt.Sprintf("/api/heap/domtree?f=0&limit=1000&offset=%d&addr=%s", off, addr), &lv)
+			all = append(all, lv.Objects.Rows...)
+			if off+1000 >= lv.Objects.Total {
+				return lv, all
+			}
+		}
+	}
+	root, kids := children("")
+	var sum uint64
+	for _, k := range kids {
+		sum += k.Retained
+	}
+	if len(kids) == 0 || kids[0].Address != top.Retainers[0].Address || sum != root.ReachableBytes || root.Node != nil {
+		t.Errorf("the roots' children: %d, first %+v, retaining %d; heap top's first %s, %d reachable bytes", len(kids), kids[0], sum, top.Retainers[0].Address, root.ReachableBytes)
+	}
+	var groups level
+	s.get(t, "/api/heap/domtree?f=0&by=class&limit=1000", &groups)
+	var gsum uint64
+	gcount := 0
+	for _, g := range groups.Groups.Rows {
+		gsum, gcount = gsum+g.Retained, gcount+g.Count
+	}
+	if gsum != root.ReachableBytes || gcount != len(kids) {
+		t.Errorf("the roots' children by class: %d objects retaining %d; by object %d retaining %d", gcount, gsum, len(kids), root.ReachableBytes)
+	}
+	node, nkids := children(top.Retainers[0].Address)
+	var obj struct {
+		Object    struct{ Memsize uint64 }
+		Dominated uiPage[struct{ Address string }]
+	}
+	s.get(t, "/api/heap/object?f=0&limit=1000&addr="+top.Retainers[0].Address, &obj)
+	sum = obj.Object.Memsize
+	for k, c := range nkids {
+		sum += c.Retained
+		if k < len(obj.Dominated.Rows) && obj.Dominated.Rows[k].Address != c.Address {
+			t.Errorf("child %d: %s, the object page's dominated %s", k, c.Address, obj.Dominated.Rows[k].Address)
+		}
+	}
+	if node.Node == nil || sum != node.Node.Retained || len(nkids) != obj.Dominated.Total || len(node.Ancestors) != 0 {
+		t.Errorf("node %s: retains %v; itself and its %d children %d (object page: %d dominated)", top.Retainers[0].Address, node.Node, len(nkids), sum, obj.Dominated.Total)
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/domtree", "heap-domtree")
+	if rows := cells(t, ctx, "#dom-children"); len(rows) == 0 || rows[0][0] != top.Retainers[0].Address {
+		t.Errorf("the page's dominator tree: %q", rows)
+	}
+	visit(t, ctx, s, "#/heap/0/domtree?addr="+top.Retainers[0].Address+"&by=class", "heap-domtree-node-by-class")
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}

@@ -32,6 +32,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/object", s.heapHandler(apiObject))
 	s.mux.HandleFunc("GET /api/heap/paths", s.heapHandler(apiPaths))
 	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
+	s.mux.HandleFunc("GET /api/heap/domtree", s.heapHandler(apiDomTree))
 	s.mux.HandleFunc("GET /api/heap/diff", s.heapDiff)
 	s.mux.HandleFunc("GET /api/heap/suspects", s.heapSuspects)
 	s.mux.HandleFunc("GET /api/heap/waste", s.heapHandler(apiWaste))
@@ -634,4 +635,89 @@ func (s *Server) apiCrash(w http.ResponseWriter, r *http.Request) {
 		Report *wire.CrashReport `json:"report"`
 		Text   string            `json:"text"`
 	}{rep, text.String()})
+}
+
+// domRow is a child of a node of the dominator tree as the page shows it:
+// an object (with how many it dominates in turn), or with by=class a
+// group of the children.
+type domRow struct {
+	heapObject
+	Children int `json:"children"`
+}
+
+// domGroup is the children of a node of one class and type.
+type domGroup struct {
+	Class    string `json:"class"`
+	Type     string `json:"type"`
+	Count    int    `json:"count"`
+	Shallow  uint64 `json:"shallow"`
+	Retained uint64 `json:"retained"`
+}
+
+// apiDomTree: one node of the dominator tree (addr; none: the roots) and
+// the objects it immediately dominates, largest retained first, one level
+// a request; by=class groups them by class and type (class and type pick
+// one group's objects).
+func apiDomTree(f *file, q *query) (any, error) {
+	ix := f.heap
+	node := -1
+	if q.str("addr", "") != "" {
+		i, err := ix.lookup(q)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := ix.d.Idom(i); !ok {
+			return nil, fmt.Errorf("%#x: no root reaches it, so it is in no dominator tree", ix.g.Address(i))
+		}
+		node = i
+	}
+	by := q.oneOf("by", "object", "object", "class")
+	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
+	if q.err != nil {
+		return nil, q.err
+	}
+	kids := slices.Clone(ix.kids.Of(node))
+	if c, t := q.r.URL.Query().Get("class"), q.r.URL.Query().Get("type"); c != "" || t != "" {
+		kids = slices.DeleteFunc(kids, func(k uint32) bool { return ix.g.ClassName(int(k)) != c || ix.g.Type(int(k)) != t })
+	}
+	slices.SortStableFunc(kids, func(a, b uint32) int { return cmp.Compare(ix.d.Retained[b], ix.d.Retained[a]) })
+	out := struct {
+		dumpSummary
+		Node      *heapObject     `json:"node"` // null: the roots
+		Ancestors []heapObject    `json:"ancestors"`
+		By        string          `json:"by"`
+		Objects   *page[domRow]   `json:"objects,omitempty"`
+		Groups    *page[domGroup] `json:"groups,omitempty"`
+	}{dumpSummary: f.summary(), Ancestors: []heapObject{}, By: by}
+	if node >= 0 {
+		o := ix.object(node)
+		out.Node = &o
+		for a, ok := ix.d.Idom(node); ok && a >= 0; a, ok = ix.d.Idom(a) {
+			out.Ancestors = append([]heapObject{ix.object(a)}, out.Ancestors...)
+		}
+	}
+	if by == "object" {
+		p := paged(kids, offset, limit, func(k uint32) domRow { return domRow{ix.object(int(k)), len(ix.kids.Of(int(k)))} })
+		out.Objects = &p
+		return out, nil
+	}
+	type key struct{ class, typ string }
+	idx := map[key]int{}
+	var groups []domGroup
+	for _, k := range kids {
+		kk := key{ix.g.ClassName(int(k)), ix.g.Type(int(k))}
+		g, ok := idx[kk]
+		if !ok {
+			g = len(groups)
+			idx[kk] = g
+			groups = append(groups, domGroup{Class: kk.class, Type: kk.typ})
+		}
+		groups[g].Count++
+		groups[g].Shallow += ix.g.Memsize(int(k))
+		groups[g].Retained += ix.d.Retained[k]
+	}
+	slices.SortStableFunc(groups, func(a, b domGroup) int { return cmp.Compare(b.Retained, a.Retained) })
+	p := paged(groups, offset, limit, func(g domGroup) domGroup { return g })
+	out.Groups = &p
+	return out, nil
 }

@@ -176,6 +176,9 @@ func (s *Server) load(f *file) {
 			fmt.Fprintf(s.opts.Log, "rbscope: ui: %s\n", oneLine(f.err.Error()))
 			return
 		}
+		if f.heap != nil {
+			go f.heap.waste() // ready by the time the Waste view is opened
+		}
 		if f.built {
 			fmt.Fprintf(s.opts.Log, "rbscope: ui: indexed %s (%d objects) in %.1fs\n", f.Name, f.heap.g.Len(), f.took.Seconds())
 		}

@@ -115,6 +115,7 @@ function heapTabs(f, active) {
   return el("nav", { class: "tabs" },
     el("a", { href: hashFor(`/heap/${f}/overview`), class: active === "overview" ? "on" : "" }, "Overview"),
     el("a", { href: hashFor(`/heap/${f}/top`), class: active === "top" ? "on" : "" }, "Top retainers"),
+    el("a", { href: hashFor(`/heap/${f}/domtree`), class: active === "domtree" ? "on" : "", id: "domtree-tab" }, "Dominator tree"),
     el("a", { href: hashFor(`/heap/${f}/diff`), class: active === "diff" ? "on" : "", id: "diff-tab" }, "Compare"),
     el("a", { href: hashFor(`/heap/${f}/suspects`), class: active === "suspects" ? "on" : "", id: "suspects-tab" }, "Leak suspects"),
     el("a", { href: hashFor(`/heap/${f}/waste`), class: active === "waste" ? "on" : "", id: "waste-tab" }, "Waste"));
@@ -300,6 +301,45 @@ const views = {
     show(gen, "ready", heapTabs(f, "top"),
       el("p", { class: "summary" }, `${num(d.objects)} objects, ${bytes(d.bytes)}; ${num(d.reachable)} reachable (${bytes(d.reachable_bytes)})`),
       table(cols, d.retainers), el("p", {}, el("a", { href: hashFor(`/heap/${f}/top`, { n: Number(n) * 2 }) }, "more")));
+  },
+
+  async "heap/domtree"(gen, f, p) {
+    const by = p.by || "object", offset = +p.offset || 0, limit = 100;
+    const params = { addr: p.addr, by, class: p.class, type: p.type };
+    const d = await api("heap/domtree", { f, offset, limit, ...Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)) });
+    const base = `/heap/${f}/domtree`;
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`)], ["dominator tree"]);
+    const at = o => hashFor(base, { addr: o.address, by });
+    const trail = el("p", { class: "path", id: "dom-trail" }, el("a", { href: hashFor(base, { by }) }, "roots"),
+      d.ancestors.map(a => [" › ", el("a", { href: at(a) }, `${a.type} ${a.class || ""} ${a.address}`)]),
+      d.node ? [" › ", el("strong", {}, `${d.node.type} ${d.node.class || ""} ${d.node.address}`)] : null);
+    const head = d.node ? el("p", { class: "summary" }, `${d.node.type} ${d.node.class || ""} ${d.node.desc}: retains ${num(d.node.retained)} bytes in ${num(d.node.retained_count)} objects. `, el("a", { href: hashFor(`/heap/${f}/object`, { addr: d.node.address }) }, "object page →"))
+      : el("p", { class: "summary" }, `The objects no single other object keeps alive: each retains what only it holds. ${num(d.reachable)} objects (${bytes(d.reachable_bytes)}) reachable.`);
+    const pivot = el("p", { class: "pivot" }, "Children: ",
+      el("a", { href: hashFor(base, { addr: p.addr, by: "object" }), class: by === "object" ? "on" : "" }, "each"), " · ",
+      el("a", { href: hashFor(base, { addr: p.addr, by: "class" }), class: by === "class" ? "on" : "" }, "by class"),
+      p.class !== undefined ? [" · only ", `${p.class || "(none)"} ${p.type}`] : null);
+    let body;
+    if (by === "class") {
+      body = [table([
+        { label: "Class", cell: g => el("a", { href: hashFor(base, { addr: p.addr, by: "object", class: g.class, type: g.type }) }, g.class || "(none)") },
+        { label: "Type", cell: g => g.type },
+        { label: "Count", num: true, cell: g => num(g.count) },
+        { label: "Shallow bytes", num: true, cell: g => num(g.shallow) },
+        { label: "Retained bytes", num: true, cell: g => num(g.retained) },
+      ], d.groups.rows, { id: "dom-groups" }), pager(d.groups, limit, base, params, "offset")];
+    } else {
+      body = [table([
+        { label: "Address", cell: o => o.children ? el("a", { href: at(o), class: "addr" }, o.address) : o.address },
+        { label: "Type", cell: o => o.type },
+        { label: "Class", cell: o => o.class || "(none)" },
+        { label: "Description", cls: "desc", cell: o => o.desc },
+        { label: "Retained", num: true, cell: o => num(o.retained) },
+        { label: "Ret. count", num: true, cell: o => num(o.retained_count) },
+        { label: "Children", num: true, cell: o => num(o.children) },
+      ], d.objects.rows, { id: "dom-children" }), pager(d.objects, limit, base, params, "offset")];
+    }
+    show(gen, "ready", heapTabs(f, "domtree"), trail, head, pivot, body);
   },
 
   async "heap/diff"(gen, f, p) {
