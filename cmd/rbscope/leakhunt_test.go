@@ -111,6 +111,10 @@ func TestLeakHunt(t *testing.T) {
 			visit(t, ctx, s, "#/heap/3/suspects?before=2", "heap-suspects")
 			heads := eval[[]string](t, ctx, `[...document.querySelectorAll(".suspect h2")].map(h => h.innerText)`)
 			sites := eval[[]string](t, ctx, `[...document.querySelectorAll(".suspect table")].map(t => t.innerText)`)
+			// The other three dumps, each a link to compare with.
+			if picks := eval[[]string](t, ctx, `[...document.querySelectorAll("#before-pick a")].map(a => a.innerText)`); len(picks) != 3 {
+				t.Errorf("the dumps to compare with: %q", picks)
+			}
 			if len(heads) < 2 || !strings.Contains(heads[0], rep.Store) || !strings.Contains(heads[1], rep.Callbacks) ||
 				len(sites) < 2 || !strings.Contains(sites[0], rep.CacheSite) || !strings.Contains(sites[1], rep.ProcSite) {
 				t.Errorf("the Leak suspects view: %q %q; the program's holders %s %s, sites %s %s", heads, sites, rep.Store, rep.Callbacks, rep.CacheSite, rep.ProcSite)

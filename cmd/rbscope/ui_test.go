@@ -723,6 +723,9 @@ func TestUIHeapPivots(t *testing.T) {
 	}
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/heap/0/overview?by=gem", "heap-overview-gem")
+	if links := eval[[]string](t, ctx, `[...document.querySelectorAll("#pivots a")].map(a => a.innerText)`); strings.Join(links, ",") != "class,type,allocation site,gem" {
+		t.Errorf("the page's groupings: %q", links)
+	}
 	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "fakegem-1.2.3") || !strings.Contains(text, "(app)") {
 		t.Errorf("the page by gem:\n%s", text)
 	}

@@ -16,7 +16,7 @@ function el(tag, attrs, ...kids) {
     if (k === "class") e.className = v;
     else e.setAttribute(k, v);
   }
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === undefined || k === null) continue;
     e.append(k instanceof Node ? k : String(k));
   }
