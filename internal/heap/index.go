@@ -7,16 +7,17 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 )
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
-const indexVersion = 1
+const indexVersion = 2
 
-// indexForm is what WriteIndex encodes (with encoding/gob): a Graph's
-// arrays as Load built them and the DomTree computed from it, so that a
-// later ReadIndex has both without parsing the dump or walking the graph
-// again. The lookup directory is rebuilt (a pass over the addresses).
+// indexForm is what an index holds: a Graph's arrays as Load built them
+// and the DomTree computed from it, so that a later ReadIndex has both
+// without parsing the dump or walking the graph again. The lookup
+// directory is rebuilt (a pass over the addresses).
 type indexForm struct {
 	Version  int
 	Name     string
@@ -50,6 +51,39 @@ type indexForm struct {
 	ReachableBytes uint64
 }
 
+// indexHead is an index's first part, encoded with encoding/gob: the
+// form's small fields and the lengths of its large arrays, which follow
+// it as they are in memory (little-endian, the byte order of every
+// platform rbscope runs on; Endian says which wrote it): read back at the
+// speed of the disk, where gob's variable-length numbers took seconds for
+// a dump of millions of objects.
+type indexHead struct {
+	Version  int
+	Endian   uint32
+	Name     string
+	Roots    []Root
+	Dangling int
+	Bytes    uint64
+
+	Objects, NumRefs, TextBytes int
+
+	BigMemAt []uint32
+	BigMem   []uint64
+	Cons     []uint64
+
+	Types     []string
+	ClassAddr []uint64
+	ClassName []string
+	Strs      []string
+	Sites     []Site
+
+	Reachable      int
+	ReachableBytes uint64
+}
+
+// endianMark reads 0x01020304 where it was written in this byte order.
+const endianMark = 0x01020304
+
 // WriteIndex writes g and its dominator tree d in a form ReadIndex reads
 // back, about as large as the Graph in memory.
 func WriteIndex(w io.Writer, g *Graph, d *DomTree) error {
@@ -72,13 +106,60 @@ func WriteIndex(w io.Writer, g *Graph, d *DomTree) error {
 
 func encodeForm(w io.Writer, f *indexForm) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
-	if err := gob.NewEncoder(bw).Encode(f); err != nil {
-		return fmt.Errorf("writing heap index: %w", err)
+	h := indexHead{Version: f.Version, Endian: endianMark, Name: f.Name, Roots: f.Roots, Dangling: f.Dangling, Bytes: f.Bytes,
+		Objects: len(f.Addr), NumRefs: len(f.Refs), TextBytes: len(f.Text),
+		BigMemAt: f.BigMemAt, BigMem: f.BigMem, Cons: f.Cons,
+		Types: f.Types, ClassAddr: f.ClassAddr, ClassName: f.ClassName, Strs: f.Strs, Sites: f.Sites,
+		Reachable: f.Reachable, ReachableBytes: f.ReachableBytes}
+	err := gob.NewEncoder(bw).Encode(&h)
+	for _, a := range []func() error{
+		func() error { return writeRaw(bw, f.Addr) }, func() error { return writeRaw(bw, f.Typ) },
+		func() error { return writeRaw(bw, f.Class) }, func() error { return writeRaw(bw, f.Site) },
+		func() error { return writeRaw(bw, f.Detail) }, func() error { return writeRaw(bw, f.Memsize) },
+		func() error { return writeRaw(bw, f.RefStart) }, func() error { return writeRaw(bw, f.Refs) },
+		func() error { return writeRaw(bw, f.Idom) }, func() error { return writeRaw(bw, f.Retained) },
+		func() error { return writeRaw(bw, f.RetainedCount) }, func() error { return writeRaw(bw, f.Text) },
+	} {
+		if err == nil {
+			err = a()
+		}
 	}
-	if err := bw.Flush(); err != nil {
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
 		return fmt.Errorf("writing heap index: %w", err)
 	}
 	return nil
+}
+
+// writeRaw writes s as it is in memory.
+func writeRaw[T uint8 | uint32 | uint64](w io.Writer, s []T) error {
+	if len(s) == 0 {
+		return nil
+	}
+	_, err := w.Write(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0]))))
+	return err
+}
+
+// readRaw reads n values that writeRaw wrote, a chunk at a time, so that
+// a damaged length in a cut file fails at the file's end rather than
+// asking for memory it never fills.
+func readRaw[T uint8 | uint32 | uint64](r io.Reader, n int) ([]T, error) {
+	if n < 0 || n > math.MaxUint32 {
+		return nil, errors.New("array length")
+	}
+	const chunk = 1 << 20
+	s := make([]T, 0, min(n, chunk))
+	for len(s) < n {
+		k := min(n-len(s), chunk)
+		s = append(s, make([]T, k)...)
+		part := s[len(s)-k:]
+		if _, err := io.ReadFull(r, unsafe.Slice((*byte)(unsafe.Pointer(&part[0])), k*int(unsafe.Sizeof(part[0])))); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // ErrIndexVersion is the error of ReadIndex on an index another version
@@ -88,12 +169,39 @@ var ErrIndexVersion = errors.New("heap index of another version")
 // ReadIndex reads what WriteIndex wrote. Every number is checked against
 // the arrays it indexes, so a damaged index is an error, never a panic.
 func ReadIndex(r io.Reader) (*Graph, *DomTree, error) {
-	var f indexForm
-	if err := gob.NewDecoder(bufio.NewReaderSize(r, 1<<20)).Decode(&f); err != nil {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var h indexHead
+	if err := gob.NewDecoder(br).Decode(&h); err != nil {
 		return nil, nil, fmt.Errorf("reading heap index: %w", err)
 	}
-	if f.Version != indexVersion {
-		return nil, nil, fmt.Errorf("%w (version %d, want %d)", ErrIndexVersion, f.Version, indexVersion)
+	if h.Version != indexVersion || h.Endian != endianMark {
+		return nil, nil, fmt.Errorf("%w (version %d, want %d)", ErrIndexVersion, h.Version, indexVersion)
+	}
+	f := indexForm{Version: h.Version, Name: h.Name, Roots: h.Roots, Dangling: h.Dangling, Bytes: h.Bytes,
+		BigMemAt: h.BigMemAt, BigMem: h.BigMem, Cons: h.Cons,
+		Types: h.Types, ClassAddr: h.ClassAddr, ClassName: h.ClassName, Strs: h.Strs, Sites: h.Sites,
+		Reachable: h.Reachable, ReachableBytes: h.ReachableBytes}
+	n := h.Objects
+	var err error
+	read := func(do func() error) {
+		if err == nil {
+			err = do()
+		}
+	}
+	read(func() (e error) { f.Addr, e = readRaw[uint64](br, n); return })
+	read(func() (e error) { f.Typ, e = readRaw[uint8](br, n); return })
+	read(func() (e error) { f.Class, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.Site, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.Detail, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.Memsize, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.RefStart, e = readRaw[uint32](br, n+1); return })
+	read(func() (e error) { f.Refs, e = readRaw[uint32](br, h.NumRefs); return })
+	read(func() (e error) { f.Idom, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.Retained, e = readRaw[uint64](br, n); return })
+	read(func() (e error) { f.RetainedCount, e = readRaw[uint32](br, n); return })
+	read(func() (e error) { f.Text, e = readRaw[uint8](br, h.TextBytes); return })
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading heap index: %w", err)
 	}
 	if msg := f.check(); msg != "" {
 		return nil, nil, fmt.Errorf("reading heap index: damaged: %s", msg)

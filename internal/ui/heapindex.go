@@ -187,7 +187,12 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree) error
 
 // newHeapIndex builds the in-memory rows over g and d.
 func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
-	ix := &heapIndex{g: g, d: d, rev: heap.NewReverse(g), kids: d.Children(), rootsOf: map[uint32][]string{}}
+	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}}
+	// The reverse edges and the dominator tree's children are built beside
+	// the groups (each a pass over every object).
+	var edges sync.WaitGroup
+	edges.Go(func() { ix.rev = heap.NewReverse(g) })
+	edges.Go(func() { ix.kids = d.Children() })
 	for _, r := range g.Roots {
 		for _, o := range r.Refs {
 			if !slices.Contains(ix.rootsOf[o], r.Name) {
@@ -227,6 +232,7 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
 		ix.byGem = makeGroups(g, gemOf, func(i int) groupRow { return groupRow{Gem: gemOf(i)} })
 		all = append(all, ix.bySite, ix.byGem)
 	}
+	edges.Wait()
 	ix.retainedByGroup(all...)
 	return ix
 }
