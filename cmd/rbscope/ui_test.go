@@ -967,6 +967,29 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 			burn, sw.Self, sw.Total, got(sw.Callers), got(sw.Callees), self, total, callers, callees)
 	}
 
+	// Search: the functions whose name holds "chain_", and the samples of
+	// the collapsed stacks that pass through any of them.
+	want, fns := 0, map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(collapsed), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		if n, _ := strconv.Atoi(line[sp+1:]); strings.Contains(strings.ToLower(line[:sp]), "chain_") {
+			want += n
+		}
+		for _, fr := range strings.Split(line[:sp], ";") {
+			if strings.Contains(strings.ToLower(fr), "chain_") {
+				fns[fr] = true
+			}
+		}
+	}
+	var found struct {
+		Matched int `json:"matched_samples"`
+		Page    uiPage[struct{ Function string }]
+	}
+	s.get(t, "/api/profile/functions?f=1&limit=1000&search=CHAIN_", &found)
+	if found.Matched != want || len(found.Page.Rows) != len(fns) || len(fns) < 3 {
+		t.Errorf("search chain_: %d functions %v in %d samples; the collapsed stacks have %d", len(found.Page.Rows), found.Page.Rows, found.Matched, want)
+	}
+
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
 	var diff struct {
@@ -1005,6 +1028,10 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	visit(t, ctx, s, "#/profile/1/sandwich?fn="+url.QueryEscape(burn), "profile-sandwich")
 	if rows := cells(t, ctx, "#callers"); len(rows) != 3 {
 		t.Errorf("the page's callers of burn: %q", rows)
+	}
+	visit(t, ctx, s, "#/profile/1/functions?search=chain_", "profile-search")
+	if got := eval[string](t, ctx, `document.getElementById("search-summary").innerText`); !strings.Contains(got, fmt.Sprintf("%d functions; in %s samples", len(fns), commas(uint64(want)))) {
+		t.Errorf("the page's search: %q, want %d functions in %d samples", got, len(fns), want)
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/profile"
@@ -87,6 +88,24 @@ func apiFunctions(f *file, q *query) (any, error) {
 	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
 	p := f.prof.p
 	rows := slices.Clone(f.prof.funcs) // summary's order: self, total, name
+	// search: the functions whose name holds it (any case), and the
+	// samples in which any of them is.
+	search := strings.ToLower(q.str("search", ""))
+	matched := 0
+	if search != "" {
+		rows = slices.DeleteFunc(rows, func(s profile.FunctionStat) bool {
+			return !strings.Contains(strings.ToLower(s.Frame.Name(false)), search)
+		})
+		hit := make([]bool, len(p.Frames))
+		for i, fr := range p.Frames {
+			hit[i] = strings.Contains(strings.ToLower(fr.Name(false)), search)
+		}
+		for _, st := range p.Stacks {
+			if slices.ContainsFunc(st.Frames, func(id int) bool { return hit[id] }) {
+				matched += st.Count
+			}
+		}
+	}
 	switch sortBy {
 	case "total":
 		slices.SortStableFunc(rows, func(a, b profile.FunctionStat) int { return cmp.Compare(b.Total, a.Total) })
@@ -95,9 +114,11 @@ func apiFunctions(f *file, q *query) (any, error) {
 	}
 	return struct {
 		profileSummary
-		Sort string            `json:"sort"`
-		Page page[functionRow] `json:"page"`
-	}{f.profileSummary(), sortBy, paged(rows, offset, limit, func(s profile.FunctionStat) functionRow {
+		Sort    string            `json:"sort"`
+		Search  string            `json:"search,omitempty"`
+		Matched int               `json:"matched_samples"`
+		Page    page[functionRow] `json:"page"`
+	}{f.profileSummary(), sortBy, search, matched, paged(rows, offset, limit, func(s profile.FunctionStat) functionRow {
 		return functionRow{Function: s.Frame.Name(false), Kind: string(s.Frame.Kind), Path: s.Frame.Path, Self: s.Self, Total: s.Total,
 			SelfPct: output.Pct(s.Self, p.Samples), TotalPct: output.Pct(s.Total, p.Samples)}
 	})}, nil

@@ -466,19 +466,24 @@ const views = {
   },
 
   async "profile/functions"(gen, f, p) {
-    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100;
-    const d = await api("profile/functions", { f, sort, offset, limit });
+    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100, search = p.search || "";
+    const d = await api("profile/functions", { f, sort, offset, limit, search });
     setCrumbs(["files", "#/"], [d.file]);
     const base = `/profile/${f}/functions`;
-    show(gen, "ready", profileTabs(f, "functions"), profileHead(d),
+    const box = el("input", { type: "search", id: "search", placeholder: "function name contains…", value: search });
+    const form = el("form", { id: "search-form", class: "pivot" }, box, " ", el("button", { type: "submit" }, "search"),
+      search ? [" ", el("span", { id: "search-summary" }, `${num(d.page.total)} functions; in ${num(d.matched_samples)} samples (${pct(100 * d.matched_samples / Math.max(d.samples, 1))})`), " ",
+        el("a", { href: hashFor(base, { sort }) }, "clear")] : null);
+    form.addEventListener("submit", e => { e.preventDefault(); location.hash = hashFor(base, { sort, search: box.value }); });
+    show(gen, "ready", profileTabs(f, "functions"), profileHead(d), form,
       table([
         { label: "Self %", num: true, sort: "self", cell: r => pct(r.self_pct) },
         { label: "Total %", num: true, sort: "total", cell: r => pct(r.total_pct) },
         { label: "Self", num: true, cell: r => num(r.self) },
         { label: "Total", num: true, cell: r => num(r.total) },
         { label: "Function", sort: "name", cell: r => el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function }) }, r.function), cls: "fn" },
-      ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s }) }),
-      pager(d.page, limit, base, { sort }, "offset"));
+      ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s, search }) }),
+      pager(d.page, limit, base, { sort, search }, "offset"));
   },
 
   async "profile/flame"(gen, f) {
