@@ -1188,3 +1188,81 @@ func TestUIDomTree(t *testing.T) {
 		t.Errorf("the page: %v", pr)
 	}
 }
+
+// TestUIMergedPaths: the merged paths of a program's 5,000 leaked objects
+// (one class, held in a global Array) are one chain, the one heap path
+// gives for the last of them, every object on it passing all 5,000; a
+// node passes at least as many as its children together; in Chromium too.
+func TestUIMergedPaths(t *testing.T) {
+	dir := t.TempDir()
+	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
+	var rep struct {
+		Leaky     int    `json:"leaky"`
+		LastLeaky string `json:"last_leaky"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	s := startUI(t, after)
+	s.waitLoaded(t)
+	var ov struct {
+		Page uiPage[struct {
+			ID    int
+			Class string
+		}]
+	}
+	s.get(t, "/api/heap/overview?f=0&limit=1000&by=class", &ov)
+	group := -1
+	for _, r := range ov.Page.Rows {
+		if r.Class == "Leaky" {
+			group = r.ID
+		}
+	}
+	type node struct {
+		Root     string
+		Object   *struct{ Address string }
+		Targets  int
+		Children []*node
+	}
+	var m struct {
+		Followed, Unreached int
+		Tree                []*node
+	}
+	s.get(t, fmt.Sprintf("/api/heap/merged?f=0&by=class&group=%d", group), &m)
+	var check func(n *node) int
+	check = func(n *node) int {
+		sum := 0
+		for _, c := range n.Children {
+			sum += check(c)
+		}
+		if sum > n.Targets {
+			t.Errorf("a node passes %d, its children %d", n.Targets, sum)
+		}
+		return n.Targets
+	}
+	for _, r := range m.Tree {
+		check(r)
+	}
+	stdout, _, code := rbscope(t, "heap", "path", after, rep.LastLeaky, "--json")
+	var path wire.HeapPath
+	if code != 0 || json.Unmarshal([]byte(stdout), &path) != nil || len(path.Paths) == 0 {
+		t.Fatalf("heap path: %s", stdout)
+	}
+	if m.Followed != rep.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != path.Paths[0].Root || m.Tree[0].Targets != rep.Leaky {
+		t.Fatalf("merged paths of %d Leaky: followed %d, unreached %d, roots %+v; heap path's root %s", rep.Leaky, m.Followed, m.Unreached, m.Tree, path.Paths[0].Root)
+	}
+	n := m.Tree[0]
+	for _, h := range path.Paths[0].Hops[:len(path.Paths[0].Hops)-1] {
+		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || n.Children[0].Targets != rep.Leaky {
+			t.Fatalf("the merged chain parts from heap path's at %s: %+v", h.Address, n.Children)
+		}
+		n = n.Children[0]
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, fmt.Sprintf("#/heap/0/merged?by=class&group=%d", group), "heap-merged")
+	if text := eval[string](t, ctx, `document.getElementById("merged").innerText`); !strings.Contains(text, commas(uint64(rep.Leaky))) {
+		t.Errorf("the page's merged paths:\n%s", text)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}

@@ -174,3 +174,65 @@ func (g *Graph) parents(avoid []bool, withConservative bool) []uint32 {
 	}
 	return parent
 }
+
+// MergedNode is a node of MergedPaths' tree: an object on the shortest
+// paths from the roots to some of the targets (Hop; none for a root set,
+// named by Root), how many targets' paths pass through it, and its nodes
+// further down. Depth 0 nodes are root sets.
+type MergedNode struct {
+	Root     string
+	Hop      *Hop
+	Targets  int
+	Children []*MergedNode
+}
+
+// MergedPaths merges the shortest paths from the roots to each of
+// targets (one search for them all, as ShortestPaths) into a tree: what
+// holds many objects of a class at once. Each node's children are sorted
+// by how many targets pass through them; a node's targets are at least the
+// sum of its children's (the rest are held by it directly). It returns the
+// root sets' nodes and how many targets no root reaches.
+func MergedPaths(g *Graph, targets []int) (roots []*MergedNode, unreached int) {
+	paths := ShortestPaths(g, targets)
+	byRoot := map[string]*MergedNode{}
+	type key struct {
+		parent *MergedNode
+		obj    int
+	}
+	nodes := map[key]*MergedNode{}
+	for _, t := range targets {
+		p, ok := paths[t]
+		if !ok {
+			unreached++
+			continue
+		}
+		n := byRoot[p.Root]
+		if n == nil {
+			n = &MergedNode{Root: p.Root}
+			byRoot[p.Root] = n
+			roots = append(roots, n)
+		}
+		n.Targets++
+		for _, h := range p.Hops[:len(p.Hops)-1] { // the holders, not the target itself
+			k := key{n, h.Index}
+			c := nodes[k]
+			if c == nil {
+				hop := h
+				c = &MergedNode{Hop: &hop}
+				nodes[k] = c
+				n.Children = append(n.Children, c)
+			}
+			c.Targets++
+			n = c
+		}
+	}
+	var sortTree func([]*MergedNode)
+	sortTree = func(ns []*MergedNode) {
+		slices.SortStableFunc(ns, func(a, b *MergedNode) int { return b.Targets - a.Targets })
+		for _, n := range ns {
+			sortTree(n.Children)
+		}
+	}
+	sortTree(roots)
+	return roots, unreached
+}

@@ -33,6 +33,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/heap/paths", s.heapHandler(apiPaths))
 	s.mux.HandleFunc("GET /api/heap/top", s.heapHandler(apiTop))
 	s.mux.HandleFunc("GET /api/heap/domtree", s.heapHandler(apiDomTree))
+	s.mux.HandleFunc("GET /api/heap/merged", s.heapHandler(apiMerged))
 	s.mux.HandleFunc("GET /api/heap/diff", s.heapDiff)
 	s.mux.HandleFunc("GET /api/heap/suspects", s.heapSuspects)
 	s.mux.HandleFunc("GET /api/heap/waste", s.heapHandler(apiWaste))
@@ -720,4 +721,74 @@ func apiDomTree(f *file, q *query) (any, error) {
 	p := paged(groups, offset, limit, func(g domGroup) domGroup { return g })
 	out.Groups = &p
 	return out, nil
+}
+
+// maxMerged is how many objects of a group the merged paths follow (the
+// largest retained first), and maxMergedNodes how many nodes of their
+// tree an answer holds.
+const (
+	maxMerged      = 10_000
+	maxMergedNodes = 300
+)
+
+// mergedNode is a node of the merged paths' tree as the page shows it.
+type mergedNode struct {
+	Root     string        `json:"root,omitempty"`
+	Object   *heapObject   `json:"object,omitempty"`
+	Targets  int           `json:"targets"`
+	Children []*mergedNode `json:"children"`
+}
+
+// apiMerged: the shortest paths from the roots to the objects of one
+// overview row (by, group), merged into a tree: which objects hold many of
+// them at once, with how many each. Branches that hold fewer than 1 in 200
+// of them are left out, and the tree is cut at maxMergedNodes nodes.
+func apiMerged(f *file, q *query) (any, error) {
+	by := q.oneOf("by", "class", pivots...)
+	gs, err := f.heap.pivot(f.Name, by)
+	if err != nil {
+		return nil, err
+	}
+	id := q.num("group", 0, 0, len(gs.rows)-1)
+	if q.err != nil {
+		return nil, q.err
+	}
+	ix := f.heap
+	members := ix.membersByRetained(gs, id)
+	targets := make([]int, 0, min(len(members), maxMerged))
+	for _, m := range members[:min(len(members), maxMerged)] {
+		targets = append(targets, int(m))
+	}
+	roots, unreached := heap.MergedPaths(ix.g, targets)
+	floor := max(1, len(targets)/200)
+	budget := maxMergedNodes
+	var conv func(n *heap.MergedNode) *mergedNode
+	conv = func(n *heap.MergedNode) *mergedNode {
+		budget--
+		out := &mergedNode{Root: n.Root, Targets: n.Targets, Children: []*mergedNode{}}
+		if n.Hop != nil {
+			o := ix.object(n.Hop.Index)
+			out.Object = &o
+		}
+		for _, c := range n.Children {
+			if c.Targets < floor || budget <= 0 {
+				break // sorted: the rest are smaller
+			}
+			out.Children = append(out.Children, conv(c))
+		}
+		return out
+	}
+	tree := []*mergedNode{}
+	for _, r := range roots {
+		if r.Targets >= floor && budget > 0 {
+			tree = append(tree, conv(r))
+		}
+	}
+	return struct {
+		dumpSummary
+		Group     overviewRow   `json:"group"`
+		Followed  int           `json:"followed"`
+		Unreached int           `json:"unreached"`
+		Tree      []*mergedNode `json:"tree"`
+	}{f.summary(), overviewRow{ID: id, groupRow: gs.rows[id]}, len(targets), unreached, tree}, nil
 }

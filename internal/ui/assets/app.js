@@ -239,6 +239,7 @@ const views = {
     setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [name]);
     show(gen, "ready", heapTabs(f, ""), dumpHead(d),
       el("h2", {}, `${name}: ${num(g.count)} objects, ${num(g.shallow)} bytes, retaining ${num(g.retained)} bytes`),
+      el("p", {}, el("a", { href: hashFor(`/heap/${f}/merged`, { by, group }), id: "merged-link" }, "Merged paths to the roots: what holds them →")),
       table(objectCols(f), d.page.rows), pager(d.page, limit, `/heap/${f}/objects`, { by, group }, "offset"));
   },
 
@@ -301,6 +302,22 @@ const views = {
     show(gen, "ready", heapTabs(f, "top"),
       el("p", { class: "summary" }, `${num(d.objects)} objects, ${bytes(d.bytes)}; ${num(d.reachable)} reachable (${bytes(d.reachable_bytes)})`),
       table(cols, d.retainers), el("p", {}, el("a", { href: hashFor(`/heap/${f}/top`, { n: Number(n) * 2 }) }, "more")));
+  },
+
+  async "heap/merged"(gen, f, p) {
+    const by = p.by || "class", group = p.group || 0;
+    const d = await api("heap/merged", { f, by, group });
+    const g = d.group;
+    const name = [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [name, hashFor(`/heap/${f}/objects`, { by, group })], ["merged paths"]);
+    const node = n => el("li", {},
+      el("span", { class: "count" }, num(n.targets)), " ",
+      n.root ? `root ${n.root}` : [objLink(f, n.object), " ", n.object.type, " ", n.object.class || "(none)", " ", el("span", { class: "desc" }, n.object.desc)],
+      n.children.length ? el("ul", {}, n.children.map(node)) : null);
+    show(gen, "ready", heapTabs(f, ""), dumpHead(d),
+      el("h2", {}, `What holds ${name}`),
+      el("p", { class: "hint" }, `The shortest paths from the roots to ${num(d.followed)} of its ${num(g.count)} objects (the largest first), merged: each line is an object on the way and how many of them pass through it. ${d.unreached ? num(d.unreached) + " no root reaches. " : ""}Branches holding fewer than 1 in 200 are left out.`),
+      el("ul", { id: "merged", class: "tree" }, d.tree.map(node)));
   },
 
   async "heap/domtree"(gen, f, p) {
