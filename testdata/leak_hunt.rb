@@ -12,11 +12,13 @@
 # SIGUSR1 serves REQUESTS more, runs the GC and writes REPORT again with
 # seq one more. With DIR, allocation tracing is on from the start, each
 # SIGUSR1 also dumps the heap with ObjectSpace.dump_all to DIR/before.json
-# before its requests and DIR/after.json after them, and REPORT has
+# before its requests and DIR/after.json after them (and to DIR/after-N.json
+# for its N-th round), and REPORT has
 # "cache_site" and "proc_site": where Ruby says the cached String and the
 # callback's Proc of the last request were allocated (file:line).
 require "objspace"
 require "json"
+require "fileutils"
 
 report, requests, dir = ARGV.fetch(0), Integer(ARGV.fetch(1)), ARGV[2]
 ObjectSpace.trace_object_allocations_start if dir
@@ -89,5 +91,6 @@ loop do
   dump(File.join(dir, "before.json")) if dir
   serve(requests)
   dump(File.join(dir, "after.json")) if dir
+  FileUtils.cp(File.join(dir, "after.json"), File.join(dir, "after-#{seq}.json")) if dir
   write_report(report, seq, dir)
 end

@@ -43,12 +43,18 @@ func newHeapDiffCmd() *cobra.Command {
 	var top int
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "diff BEFORE AFTER",
+		Use:   "diff BEFORE AFTER [LATER]",
 		Short: "What is new in one heap dump against an earlier one (ObjectSpace.dump_all files)",
 		Long: `Compare two heap dumps in ObjectSpace.dump_all's JSON-lines format, taken from
 the same process, and count the objects of AFTER that BEFORE lacks, grouped
 by class (and type), largest first. An object whose address is in BEFORE
-with another type or class is new (the slot was freed and reused).
+with another type or class (or, when both dumps have them, allocation site)
+is new (the slot was freed and reused).
+
+With a third dump LATER, taken after AFTER, the rows are the objects new in
+AFTER that LATER still holds (as heapy does): what one window of work
+allocated and kept past the next, which is what a leak looks like, without
+what that window freed or what the latest one holds in flight.
 
 --by site groups by allocation site (file:line) instead; dumps carry sites
 when ObjectSpace.trace_object_allocations_start ran before the objects were
@@ -59,8 +65,14 @@ Dump a process's heap with:
   File.open("before.json", "w") { |f| ObjectSpace.dump_all(output: f) }`,
 		Example: `  rbscope heap diff before.json after.json
   rbscope heap diff before.json after.json --by site --top 10
+  rbscope heap diff one.json two.json three.json
   rbscope heap diff before.json after.json --json`,
-		Args: heapDumpArgs(2, "two dump files, BEFORE and AFTER"),
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 2 && len(args) != 3 {
+				return usageError{fmt.Errorf("want two or three dump files, BEFORE AFTER [LATER], got %d argument(s) (see '%s --help')", len(args), c.CommandPath())}
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
 			if by != "class" && by != "site" {
 				return usageError{fmt.Errorf("--by %q: want class or site (see '%s --help')", by, c.CommandPath())}
@@ -72,18 +84,40 @@ Dump a process's heap with:
 			if err != nil {
 				return err
 			}
-			if by == "site" && !b.HasSites() {
-				return fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or use --by class", args[1])
+			last, lastPath := b, args[1]
+			var later *heap.Graph
+			if len(args) == 3 {
+				if later, err = heap.LoadFile(args[2]); err != nil {
+					return err
+				}
+				last, lastPath = later, args[2]
 			}
-			d := heap.Diff(a, b)
+			if by == "site" && !last.HasSites() {
+				return fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or use --by class", lastPath)
+			}
+			var d *heap.DiffResult
+			if later != nil {
+				d = heap.Diff3(a, b, later)
+			} else {
+				d = heap.Diff(a, b)
+			}
 			rows, more := d.Rows(by, top)
 			if asJSON {
+				if later != nil {
+					return printJSON(wire.NewHeapDiff3(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), wire.NewDumpInfo(args[2], later), d, by, rows, more))
+				}
 				return printJSON(wire.NewHeapDiff(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), d, by, rows, more))
 			}
 			w := os.Stdout
 			fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[0], a.Len(), a.Bytes)
 			fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[1], b.Len(), b.Bytes)
+			if later != nil {
+				fmt.Fprintf(w, "%s: %d objects, %d bytes\n", args[2], later.Len(), later.Bytes)
+			}
 			fmt.Fprintf(w, "new: %d objects, %d bytes (gone: %d objects, %d bytes)\n", d.NewObjects, d.NewBytes, d.GoneObjects, d.GoneBytes)
+			if later != nil {
+				fmt.Fprintf(w, "new in %s and still in %s: %d objects, %d bytes\n", args[1], args[2], d.KeptObjects, d.KeptBytes)
+			}
 			if by == "site" && d.SitesKnown < d.NewObjects {
 				fmt.Fprintf(w, "%d new objects have no allocation site (allocated before tracing started, or internal)\n", d.NewObjects-d.SitesKnown)
 			}

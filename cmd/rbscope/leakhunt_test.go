@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,6 +98,34 @@ func TestLeakHunt(t *testing.T) {
 			}
 			checkSuspects(t, "dump_all's dumps", traced, rep, requests, true)
 
+			// Three dumps, a round of requests apart: what the first round
+			// allocated and the second still holds is its leak, each part
+			// at its line (a String, a Proc and its env, a User a request),
+			// and little else.
+			first := filepath.Join(dir, "first.json")
+			if b, err := os.ReadFile(own[0]); err != nil || os.WriteFile(first, b, 0o600) != nil {
+				t.Fatal(err)
+			}
+			p.Cmd.Process.Signal(syscall.SIGUSR1)
+			waitLeakReport(t, p, 2)
+			stdout, stderr, code = rbscope(t, "heap", "diff", first, filepath.Join(dir, "after-1.json"), filepath.Join(dir, "after-2.json"), "--by", "site", "--json", "--top", "0")
+			if code != 0 {
+				t.Fatalf("heap diff of three dumps: %s", stderr)
+			}
+			var three wire.HeapDiff
+			if err := json.Unmarshal([]byte(stdout), &three); err != nil || three.KeptObjects == nil || three.Later == nil {
+				t.Fatalf("heap diff of three dumps: %v\n%s", err, stdout)
+			}
+			kept := map[string]uint64{}
+			for _, r := range three.Rows {
+				kept[r.Class+" "+r.Site] += r.Count
+			}
+			if kept["String "+rep.CacheSite] != requests || kept["Proc "+rep.ProcSite] != requests || kept["User "+userSite(rep)] != requests ||
+				*three.KeptObjects > 4*requests+50 || three.NewObjects < *three.KeptObjects {
+				t.Errorf("three dumps: kept %d of %d new objects: %v; the program kept %d Strings at %s, Procs (and their envs) at %s, Users",
+					*three.KeptObjects, three.NewObjects, kept, requests, rep.CacheSite, rep.ProcSite)
+			}
+
 			if k > 0 {
 				return // the page once
 			}
@@ -124,6 +153,14 @@ func TestLeakHunt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// userSite is where leak_hunt.rb allocates each request's User: the line
+// after the cached String's.
+func userSite(rep leakReport) string {
+	i := strings.LastIndexByte(rep.CacheSite, ':')
+	n, _ := strconv.Atoi(rep.CacheSite[i+1:])
+	return fmt.Sprintf("%s:%d", rep.CacheSite[:i], n+1)
 }
 
 // checkSuspects holds the first two suspects of doc to the leak program's

@@ -27,6 +27,11 @@ type DiffResult struct {
 	ByClass, BySite []DiffRow
 	// SitesKnown counts the new objects with an allocation site.
 	SitesKnown uint64
+	// Three is set by Diff3: the rows and SitesKnown are of the objects
+	// new in the second dump that the third still holds, KeptObjects and
+	// KeptBytes count them.
+	Three                  bool
+	KeptObjects, KeptBytes uint64
 }
 
 // same tells whether object i of x and object j of y, at one address, are
@@ -157,4 +162,31 @@ func (d *DiffResult) Rows(by string, top int) (rows []DiffRow, more int) {
 		return rows[:top], len(rows) - top
 	}
 	return rows, 0
+}
+
+// Diff3 compares three dumps of one process, taken in that order, as
+// heapy does: the objects new in b (against a) that c still holds. What
+// one window of requests allocated and kept past the next window is the
+// leak; what it allocated and freed meanwhile, and what only the latest
+// window holds in flight, is not. The counts of Diff(a, b) stay (new and
+// gone in b); ByClass, BySite and SitesKnown describe the kept objects,
+// as c has them, and Kept counts them.
+func Diff3(a, b, c *Graph) *DiffResult {
+	res := Diff(a, b)
+	res.Three = true
+	g := newGroupCounter()
+	for j := 0; j < c.Len(); j++ {
+		i, ok := b.Lookup(c.addr[j])
+		if !ok || !same(b, i, c, j) || !isNew(a, b, i) {
+			continue
+		}
+		m := c.Memsize(j)
+		res.KeptObjects++
+		res.KeptBytes += m
+		g.add(c, j, m)
+	}
+	res.ByClass = sortedRows(g.byClass)
+	res.BySite = sortedRows(g.bySite)
+	res.SitesKnown = g.sitesKnown
+	return res
 }

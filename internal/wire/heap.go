@@ -19,12 +19,17 @@ func NewHeapCensus(c *rubyvm.Census) *HeapCensus {
 // HeapDiff is the document `rbscope heap diff --json` prints: what is new
 // in the AFTER dump against the BEFORE one.
 type HeapDiff struct {
-	Before      DumpInfo `json:"before"`
-	After       DumpInfo `json:"after"`
-	NewObjects  uint64   `json:"new_objects"`
-	NewBytes    uint64   `json:"new_bytes"`
-	GoneObjects uint64   `json:"gone_objects"`
-	GoneBytes   uint64   `json:"gone_bytes"`
+	Before DumpInfo `json:"before"`
+	After  DumpInfo `json:"after"`
+	// Later is the third dump (heap diff A B C), whose objects new in
+	// AFTER that it still holds are the rows and KeptObjects.
+	Later       *DumpInfo `json:"later,omitempty"`
+	NewObjects  uint64    `json:"new_objects"`
+	NewBytes    uint64    `json:"new_bytes"`
+	GoneObjects uint64    `json:"gone_objects"`
+	GoneBytes   uint64    `json:"gone_bytes"`
+	KeptObjects *uint64   `json:"kept_objects,omitempty"`
+	KeptBytes   *uint64   `json:"kept_bytes,omitempty"`
 	// By is how the rows group the new objects: "class" or "site".
 	By   string    `json:"by"`
 	Rows []DiffRow `json:"rows"`
@@ -59,6 +64,14 @@ func NewDumpInfo(file string, g *heap.Graph) DumpInfo {
 func NewHeapDiff(before, after DumpInfo, d *heap.DiffResult, by string, rows []heap.DiffRow, more int) *HeapDiff {
 	return &HeapDiff{Before: before, After: after, NewObjects: d.NewObjects, NewBytes: d.NewBytes,
 		GoneObjects: d.GoneObjects, GoneBytes: d.GoneBytes, By: by, Rows: NewDiffRows(rows), More: more}
+}
+
+// NewHeapDiff3 maps a diff of three dumps (heap.Diff3).
+func NewHeapDiff3(before, after, later DumpInfo, d *heap.DiffResult, by string, rows []heap.DiffRow, more int) *HeapDiff {
+	out := NewHeapDiff(before, after, d, by, rows, more)
+	kept, bytes := d.KeptObjects, d.KeptBytes
+	out.Later, out.KeptObjects, out.KeptBytes = &later, &kept, &bytes
+	return out
 }
 
 // newDiffRows maps rows of new objects.
