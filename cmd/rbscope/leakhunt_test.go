@@ -129,19 +129,28 @@ func TestLeakHunt(t *testing.T) {
 			if k > 0 {
 				return // the page once
 			}
-			s := startUI(t, before, after, own[0], own[1])
+			s := startUI(t, before, after, own[0], own[1], first, filepath.Join(dir, "after-1.json"), filepath.Join(dir, "after-2.json"))
 			s.waitLoaded(t)
+			var ui3 wire.HeapDiff
+			s.get(t, "/api/heap/diff?f=5&before=4&later=6&by=site&top=0", &ui3)
+			if !reflect.DeepEqual(ui3, three) {
+				t.Errorf("the page's diff of three dumps differs from heap diff A B C --json:\nui  %+v\ncli %+v", ui3, three)
+			}
 			var ui wire.HeapSuspects
 			s.get(t, "/api/heap/suspects?f=1&before=0&top=5", &ui)
 			if !reflect.DeepEqual(ui, live) {
 				t.Errorf("the page's suspects differ from heap suspects --json:\nui  %+v\ncli %+v", ui, live)
 			}
 			ctx, problems := browser(t)
+			visit(t, ctx, s, "#/heap/5/diff?before=4&later=6", "heap-diff-three")
+			if got := eval[string](t, ctx, `document.getElementById("diff-summary").innerText`); !strings.Contains(got, fmt.Sprintf("still holds %s of the new ones", commas(*three.KeptObjects))) {
+				t.Errorf("the page's diff of three dumps: %q", got)
+			}
 			visit(t, ctx, s, "#/heap/3/suspects?before=2", "heap-suspects")
 			heads := eval[[]string](t, ctx, `[...document.querySelectorAll(".suspect h2")].map(h => h.innerText)`)
 			sites := eval[[]string](t, ctx, `[...document.querySelectorAll(".suspect table")].map(t => t.innerText)`)
-			// The other three dumps, each a link to compare with.
-			if picks := eval[[]string](t, ctx, `[...document.querySelectorAll("#before-pick a")].map(a => a.innerText)`); len(picks) != 3 {
+			// The other six dumps, each a link to compare with.
+			if picks := eval[[]string](t, ctx, `[...document.querySelectorAll("#before-pick a")].map(a => a.innerText)`); len(picks) != 6 {
 				t.Errorf("the dumps to compare with: %q", picks)
 			}
 			if len(heads) < 2 || !strings.Contains(heads[0], rep.Store) || !strings.Contains(heads[1], rep.Callbacks) ||

@@ -503,11 +503,18 @@ func (s *Server) openPair(w http.ResponseWriter, r *http.Request, kind string) (
 
 // heapDiff answers what heap diff --json does: the objects of the dump f
 // that the dump before lacks, grouped by class or by allocation site
-// (by), the largest top groups (0: all).
+// (by), the largest top groups (0: all); with a dump later (heap diff A B
+// C), those of them that later still holds.
 func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 	before, after := s.openPair(w, r, "heap")
 	if after == nil {
 		return
+	}
+	var later *file
+	if r.URL.Query().Get("later") != "" {
+		if later = s.openFileParam(w, r, "later", "heap"); later == nil {
+			return
+		}
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
 		by := q.oneOf("by", "class", "class", "site")
@@ -515,8 +522,17 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 		if q.err != nil {
 			return nil, q.err
 		}
-		if by == "site" && !f.heap.g.HasSites() {
-			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or group by class", f.Name)
+		last := f
+		if later != nil {
+			last = later
+		}
+		if by == "site" && !last.heap.g.HasSites() {
+			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start, or group by class", last.Name)
+		}
+		if later != nil {
+			d := heap.Diff3(before.heap.g, f.heap.g, later.heap.g)
+			rows, more := d.Rows(by, top)
+			return wire.NewHeapDiff3(wire.NewDumpInfo(before.Name, before.heap.g), wire.NewDumpInfo(f.Name, f.heap.g), wire.NewDumpInfo(later.Name, later.heap.g), d, by, rows, more), nil
 		}
 		d := s.pairs.of(before, f, false).diff
 		rows, more := d.Rows(by, top)

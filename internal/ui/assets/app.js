@@ -368,20 +368,25 @@ const views = {
       show(gen, "ready", heapTabs(f, "diff"), el("h1", {}, "What is new in this dump"), pick);
       return;
     }
-    const d = await api("heap/diff", { f, before: p.before, by, top });
+    const d = await api("heap/diff", { f, before: p.before, by, top, ...(p.later !== undefined ? { later: p.later } : {}) });
     setCrumbs(["files", "#/"], [d.after.file, hashFor(`/heap/${f}/overview`)], ["new since " + d.before.file]);
+    const others = (await api("files", {})).files.filter(x => x.kind === "heap" && x.state === "ready" && String(x.id) !== String(f) && String(x.id) !== p.before);
+    const laterPick = el("p", { class: "pivot", id: "later-pick" }, "And a later dump, to keep only what it still holds (heapy's three dumps): ",
+      others.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { before: p.before, by, later: x.id }), class: String(x.id) === p.later ? "on" : "" }, x.name)]),
+      p.later !== undefined ? [" · ", el("a", { href: hashFor(base, { before: p.before, by }) }, "none")] : null);
     const cols = [];
     if (by === "site") cols.push({ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" });
     cols.push({ label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
       { label: "New objects", num: true, cell: r => num(r.count) }, { label: "Bytes", num: true, cell: r => num(r.bytes) });
-    show(gen, "ready", heapTabs(f, "diff"), pick,
+    show(gen, "ready", heapTabs(f, "diff"), pick, others.length ? laterPick : null,
       el("p", { class: "summary", id: "diff-summary" }, `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks; `,
-        `${num(d.gone_objects)} objects (${bytes(d.gone_bytes)}) of it are gone`),
+        `${num(d.gone_objects)} objects (${bytes(d.gone_bytes)}) of it are gone`,
+        d.later ? `; ${d.later.file} still holds ${num(d.kept_objects)} of the new ones (${bytes(d.kept_bytes)}), which the rows list` : ""),
       el("p", { class: "pivot" }, "Group by: ",
-        el("a", { href: hashFor(base, { before: p.before, by: "class" }), class: by === "class" ? "on" : "" }, "class"), " · ",
-        el("a", { href: hashFor(base, { before: p.before, by: "site" }), class: by === "site" ? "on" : "" }, "allocation site")),
+        el("a", { href: hashFor(base, { before: p.before, later: p.later, by: "class" }), class: by === "class" ? "on" : "" }, "class"), " · ",
+        el("a", { href: hashFor(base, { before: p.before, later: p.later, by: "site" }), class: by === "site" ? "on" : "" }, "allocation site")),
       table(cols, d.rows, { id: "diff" }),
-      d.more_rows ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, by, top: Math.min(Number(top) * 2, 1000) }) }, `${num(d.more_rows)} more`)) : null);
+      d.more_rows ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, by, later: p.later, top: Math.min(Number(top) * 2, 1000) }) }, `${num(d.more_rows)} more`)) : null);
   },
 
   async "heap/suspects"(gen, f, p) {
