@@ -29,6 +29,14 @@ func heapDumpArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
+// dumpPairOrThree checks that a command got two or three dump files.
+func dumpPairOrThree(c *cobra.Command, args []string) error {
+	if len(args) != 2 && len(args) != 3 {
+		return usageError{fmt.Errorf("want two or three dump files, BEFORE AFTER [LATER], got %d argument(s) (see '%s --help')", len(args), c.CommandPath())}
+	}
+	return nil
+}
+
 func heapHex(a uint64) string { return fmt.Sprintf("%#x", a) }
 
 func heapOrNone(s string) string {
@@ -67,12 +75,7 @@ Dump a process's heap with:
   rbscope heap diff before.json after.json --by site --top 10
   rbscope heap diff one.json two.json three.json
   rbscope heap diff before.json after.json --json`,
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) != 2 && len(args) != 3 {
-				return usageError{fmt.Errorf("want two or three dump files, BEFORE AFTER [LATER], got %d argument(s) (see '%s --help')", len(args), c.CommandPath())}
-			}
-			return nil
-		},
+		Args: dumpPairOrThree,
 		RunE: func(c *cobra.Command, args []string) error {
 			if by != "class" && by != "site" {
 				return usageError{fmt.Errorf("--by %q: want class or site (see '%s --help')", by, c.CommandPath())}
@@ -155,7 +158,7 @@ func newHeapSuspectsCmd() *cobra.Command {
 	var top int
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "suspects BEFORE AFTER",
+		Use:   "suspects BEFORE AFTER [LATER]",
 		Short: "Where a heap grew between two dumps, by the object that keeps the new objects (leak suspects)",
 		Long: `Compare two heap dumps of the same process (ObjectSpace.dump_all's JSON lines, or
 rbscope heap dump's), BEFORE taken earlier, and find where AFTER grew: every
@@ -169,11 +172,15 @@ after ObjectSpace.trace_object_allocations_start).
 
 Take the dumps some requests apart, after the application warmed up: what
 a process allocates once (caches filled on first use) looks like growth
-too between a cold and a warm dump.`,
+too between a cold and a warm dump. With a third dump LATER, the objects
+charged are those new in AFTER that LATER still holds (as heap diff with
+three dumps keeps them): what a window of work leaked, without what the
+latest one holds in flight.`,
 		Example: `  rbscope heap dump -p 4242 -o before.json; sleep 600; rbscope heap dump -p 4242 -o after.json
   rbscope heap suspects before.json after.json
-  rbscope heap suspects before.json after.json --top 3 --json`,
-		Args: heapDumpArgs(2, "two dump files, BEFORE and AFTER"),
+  rbscope heap suspects before.json after.json --top 3 --json
+  rbscope heap suspects one.json two.json three.json`,
+		Args: dumpPairOrThree,
 		RunE: func(c *cobra.Command, args []string) error {
 			if top < 1 {
 				return usageError{fmt.Errorf("--top %d: want 1 or more (see '%s --help')", top, c.CommandPath())}
@@ -182,7 +189,18 @@ too between a cold and a warm dump.`,
 			if err != nil {
 				return err
 			}
-			doc := wire.NewHeapSuspects(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), b, heap.Diff(a, b), heap.Suspects(a, b, heap.Dominators(b), top))
+			var doc *wire.HeapSuspects
+			if len(args) == 3 {
+				later, err := heap.LoadFile(args[2])
+				if err != nil {
+					return err
+				}
+				d := heap.Diff3(a, b, later)
+				doc = wire.NewHeapSuspects3(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), wire.NewDumpInfo(args[2], later), later, d,
+					heap.Suspects3(a, b, later, heap.Dominators(later), top))
+			} else {
+				doc = wire.NewHeapSuspects(wire.NewDumpInfo(args[0], a), wire.NewDumpInfo(args[1], b), b, heap.Diff(a, b), heap.Suspects(a, b, heap.Dominators(b), top))
+			}
 			if asJSON {
 				return printJSON(doc)
 			}
@@ -199,7 +217,13 @@ too between a cold and a warm dump.`,
 func printSuspects(w io.Writer, d *wire.HeapSuspects) {
 	fmt.Fprintf(w, "%s: %d objects, %d bytes\n", d.Before.File, d.Before.Objects, d.Before.Bytes)
 	fmt.Fprintf(w, "%s: %d objects, %d bytes\n", d.After.File, d.After.Objects, d.After.Bytes)
+	if d.Later != nil {
+		fmt.Fprintf(w, "%s: %d objects, %d bytes\n", d.Later.File, d.Later.Objects, d.Later.Bytes)
+	}
 	fmt.Fprintf(w, "new: %d objects, %d bytes\n", d.NewObjects, d.NewBytes)
+	if d.KeptObjects != nil {
+		fmt.Fprintf(w, "new in %s and still in %s: %d objects, %d bytes\n", d.After.File, d.Later.File, *d.KeptObjects, *d.KeptBytes)
+	}
 	for k, s := range d.Suspects {
 		fmt.Fprintln(w)
 		if s.Holder == nil {

@@ -126,6 +126,16 @@ func TestLeakHunt(t *testing.T) {
 					*three.KeptObjects, three.NewObjects, kept, requests, rep.CacheSite, rep.ProcSite)
 			}
 
+			stdout, stderr, code = rbscope(t, "heap", "suspects", first, filepath.Join(dir, "after-1.json"), filepath.Join(dir, "after-2.json"), "--json", "--top", "5")
+			if code != 0 {
+				t.Fatalf("heap suspects of three dumps: %s", stderr)
+			}
+			var suspects3 wire.HeapSuspects
+			if err := json.Unmarshal([]byte(stdout), &suspects3); err != nil || suspects3.Later == nil {
+				t.Fatalf("heap suspects of three dumps: %v\n%s", err, stdout)
+			}
+			checkSuspects(t, "three dumps", suspects3, rep, requests, true)
+
 			if k > 0 {
 				return // the page once
 			}
@@ -135,6 +145,11 @@ func TestLeakHunt(t *testing.T) {
 			s.get(t, "/api/heap/diff?f=5&before=4&later=6&by=site&top=0", &ui3)
 			if !reflect.DeepEqual(ui3, three) {
 				t.Errorf("the page's diff of three dumps differs from heap diff A B C --json:\nui  %+v\ncli %+v", ui3, three)
+			}
+			var uiSus3 wire.HeapSuspects
+			s.get(t, "/api/heap/suspects?f=5&before=4&later=6&top=5", &uiSus3)
+			if !reflect.DeepEqual(uiSus3, suspects3) {
+				t.Errorf("the page's suspects of three dumps differ from heap suspects A B C --json:\nui  %+v\ncli %+v", uiSus3, suspects3)
 			}
 			var ui wire.HeapSuspects
 			s.get(t, "/api/heap/suspects?f=1&before=0&top=5", &ui)

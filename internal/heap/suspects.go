@@ -37,11 +37,32 @@ const SuspectRows = 5
 // d is b's dominator tree. New objects that no root reaches (garbage not
 // yet collected) are left out.
 func Suspects(a, b *Graph, d *DomTree, n int) []Suspect {
-	N := b.Len()
-	fresh := make([]bool, N)
-	for j := 0; j < N; j++ {
+	fresh := make([]bool, b.Len())
+	for j := range fresh {
 		fresh[j] = isNew(a, b, j)
 	}
+	return suspects(b, d, fresh, n)
+}
+
+// Suspects3 is Suspects over three dumps a, b and c of one process, taken
+// in that order: the objects charged are those new in b (against a) that
+// c still holds (as Diff3 keeps them), each to its nearest dominator in c
+// that is not one of them. What the window between a and b leaked stands
+// alone, without what c holds in flight. d is c's dominator tree.
+func Suspects3(a, b, c *Graph, d *DomTree, n int) []Suspect {
+	fresh := make([]bool, c.Len())
+	for j := range fresh {
+		i, ok := b.Lookup(c.addr[j])
+		fresh[j] = ok && same(b, i, c, j) && isNew(a, b, i)
+	}
+	return suspects(c, d, fresh, n)
+}
+
+// suspects charges each object of b that fresh marks to its nearest
+// dominator that fresh does not mark, and returns the n holders that keep
+// the most bytes of them. d is b's dominator tree.
+func suspects(b *Graph, d *DomTree, fresh []bool, n int) []Suspect {
+	N := b.Len()
 	// holder[j]: the nearest dominator of j that is not new (an object
 	// number, or super for the roots), found by walking up the dominator
 	// tree and remembered for every object on the way.

@@ -501,6 +501,16 @@ func (s *Server) openPair(w http.ResponseWriter, r *http.Request, kind string) (
 	return before, after
 }
 
+// openLater returns the third dump a comparison names (later; nil when
+// it names none), or answers the request with why not (and false).
+func (s *Server) openLater(w http.ResponseWriter, r *http.Request) (*file, bool) {
+	if r.URL.Query().Get("later") == "" {
+		return nil, true
+	}
+	f := s.openFileParam(w, r, "later", "heap")
+	return f, f != nil
+}
+
 // heapDiff answers what heap diff --json does: the objects of the dump f
 // that the dump before lacks, grouped by class or by allocation site
 // (by), the largest top groups (0: all); with a dump later (heap diff A B
@@ -510,11 +520,9 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 	if after == nil {
 		return
 	}
-	var later *file
-	if r.URL.Query().Get("later") != "" {
-		if later = s.openFileParam(w, r, "later", "heap"); later == nil {
-			return
-		}
+	later, ok := s.openLater(w, r)
+	if !ok {
+		return
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
 		by := q.oneOf("by", "class", "class", "site")
@@ -548,12 +556,21 @@ func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
 	if after == nil {
 		return
 	}
+	later, ok := s.openLater(w, r)
+	if !ok {
+		return
+	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
 		top := q.num("top", 10, 1, maxSuspects)
 		if q.err != nil {
 			return nil, q.err
 		}
 		a, b := before.heap.g, f.heap.g
+		if later != nil {
+			c := later.heap.g
+			return wire.NewHeapSuspects3(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), wire.NewDumpInfo(later.Name, c), c,
+				heap.Diff3(a, b, c), heap.Suspects3(a, b, c, later.heap.d, top)), nil
+		}
 		pr := s.pairs.of(before, f, true)
 		return wire.NewHeapSuspects(wire.NewDumpInfo(before.Name, a), wire.NewDumpInfo(f.Name, b), b, pr.diff, pr.suspects[:min(top, len(pr.suspects))]), nil
 	})

@@ -186,11 +186,16 @@ func Dominator(g *heap.Graph, r heap.Retainer) string {
 // the AFTER dump grew against the BEFORE one, by the object both hold that
 // keeps the new objects, largest first.
 type HeapSuspects struct {
-	Before     DumpInfo  `json:"before"`
-	After      DumpInfo  `json:"after"`
-	NewObjects uint64    `json:"new_objects"`
-	NewBytes   uint64    `json:"new_bytes"`
-	Suspects   []Suspect `json:"suspects"`
+	Before DumpInfo `json:"before"`
+	After  DumpInfo `json:"after"`
+	// Later is the third dump (heap suspects A B C): the objects charged
+	// are those new in AFTER that it still holds, KeptObjects of them.
+	Later       *DumpInfo `json:"later,omitempty"`
+	NewObjects  uint64    `json:"new_objects"`
+	NewBytes    uint64    `json:"new_bytes"`
+	KeptObjects *uint64   `json:"kept_objects,omitempty"`
+	KeptBytes   *uint64   `json:"kept_bytes,omitempty"`
+	Suspects    []Suspect `json:"suspects"`
 }
 
 // Suspect is one holder of new objects: an object of both dumps (null
@@ -205,6 +210,14 @@ type Suspect struct {
 	Classes    []DiffRow   `json:"classes"`
 	Sites      []DiffRow   `json:"sites,omitempty"`
 	Path       *RootPath   `json:"path"`
+}
+
+// NewHeapSuspects3 maps the suspects of three dumps, found in later (g).
+func NewHeapSuspects3(before, after, later DumpInfo, g *heap.Graph, d *heap.DiffResult, suspects []heap.Suspect) *HeapSuspects {
+	out := NewHeapSuspects(before, after, g, d, suspects)
+	kept, bytes := d.KeptObjects, d.KeptBytes
+	out.Later, out.KeptObjects, out.KeptBytes = &later, &kept, &bytes
+	return out
 }
 
 // NewHeapSuspects maps the suspects of after (g) against before.

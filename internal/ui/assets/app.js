@@ -398,8 +398,12 @@ const views = {
       show(gen, "ready", heapTabs(f, "suspects"), el("h1", {}, "Where this dump grew"), pick);
       return;
     }
-    const d = await api("heap/suspects", { f, before: p.before, top });
+    const d = await api("heap/suspects", { f, before: p.before, top, ...(p.later !== undefined ? { later: p.later } : {}) });
     setCrumbs(["files", "#/"], [d.after.file, hashFor(`/heap/${f}/overview`)], ["leak suspects since " + d.before.file]);
+    const others = (await api("files", {})).files.filter(x => x.kind === "heap" && x.state === "ready" && String(x.id) !== String(f) && String(x.id) !== p.before);
+    const laterPick = el("p", { class: "pivot", id: "later-pick" }, "And a later dump, to charge only what it still holds: ",
+      others.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { before: p.before, later: x.id }), class: String(x.id) === p.later ? "on" : "" }, x.name)]),
+      p.later !== undefined ? [" · ", el("a", { href: hashFor(base, { before: p.before }) }, "none")] : null);
     const blocks = d.suspects.map((s, k) => {
       const h = s.holder;
       const title = h ? [`${k + 1}. `, objLink(f, h), ` ${h.type} ${h.class || ""} ${h.desc} keeps `]
@@ -416,10 +420,12 @@ const views = {
             x.conservative ? el("span", { class: "tag" }, "conservative") : null))) : null,
         table(cols, rows, { id: "suspect-" + k }));
     });
-    show(gen, "ready", heapTabs(f, "suspects"), pick,
-      el("p", { class: "summary", id: "suspects-summary" }, `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks, charged to the nearest object both dumps hold that keeps them.`),
+    show(gen, "ready", heapTabs(f, "suspects"), pick, others.length ? laterPick : null,
+      el("p", { class: "summary", id: "suspects-summary" }, d.later
+        ? `${d.later.file} still holds ${num(d.kept_objects)} (${bytes(d.kept_bytes)}) of the ${num(d.new_objects)} objects that ${d.after.file} has and ${d.before.file} lacks; each is charged to the nearest object above it that is not one of them.`
+        : `${d.after.file}: ${num(d.new_objects)} objects (${bytes(d.new_bytes)}) that ${d.before.file} lacks, charged to the nearest object both dumps hold that keeps them.`),
       blocks.length ? blocks : el("p", {}, "Nothing new is kept."),
-      d.suspects.length >= top ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, top: Math.min(Number(top) * 2, 100) }) }, "more")) : null);
+      d.suspects.length >= top ? el("p", {}, el("a", { href: hashFor(base, { before: p.before, later: p.later, top: Math.min(Number(top) * 2, 100) }) }, "more")) : null);
   },
 
   async "heap/waste"(gen, f, p) {
