@@ -296,6 +296,10 @@ func TestUIBrowser(t *testing.T) {
 	if !strings.HasPrefix(sub, "70 samples, ") {
 		t.Errorf("flame graph subtitle %q", sub)
 	}
+	visit(t, ctx, s, "#/profile/1/flame?icicle=1", "profile-icicle")
+	if sub := eval[string](t, ctx, `document.getElementById("flame").contentDocument.getElementById("subtitle").textContent`); !strings.HasPrefix(sub, "70 samples, ") {
+		t.Errorf("icicle subtitle %q", sub)
+	}
 	visit(t, ctx, s, "#/profile/1/tree", "profile-tree")
 	if rows := cells(t, ctx, "#rows"); len(rows) == 0 || rows[0][1] != "70" {
 		t.Errorf("call tree: %q", rows)

@@ -119,6 +119,9 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 	bw.printf(`<g id="frames" data-total="%d" data-scale="%g">`+"\n", total, scale)
 	for _, r := range rects {
 		y := height - fgBottom - float64(r.depth+1)*fgFrameH
+		if o.Icicle {
+			y = fgTop + float64(r.depth)*fgFrameH
+		}
 		name := html.EscapeString(r.name)
 		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
 			r.x, r.w, r.depth, name, r.count, Pct(r.count, total),

@@ -25,6 +25,9 @@ type Options struct {
 	Lines bool
 	// Title heads the flame graph and names the speedscope profile.
 	Title string
+	// Icicle draws the flame graph upside down: the roots at the top,
+	// callees below their callers.
+	Icicle bool
 }
 
 // Format is one output format: its name (--format), its usual file

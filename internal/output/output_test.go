@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -282,5 +284,33 @@ func TestFileDevicesStay(t *testing.T) {
 	}
 	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO after an output written to it: %v (%v)", st.Mode(), err)
+	}
+}
+
+// TestFlamegraphIcicle: the icicle draws every frame mirrored: the roots
+// at the top, each callee below its caller, where the flame graph has
+// the roots at the bottom and callees above.
+func TestFlamegraphIcicle(t *testing.T) {
+	yOf := func(icicle bool) map[int][]float64 {
+		var b bytes.Buffer
+		if err := Flamegraph(&b, sample(), Options{Icicle: icicle}); err != nil {
+			t.Fatal(err)
+		}
+		ys := map[int][]float64{}
+		for _, m := range regexp.MustCompile(`data-d="(\d+)"><title>[^<]*</title><rect x="[^"]*" y="([\d.]+)"`).FindAllStringSubmatch(b.String(), -1) {
+			d, _ := strconv.Atoi(m[1])
+			y, _ := strconv.ParseFloat(m[2], 64)
+			ys[d] = append(ys[d], y)
+		}
+		return ys
+	}
+	flame, icicle := yOf(false), yOf(true)
+	if len(flame) < 2 || len(flame) != len(icicle) {
+		t.Fatalf("depths: flame %v, icicle %v", flame, icicle)
+	}
+	for d := 1; d < len(flame); d++ {
+		if !(flame[d][0] < flame[d-1][0]) || !(icicle[d][0] > icicle[d-1][0]) {
+			t.Errorf("depth %d: flame y %v (its caller's %v), icicle y %v (its caller's %v)", d, flame[d], flame[d-1], icicle[d], icicle[d-1])
+		}
 	}
 }

@@ -616,7 +616,8 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b bytes.Buffer
-	if err := output.Flamegraph(&b, f.prof.p, output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: f.prof.title}); err != nil {
+	o := output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: f.prof.title, Icicle: r.URL.Query().Get("icicle") == "1"}
+	if err := output.Flamegraph(&b, f.prof.p, o); err != nil {
 		fail(w, http.StatusInternalServerError, "%s", err)
 		return
 	}

@@ -514,11 +514,15 @@ const views = {
       pager(d.page, limit, base, { sort, search }, "offset"));
   },
 
-  async "profile/flame"(gen, f) {
+  async "profile/flame"(gen, f, p) {
     const d = await api("profile/functions", { f, limit: 1 });
     setCrumbs(["files", "#/"], [d.file]);
-    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f), title: "flame graph" });
-    show(gen, "loading", profileTabs(f, "flame"), profileHead(d), frame);
+    const icicle = p.icicle === "1";
+    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f) + (icicle ? "&icicle=1" : ""), title: icicle ? "icicle graph" : "flame graph" });
+    const pivot = el("p", { class: "pivot" }, "Draw as: ",
+      el("a", { href: hashFor(`/profile/${f}/flame`), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
+      el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1 }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
+    show(gen, "loading", profileTabs(f, "flame"), profileHead(d), pivot, frame);
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
