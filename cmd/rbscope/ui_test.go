@@ -990,6 +990,59 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 		t.Errorf("search chain_: %d functions %v in %d samples; the collapsed stacks have %d", len(found.Page.Rows), found.Page.Rows, found.Matched, want)
 	}
 
+	// Transforms, against the collapsed stacks: focus on chain_a keeps the
+	// samples through it, rooted at it; drop leaves them out; merging
+	// burn gives its samples to its callers (the blocks of the chains).
+	var chainA string
+	through, all := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(collapsed), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		n, _ := strconv.Atoi(line[sp+1:])
+		all += n
+		for _, fr := range strings.Split(line[:sp], ";") {
+			if strings.HasPrefix(fr, "Object#chain_a (") {
+				chainA = fr
+			}
+		}
+		if strings.Contains(line[:sp], "Object#chain_a (") {
+			through += n
+		}
+	}
+	type fnPage struct {
+		Samples int
+		Page    uiPage[struct {
+			Function    string
+			Self, Total int
+		}]
+	}
+	for _, tc := range []struct {
+		t       string
+		samples int
+	}{{"focus:" + chainA, through}, {"drop:" + chainA, all - through}, {"merge:" + burn, all}} {
+		var fp fnPage
+		s.get(t, "/api/profile/functions?f=1&limit=1000&t="+url.QueryEscape(tc.t), &fp)
+		if fp.Samples != tc.samples {
+			t.Errorf("%s: %d samples, the collapsed stacks give %d", tc.t, fp.Samples, tc.samples)
+		}
+		for _, r := range fp.Page.Rows {
+			switch {
+			case strings.HasPrefix(tc.t, "focus:") && r.Function == chainA && r.Total != tc.samples:
+				t.Errorf("focus: chain_a in %d of %d samples", r.Total, tc.samples)
+			case strings.HasPrefix(tc.t, "drop:") && r.Function == chainA, strings.HasPrefix(tc.t, "merge:") && r.Function == burn:
+				t.Errorf("%s: %s still in the table", tc.t, r.Function)
+			}
+		}
+	}
+	resp, err := http.Get(s.base + "/api/profile/flame.svg?f=1&token=" + s.token + "&t=" + url.QueryEscape("focus:"+chainA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(svg), fmt.Sprintf(">%d samples, ", through)) {
+		t.Errorf("the flame graph focused on chain_a does not say %d samples", through)
+	}
+
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
 	var diff struct {
@@ -1032,6 +1085,13 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	visit(t, ctx, s, "#/profile/1/functions?search=chain_", "profile-search")
 	if got := eval[string](t, ctx, `document.getElementById("search-summary").innerText`); !strings.Contains(got, fmt.Sprintf("%d functions; in %s samples", len(fns), commas(uint64(want)))) {
 		t.Errorf("the page's search: %q, want %d functions in %d samples", got, len(fns), want)
+	}
+	visit(t, ctx, s, "#/profile/1/functions?t="+url.QueryEscape("focus:"+chainA), "profile-focus")
+	if got := eval[string](t, ctx, `document.getElementById("transforms").innerText`); !strings.Contains(got, "focus "+chainA) {
+		t.Errorf("the page's transforms: %q", got)
+	}
+	if got := eval[string](t, ctx, `document.querySelector(".summary").innerText`); !strings.Contains(got, commas(uint64(through))+" samples") {
+		t.Errorf("the focused summary %q, want %d samples", got, through)
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

@@ -616,8 +616,13 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b bytes.Buffer
-	o := output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: f.prof.title, Icicle: r.URL.Query().Get("icicle") == "1"}
-	if err := output.Flamegraph(&b, f.prof.p, o); err != nil {
+	pv, err := f.view(&query{r: r})
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	o := output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: pv.title, Icicle: r.URL.Query().Get("icicle") == "1"}
+	if err := output.Flamegraph(&b, pv.p, o); err != nil {
 		fail(w, http.StatusInternalServerError, "%s", err)
 		return
 	}

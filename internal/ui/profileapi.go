@@ -63,10 +63,14 @@ type profileSummary struct {
 	Breakdown string  `json:"breakdown"`
 }
 
-func (f *file) profileSummary() profileSummary {
-	p := f.prof.p
+func (f *file) profileSummary() profileSummary { return f.summaryOf(f.prof) }
+
+// summaryOf is the summary of the recording f seen through view pv (its
+// transforms applied).
+func (f *file) summaryOf(pv *profileView) profileSummary {
+	p := pv.p
 	gc, gvl := p.Breakdown()
-	return profileSummary{File: f.Name, Title: f.prof.title, Samples: p.Samples, Seconds: p.Duration.Seconds(), Rate: p.Rate,
+	return profileSummary{File: f.Name, Title: pv.title, Samples: p.Samples, Seconds: p.Duration.Seconds(), Rate: p.Rate,
 		Ticks: p.Ticks, Errors: p.Errors, GCPct: output.Pct(gc, p.Samples), GVLPct: output.Pct(gvl, p.Samples), Breakdown: output.Breakdown(p)}
 }
 
@@ -86,8 +90,12 @@ type functionRow struct {
 func apiFunctions(f *file, q *query) (any, error) {
 	sortBy := q.oneOf("sort", "self", "self", "total", "name")
 	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 100, 1, maxLimit)
-	p := f.prof.p
-	rows := slices.Clone(f.prof.funcs) // summary's order: self, total, name
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	p := pv.p
+	rows := slices.Clone(pv.funcs) // summary's order: self, total, name
 	// search: the functions whose name holds it (any case), and the
 	// samples in which any of them is.
 	search := strings.ToLower(q.str("search", ""))
@@ -118,7 +126,7 @@ func apiFunctions(f *file, q *query) (any, error) {
 		Search  string            `json:"search,omitempty"`
 		Matched int               `json:"matched_samples"`
 		Page    page[functionRow] `json:"page"`
-	}{f.profileSummary(), sortBy, search, matched, paged(rows, offset, limit, func(s profile.FunctionStat) functionRow {
+	}{f.summaryOf(pv), sortBy, search, matched, paged(rows, offset, limit, func(s profile.FunctionStat) functionRow {
 		return functionRow{Function: s.Frame.Name(false), Kind: string(s.Frame.Kind), Path: s.Frame.Path, Self: s.Self, Total: s.Total,
 			SelfPct: output.Pct(s.Self, p.Samples), TotalPct: output.Pct(s.Total, p.Samples)}
 	})}, nil
@@ -138,13 +146,17 @@ type treeRow struct {
 // apiTree: one node of the call tree and its children (node=0: the
 // root), expanded one level at a time.
 func apiTree(f *file, q *query) (any, error) {
-	t := f.prof.tree
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	t := pv.tree
 	id := q.num("node", 0, 0, len(t)-1)
 	offset, limit := q.num("offset", 0, 0, 1<<31-1), q.num("limit", 200, 1, maxLimit)
 	if q.err != nil {
 		return nil, q.err
 	}
-	p := f.prof.p
+	p := pv.p
 	row := func(n int) treeRow {
 		r := treeRow{Node: n, Name: "(all)", Self: t[n].Self, Total: t[n].Total, TotalPct: output.Pct(t[n].Total, p.Samples), Children: len(t[n].Children)}
 		if fr := t[n].Frame; fr >= 0 {
@@ -161,7 +173,7 @@ func apiTree(f *file, q *query) (any, error) {
 		Node      treeRow       `json:"node"`
 		Ancestors []treeRow     `json:"ancestors"`
 		Children  page[treeRow] `json:"children"`
-	}{f.profileSummary(), row(id), ancestors, paged(t[id].Children, offset, limit, row)}, nil
+	}{f.summaryOf(pv), row(id), ancestors, paged(t[id].Children, offset, limit, row)}, nil
 }
 
 // callRow is a caller or callee of the sandwich view: a function and the
@@ -179,7 +191,11 @@ type callRow struct {
 // callee, however deep the recursion).
 func apiSandwich(f *file, q *query) (any, error) {
 	name := q.str("fn", "")
-	p := f.prof.p
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	p := pv.p
 	names := make([]string, len(p.Frames))
 	for i, fr := range p.Frames {
 		names[i] = fr.Name(false)
@@ -240,7 +256,7 @@ func apiSandwich(f *file, q *query) (any, error) {
 		Total    int       `json:"total"`
 		Callers  []callRow `json:"callers"`
 		Callees  []callRow `json:"callees"`
-	}{f.profileSummary(), name, self, total, rows(callers), rows(callees)}, nil
+	}{f.summaryOf(pv), name, self, total, rows(callers), rows(callees)}, nil
 }
 
 // diffRow is a function of the comparison of two recordings: its self and
@@ -312,4 +328,32 @@ func (s *Server) profileDiff(w http.ResponseWriter, r *http.Request) {
 			Page   page[diffRow]  `json:"page"`
 		}{before.profileSummary(), f.profileSummary(), sortBy, paged(rows, offset, limit, func(d diffRow) diffRow { return d })}, nil
 	})
+}
+
+// maxViews bounds the transformed views a recording keeps.
+const maxViews = 32
+
+// view returns the recording f with the transforms the t parameter names
+// (profile.ParseTransforms' form) applied, made once and kept.
+func (f *file) view(q *query) (*profileView, error) {
+	spec := q.str("t", "")
+	if spec == "" {
+		return f.prof, nil
+	}
+	ts, err := profile.ParseTransforms(spec)
+	if err != nil {
+		return nil, err
+	}
+	pv := f.prof
+	pv.mu.Lock()
+	defer pv.mu.Unlock()
+	if v, ok := pv.transformed[spec]; ok {
+		return v, nil
+	}
+	if pv.transformed == nil || len(pv.transformed) >= maxViews {
+		pv.transformed = map[string]*profileView{}
+	}
+	v := newProfileView(pv.p.Apply(ts), pv.title)
+	pv.transformed[spec] = v
+	return v, nil
 }

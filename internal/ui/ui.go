@@ -269,6 +269,11 @@ type profileView struct {
 	title string
 	funcs []profile.FunctionStat
 	tree  []treeNode
+
+	// transformed are the views of p with transforms applied (view), by
+	// their t parameter.
+	mu          sync.Mutex
+	transformed map[string]*profileView
 }
 
 func newProfileView(p *profile.Profile, title string) *profileView {

@@ -452,15 +452,16 @@ const views = {
   },
 
   async "profile/sandwich"(gen, f, p) {
-    const d = await api("profile/sandwich", { f, fn: p.fn });
-    setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`)], [d.function]);
+    const t = p.t || "";
+    const d = await api("profile/sandwich", { f, fn: p.fn, t });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], [d.function]);
     const calls = (id, rows) => rows.length ? table([
-      { label: "Function", cls: "fn", cell: r => r.function === "(root)" ? r.function : el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function }) }, r.function) },
+      { label: "Function", cls: "fn", cell: r => r.function === "(root)" ? r.function : el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function, t }) }, r.function) },
       { label: "Samples", num: true, cell: r => num(r.samples) },
       { label: "% of its total", num: true, cell: r => pct(r.pct) },
     ], rows, { id }) : el("p", {}, "none");
-    show(gen, "ready", profileTabs(f, ""), profileHead(d),
-      el("h1", {}, d.function),
+    show(gen, "ready", profileTabs(f, "", t), profileHead(d), transformsBar(f, "sandwich", p),
+      el("h1", {}, d.function), transformLinks(f, "sandwich", p, d.function),
       el("p", { class: "summary", id: "sandwich-summary" }, `In ${num(d.total)} samples (${pct(100 * d.total / d.samples)}), ${num(d.self)} of them in its own code.`),
       el("h2", {}, "Called by"), calls("callers", d.callers),
       el("h2", {}, "Calls"), calls("callees", d.callees));
@@ -494,44 +495,46 @@ const views = {
   },
 
   async "profile/functions"(gen, f, p) {
-    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100, search = p.search || "";
-    const d = await api("profile/functions", { f, sort, offset, limit, search });
+    const sort = p.sort || "self", offset = +p.offset || 0, limit = 100, search = p.search || "", t = p.t || "";
+    const d = await api("profile/functions", { f, sort, offset, limit, search, t });
     setCrumbs(["files", "#/"], [d.file]);
     const base = `/profile/${f}/functions`;
     const box = el("input", { type: "search", id: "search", placeholder: "function name contains…", value: search });
     const form = el("form", { id: "search-form", class: "pivot" }, box, " ", el("button", { type: "submit" }, "search"),
       search ? [" ", el("span", { id: "search-summary" }, `${num(d.page.total)} functions; in ${num(d.matched_samples)} samples (${pct(100 * d.matched_samples / Math.max(d.samples, 1))})`), " ",
-        el("a", { href: hashFor(base, { sort }) }, "clear")] : null);
-    form.addEventListener("submit", e => { e.preventDefault(); location.hash = hashFor(base, { sort, search: box.value }); });
-    show(gen, "ready", profileTabs(f, "functions"), profileHead(d), form,
+        el("a", { href: hashFor(base, { sort, t }) }, "clear")] : null);
+    form.addEventListener("submit", e => { e.preventDefault(); location.hash = hashFor(base, { sort, search: box.value, t }); });
+    show(gen, "ready", profileTabs(f, "functions", t), profileHead(d), transformsBar(f, "functions", p), form,
       table([
         { label: "Self %", num: true, sort: "self", cell: r => pct(r.self_pct) },
         { label: "Total %", num: true, sort: "total", cell: r => pct(r.total_pct) },
         { label: "Self", num: true, cell: r => num(r.self) },
         { label: "Total", num: true, cell: r => num(r.total) },
-        { label: "Function", sort: "name", cell: r => el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function }) }, r.function), cls: "fn" },
-      ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s, search }) }),
-      pager(d.page, limit, base, { sort, search }, "offset"));
+        { label: "Function", sort: "name", cell: r => el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function, t }) }, r.function), cls: "fn" },
+        { label: "", cell: r => transformLinks(f, "functions", p, r.function) },
+      ], d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { sort: s, search, t }) }),
+      pager(d.page, limit, base, { sort, search, t }, "offset"));
   },
 
   async "profile/flame"(gen, f, p) {
-    const d = await api("profile/functions", { f, limit: 1 });
+    const t = p.t || "";
+    const d = await api("profile/functions", { f, limit: 1, t });
     setCrumbs(["files", "#/"], [d.file]);
     const icicle = p.icicle === "1";
-    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f) + (icicle ? "&icicle=1" : ""), title: icicle ? "icicle graph" : "flame graph" });
+    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f) + (icicle ? "&icicle=1" : "") + (t ? "&t=" + encodeURIComponent(t) : ""), title: icicle ? "icicle graph" : "flame graph" });
     const pivot = el("p", { class: "pivot" }, "Draw as: ",
-      el("a", { href: hashFor(`/profile/${f}/flame`), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
-      el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1 }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
-    show(gen, "loading", profileTabs(f, "flame"), profileHead(d), pivot, frame);
+      el("a", { href: hashFor(`/profile/${f}/flame`, { t }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
+      el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
+    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), pivot, frame);
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
   async "profile/tree"(gen, f, p) {
-    const node = p.node || 0;
-    const d = await api("profile/tree", { f, node });
+    const node = p.node || 0, t = p.t || "";
+    const d = await api("profile/tree", { f, node, t });
     setCrumbs(["files", "#/"], [d.file]);
-    const link = r => el("a", { href: hashFor(`/profile/${f}/tree`, { node: r.node }) }, r.name);
-    show(gen, "ready", profileTabs(f, "tree"), profileHead(d),
+    const link = r => el("a", { href: hashFor(`/profile/${f}/tree`, { node: r.node, t }) }, r.name);
+    show(gen, "ready", profileTabs(f, "tree", t), profileHead(d), transformsBar(f, "tree", p),
       el("ol", { class: "ancestors" }, [...d.ancestors, d.node].map(a => el("li", {}, link(a), ` ${pct(a.total_pct)}`))),
       table([
         { label: "Total %", num: true, cell: r => pct(r.total_pct) },
@@ -542,11 +545,35 @@ const views = {
   },
 };
 
-function profileTabs(f, active) {
+// transforms lists the transforms a view's t parameter holds, a line each
+// (focus:FUNCTION, drop:FUNCTION or merge:FUNCTION).
+function transforms(p) { return (p.t || "").split("\n").filter(x => x); }
+
+// transformsBar shows the transforms applied to the view, each with a
+// link that takes it off, and one that takes them all off.
+function transformsBar(f, viewName, p) {
+  const ts = transforms(p);
+  if (!ts.length) return null;
+  const keep = q => ({ ...p, t: q.join("\n") });
+  return el("p", { class: "pivot", id: "transforms" }, "Transforms: ",
+    ts.map((x, k) => [k ? " · " : "", x.replace(":", " "), " ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep(ts.filter((_, j) => j !== k))), title: "take it off" }, "✕")]),
+    " · ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep([])) }, "none"));
+}
+
+// transformLinks offers focus, drop and merge on function fn.
+function transformLinks(f, viewName, p, fn) {
+  const add = op => hashFor(`/profile/${f}/${viewName}`, { ...p, offset: undefined, t: [...transforms(p), op + ":" + fn].join("\n") });
+  return el("span", { class: "transform-links" },
+    el("a", { href: add("focus"), title: "keep only the samples through it, from it down" }, "focus"), " ",
+    el("a", { href: add("drop"), title: "leave out the samples through it" }, "drop"), " ",
+    el("a", { href: add("merge"), title: "take its frames out, its time to its caller" }, "merge"));
+}
+
+function profileTabs(f, active, t) {
   return el("nav", { class: "tabs" },
-    el("a", { href: hashFor(`/profile/${f}/functions`), class: active === "functions" ? "on" : "" }, "Functions"),
-    el("a", { href: hashFor(`/profile/${f}/flame`), class: active === "flame" ? "on" : "" }, "Flame graph"),
-    el("a", { href: hashFor(`/profile/${f}/tree`), class: active === "tree" ? "on" : "" }, "Call tree"),
+    el("a", { href: hashFor(`/profile/${f}/functions`, { t }), class: active === "functions" ? "on" : "" }, "Functions"),
+    el("a", { href: hashFor(`/profile/${f}/flame`, { t }), class: active === "flame" ? "on" : "" }, "Flame graph"),
+    el("a", { href: hashFor(`/profile/${f}/tree`, { t }), class: active === "tree" ? "on" : "" }, "Call tree"),
     el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"),
     el("a", { href: `/pprof/${f}/`, target: "_blank", rel: "noopener", id: "pprof-link" }, "pprof ↗"));
 }
