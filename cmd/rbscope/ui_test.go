@@ -1043,6 +1043,34 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 		t.Errorf("the flame graph focused on chain_a does not say %d samples", through)
 	}
 
+	// The timeline: every sample in one stretch of one thread's track; two
+	// halves of the recording in time add up to it.
+	var tl struct {
+		Samples int
+		Span    float64 `json:"span_seconds"`
+		Threads []struct {
+			TID          int
+			Run, GC, GVL []int
+		}
+	}
+	s.get(t, "/api/profile/timeline?f=1&stretches=100", &tl)
+	counted := 0
+	for _, th := range tl.Threads {
+		for k := range th.Run {
+			counted += th.Run[k] + th.GC[k] + th.GVL[k]
+		}
+	}
+	if len(tl.Threads) == 0 || counted != tl.Samples || tl.Samples != all || tl.Span <= 0 {
+		t.Errorf("timeline: %d threads, %d samples in stretches, %d in the recording (%d in the collapsed stacks), over %.2f s", len(tl.Threads), counted, tl.Samples, all, tl.Span)
+	}
+	half := fmt.Sprintf("%.3f", tl.Span/2)
+	var first, second fnPage
+	s.get(t, "/api/profile/functions?f=1&limit=1&t="+url.QueryEscape("time:0-"+half), &first)
+	s.get(t, "/api/profile/functions?f=1&limit=1&t="+url.QueryEscape("time:"+half+"-"), &second)
+	if first.Samples == 0 || second.Samples == 0 || first.Samples+second.Samples != all {
+		t.Errorf("time windows: %d + %d samples, the recording %d", first.Samples, second.Samples, all)
+	}
+
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
 	var diff struct {
@@ -1092,6 +1120,13 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	}
 	if got := eval[string](t, ctx, `document.querySelector(".summary").innerText`); !strings.Contains(got, commas(uint64(through))+" samples") {
 		t.Errorf("the focused summary %q, want %d samples", got, through)
+	}
+	visit(t, ctx, s, "#/profile/1/timeline", "profile-timeline")
+	if n := eval[int](t, ctx, `document.querySelectorAll("#timeline .track").length`); n != len(tl.Threads) {
+		t.Errorf("the page's timeline: %d tracks, %d threads", n, len(tl.Threads))
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("#timeline .track:first-child .cell").length`); n != 200 {
+		t.Errorf("the page's timeline: %d stretches in a track, want 200", n)
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

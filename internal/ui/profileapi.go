@@ -353,7 +353,82 @@ func (f *file) view(q *query) (*profileView, error) {
 	if pv.transformed == nil || len(pv.transformed) >= maxViews {
 		pv.transformed = map[string]*profileView{}
 	}
-	v := newProfileView(pv.p.Apply(ts), pv.title)
+	tp, err := pv.p.Apply(ts)
+	if err != nil {
+		return nil, err
+	}
+	v := newProfileView(tp, pv.title)
 	pv.transformed[spec] = v
 	return v, nil
+}
+
+// timelineThread is a thread's track of the timeline: for each stretch of
+// the recording, how many of its samples ran Ruby code (or C), ran the
+// GC, or waited for the GVL.
+type timelineThread struct {
+	Thread string `json:"thread"`
+	TID    int    `json:"tid"`
+	PID    int    `json:"pid"`
+	// Run, GC and GVL hold a count per stretch.
+	Run []int `json:"run"`
+	GC  []int `json:"gc"`
+	GVL []int `json:"gvl"`
+}
+
+// apiTimeline: a track per thread over the recording, cut in stretches
+// of equal time, with what each thread's samples were doing in each.
+func apiTimeline(f *file, q *query) (any, error) {
+	n := q.num("stretches", 200, 10, 2000)
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	if q.err != nil {
+		return nil, q.err
+	}
+	p := pv.p
+	if p.Timeline == nil {
+		return nil, profile.ErrNoTimeline
+	}
+	state := make([]byte, len(p.Stacks)) // 0 run, 1 gc, 2 gvl
+	for i, st := range p.Stacks {
+		for _, id := range st.Frames {
+			switch p.Frames[id].Kind {
+			case profile.KindGC:
+				state[i] = 1
+			case profile.KindGVL:
+				state[i] = 2
+			}
+		}
+	}
+	span := p.Duration
+	for _, s := range p.Timeline {
+		span = max(span, s.Time+1)
+	}
+	type key struct{ pid, tid int }
+	idx := map[key]int{}
+	threads := []timelineThread{}
+	for _, s := range p.Timeline {
+		k := key{s.PID, s.TID}
+		i, ok := idx[k]
+		if !ok {
+			i = len(threads)
+			idx[k] = i
+			threads = append(threads, timelineThread{Thread: s.Thread, TID: s.TID, PID: s.PID, Run: make([]int, n), GC: make([]int, n), GVL: make([]int, n)})
+		}
+		b := min(int(int64(s.Time)*int64(n)/int64(max(span, 1))), n-1)
+		switch state[s.Stack] {
+		case 1:
+			threads[i].GC[b]++
+		case 2:
+			threads[i].GVL[b]++
+		default:
+			threads[i].Run[b]++
+		}
+	}
+	return struct {
+		profileSummary
+		Span    float64          `json:"span_seconds"`
+		Threads []timelineThread `json:"threads"`
+	}{f.summaryOf(pv), span.Seconds(), threads}, nil
 }

@@ -529,6 +529,34 @@ const views = {
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
+  async "profile/timeline"(gen, f, p) {
+    const t = p.t || "", n = 200;
+    const d = await api("profile/timeline", { f, t, stretches: n });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], ["timeline"]);
+    const step = d.span_seconds / n;
+    const most = Math.max(1, ...d.threads.flatMap(th => th.run.map((r, k) => r + th.gc[k] + th.gvl[k])));
+    const rows = d.threads.map(th => el("div", { class: "track" },
+      el("div", { class: "track-name" }, `${th.thread || "thread"} (tid ${th.tid})`),
+      el("div", { class: "track-cells" }, th.run.map((r, k) => {
+        const all = r + th.gc[k] + th.gvl[k];
+        const what = !all ? "idle" : th.gc[k] >= r && th.gc[k] >= th.gvl[k] ? "gc" : th.gvl[k] > r ? "gvl" : "run";
+        const a = el("a", { class: "cell " + what, href: hashFor(`/profile/${f}/timeline`, { t: [...transforms(p), `time:${(k * step).toFixed(3)}-${((k + 1) * step).toFixed(3)}`].join("\n") }),
+          title: `${(k * step).toFixed(2)}–${((k + 1) * step).toFixed(2)} s: ${r} running, ${th.gc[k]} in GC, ${th.gvl[k]} waiting for the GVL` });
+        a.style.opacity = all ? String(0.25 + 0.75 * all / most) : "1";
+        return a;
+      }))));
+    const from = el("input", { id: "from", type: "number", step: "any", min: "0", placeholder: "from s" });
+    const to = el("input", { id: "to", type: "number", step: "any", min: "0", placeholder: "to s" });
+    const form = el("form", { class: "pivot", id: "range-form" }, "Keep the samples from ", from, " to ", to, " seconds in every view ", el("button", { type: "submit" }, "apply"));
+    form.addEventListener("submit", e => {
+      e.preventDefault();
+      location.hash = hashFor(`/profile/${f}/timeline`, { t: [...transforms(p), `time:${Number(from.value) || 0}-${to.value}`].join("\n") });
+    });
+    show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p),
+      el("p", { class: "hint" }, `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples. A stretch narrows every view to it.`),
+      el("div", { id: "timeline" }, rows), form);
+  },
+
   async "profile/tree"(gen, f, p) {
     const node = p.node || 0, t = p.t || "";
     const d = await api("profile/tree", { f, node, t });
@@ -574,6 +602,7 @@ function profileTabs(f, active, t) {
     el("a", { href: hashFor(`/profile/${f}/functions`, { t }), class: active === "functions" ? "on" : "" }, "Functions"),
     el("a", { href: hashFor(`/profile/${f}/flame`, { t }), class: active === "flame" ? "on" : "" }, "Flame graph"),
     el("a", { href: hashFor(`/profile/${f}/tree`, { t }), class: active === "tree" ? "on" : "" }, "Call tree"),
+    el("a", { href: hashFor(`/profile/${f}/timeline`, { t }), class: active === "timeline" ? "on" : "", id: "timeline-tab" }, "Timeline"),
     el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"),
     el("a", { href: `/pprof/${f}/`, target: "_blank", rel: "noopener", id: "pprof-link" }, "pprof ↗"));
 }
