@@ -1043,6 +1043,18 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 		t.Errorf("the flame graph focused on chain_a does not say %d samples", through)
 	}
 
+	// The differential flame graph against the other recording: burn,
+	// none of whose frames the other has, took its whole share more.
+	resp, err = http.Get(s.base + "/api/profile/flame.svg?f=1&before=0&token=" + s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`<title>Object#burn \(` + "[^<]*" + `, \+[\d.]+ points\)</title><rect [^>]*fill="rgb\(255,`).Match(svg) {
+		t.Errorf("the differential flame graph does not show burn in red, up")
+	}
+
 	// The timeline: every sample in one stretch of one thread's track; two
 	// halves of the recording in time add up to it.
 	var tl struct {
@@ -1121,6 +1133,7 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	if got := eval[string](t, ctx, `document.querySelector(".summary").innerText`); !strings.Contains(got, commas(uint64(through))+" samples") {
 		t.Errorf("the focused summary %q, want %d samples", got, through)
 	}
+	visit(t, ctx, s, "#/profile/1/flame?before=0", "profile-flame-diff")
 	visit(t, ctx, s, "#/profile/1/timeline", "profile-timeline")
 	if n := eval[int](t, ctx, `document.querySelectorAll("#timeline .track").length`); n != len(tl.Threads) {
 		t.Errorf("the page's timeline: %d tracks, %d threads", n, len(tl.Threads))

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"html"
 	"io"
+	"math"
 	"sort"
 	"strings"
 
@@ -49,6 +50,28 @@ type fgRect struct {
 	name  string
 	kind  profile.Kind
 	count int
+	// change is the change of the frame's share against the baseline, in
+	// points (Options.Baseline).
+	change float64
+}
+
+// baselineShares returns, for each stack prefix of b (its frames' names
+// joined by NUL), its share of b's samples in percent.
+func baselineShares(b *profile.Profile, lines bool) map[string]float64 {
+	out := map[string]float64{}
+	if b.Samples == 0 {
+		return out
+	}
+	var key strings.Builder
+	for _, st := range b.Stacks {
+		key.Reset()
+		for _, id := range st.Frames {
+			key.WriteString(b.Frames[id].Name(lines))
+			key.WriteByte(0)
+			out[key.String()] += 100 * float64(st.Count) / float64(b.Samples)
+		}
+	}
+	return out
 }
 
 // Flamegraph writes a self-contained interactive SVG flame graph: click a
@@ -71,8 +94,12 @@ func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 	}
 	var rects []fgRect
 	maxDepth := 0
-	var walk func(n *fgNode, x float64, depth int)
-	walk = func(n *fgNode, x float64, depth int) {
+	var base map[string]float64
+	if o.Baseline != nil {
+		base = baselineShares(o.Baseline, o.Lines)
+	}
+	var walk func(n *fgNode, x float64, depth int, path string)
+	walk = func(n *fgNode, x float64, depth int, path string) {
 		// Children sorted by name, as flamegraph.pl does, so that equal
 		// stacks line up across runs.
 		kids := append([]int(nil), n.order...)
@@ -83,14 +110,20 @@ func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 			c := n.children[id]
 			if float64(c.count)*scale >= fgMinWidth {
 				f := p.Frames[id]
-				rects = append(rects, fgRect{x: x, w: float64(c.count), depth: depth, name: f.Name(o.Lines), kind: f.Kind, count: c.count})
+				name := f.Name(o.Lines)
+				r := fgRect{x: x, w: float64(c.count), depth: depth, name: name, kind: f.Kind, count: c.count}
+				cpath := path + name + "\x00"
+				if base != nil {
+					r.change = 100*float64(c.count)/float64(total) - base[cpath]
+				}
+				rects = append(rects, r)
 				maxDepth = max(maxDepth, depth)
-				walk(c, x, depth+1)
+				walk(c, x, depth+1, cpath)
 			}
 			x += float64(c.count)
 		}
 	}
-	walk(root, 0, 0)
+	walk(root, 0, 0, "")
 
 	height := fgTop + float64(maxDepth+1)*fgFrameH + fgBottom
 	title := o.Title
@@ -123,9 +156,13 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 			y = fgTop + float64(r.depth)*fgFrameH
 		}
 		name := html.EscapeString(r.name)
-		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
-			r.x, r.w, r.depth, name, r.count, Pct(r.count, total),
-			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, color(r.name, r.kind), fgPad+r.x*scale+3, y+fgFrameH-4.5,
+		fill, change := color(r.name, r.kind), ""
+		if base != nil {
+			fill, change = changeColor(r.change), fmt.Sprintf(", %+.2f points", r.change)
+		}
+		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%%s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
+			r.x, r.w, r.depth, name, r.count, Pct(r.count, total), change,
+			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, fill, fgPad+r.x*scale+3, y+fgFrameH-4.5,
 			html.EscapeString(fitText(r.name, r.w*scale)))
 	}
 	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(flamegraphJS))
@@ -163,6 +200,17 @@ func color(name string, kind profile.Kind) string {
 	default:
 		return fmt.Sprintf("rgb(%d,%d,%d)", 140+a/2, 160+a/2, 190+c)
 	}
+}
+
+// changeColor colours a frame of a differential flame graph by the change
+// of its share, in points: red for more, blue for less, white for none,
+// full at 5 points.
+func changeColor(change float64) string {
+	v := int(min(math.Abs(change)/5, 1) * 200)
+	if change > 0 {
+		return fmt.Sprintf("rgb(255,%d,%d)", 255-v, 255-v)
+	}
+	return fmt.Sprintf("rgb(%d,%d,255)", 255-v, 255-v)
 }
 
 type errWriter struct {

@@ -28,6 +28,10 @@ type Options struct {
 	// Icicle draws the flame graph upside down: the roots at the top,
 	// callees below their callers.
 	Icicle bool
+	// Baseline, when set, makes the flame graph differential: each frame
+	// is coloured by how its share of the samples changed against the
+	// same stack's in Baseline (red: more, blue: less).
+	Baseline *profile.Profile
 }
 
 // Format is one output format: its name (--format), its usual file

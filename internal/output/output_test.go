@@ -314,3 +314,26 @@ func TestFlamegraphIcicle(t *testing.T) {
 		}
 	}
 }
+
+// TestFlamegraphDifferential: against a baseline, a stack that took a
+// larger share is red, one that took less is blue, and each frame's title
+// says the change in points.
+func TestFlamegraphDifferential(t *testing.T) {
+	f := func(l string) profile.Frame { return profile.Frame{Kind: profile.KindRuby, Label: l, Path: "a.rb"} }
+	before, after := profile.NewProfile(100), profile.NewProfile(100)
+	before.Add([]profile.Frame{f("main"), f("grows")}, 20)
+	before.Add([]profile.Frame{f("main"), f("shrinks")}, 80)
+	after.Add([]profile.Frame{f("main"), f("grows")}, 60)
+	after.Add([]profile.Frame{f("main"), f("shrinks")}, 40)
+	var b bytes.Buffer
+	if err := Flamegraph(&b, after, Options{Baseline: before}); err != nil {
+		t.Fatal(err)
+	}
+	fill := map[string]string{}
+	for _, m := range regexp.MustCompile(`<title>(\w+) \(a\.rb\) \(\d+ samples, [\d.]+%, ([+-][\d.]+) points\)</title><rect [^>]*fill="([^"]+)"`).FindAllStringSubmatch(b.String(), -1) {
+		fill[m[1]] = m[2] + " " + m[3]
+	}
+	if fill["grows"] != "+40.00 rgb(255,55,55)" || fill["shrinks"] != "-40.00 rgb(55,55,255)" || fill["main"] != "+0.00 rgb(255,255,255)" {
+		t.Errorf("differential frames: %v", fill)
+	}
+}

@@ -623,6 +623,20 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: pv.title, Icicle: r.URL.Query().Get("icicle") == "1"}
+	if r.URL.Query().Get("before") != "" {
+		// A differential flame graph against another recording, seen
+		// through the same transforms.
+		before := s.openFileParam(w, r, "before", "profile")
+		if before == nil {
+			return
+		}
+		bv, err := before.view(&query{r: r})
+		if err != nil {
+			fail(w, http.StatusBadRequest, "%s", err)
+			return
+		}
+		o.Baseline = bv.p
+	}
 	if err := output.Flamegraph(&b, pv.p, o); err != nil {
 		fail(w, http.StatusInternalServerError, "%s", err)
 		return

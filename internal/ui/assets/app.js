@@ -520,12 +520,17 @@ const views = {
     const t = p.t || "";
     const d = await api("profile/functions", { f, limit: 1, t });
     setCrumbs(["files", "#/"], [d.file]);
-    const icicle = p.icicle === "1";
-    const frame = el("iframe", { id: "flame", src: "/api/profile/flame.svg?f=" + encodeURIComponent(f) + (icicle ? "&icicle=1" : "") + (t ? "&t=" + encodeURIComponent(t) : ""), title: icicle ? "icicle graph" : "flame graph" });
+    const icicle = p.icicle === "1", before = p.before;
+    const src = "/api/profile/flame.svg?" + new URLSearchParams({ f, ...(icicle ? { icicle: 1 } : {}), ...(t ? { t } : {}), ...(before !== undefined ? { before } : {}) }).toString();
+    const frame = el("iframe", { id: "flame", src, title: icicle ? "icicle graph" : "flame graph" });
     const pivot = el("p", { class: "pivot" }, "Draw as: ",
-      el("a", { href: hashFor(`/profile/${f}/flame`, { t }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
-      el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
-    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), pivot, frame);
+      el("a", { href: hashFor(`/profile/${f}/flame`, { t, before }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
+      el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t, before }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
+    const others = (await api("files", {})).files.filter(x => x.kind === "profile" && x.state === "ready" && String(x.id) !== String(f));
+    const against = others.length ? el("p", { class: "pivot", id: "flame-before" }, "Colour by the change against: ",
+      others.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: icicle ? 1 : undefined, t, before: x.id }), class: String(x.id) === before ? "on" : "" }, x.name)]),
+      before !== undefined ? [" · ", el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: icicle ? 1 : undefined, t }) }, "none (red: more of the samples than there, blue: fewer)")] : null) : null;
+    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), pivot, against, frame);
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
