@@ -190,19 +190,7 @@ func TestHeapDumpInterrupted(t *testing.T) {
 // bytesize and encoding but none of its bytes; without it the same dump
 // holds them.
 func TestHeapDumpRedactStrings(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
-	marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
-	cmd := exec.Command(rb.Bin, "-e", `require "objspace"; $keep = ARGV[0].chars.join; $stdout.puts ObjectSpace.dump($keep)[/"address":"(0x\h+)"/, 1]; $stdout.flush; sleep`, marker)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	addr = strings.TrimSpace(addr)
-	if err != nil || !strings.HasPrefix(addr, "0x") {
-		t.Fatalf("setup: the program said %q, %v", addr, err)
-	}
+	cmd, marker, addr := startSecretHolder(t)
 	dump := func(args ...string) string {
 		path := filepath.Join(t.TempDir(), "dump.json")
 		if _, errOut, code := rbscope(t, append([]string{"heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", path}, args...)...); code != 0 {
@@ -334,3 +322,24 @@ func TestCoreHeapDump(t *testing.T) {
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// startSecretHolder starts a Ruby program that keeps a String of a secret
+// marker (built at run time, twice) and returns it, the marker and the
+// String's address; the program is killed when the test ends.
+func startSecretHolder(t *testing.T) (*exec.Cmd, string, string) {
+	t.Helper()
+	rb := testruby.Rubies(t)[0]
+	marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
+	cmd := exec.Command(rb.Bin, "-e", `require "objspace"; $keep = ARGV[0].chars.join; $copy = ARGV[0].chars.join; $stdout.puts ObjectSpace.dump($keep)[/"address":"(0x\h+)"/, 1]; $stdout.flush; sleep`, marker)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	addr = strings.TrimSpace(addr)
+	if err != nil || !strings.HasPrefix(addr, "0x") {
+		t.Fatalf("setup: the program said %q, %v", addr, err)
+	}
+	return cmd, marker, addr
+}

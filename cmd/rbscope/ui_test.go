@@ -603,14 +603,7 @@ func TestUICrashes(t *testing.T) {
 // heap diff --json's, by class and by allocation site, and its largest row
 // is the objects the program says it kept between the dumps.
 func TestUIHeapDiff(t *testing.T) {
-	dir := t.TempDir()
-	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
-	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
-	var rep struct {
-		Leaky uint64 `json:"leaky"`
-		Site  string `json:"site"`
-	}
-	p.WaitReport(t, &rep, 60*time.Second)
+	before, after, rep := diffDumps(t)
 	s := startUI(t, before, after)
 	if files := s.waitLoaded(t); len(files) != 2 || files[0].State != "ready" || files[1].State != "ready" {
 		t.Fatalf("files: %+v", files)
@@ -809,19 +802,7 @@ func TestUIHeapWaste(t *testing.T) {
 // view of the page and in the index it builds: the program's secret
 // String shows with its size only.
 func TestUIRedactedDump(t *testing.T) {
-	rb := testruby.Rubies(t)[0]
-	marker := fmt.Sprintf("secret-marker-%d", time.Now().UnixNano())
-	cmd := exec.Command(rb.Bin, "-e", `require "objspace"; $keep = ARGV[0].chars.join; $copy = ARGV[0].chars.join; $stdout.puts ObjectSpace.dump($keep)[/"address":"(0x\h+)"/, 1]; $stdout.flush; sleep`, marker)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	addr = strings.TrimSpace(addr)
-	if err != nil || !strings.HasPrefix(addr, "0x") {
-		t.Fatalf("setup: the program said %q, %v", addr, err)
-	}
+	cmd, _, addr := startSecretHolder(t)
 	dir := t.TempDir()
 	dump := filepath.Join(dir, "redacted.json")
 	if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", dump, "--redact-strings"); code != 0 {
@@ -829,21 +810,7 @@ func TestUIRedactedDump(t *testing.T) {
 	}
 	s := startUI(t, dump)
 	s.waitLoaded(t)
-	var ov struct {
-		Page struct {
-			Rows []struct {
-				ID    int
-				Class string
-			}
-		}
-	}
-	s.get(t, "/api/heap/overview?f=0&limit=1000", &ov)
-	group := -1
-	for _, r := range ov.Page.Rows {
-		if r.Class == "String" {
-			group = r.ID
-		}
-	}
+	group := s.classGroup(t, 0, "String")
 	var obj struct {
 		Object struct{ Desc string }
 	}
@@ -1302,29 +1269,10 @@ func TestUIDomTree(t *testing.T) {
 // gives for the last of them, every object on it passing all 5,000; a
 // node passes at least as many as its children together; in Chromium too.
 func TestUIMergedPaths(t *testing.T) {
-	dir := t.TempDir()
-	before, after := filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
-	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
-	var rep struct {
-		Leaky     int    `json:"leaky"`
-		LastLeaky string `json:"last_leaky"`
-	}
-	p.WaitReport(t, &rep, 60*time.Second)
+	_, after, rep := diffDumps(t)
 	s := startUI(t, after)
 	s.waitLoaded(t)
-	var ov struct {
-		Page uiPage[struct {
-			ID    int
-			Class string
-		}]
-	}
-	s.get(t, "/api/heap/overview?f=0&limit=1000&by=class", &ov)
-	group := -1
-	for _, r := range ov.Page.Rows {
-		if r.Class == "Leaky" {
-			group = r.ID
-		}
-	}
+	group := s.classGroup(t, 0, "Leaky")
 	type node struct {
 		Root     string
 		Object   *struct{ Address string }
@@ -1355,12 +1303,12 @@ func TestUIMergedPaths(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &path) != nil || len(path.Paths) == 0 {
 		t.Fatalf("heap path: %s", stdout)
 	}
-	if m.Followed != rep.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != path.Paths[0].Root || m.Tree[0].Targets != rep.Leaky {
+	if uint64(m.Followed) != rep.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != path.Paths[0].Root || uint64(m.Tree[0].Targets) != rep.Leaky {
 		t.Fatalf("merged paths of %d Leaky: followed %d, unreached %d, roots %+v; heap path's root %s", rep.Leaky, m.Followed, m.Unreached, m.Tree, path.Paths[0].Root)
 	}
 	n := m.Tree[0]
 	for _, h := range path.Paths[0].Hops[:len(path.Paths[0].Hops)-1] {
-		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || n.Children[0].Targets != rep.Leaky {
+		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || uint64(n.Children[0].Targets) != rep.Leaky {
 			t.Fatalf("the merged chain parts from heap path's at %s: %+v", h.Address, n.Children)
 		}
 		n = n.Children[0]
@@ -1373,4 +1321,41 @@ func TestUIMergedPaths(t *testing.T) {
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
 	}
+}
+
+// classGroup returns the ID of the overview row (by class) of the objects
+// of class in dump f, -1 when there is none.
+func (s *uiServer) classGroup(t *testing.T, f int, class string) int {
+	t.Helper()
+	var ov struct {
+		Page uiPage[struct {
+			ID    int
+			Class string
+		}]
+	}
+	s.get(t, fmt.Sprintf("/api/heap/overview?f=%d&limit=1000&by=class", f), &ov)
+	for _, r := range ov.Page.Rows {
+		if r.Class == class {
+			return r.ID
+		}
+	}
+	return -1
+}
+
+// diffReport is what testdata/heap_graph_diff.rb says of its two dumps.
+type diffReport struct {
+	Leaky     uint64 `json:"leaky"`
+	Site      string `json:"site"`
+	LastLeaky string `json:"last_leaky"`
+}
+
+// diffDumps has heap_graph_diff.rb dump its heap before and after keeping
+// its Leaky objects, and returns both dumps and its report.
+func diffDumps(t *testing.T) (before, after string, rep diffReport) {
+	t.Helper()
+	dir := t.TempDir()
+	before, after = filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
+	p.WaitReport(t, &rep, 60*time.Second)
+	return before, after, rep
 }

@@ -502,14 +502,18 @@ func (s *Server) openPair(w http.ResponseWriter, r *http.Request, kind string) (
 	return before, after
 }
 
-// openLater returns the third dump a comparison names (later; nil when
-// it names none), or answers the request with why not (and false).
-func (s *Server) openLater(w http.ResponseWriter, r *http.Request) (*file, bool) {
-	if r.URL.Query().Get("later") == "" {
-		return nil, true
+// openDumps returns the heap dumps a comparison names: before, the later
+// f, and a third, later still (nil when it names none); or answers the
+// request with why not (and a nil after).
+func (s *Server) openDumps(w http.ResponseWriter, r *http.Request) (before, after, later *file) {
+	before, after = s.openPair(w, r, "heap")
+	if after == nil || r.URL.Query().Get("later") == "" {
+		return before, after, nil
 	}
-	f := s.openFileParam(w, r, "later", "heap")
-	return f, f != nil
+	if later = s.openFileParam(w, r, "later", "heap"); later == nil {
+		return nil, nil, nil
+	}
+	return before, after, later
 }
 
 // heapDiff answers what heap diff --json does: the objects of the dump f
@@ -517,12 +521,8 @@ func (s *Server) openLater(w http.ResponseWriter, r *http.Request) (*file, bool)
 // (by), the largest top groups (0: all); with a dump later (heap diff A B
 // C), those of them that later still holds.
 func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
-	before, after := s.openPair(w, r, "heap")
+	before, after, later := s.openDumps(w, r)
 	if after == nil {
-		return
-	}
-	later, ok := s.openLater(w, r)
-	if !ok {
 		return
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
@@ -553,12 +553,8 @@ func (s *Server) heapDiff(w http.ResponseWriter, r *http.Request) {
 // grew against the dump before, by the object that keeps the new
 // objects, the largest top.
 func (s *Server) heapSuspects(w http.ResponseWriter, r *http.Request) {
-	before, after := s.openPair(w, r, "heap")
+	before, after, later := s.openDumps(w, r)
 	if after == nil {
-		return
-	}
-	later, ok := s.openLater(w, r)
-	if !ok {
 		return
 	}
 	answer(w, r, after, func(f *file, q *query) (any, error) {
