@@ -7,7 +7,7 @@
 #   ruby testdata/heap_graph_diff.rb REPORT BEFORE AFTER [EXTRA]
 #
 # EXTRA (default 0) adds that many more objects (Strings, small Arrays and
-# Objects, a third each, all in $extra) before the first dump, for
+# Objects, a third each, in Arrays of 10,000 in $extra) before the first dump, for
 # bench/heap_scale.sh's dumps of millions of objects; "last_leaky" reports
 # the address of the last Leaky object, for `heap path`.
 #
@@ -17,11 +17,16 @@ require "json"
 
 report, before, after = ARGV.fetch(0), ARGV.fetch(1), ARGV.fetch(2)
 extra = Integer(ARGV.fetch(3, "0"))
-$extra = Array.new(extra) do |i|
-  case i % 3
-  when 0 then "extra #{i}"
-  when 1 then [i, i]
-  else Object.new
+# In Arrays of 10,000 each: one Array of millions would be a dump line of
+# hundreds of megabytes.
+$extra = Array.new((extra + 9_999) / 10_000) do |k|
+  Array.new([10_000, extra - k * 10_000].min) do |j|
+    i = k * 10_000 + j
+    case i % 3
+    when 0 then "extra #{i}"
+    when 1 then [i, i]
+    else Object.new
+    end
   end
 end
 
