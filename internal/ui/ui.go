@@ -117,11 +117,21 @@ func (s *Server) Handler() http.Handler { return s.guard.wrap(s.mux) }
 // Serve loads the files in the background and serves until ctx ends.
 func (s *Server) Serve(ctx context.Context) error {
 	go func() {
+		var prev *file
 		for _, f := range s.snapshot() {
 			if ctx.Err() != nil {
 				return
 			}
 			s.load(f)
+			// Dumps given one after another are most likely compared so:
+			// their diff and leak suspects are made ready meanwhile.
+			if f.heap == nil {
+				continue
+			}
+			if prev != nil {
+				go s.pairs.of(prev, f, true)
+			}
+			prev = f
 		}
 	}()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
