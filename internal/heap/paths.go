@@ -3,6 +3,7 @@ package heap
 import (
 	"math"
 	"slices"
+	"sync"
 )
 
 // Hop is one object on a path from the roots.
@@ -64,28 +65,48 @@ func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 	for _, i := range ignore {
 		avoid[i] = true
 	}
+	var exact, all []uint32
+	search := func(withConservative bool) []uint32 {
+		if withConservative {
+			if all == nil {
+				all = g.parents(avoid, true)
+			}
+			return all
+		}
+		if exact == nil {
+			exact = g.parents(avoid, false)
+		}
+		return exact
+	}
+	paths, _ := g.paths(target, n, g.Holders(target), func(h int) bool { return avoid[h] }, search, nil)
+	return paths
+}
+
+// paths is PathsIgnoring's work over the given holders of target (those
+// skip names left out), with the searches from the roots search gives
+// (exact references only, or conservative ones too). With valid set, a
+// holder's chain must pass it, or paths gives up (ok false).
+func (g *Graph) paths(target, n int, holders []int, skip func(int) bool, search func(withConservative bool) []uint32, valid func(parent []uint32, h int) bool) (out []Path, ok bool) {
 	var direct []Path
 	for _, r := range g.Roots {
 		if slices.Contains(r.Refs, uint32(target)) && !slices.ContainsFunc(direct, func(p Path) bool { return p.Root == r.Name }) {
 			direct = append(direct, Path{Root: r.Name, Hops: []Hop{g.Hop(target)}})
 		}
 	}
-	exact := g.parents(avoid, false)
-	var all []uint32 // computed when a holder needs it
 	paths := direct
-	for _, h := range g.Holders(target) {
+	for _, h := range holders {
 		if len(paths) >= n && len(paths[0].Hops) == 1 {
 			break // enough paths of length 1 already
 		}
-		if avoid[h] {
+		if skip(h) {
 			continue
 		}
-		parent := exact
-		if exact[h] == unseen || g.Conservative(h, target) {
-			if all == nil {
-				all = g.parents(avoid, true)
-			}
-			parent = all
+		parent := search(false)
+		if parent[h] == unseen || g.Conservative(h, target) {
+			parent = search(true)
+		}
+		if valid != nil && !valid(parent, h) {
+			return nil, false
 		}
 		if parent[h] == unseen {
 			continue
@@ -96,7 +117,61 @@ func PathsIgnoring(g *Graph, target, n int, ignore []int) []Path {
 	if len(paths) > n {
 		paths = paths[:n]
 	}
-	return paths
+	return paths, true
+}
+
+// PathSearch keeps one dump's searches from the roots (see parents), made
+// on first use, so that the paths to each object cost a walk rather than
+// a search of the whole graph (a second on 20 million objects): for an
+// object whose holders' chains avoid it and the objects ignored, the
+// chains of the unrestricted search are those a search that avoids them
+// finds, breadth first from the same roots in the same order. Where a
+// chain passes through one of them, it searches again as PathsIgnoring
+// does. Safe for concurrent use.
+type PathSearch struct {
+	g          *Graph
+	exact, all struct {
+		once   sync.Once
+		parent []uint32
+	}
+}
+
+// NewPathSearch prepares the searches of g.
+func NewPathSearch(g *Graph) *PathSearch { return &PathSearch{g: g} }
+
+// Paths is PathsIgnoring(g, target, n, ignore), given the target's holders
+// in ascending order, each once (g.Holders' answer, or the reverse edges').
+func (ps *PathSearch) Paths(target, n int, holders, ignore []int) []Path {
+	if n <= 0 {
+		return nil
+	}
+	g := ps.g
+	avoid := map[int]bool{target: true}
+	for _, i := range ignore {
+		avoid[i] = true
+	}
+	search := func(withConservative bool) []uint32 {
+		s := &ps.exact
+		if withConservative {
+			s = &ps.all
+		}
+		// The kept searches avoid nothing.
+		s.once.Do(func() { s.parent = g.parents(make([]bool, g.Len()), withConservative) })
+		return s.parent
+	}
+	valid := func(parent []uint32, h int) bool {
+		N := uint32(g.Len())
+		for v := uint32(h); v < N; v = parent[v] {
+			if avoid[int(v)] {
+				return false
+			}
+		}
+		return true
+	}
+	if paths, ok := g.paths(target, n, holders, func(h int) bool { return avoid[h] }, search, valid); ok {
+		return paths
+	}
+	return PathsIgnoring(g, target, n, ignore)
 }
 
 const unseen = math.MaxUint32

@@ -2,6 +2,8 @@ package heap
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -102,6 +104,31 @@ func TestPathsIgnoring(t *testing.T) {
 		}
 		if got := show(PathsIgnoring(g, idx(0x30), 5, ig)); got != tc.want {
 			t.Errorf("ignoring %#x: %q, want %q", tc.ignore, got, tc.want)
+		}
+	}
+}
+
+// TestPathSearchMatchesPaths: the kept searches give, object after
+// object, the very paths a search of its own gives, with and without
+// objects ignored, on random graphs.
+func TestPathSearchMatchesPaths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := 0; round < 6; round++ {
+		g, err := Load(strings.NewReader(randomDump(rng, 400, 1200, 6)), "random.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := NewPathSearch(g)
+		for k := 0; k < 150; k++ {
+			target := rng.IntN(g.Len())
+			var ignore []int
+			for range rng.IntN(3) {
+				ignore = append(ignore, rng.IntN(g.Len()))
+			}
+			want := PathsIgnoring(g, target, 4, ignore)
+			if got := ps.Paths(target, 4, g.Holders(target), ignore); !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, target %d, ignoring %v:\nkept search %+v\nown search  %+v", round, target, ignore, got, want)
+			}
 		}
 	}
 }

@@ -471,7 +471,8 @@ func apiPaths(f *file, q *query) (any, error) {
 		Ignored []string   `json:"ignored"`
 		Paths   []rootPath `json:"paths"`
 	}{dumpSummary: f.summary(), Object: ix.object(i), Holders: len(ix.rev.Of(i)), Ignored: append([]string{}, ignored...), Paths: []rootPath{}}
-	for _, p := range heap.PathsIgnoring(ix.g, i, n, ignore) {
+	holders := slices.Compact(slices.Sorted(slices.Values(ix.rev.Of(i))))
+	for _, p := range ix.paths.Paths(i, n, toInts(holders), ignore) {
 		rp := rootPath{Root: p.Root}
 		for _, h := range p.Hops {
 			rp.Hops = append(rp.Hops, pathHop{HeapObject: wire.NewHeapObject(ix.g, h), Dominator: doms[h.Index]})
@@ -841,4 +842,13 @@ func apiMerged(f *file, q *query) (any, error) {
 		Unreached int           `json:"unreached"`
 		Tree      []*mergedNode `json:"tree"`
 	}{f.summary(), overviewRow{ID: id, groupRow: gs.rows[id]}, len(targets), unreached, tree}, nil
+}
+
+// toInts converts object numbers.
+func toInts(s []uint32) []int {
+	out := make([]int, len(s))
+	for k, v := range s {
+		out[k] = int(v)
+	}
+	return out
 }

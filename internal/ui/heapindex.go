@@ -38,6 +38,8 @@ type heapIndex struct {
 
 	// wasteMemo is the Waste view's findings (waste).
 	wasteMemo heapWaste
+	// paths keeps the searches from the roots the paths views walk.
+	paths *heap.PathSearch
 }
 
 // groups partitions the objects: group[i] is object i's group, members
@@ -187,7 +189,7 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree) error
 
 // newHeapIndex builds the in-memory rows over g and d.
 func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
-	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}}
+	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}, paths: heap.NewPathSearch(g)}
 	// The reverse edges and the dominator tree's children are built beside
 	// the groups (each a pass over every object).
 	var edges sync.WaitGroup
