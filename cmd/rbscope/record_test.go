@@ -519,11 +519,22 @@ func TestRecordRealtimeSampler(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Looked at until rbscope exits: on a busy machine attaching can
+		// take most of a second or more before the sampler starts.
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
 		most := 0
-		for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var err error
+	look:
+		for {
 			most = max(most, fifoThreads(cmd.Process.Pid))
+			select {
+			case err = <-exited:
+				break look
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-		if err := cmd.Wait(); err != nil {
+		if err != nil {
 			t.Fatalf("%s: %v: %s", tc.flag, err, stderr.String())
 		}
 		if most != tc.want {

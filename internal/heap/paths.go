@@ -139,6 +139,34 @@ type PathSearch struct {
 // NewPathSearch prepares the searches of g.
 func NewPathSearch(g *Graph) *PathSearch { return &PathSearch{g: g} }
 
+// search returns the kept search from the roots (exact references only,
+// or conservative ones too), made on first use. The kept searches avoid
+// nothing.
+func (ps *PathSearch) search(withConservative bool) []uint32 {
+	s := &ps.exact
+	if withConservative {
+		s = &ps.all
+	}
+	s.once.Do(func() { s.parent = ps.g.parents(make([]bool, ps.g.Len()), withConservative) })
+	return s.parent
+}
+
+// Shortest returns one shortest path from the roots to each of targets
+// that a root reaches (through exact references where they reach).
+func (ps *PathSearch) Shortest(targets []int) map[int]Path {
+	out := map[int]Path{}
+	for _, t := range targets {
+		parent := ps.search(false)
+		if parent[t] == unseen {
+			parent = ps.search(true)
+		}
+		if parent[t] != unseen {
+			out[t] = ps.g.pathThrough(parent, t, nil)
+		}
+	}
+	return out
+}
+
 // Paths is PathsIgnoring(g, target, n, ignore), given the target's holders
 // in ascending order, each once (g.Holders' answer, or the reverse edges').
 func (ps *PathSearch) Paths(target, n int, holders, ignore []int) []Path {
@@ -150,15 +178,6 @@ func (ps *PathSearch) Paths(target, n int, holders, ignore []int) []Path {
 	for _, i := range ignore {
 		avoid[i] = true
 	}
-	search := func(withConservative bool) []uint32 {
-		s := &ps.exact
-		if withConservative {
-			s = &ps.all
-		}
-		// The kept searches avoid nothing.
-		s.once.Do(func() { s.parent = g.parents(make([]bool, g.Len()), withConservative) })
-		return s.parent
-	}
 	valid := func(parent []uint32, h int) bool {
 		N := uint32(g.Len())
 		for v := uint32(h); v < N; v = parent[v] {
@@ -168,7 +187,7 @@ func (ps *PathSearch) Paths(target, n int, holders, ignore []int) []Path {
 		}
 		return true
 	}
-	if paths, ok := g.paths(target, n, holders, func(h int) bool { return avoid[h] }, search, valid); ok {
+	if paths, ok := g.paths(target, n, holders, func(h int) bool { return avoid[h] }, ps.search, valid); ok {
 		return paths
 	}
 	return PathsIgnoring(g, target, n, ignore)
@@ -199,25 +218,7 @@ func (g *Graph) pathThrough(parent []uint32, x int, after []int) Path {
 // ShortestPaths returns one shortest path from the roots to each of
 // targets that a root reaches, by one search for them all (through exact
 // references where they reach, as Paths goes).
-func ShortestPaths(g *Graph, targets []int) map[int]Path {
-	out := map[int]Path{}
-	avoid := make([]bool, g.Len())
-	var all []uint32
-	exact := g.parents(avoid, false)
-	for _, t := range targets {
-		parent := exact
-		if exact[t] == unseen {
-			if all == nil {
-				all = g.parents(avoid, true)
-			}
-			parent = all
-		}
-		if parent[t] != unseen {
-			out[t] = g.pathThrough(parent, t, nil)
-		}
-	}
-	return out
-}
+func ShortestPaths(g *Graph, targets []int) map[int]Path { return NewPathSearch(g).Shortest(targets) }
 
 // parents runs a breadth-first search from the roots that never enters
 // the objects avoid names and returns, for each object, the object it was
@@ -262,13 +263,13 @@ type MergedNode struct {
 }
 
 // MergedPaths merges the shortest paths from the roots to each of
-// targets (one search for them all, as ShortestPaths) into a tree: what
+// targets (the kept search's, as Shortest) into a tree: what
 // holds many objects of a class at once. Each node's children are sorted
 // by how many targets pass through them; a node's targets are at least the
 // sum of its children's (the rest are held by it directly). It returns the
 // root sets' nodes and how many targets no root reaches.
-func MergedPaths(g *Graph, targets []int) (roots []*MergedNode, unreached int) {
-	paths := ShortestPaths(g, targets)
+func (ps *PathSearch) MergedPaths(targets []int) (roots []*MergedNode, unreached int) {
+	paths := ps.Shortest(targets)
 	byRoot := map[string]*MergedNode{}
 	type key struct {
 		parent *MergedNode

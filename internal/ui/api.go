@@ -810,7 +810,7 @@ func apiMerged(f *file, q *query) (any, error) {
 	for _, m := range members[:min(len(members), maxMerged)] {
 		targets = append(targets, int(m))
 	}
-	roots, unreached := heap.MergedPaths(ix.g, targets)
+	roots, unreached := ix.paths.MergedPaths(targets)
 	floor := max(1, len(targets)/200)
 	budget := maxMergedNodes
 	var conv func(n *heap.MergedNode) *mergedNode
