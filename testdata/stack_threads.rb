@@ -14,11 +14,14 @@ $reports = Queue.new
 
 # report records the calling thread's stack. top lists the frames rbscope
 # will see above caller_locations(0)'s first frame: [label, path, line], with
-# path nil for C methods.
-def report(locs, top)
+# path nil for C methods. A thread that keeps running a block may be caught
+# between two of its calls, in the method that yields; between lists the
+# lines that method's frame may then be at.
+def report(locs, top, between = [])
   frames = locs.map { |l| [l.label, l.absolute_path || l.path, l.lineno] }
   $reports << { "name" => Thread.current.name, "main" => Thread.current == Thread.main,
-                "tid" => Thread.current.native_thread_id, "top" => top, "frames" => frames }
+                "tid" => Thread.current.native_thread_id, "top" => top, "frames" => frames,
+                "between" => between }
 end
 REPORT = method(:report)
 
@@ -42,6 +45,14 @@ end
 LOOP_FRAME = core_frame(Kernel, :loop) { loop { sleep } }
 POP_FRAME = core_frame(Thread::Queue, :pop) { Thread::Queue.new.pop }
 
+# core_lines are the lines of a core method written in Ruby (3.3's
+# Kernel#loop) that its instructions have, as Ruby's own disassembly gives
+# them; none for one written in C, whose frame has no line.
+def core_lines(owner, name)
+  return [] if owner.instance_method(name).source_location.nil?
+  RubyVM::InstructionSequence.of(owner.instance_method(name)).to_a.last.grep(Integer).uniq
+end
+
 def down(n)
   if n == 0
     report(caller_locations(0), [["Kernel#sleep", nil, nil]]); sleep
@@ -55,7 +66,7 @@ BLOCK_IN_SPIN = RUBY_VERSION >= "3.4" ? "block in Object#spin" : "block in spin"
 
 def spin
   x = 0
-  report(caller_locations(0), [[BLOCK_IN_SPIN, __FILE__, __LINE__], LOOP_FRAME]); loop { x += 1 }
+  report(caller_locations(0), [[BLOCK_IN_SPIN, __FILE__, __LINE__], LOOP_FRAME], core_lines(Kernel, :loop)); loop { x += 1 }
 end
 
 class Widget

@@ -4,16 +4,19 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// ShareCPU pins process pid's threads and a spinning thread of the test to
-// one CPU, so that pid is often waiting for it; stop undoes the spinning.
+// ShareCPU pins process pid's threads and a spinning process to one CPU,
+// so that pid is often waiting for it; stop ends the spinner. The spinner
+// is a process of its own, not a thread of the test: the sampler moves
+// every thread of the process it runs in off its target's CPUs (ownCPUs),
+// and a spinning thread of the test moved with them would leave the
+// target a CPU to itself.
 func ShareCPU(t *testing.T, pid int) (stop func()) {
 	t.Helper()
 	// One CPU this test may use (a container's cpuset need not have CPU 0).
@@ -31,31 +34,28 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tids []int
 	for _, e := range ents {
 		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, tid)
+			if err := unix.SchedSetaffinity(tid, &set); err != nil {
+				t.Fatalf("pin tid %d: %v", tid, err)
+			}
 		}
 	}
-	for _, tid := range tids {
-		if err := unix.SchedSetaffinity(tid, &set); err != nil {
-			t.Fatalf("pin tid %d: %v", tid, err)
-		}
+	spinner := exec.Command("sh", "-c", "while :; do :; done")
+	if err := spinner.Start(); err != nil {
+		t.Fatalf("start a spinner: %v", err)
 	}
-	var done atomic.Bool
-	started := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // the thread ends with the goroutine
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			t.Errorf("pin spinner: %v", err)
-		}
-		close(started)
-		for !done.Load() {
-		}
-	}()
-	<-started
-	stop = func() { done.Store(true) }
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = spinner.Process.Kill()
+			_ = spinner.Wait()
+		})
+	}
 	t.Cleanup(stop) // a test that fails early must not leave a core spinning
+	if err := unix.SchedSetaffinity(spinner.Process.Pid, &set); err != nil {
+		t.Fatalf("pin the spinner: %v", err)
+	}
 	return stop
 }
 
