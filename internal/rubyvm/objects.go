@@ -1,6 +1,7 @@
 package rubyvm
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 )
@@ -38,34 +39,92 @@ func (v *VM) objType(obj uint64) (typ int64, flags uint64, err error) {
 
 // rstring reads a Ruby String object.
 func (v *VM) rstring(obj uint64) (string, error) {
+	if !v.isHeapObject(obj) {
+		return "", fmt.Errorf("VALUE %#x is not a heap object: %w", obj, ErrGarbage)
+	}
+	slot, err := v.m.read(obj, strHeaderLen(v.Layout))
+	if err != nil {
+		return "", err
+	}
+	s, _, err := v.decodeString(obj, slot)
+	return s, err
+}
+
+// decodeString decodes the String obj from slot, at least the first
+// strHeaderLen bytes of its slot, reading what slot lacks of its contents.
+// It also returns the bytes that show the String unchanged: its header and,
+// embedded, its contents (a String's heap contents are not compared: a
+// frozen one's stay put).
+func (v *VM) decodeString(obj uint64, slot []byte) (string, []byte, error) {
 	L := v.Layout
-	typ, flags, err := v.objType(obj)
+	hdr := strHeaderLen(L)
+	flags := le64(slot, L.RBasicFlags)
+	if typ := int64(flags) & L.TMask; typ != L.TString {
+		return "", nil, fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	}
+	h := strHeader(L, slot[:hdr], flags)
+	if h.length > maxStringBytes {
+		return "", nil, fmt.Errorf("String %#x claims %d bytes: %w", obj, h.length, ErrGarbage)
+	}
+	if !h.embedded {
+		if h.length == 0 {
+			return "", slot[:hdr], nil
+		}
+		b, err := v.m.read(h.ptr, int(h.length))
+		if err != nil {
+			return "", nil, err
+		}
+		return string(b), slot[:hdr], nil
+	}
+	need := int(h.off) + int(h.length)
+	if need > len(slot) {
+		b, err := v.m.read(obj, need)
+		if err != nil {
+			return "", nil, err
+		}
+		slot = b
+	}
+	key := slot[:max(hdr, need)]
+	return string(slot[h.off:need]), key, nil
+}
+
+// nameCache keeps the thread names read, by the String's VALUE, with the
+// bytes that showed them (decodeString): a later read of those bytes that
+// finds them unchanged is the same name, without following the String.
+type nameCache map[uint64]cachedName
+
+type cachedName struct {
+	key  []byte
+	name string
+}
+
+// maxCachedNames bounds the cache; past it, it starts again.
+const maxCachedNames = 4096
+
+// readLen is how many bytes at val show its name: those the cache compares,
+// or a String's header for one not seen yet.
+func (c nameCache) readLen(val uint64, header int) int {
+	if e, ok := c[val]; ok {
+		return max(len(e.key), header)
+	}
+	return header
+}
+
+// threadName returns the name held by the String val, whose first bytes
+// (nameCache.readLen of them) are slot; "" for one that is not a String.
+func (v *VM) threadName(val uint64, slot []byte) string {
+	if e, ok := v.names[val]; ok && bytes.Equal(e.key, slot[:min(len(slot), len(e.key))]) {
+		return e.name
+	}
+	name, key, err := v.decodeString(val, slot)
 	if err != nil {
-		return "", err
+		return ""
 	}
-	if typ != L.TString {
-		return "", fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	if len(v.names) >= maxCachedNames {
+		clear(v.names)
 	}
-	slot, err := v.m.read(obj, strHeaderLen(L))
-	if err != nil {
-		return "", err
-	}
-	h := strHeader(L, slot, flags)
-	length, ptr := h.length, h.ptr
-	if h.embedded {
-		ptr = at(obj, h.off)
-	}
-	if length == 0 {
-		return "", nil
-	}
-	if length > maxStringBytes {
-		return "", fmt.Errorf("String %#x claims %d bytes: %w", obj, length, ErrGarbage)
-	}
-	b, err := v.m.read(ptr, int(length))
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
+	v.names[val] = cachedName{key: bytes.Clone(key), name: name}
+	return name
 }
 
 // rarrayEntry reads element i of a Ruby Array object.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,6 +78,8 @@ type VM struct {
 	labels       map[[2]uint64]string // (iseq, method owner) -> label
 	owners       map[uint64]uint64    // ep[me_cref] of a local environment -> its method's owner
 	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
+	names        nameCache            // thread names, by their String
+	walk         walkCache            // where the last walk found the threads
 	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
 	objspaceAddr uint64               // the objspace, once GC has read it (it lives as long as the VM)
 	tidOff       uint64               // offset of the TID in the C library's struct pthread (0: none)
@@ -260,6 +263,8 @@ func (v *VM) ForgetCaches() {
 	v.labels = map[[2]uint64]string{}
 	v.owners = map[uint64]uint64{}
 	v.cfuncs = map[uint64]string{}
+	v.names = nameCache{}
+	v.walk = walkCache{}
 }
 
 // Close releases the process's image and its use of the Build.
@@ -507,20 +512,17 @@ func (v *VM) checkOrDrift(maps []target.Mapping) error {
 // threadListed checks that thread th is on one of the VM's thread lists
 // (a ractor's, or the VM's before ractors), and that the lists close.
 func (v *VM) threadListed(vm, th uint64) error {
-	L := v.Layout
-	groups, err := v.threadGroups(vm)
+	groups, _, err := v.threadGroups(vm)
 	if err != nil {
 		return err
 	}
 	for _, g := range groups {
-		ths, err := v.list(g.threads, L.ThreadListNode, maxThreads)
+		ths, _, err := v.threadBlocks(g)
 		if err != nil {
 			return fmt.Errorf("a thread list: %w", err)
 		}
-		for _, t := range ths {
-			if t == th {
-				return nil
-			}
+		if slices.Contains(ths, th) {
+			return nil
 		}
 	}
 	return fmt.Errorf("the main thread %#x is on no thread list: %w", th, ErrGarbage)

@@ -3,6 +3,8 @@ package rubyvm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rbscope/rbscope/internal/target"
 )
 
 // FrameKind is what a Ruby frame is.
@@ -99,40 +101,38 @@ func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
 // ReadThreads walks every ractor's threads and reads who they are (TID,
 // name, status, GVL); it walks the stacks only of the threads withStack
 // accepts (none when it is nil), as stacks are what costs.
+//
+// A sampler calls it on every tick, so it reads little: one batched read
+// of the VM's, its ractors' and its threads' fields where the threads are
+// those of the last read (walkThreads), and one for what the threads point
+// at (native threads' TIDs, names).
 func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thread, error) {
 	defer v.withReadOptions(opts)()
-	L := v.Layout
-	vm, err := v.vmPtr()
-	if err != nil {
-		return nil, err
-	}
-	mainThread, _ := v.m.u64(at(vm, L.VMRactorMainThread))
-	groups, err := v.threadGroups(vm)
-	if err != nil {
-		return nil, err
-	}
+	w, err := v.walkThreads()
 	var out []Thread
-	for _, g := range groups {
-		gvlOwner, _ := v.m.u64(g.gvlOwner)
-		ths, err := v.list(g.threads, L.ThreadListNode, maxThreads)
-		if err != nil {
-			return out, fmt.Errorf("listing threads: %w", err)
+	for gi, g := range w.groups {
+		if gi >= len(w.addrs) {
+			break
 		}
-		for _, th := range ths {
-			t, ec := v.thread(th)
-			t.Main = th == mainThread
-			t.GVL = th == gvlOwner
-			if t.Error == "" && withStack != nil && withStack(t) {
-				frames, err := v.stack(ec)
+		ths, ecs := v.threads(w.addrs[gi], w.blocks[gi])
+		for i := range ths {
+			t := &ths[i]
+			t.Main = t.Addr == w.main
+			t.GVL = t.Addr == g.gvlOwner
+			if t.Error == "" && withStack != nil && withStack(*t) {
+				frames, err := v.stack(ecs[i])
 				t.Frames = frames
 				if err != nil {
 					t.Error = err.Error()
 				}
 			}
-			out = append(out, t)
 		}
+		out = append(out, ths...)
 	}
-	return out, nil
+	if err != nil && len(w.groups) > 0 {
+		err = fmt.Errorf("listing threads: %w", err)
+	}
+	return out, err
 }
 
 // ReadStacks reads into ths (from ReadThreads, perhaps a moment ago) the
@@ -160,125 +160,272 @@ func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool, opts ...ReadO
 	}
 }
 
-// threadGroup is one list of threads and where the GVL owner of those
-// threads is kept: a ractor's (3.0+) or, before ractors, the VM's.
+// threadGroup is one list of threads and the GVL owner of those threads:
+// a ractor's (3.0+) or, before ractors, the VM's.
 type threadGroup struct {
-	threads  uint64 // the list head of the threads
-	gvlOwner uint64 // the address of the GVL owner's rb_thread_t pointer
+	ractor   uint64 // the ractor's address; 0 for the VM's own group (2.7)
+	head     uint64 // the address of the list head of the threads
+	first    uint64 // the head's next node (the head itself when empty)
+	gvlOwner uint64 // the rb_thread_t holding the GVL, 0 for none
 }
 
-// threadGroups lists the VM's thread lists: one per ractor, or the VM's
-// living threads on a Ruby without ractors (2.7).
-func (v *VM) threadGroups(vm uint64) ([]threadGroup, error) {
+// field is the offset of member sub of a struct found at off in another,
+// or -1 where the layout lacks the outer one.
+func field(off, sub int64) int64 {
+	if off < 0 {
+		return -1
+	}
+	return off + sub
+}
+
+// span is one read of the part of a struct that holds the fields a walk
+// needs, so that several fields cost one read.
+type span struct {
+	lo int64
+	b  []byte
+}
+
+// maxSpan bounds a span: a layout whose fields lie further apart than
+// this is read field by field.
+const maxSpan = 64 << 10
+
+// spanOf returns the span that holds the 8-byte words at offs (the offsets
+// below 0, fields the layout lacks, are left out), its bytes not yet read.
+func spanOf(offs ...int64) (span, error) {
+	lo, hi := int64(-1), int64(-1)
+	for _, o := range offs {
+		if o < 0 {
+			continue
+		}
+		if lo < 0 || o < lo {
+			lo = o
+		}
+		hi = max(hi, o+8)
+	}
+	if lo < 0 {
+		return span{}, nil
+	}
+	if hi-lo > maxSpan {
+		return span{}, fmt.Errorf("fields %d bytes apart: %w", hi-lo, ErrGarbage)
+	}
+	return span{lo: lo, b: make([]byte, hi-lo)}, nil
+}
+
+// readSpan reads, in one read, the 8-byte words at offs from base.
+func (v *VM) readSpan(base uint64, offs ...int64) (span, error) {
+	s, err := spanOf(offs...)
+	if err != nil || len(s.b) == 0 {
+		return s, err
+	}
+	return s, target.ReadFull(v.m.t, s.b, at(base, s.lo))
+}
+
+// u64 returns the word at off, and 0 for an offset the span does not hold
+// (a field the layout lacks).
+func (s span) u64(off int64) uint64 {
+	if off < s.lo || off+8 > s.lo+int64(len(s.b)) {
+		return 0
+	}
+	return le64(s.b, off-s.lo)
+}
+
+// vmFields are the offsets of the fields of the VM that a walk of its
+// threads reads; ractorFields those of a ractor.
+func (v *VM) vmFields() []int64 {
 	L := v.Layout
+	next := L.ListNodeNext
+	return []int64{L.VMRactorMainThread, field(L.VMRactorSet, next), L.VMRactorMainRactor, field(L.VMLivingThreads, next), L.VMGVLOwner}
+}
+
+func (v *VM) ractorFields() []int64 {
+	L := v.Layout
+	next := L.ListNodeNext
+	return []int64{field(L.RactorVMListNode, next), field(L.RactorThreadsSet, next), L.RactorGVLOwner}
+}
+
+// ractorGroup is ractor r's thread group, from its span (ractorFields),
+// and the next node of the VM's list of ractors.
+func (v *VM) ractorGroup(r uint64, rs span) (threadGroup, uint64) {
+	L := v.Layout
+	next := L.ListNodeNext
+	return threadGroup{ractor: r, head: at(r, L.RactorThreadsSet), first: rs.u64(field(L.RactorThreadsSet, next)), gvlOwner: rs.u64(L.RactorGVLOwner)}, rs.u64(field(L.RactorVMListNode, next))
+}
+
+// vmGroup is the VM's own thread group, on a Ruby without ractors (2.7),
+// from the VM's span (vmFields).
+func (v *VM) vmGroup(vm uint64, vs span) threadGroup {
+	L := v.Layout
+	return threadGroup{head: at(vm, L.VMLivingThreads), first: vs.u64(field(L.VMLivingThreads, L.ListNodeNext)), gvlOwner: vs.u64(L.VMGVLOwner)}
+}
+
+// threadGroups lists the VM's thread lists, one per ractor or, on a Ruby
+// without ractors (2.7), the VM's living threads, and returns the main
+// thread's rb_thread_t.
+func (v *VM) threadGroups(vm uint64) ([]threadGroup, uint64, error) {
+	L := v.Layout
+	vs, err := v.readSpan(vm, v.vmFields()...)
+	if err != nil {
+		return nil, 0, err
+	}
+	mainThread := vs.u64(L.VMRactorMainThread)
 	if L.VMRactorSet < 0 {
 		if L.VMLivingThreads < 0 {
-			return nil, fmt.Errorf("the layout has neither ractors nor the VM's living threads: %w", ErrGarbage)
+			return nil, 0, fmt.Errorf("the layout has neither ractors nor the VM's living threads: %w", ErrGarbage)
 		}
-		return []threadGroup{{threads: at(vm, L.VMLivingThreads), gvlOwner: at(vm, L.VMGVLOwner)}}, nil
+		return []threadGroup{v.vmGroup(vm, vs)}, mainThread, nil
 	}
-	rs, err := v.ractors(vm)
-	if err != nil {
-		return nil, err
+	// The ractors' list, each ractor's fields read with its next node.
+	head := at(vm, L.VMRactorSet)
+	var gs []threadGroup
+	ractorOf := func(r uint64) (threadGroup, uint64, error) {
+		rs, err := v.readSpan(r, v.ractorFields()...)
+		if err != nil {
+			return threadGroup{}, 0, err
+		}
+		g, next := v.ractorGroup(r, rs)
+		return g, next, nil
 	}
-	gs := make([]threadGroup, len(rs))
-	for i, r := range rs {
-		gs[i] = threadGroup{threads: at(r, L.RactorThreadsSet), gvlOwner: at(r, L.RactorGVLOwner)}
+	for node := vs.u64(field(L.VMRactorSet, L.ListNodeNext)); node != head; {
+		if node == 0 || len(gs) >= maxRactors {
+			err = fmt.Errorf("ractor list at %#x is broken or too long: %w", head, ErrGarbage)
+			break
+		}
+		var g threadGroup
+		if g, node, err = ractorOf(node - uint64(L.RactorVMListNode)); err != nil {
+			break
+		}
+		gs = append(gs, g)
 	}
-	return gs, nil
+	if err != nil || len(gs) == 0 {
+		main := vs.u64(L.VMRactorMainRactor)
+		if main == 0 {
+			return nil, 0, fmt.Errorf("no ractor found: %w", errors.Join(err, ErrGarbage))
+		}
+		g, _, err2 := ractorOf(main)
+		if err2 != nil {
+			return nil, 0, fmt.Errorf("no ractor found: %w", errors.Join(err, err2))
+		}
+		return []threadGroup{g}, mainThread, nil
+	}
+	return gs, mainThread, nil
 }
 
-// ractors lists the ractors of the VM (the main one for ordinary programs).
-func (v *VM) ractors(vm uint64) ([]uint64, error) {
+// threadBlockLen is how much of an rb_thread_t one read takes: every field
+// a thread's identity needs, and its list node.
+func (v *VM) threadBlockLen() int64 {
 	L := v.Layout
-	rs, err := v.list(at(vm, L.VMRactorSet), L.RactorVMListNode, maxRactors)
-	if err != nil || len(rs) == 0 {
-		main, err2 := v.m.u64(at(vm, L.VMRactorMainRactor))
-		if err2 != nil || main == 0 {
-			return nil, fmt.Errorf("no ractor found: %w", errors.Join(err, err2, ErrGarbage))
-		}
-		return []uint64{main}, nil
+	size := L.ThreadName + 8
+	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, L.ThreadPthread, (L.ThreadStatusBit + L.ThreadStatusLen) / 8, L.ThreadListNode + L.ListNodeNext} {
+		size = max(size, o+8)
 	}
-	return rs, nil
+	return size
 }
 
-// list walks a ccan circular list whose head is at head and returns the
-// containing structs (node address minus nodeOff), at most max of them.
-func (v *VM) list(head uint64, nodeOff int64, max int) ([]uint64, error) {
+// threadBlocks walks a thread list: each rb_thread_t is read once, and
+// that read gives the next node too. It returns the threads and their
+// blocks, and what it found before an error.
+func (v *VM) threadBlocks(g threadGroup) ([]uint64, [][]byte, error) {
 	L := v.Layout
-	var out []uint64
-	node, err := v.m.u64(at(head, L.ListNodeNext))
-	if err != nil {
-		return nil, err
-	}
-	for node != head {
-		if node == 0 || len(out) >= max {
-			return out, fmt.Errorf("list at %#x is broken or too long: %w", head, ErrGarbage)
+	size := int(v.threadBlockLen())
+	var addrs []uint64
+	var blocks [][]byte
+	for node := g.first; node != g.head; {
+		if node == 0 || len(addrs) >= maxThreads {
+			return addrs, blocks, fmt.Errorf("list at %#x is broken or too long: %w", g.head, ErrGarbage)
 		}
-		out = append(out, node-uint64(nodeOff))
-		if node, err = v.m.u64(at(node, L.ListNodeNext)); err != nil {
-			return out, err
+		th := node - uint64(L.ThreadListNode)
+		b, err := v.m.read(th, size)
+		if err != nil {
+			return addrs, blocks, err
 		}
+		addrs, blocks = append(addrs, th), append(blocks, b)
+		node = le64(b, L.ThreadListNode+L.ListNodeNext)
 	}
-	return out, nil
+	return addrs, blocks, nil
 }
 
 // thread reads one rb_thread_t and returns it with the address of its
 // execution context; a failure is recorded in Thread.Error.
 func (v *VM) thread(th uint64) (Thread, uint64) {
+	b, err := v.m.read(th, int(v.threadBlockLen()))
+	if err != nil {
+		return Thread{Addr: th, Error: err.Error()}, 0
+	}
+	ths, ecs := v.threads([]uint64{th}, [][]byte{b})
+	return ths[0], ecs[0]
+}
+
+// threads decodes the rb_thread_t blocks of addrs (threadBlocks) and
+// returns the threads with the addresses of their execution contexts. What
+// the threads point at, their native threads' TIDs and their names, is read
+// for all of them in one batched read.
+func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 	L := v.Layout
-	t := Thread{Addr: th}
-	size := L.ThreadName + 8
-	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, L.ThreadPthread, (L.ThreadStatusBit + L.ThreadStatusLen) / 8} {
-		if o+8 > size {
-			size = o + 8
+	ths := make([]Thread, len(addrs))
+	ecs := make([]uint64, len(addrs))
+	// The second reads: [2i] a native thread's TID, [2i+1] a name.
+	n := 2 * len(addrs)
+	raddrs, bufs, ok := make([]uint64, n), make([][]byte, n), make([]bool, n)
+	nts := make([]uint64, len(addrs))
+	names := make([]uint64, len(addrs))
+	for i, b := range blocks {
+		t := &ths[i]
+		t.Addr, t.Self = addrs[i], le64(b, L.ThreadSelf)
+		ecs[i] = le64(b, L.ThreadEC)
+		switch {
+		case L.ThreadTID < 0 && L.ThreadNT < 0 && L.ThreadPthread >= 0:
+			// No TID of its own (2.7): the C library's struct pthread has it.
+			t.TID = v.tidOfPthread(le64(b, L.ThreadPthread))
+		case L.ThreadTID >= 0:
+			t.TID = v.ownTID(int(int32(le32(b, L.ThreadTID))))
+		case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
+			if nts[i] = le64(b, L.ThreadNT); nts[i] != 0 {
+				raddrs[2*i], bufs[2*i] = at(nts[i], L.NativeThreadTID), make([]byte, 4)
+			}
+		}
+		t.Status = v.threadStatus(b)
+		if names[i] = le64(b, L.ThreadName); v.isHeapObject(names[i]) {
+			raddrs[2*i+1], bufs[2*i+1] = names[i], make([]byte, v.names.readLen(names[i], strHeaderLen(L)))
 		}
 	}
-	b, err := v.m.read(th, int(size))
-	if err != nil {
-		t.Error = err.Error()
-		return t, 0
-	}
-	t.Self = le64(b, L.ThreadSelf)
-	switch {
-	case L.ThreadTID < 0 && L.ThreadNT < 0 && L.ThreadPthread >= 0:
-		// No TID of its own (2.7): glibc's struct pthread has it.
-		t.TID = v.tidOfPthread(le64(b, L.ThreadPthread))
-	case L.ThreadTID >= 0:
-		t.TID = v.ownTID(int(int32(le32(b, L.ThreadTID))))
-	case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
-		if nt := le64(b, L.ThreadNT); nt != 0 {
-			if tid, err := v.m.u32(at(nt, L.NativeThreadTID)); err == nil {
-				t.TID = v.ownTID(int(int32(tid)))
+	target.ReadBatch(v.m.t, raddrs, bufs, ok)
+	for i, b := range blocks {
+		t := &ths[i]
+		if nts[i] != 0 {
+			if ok[2*i] {
+				t.TID = v.ownTID(int(int32(le32(bufs[2*i], 0))))
 			}
 			if t.TID <= 0 && L.NativeThreadPthread >= 0 {
 				// A thread just born has not written its tid yet; its
 				// struct pthread had it from clone.
-				if pt, err := v.m.u64(at(nt, L.NativeThreadPthread)); err == nil {
+				if pt, err := v.m.u64(at(nts[i], L.NativeThreadPthread)); err == nil {
 					t.TID = v.tidOfPthread(pt)
 				}
 			}
 		}
+		if t.TID <= 0 && L.ThreadTID >= 0 && L.ThreadPthread >= 0 {
+			t.TID = v.tidOfPthread(le64(b, L.ThreadPthread)) // as above (3.1's own tid)
+		}
+		if len(bufs[2*i+1]) > 0 && ok[2*i+1] {
+			t.Name = v.threadName(names[i], bufs[2*i+1])
+		}
 	}
-	if t.TID <= 0 && L.ThreadTID >= 0 && L.ThreadPthread >= 0 {
-		t.TID = v.tidOfPthread(le64(b, L.ThreadPthread)) // as above (3.1's own tid)
-	}
+	return ths, ecs
+}
+
+// threadStatus decodes Thread#status from a thread's block.
+func (v *VM) threadStatus(b []byte) string {
+	L := v.Layout
 	word := le64(b, L.ThreadStatusBit/8)
-	status := int64(word>>uint64(L.ThreadStatusBit%8)) & (1<<uint64(L.ThreadStatusLen) - 1)
-	switch status {
+	switch int64(word>>uint64(L.ThreadStatusBit%8)) & (1<<uint64(L.ThreadStatusLen) - 1) {
 	case L.ThreadRunnable:
-		t.Status = "run"
+		return "run"
 	case L.ThreadStopped, L.ThreadStoppedForever:
-		t.Status = "sleep"
+		return "sleep"
 	case L.ThreadKilled:
-		t.Status = "dead"
-	default:
-		t.Status = "unknown"
+		return "dead"
 	}
-	if name := le64(b, L.ThreadName); v.isHeapObject(name) {
-		t.Name, _ = v.rstring(name)
-	}
-	return t, le64(b, L.ThreadEC)
+	return "unknown"
 }
 
 type stackBounds struct {

@@ -1,0 +1,144 @@
+package rubyvm
+
+import (
+	"encoding/binary"
+
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// walked is one walk of the VM's threads: its thread groups, the main
+// thread's rb_thread_t, and each group's threads (addrs) with their structs
+// as read (blocks, threadBlockLen bytes each).
+type walked struct {
+	groups []threadGroup
+	main   uint64
+	addrs  [][]uint64
+	blocks [][][]byte
+}
+
+// walkCache holds the addresses the last walk found: the VM, its ractors
+// and each group's threads, in list order.
+type walkCache struct {
+	vm      uint64
+	ractors []uint64
+	threads [][]uint64
+}
+
+// walkThreads walks every thread group's list of threads. The lists are
+// linked (each node found in the one before), which costs one read per
+// thread; but a process's threads seldom change between two samples, so
+// the walk first reads, in one batched read, everything at the addresses
+// the last walk found, and keeps it when every link checks out: the VM
+// pointer, each ractor's next node, each thread's next node, end to end.
+// Otherwise it walks node by node, and keeps what it found for the next
+// time. A walk that fails returns what it found before the failure.
+func (v *VM) walkThreads() (walked, error) {
+	if w, ok := v.speculate(); ok {
+		return w, nil
+	}
+	v.walk = walkCache{}
+	vm, err := v.vmPtr()
+	if err != nil {
+		return walked{}, err
+	}
+	groups, mainThread, err := v.threadGroups(vm)
+	if err != nil {
+		return walked{}, err
+	}
+	w := walked{groups: groups, main: mainThread}
+	c := walkCache{vm: vm}
+	for _, g := range groups {
+		addrs, blocks, err := v.threadBlocks(g)
+		w.addrs, w.blocks = append(w.addrs, addrs), append(w.blocks, blocks)
+		if err != nil {
+			return w, err
+		}
+		if g.ractor != 0 {
+			c.ractors = append(c.ractors, g.ractor)
+		}
+		c.threads = append(c.threads, addrs)
+	}
+	v.walk = c
+	return w, nil
+}
+
+// speculate reads the VM pointer, the VM's, the ractors' and the threads'
+// fields at the addresses of the last walk, in one batched read, and checks
+// every link of the lists; ok is false when any read fails or any link
+// differs (threads born or ended since).
+func (v *VM) speculate() (walked, bool) {
+	c := v.walk
+	L := v.Layout
+	if c.vm == 0 || len(c.threads) == 0 || (L.VMRactorSet >= 0) != (len(c.ractors) > 0) {
+		return walked{}, false
+	}
+	vs, err := spanOf(v.vmFields()...)
+	if err != nil {
+		return walked{}, false
+	}
+	addrs := []uint64{v.vmPtrAddr, at(c.vm, vs.lo)}
+	bufs := [][]byte{make([]byte, 8), vs.b}
+	rss := make([]span, len(c.ractors))
+	for i, r := range c.ractors {
+		if rss[i], err = spanOf(v.ractorFields()...); err != nil {
+			return walked{}, false
+		}
+		addrs, bufs = append(addrs, at(r, rss[i].lo)), append(bufs, rss[i].b)
+	}
+	size := int(v.threadBlockLen())
+	w := walked{}
+	for _, ths := range c.threads {
+		blocks := make([][]byte, len(ths))
+		for i, th := range ths {
+			blocks[i] = make([]byte, size)
+			addrs, bufs = append(addrs, th), append(bufs, blocks[i])
+		}
+		w.addrs, w.blocks = append(w.addrs, ths), append(w.blocks, blocks)
+	}
+	ok := make([]bool, len(bufs))
+	target.ReadBatch(v.m.t, addrs, bufs, ok)
+	for _, o := range ok {
+		if !o {
+			return walked{}, false
+		}
+	}
+	if binary.LittleEndian.Uint64(bufs[0]) != c.vm {
+		return walked{}, false
+	}
+	w.main = vs.u64(L.VMRactorMainThread)
+	next := L.ListNodeNext
+	if L.VMRactorSet < 0 {
+		w.groups = []threadGroup{v.vmGroup(c.vm, vs)}
+	} else {
+		// The ractors, in list order from the VM's list head back to it.
+		head := at(c.vm, L.VMRactorSet)
+		node := vs.u64(field(L.VMRactorSet, next))
+		for i, r := range c.ractors {
+			if node != r+uint64(L.RactorVMListNode) {
+				return walked{}, false
+			}
+			var g threadGroup
+			g, node = v.ractorGroup(r, rss[i])
+			w.groups = append(w.groups, g)
+		}
+		if node != head {
+			return walked{}, false
+		}
+	}
+	if len(w.groups) != len(c.threads) {
+		return walked{}, false
+	}
+	for gi, g := range w.groups {
+		node := g.first
+		for i, th := range c.threads[gi] {
+			if node != th+uint64(L.ThreadListNode) {
+				return walked{}, false
+			}
+			node = le64(w.blocks[gi][i], L.ThreadListNode+next)
+		}
+		if node != g.head {
+			return walked{}, false
+		}
+	}
+	return w, true
+}
