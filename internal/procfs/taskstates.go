@@ -35,9 +35,24 @@ type TaskStates struct {
 	running, all map[int]bool
 	// listed says all holds the process's threads as last listed: a
 	// read then only rereads their stat lines, and lists the threads
-	// again when one of them has gone or the count the leader's line
-	// gives differs.
+	// again when one of them has gone or the process's count of threads
+	// differs.
 	listed bool
+	// sched is each thread's schedstat file and what it said at the last
+	// read (see stillAsleep); cpus the CPU of each thread whose stat line
+	// this read took (LastCPU).
+	sched map[int]*schedMark
+	cpus  map[int]int
+}
+
+// schedMark is what a thread's schedstat said at the last read: its run
+// time and its count of turns on a CPU, and the state its stat line then
+// gave.
+type schedMark struct {
+	fd         int // -1 where the file cannot be read
+	ran, turns uint64
+	known      bool
+	state      byte // the state its last stat line gave
 }
 
 // ErrGone is what Read returns once the process has exited: its task
@@ -47,7 +62,7 @@ var ErrGone = errors.New("the process has exited")
 // NewTaskStates reads the thread states of process pid; Close releases it.
 func NewTaskStates(pid int) *TaskStates {
 	return &TaskStates{pid: pid, dir: -1, stats: map[int]int{}, names: make([]byte, 8192), line: make([]byte, 1024),
-		running: map[int]bool{}, all: map[int]bool{}}
+		running: map[int]bool{}, all: map[int]bool{}, sched: map[int]*schedMark{}, cpus: map[int]int{}}
 }
 
 // Read returns the TIDs in state R (running or waiting for a CPU) and all
@@ -66,6 +81,7 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 		t.dir = fd
 	}
 	all, running = t.all, t.running
+	clear(t.cpus)
 	if t.listed {
 		if ok, gone := t.reread(); gone {
 			return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
@@ -101,6 +117,12 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			delete(t.stats, tid)
 		}
 	}
+	for tid, m := range t.sched {
+		if !all[tid] {
+			m.close()
+			delete(t.sched, tid)
+		}
+	}
 	zombies := 0
 	for tid := range all {
 		st, ok := t.state(tid)
@@ -115,6 +137,12 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 		case st.State == 'R':
 			running[tid] = true
 		}
+		if ok {
+			t.cpus[tid] = st.Processor
+		}
+		if m := t.sched[tid]; m != nil {
+			m.known = false // the next read takes its stat line again
+		}
 	}
 	if zombies == len(all) {
 		return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
@@ -125,9 +153,18 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 
 // reread reads again the stat lines of the threads last listed, through
 // their kept files. ok is false when the list must be made again: a
-// thread has gone, or the leader's line counts other threads than the
-// list holds. gone is set when every thread is a zombie.
+// thread has gone, or the process counts other threads than the list
+// holds. gone is set when every thread is a zombie.
+//
+// A stat line costs the kernel about 15µs to write, a schedstat line
+// under 3µs: a thread that sleeps (stillAsleep) costs the latter only.
+// The count of threads is the task directory's link count.
 func (t *TaskStates) reread() (ok, gone bool) {
+	// The task directory's link count is the count of threads plus two.
+	var dir unix.Stat_t
+	if err := unix.Fstat(t.dir, &dir); err != nil || int(dir.Nlink)-2 != len(t.all) {
+		return false, false
+	}
 	clear(t.running)
 	zombies := 0
 	for tid := range t.all {
@@ -135,12 +172,20 @@ func (t *TaskStates) reread() (ok, gone bool) {
 		if !kept {
 			return false, false
 		}
+		m := t.mark(tid)
+		if t.stillAsleep(m) {
+			if m.state == 'Z' || m.state == 'X' {
+				zombies++
+			}
+			continue
+		}
 		st, ok := t.readStat(fd)
 		if !ok {
 			return false, false
 		}
-		if tid == t.pid && st.NumThreads != len(t.all) {
-			return false, false
+		t.cpus[tid] = st.Processor
+		if m != nil {
+			m.state = st.State
 		}
 		switch st.State {
 		case 'Z', 'X':
@@ -149,10 +194,82 @@ func (t *TaskStates) reread() (ok, gone bool) {
 			t.running[tid] = true
 		}
 	}
-	if _, leader := t.all[t.pid]; !leader {
-		return false, false // no count to check the list against
-	}
 	return true, zombies == len(t.all)
+}
+
+// mark returns thread tid's schedstat mark, opening its file on first
+// need; nil where marks are not kept (out of file descriptors).
+func (t *TaskStates) mark(tid int) *schedMark {
+	if t.noKeep {
+		return nil
+	}
+	m := t.sched[tid]
+	if m == nil {
+		if len(t.sched) >= maxStatFiles {
+			return nil
+		}
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/task/%d/schedstat", t.pid, tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fd = -1 // no schedstat (a kernel without it): stat lines only
+		}
+		m = &schedMark{fd: fd}
+		t.sched[tid] = m
+	}
+	return m
+}
+
+// stillAsleep reads the thread's schedstat and tells whether the thread
+// is still not runnable: its last stat line said so, and it has had no
+// turn on a CPU since (its count of turns and its run time stand where
+// they stood). A thread woken since but not yet given a CPU counts as
+// asleep: it is not on one, which is what a sampler asks. The mark is
+// taken before the stat line that follows it, so a turn between the two
+// shows at the next read.
+func (t *TaskStates) stillAsleep(m *schedMark) bool {
+	if m == nil || m.fd < 0 {
+		return false
+	}
+	n, err := preadRaw(m.fd, t.line)
+	if err != nil || n == 0 {
+		m.known = false
+		return false
+	}
+	ran, turns, ok := parseSchedstat(t.line[:n])
+	if !ok {
+		m.known = false
+		return false
+	}
+	same := m.known && ran == m.ran && turns == m.turns
+	m.ran, m.turns, m.known = ran, turns, true
+	return same && m.state != 'R'
+}
+
+// parseSchedstat reads the first and third numbers of a schedstat line:
+// the thread's time on a CPU (ns) and its count of turns there.
+func parseSchedstat(line []byte) (ran, turns uint64, ok bool) {
+	var vals [3]uint64
+	i := 0
+	for f := 0; f < 3; f++ {
+		for i < len(line) && line[i] == ' ' {
+			i++
+		}
+		start := i
+		for i < len(line) && line[i] >= '0' && line[i] <= '9' {
+			vals[f] = vals[f]*10 + uint64(line[i]-'0')
+			i++
+		}
+		if i == start {
+			return 0, 0, false
+		}
+	}
+	return vals[0], vals[2], true
+}
+
+func (m *schedMark) close() {
+	if m.fd >= 0 {
+		unix.Close(m.fd)
+		m.fd = -1
+	}
 }
 
 // direntTIDs adds the numeric names of a buffer of linux_dirent64
@@ -208,8 +325,13 @@ func (t *TaskStates) readStat(fd int) (st Stat, ok bool) {
 }
 
 // LastCPU reads the CPU thread tid is on, or last ran on (field 39 of its
-// stat, "processor"); ok is false if the thread is gone.
+// stat, "processor"), as the last Read saw it when that read took the
+// thread's stat line, and anew otherwise; ok is false if the thread is
+// gone.
 func (t *TaskStates) LastCPU(tid int) (cpu int, ok bool) {
+	if c, seen := t.cpus[tid]; seen && c >= 0 {
+		return c, true
+	}
 	line, ok := t.stat(tid)
 	if !ok {
 		return 0, false
@@ -261,11 +383,15 @@ func (t *TaskStates) stat(tid int) (line []byte, ok bool) {
 	}
 }
 
-// closeStats closes the kept stat files.
+// closeStats closes the kept stat and schedstat files.
 func (t *TaskStates) closeStats() {
 	for tid, fd := range t.stats {
 		unix.Close(fd)
 		delete(t.stats, tid)
+	}
+	for tid, m := range t.sched {
+		m.close()
+		delete(t.sched, tid)
 	}
 }
 

@@ -346,3 +346,60 @@ func TestTaskStatesGone(t *testing.T) {
 		t.Errorf("a reaped process, read anew, reads as %v, want ErrGone", err)
 	}
 }
+
+// TestTaskStatesSeesASleeperWake: a Ruby thread that slept through many
+// reads (read through its schedstat alone, see stillAsleep) and then runs
+// without end is running in every read once it has begun: its stat line is
+// read again as soon as it has had a turn on a CPU, and at every read while
+// it is runnable.
+func TestTaskStatesSeesASleeperWake(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	if testruby.Older(rb, 3, 1) {
+		t.Skip("Thread#native_thread_id needs Ruby 3.1")
+	}
+	p := testruby.Start(t, rb, "wake_spin.rb", nil)
+	var rep struct {
+		PID int `json:"pid"`
+		TID int `json:"tid"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+	tt := NewTaskStates(rep.PID)
+	defer tt.Close()
+	for i := 0; i < 200; i++ {
+		running, all, err := tt.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !all[rep.TID] {
+			t.Fatalf("read %d: tid %d not listed", i, rep.TID)
+		}
+		if running[rep.TID] {
+			t.Fatalf("read %d: the thread stopped in Thread.stop reported running", i)
+		}
+	}
+	if m := tt.sched[rep.TID]; m == nil || m.fd < 0 || !m.known {
+		t.Logf("no schedstat for tid %d: every read takes the stat line", rep.TID)
+	}
+	if err := unix.Kill(rep.PID, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(p.Report + ".spinning"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the thread never began to spin")
+		}
+	}
+	// Back to back, most reads fall between two of the kernel's updates
+	// of the thread's run time: only its state says it runs.
+	for i := 0; i < 2000; i++ {
+		running, _, err := tt.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !running[rep.TID] {
+			t.Fatalf("read %d after the thread began to spin: not reported runnable", i)
+		}
+	}
+}
