@@ -174,6 +174,11 @@ type proc struct {
 	keepOff bool
 	// tasks tells which threads are running (made at the first sample).
 	tasks *procfs.TaskStates
+	// busy is set when the last tick found a thread running: the next
+	// one then reads the thread states without asking ranSince first,
+	// whose clock reads cost most when a thread runs (the kernel asks the
+	// thread's CPU for its count) and would only say yes.
+	busy bool
 	// unwinder unwinds native stacks (Options.Native); native holds this
 	// sample's unwound stacks, by TID.
 	unwinder *stacks.Unwinder
@@ -778,7 +783,7 @@ func (s *Sampler) sample(p *proc) {
 	if p.wall != nil {
 		s.sampleWall(p, now)
 	}
-	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.ranSince(int(s.opts.Rate)) {
+	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.busy && !p.ranSince(int(s.opts.Rate)) {
 		return // no thread has been on a CPU since the last tick
 	}
 	var running, tasks map[int]bool
@@ -788,6 +793,7 @@ func (s *Sampler) sample(p *proc) {
 			p.tasks = procfs.NewTaskStates(p.pid)
 		}
 		running, tasks, err = p.tasks.Read()
+		p.busy = err == nil && len(running) > 0
 		if err != nil {
 			// The thread states say when the process has exited: no
 			// check of its own at every tick.
