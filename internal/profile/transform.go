@@ -58,7 +58,9 @@ func ParseTransforms(s string) ([]Transform, error) {
 // (ticks, errors, rate, times) are p's.
 //
 // Time windows ("time") apply first, to the timeline; a profile without
-// one (ErrNoTimeline) cannot be windowed.
+// one (ErrNoTimeline) cannot be windowed. The timeline stays, each sample
+// with its transformed stack (those left out, without), so that the
+// timeline and the stack chart show the transforms too.
 func (p *Profile) Apply(ts []Transform) (*Profile, error) {
 	var rest []Transform
 	for _, t := range ts {
@@ -72,7 +74,7 @@ func (p *Profile) Apply(ts []Transform) (*Profile, error) {
 		p = p.window(t.From, t.To)
 	}
 	if len(rest) == 0 {
-		return p, nil // the window's timeline stays
+		return p, nil
 	}
 	return p.applyStacks(rest), nil
 }
@@ -100,15 +102,18 @@ func (p *Profile) window(from, to time.Duration) *Profile {
 	return out
 }
 
-// applyStacks applies transforms that work on the stacks alone.
+// applyStacks applies transforms that work on the stacks alone, and
+// carries the timeline over to the stacks they make.
 func (p *Profile) applyStacks(ts []Transform) *Profile {
 	out := &Profile{Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Wall: p.Wall, Rate: p.Rate, Start: p.Start, Duration: p.Duration}
+	moved := make([]int, len(p.Stacks)) // p's stack -> out's, -1: left out
 	names := make([]string, len(p.Frames))
 	for i, f := range p.Frames {
 		names[i] = f.Name(false)
 	}
 	frames := make([]Frame, 0, 64)
-	for _, st := range p.Stacks {
+	for si, st := range p.Stacks {
+		moved[si] = -1
 		ids := st.Frames
 		keep := true
 		for _, t := range ts {
@@ -154,7 +159,30 @@ func (p *Profile) applyStacks(ts []Transform) *Profile {
 		for _, id := range ids {
 			frames = append(frames, p.Frames[id])
 		}
-		out.Add(frames, st.Count)
+		moved[si] = out.Add(frames, st.Count)
+	}
+	if p.Timeline != nil {
+		out.KeepTimeline()
+		for _, s := range p.Timeline {
+			if s.Stack = moved[s.Stack]; s.Stack >= 0 {
+				out.Timeline = append(out.Timeline, s)
+			}
+		}
 	}
 	return out
+}
+
+// Window is the stretch of time the time windows of ts keep, all of them
+// at once: from from to to (0: the end).
+func Window(ts []Transform) (from, to time.Duration) {
+	for _, t := range ts {
+		if t.Op != "time" {
+			continue
+		}
+		from = max(from, t.From)
+		if t.To > 0 && (to == 0 || t.To < to) {
+			to = t.To
+		}
+	}
+	return from, to
 }
