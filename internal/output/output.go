@@ -32,6 +32,9 @@ type Options struct {
 	// is coloured by how its share of the samples changed against the
 	// same stack's in Baseline (red: more, blue: less).
 	Baseline *profile.Profile
+	// From and To bound the time the stack chart draws, since the
+	// recording began (To 0: to its last sample).
+	From, To time.Duration
 }
 
 // Format is one output format: its name (--format), its usual file

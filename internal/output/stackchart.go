@@ -1,0 +1,185 @@
+package output
+
+import (
+	"errors"
+	"html"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/profile"
+)
+
+// Stack chart geometry, in SVG pixels, beyond the flame graph's.
+const (
+	scAxisY    = 64.0 // the time axis's labels
+	scTop      = 76.0 // the first track
+	scTrackHdr = 18.0 // a track's heading, the thread's name
+	scGap      = 8.0  // between tracks
+	// scMinWidth: narrower boxes are left out (Track.Small), so that a
+	// recording of 100,000 samples draws what can be seen, not every
+	// sample; narrowing the time shows them.
+	scMinWidth = 0.5
+)
+
+// StackChart writes a self-contained SVG stack chart of p's timeline (as
+// speedscope's "time order" view and the Firefox Profiler's stack chart
+// draw one): a track per thread, time left to right, each box a frame
+// lasting as long as the run of consecutive samples whose stacks are
+// alike from the root down to it (profile.Profile.Chart), roots at the
+// top. o.From and o.To bound the time drawn; o.Lines tells frames apart by
+// line, not only by function. Hovering a box shows its frame, file and
+// lines, and how long it lasted; clicking one selects it and, when the
+// chart is framed by rbscope ui's page, tells the page (a message with its
+// function and time) so that it offers to focus on it or narrow the time
+// to it.
+func StackChart(w io.Writer, p *profile.Profile, o Options) error {
+	if p.Timeline == nil {
+		return errors.New("a stack chart needs every sample's time: the recording kept no timeline (record --format raw keeps one)")
+	}
+	from, to := o.From, o.To
+	if to <= from {
+		to = max(p.Duration, from+time.Millisecond)
+		for _, s := range p.Timeline {
+			end, _ := p.SampleEnd(s.Time, 0, false)
+			to = max(to, end)
+		}
+	}
+	scale := (fgWidth - 2*fgPad) / float64(to-from) // pixels per nanosecond
+	tracks := p.Chart(o.Lines, time.Duration(scMinWidth/scale))
+	heights, height := trackHeights(tracks)
+	bw := &errWriter{w: w}
+	scHead(bw, p, o, from, to, height, tracks)
+	y := scTop
+	for k, tr := range tracks {
+		scTrack(bw, p, tr, o.Lines, y, from, scale)
+		y += heights[k]
+	}
+	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(stackChartJS))
+	return bw.err
+}
+
+// trackHeights returns each track's height, as deep as its boxes go, and
+// the chart's.
+func trackHeights(tracks []profile.Track) ([]float64, float64) {
+	heights := make([]float64, len(tracks))
+	total := scTop + fgBottom
+	for k, tr := range tracks {
+		depth := 0
+		for _, b := range tr.Boxes {
+			depth = max(depth, b.Depth)
+		}
+		heights[k] = scTrackHdr + float64(depth+1)*fgFrameH + scGap
+		total += heights[k]
+	}
+	return heights, total
+}
+
+// scHead writes the chart's heading: title, figures and time axis.
+func scHead(bw *errWriter, p *profile.Profile, o Options, from, to time.Duration, height float64, tracks []profile.Track) {
+	title := o.Title
+	if title == "" {
+		title = "rbscope stack chart"
+	}
+	small := 0
+	for _, tr := range tracks {
+		small += tr.Small
+	}
+	bw.printf(`<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" xmlns="http://www.w3.org/2000/svg" onload="init(evt)">
+<style type="text/css">
+text { font-family: Verdana, sans-serif; font-size: %.0fpx; fill: #000; }
+#title { font-size: 17px; text-anchor: middle; }
+text.axis { font-size: 10px; fill: #555; }
+text.thread { font-weight: bold; }
+g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
+g.f.on rect { stroke: #000; stroke-width: 1.5; }
+</style>
+`, fgWidth, height, fgWidth, height, fgFontSize)
+	bw.printf(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#f8f8f8"/>
+<text id="title" x="%.0f" y="24">%s</text>
+<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples of %d threads from %.3f to %.3f s at %g Hz; %d boxes narrower than %g px left out (narrow the time to see them)</text>
+<text id="details" x="%.0f" y="%.0f"> </text>
+`, fgWidth, height, fgWidth/2, html.EscapeString(title), fgWidth/2, len(p.Timeline), len(tracks), from.Seconds(), to.Seconds(), p.Rate, small, scMinWidth,
+		fgPad, height-10)
+	// Ten ticks of the axis, each at a round second count.
+	span := (to - from).Seconds()
+	for k := 0; k <= 10; k++ {
+		x := fgPad + float64(k)*(fgWidth-2*fgPad)/10
+		anchor := "middle"
+		if k == 0 {
+			anchor = "start"
+		} else if k == 10 {
+			anchor = "end"
+		}
+		bw.printf(`<text class="axis" x="%.1f" y="%.0f" style="text-anchor: %s">%s s</text><line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`+"\n",
+			x, scAxisY, anchor, strconv.FormatFloat(from.Seconds()+span*float64(k)/10, 'f', 3, 64), x, scAxisY+3, x, height-fgBottom)
+	}
+	bw.printf(`<g id="frames" data-from="%g" data-to="%g">`+"\n", from.Seconds(), to.Seconds())
+}
+
+// scTrack writes one thread's track at y: its heading and its boxes.
+func scTrack(bw *errWriter, p *profile.Profile, tr profile.Track, lines bool, y float64, from time.Duration, scale float64) {
+	bw.printf(`<g class="track" data-pid="%d" data-tid="%d" data-samples="%d" data-small="%d"><text class="thread" x="%.0f" y="%.0f">%s (tid %d, %d samples)</text>`+"\n",
+		tr.PID, tr.TID, len(tr.Samples), tr.Small, fgPad, y+scTrackHdr-5, html.EscapeString(tr.Thread), tr.TID, len(tr.Samples))
+	for _, b := range tr.Boxes {
+		f := p.Frames[b.Frame]
+		x, w := fgPad+float64(b.Start-from)*scale, float64(b.End-b.Start)*scale
+		by := y + scTrackHdr + float64(b.Depth)*fgFrameH
+		fn := f.Name(false)
+		bw.printf(`<g class="f" data-i="%d" data-n="%d" data-d="%d" data-fn="%s" data-from="%.6f" data-to="%.6f"><title>%s (%s, %d samples, %.3f–%.3f s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
+			b.First, b.Count, b.Depth, html.EscapeString(fn), b.Start.Seconds(), b.End.Seconds(),
+			html.EscapeString(boxName(f, b, lines)), duration(b.End-b.Start), b.Count, b.Start.Seconds(), b.End.Seconds(),
+			x, by, w, fgFrameH-1, color(fn, f.Kind), x+3, by+fgFrameH-4.5, html.EscapeString(fitText(f.Label, w)))
+	}
+	bw.printf("</g>\n")
+}
+
+// boxName is a box's frame with its file and the lines its samples were
+// at: "label (path:12)", or "label (path:12-15)" for several.
+func boxName(f profile.Frame, b profile.Box, lines bool) string {
+	if f.Kind != profile.KindRuby || b.MinLine <= 0 {
+		return f.Name(false)
+	}
+	at := strconv.Itoa(b.MinLine)
+	if !lines && b.MaxLine != b.MinLine {
+		at += "-" + strconv.Itoa(b.MaxLine)
+	}
+	return f.Label + " (" + f.Path + ":" + at + ")"
+}
+
+// duration writes d as people read a box's: ms below a second.
+func duration(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) + " s"
+}
+
+// stackChartJS makes the chart answer the pointer: the hovered box's
+// title on the details line; a click selects a box and, in a frame of the
+// same origin (rbscope ui's page), posts its function and time to the
+// page.
+const stackChartJS = `
+var details, selected = null;
+function init(evt) {
+  details = document.getElementById("details");
+  Array.prototype.slice.call(document.querySelectorAll("g.f")).forEach(function (g) {
+    var title = g.querySelector("title").textContent;
+    g.addEventListener("mouseover", function () { details.textContent = title; });
+    g.addEventListener("mouseout", function () { details.textContent = selected ? selected.querySelector("title").textContent : " "; });
+    g.addEventListener("click", function () { select(g, title); });
+  });
+}
+function select(g, title) {
+  if (selected) selected.classList.remove("on");
+  selected = g;
+  g.classList.add("on");
+  details.textContent = title;
+  if (window.parent !== window) {
+    window.parent.postMessage({ rbscope: "stackchart", fn: g.getAttribute("data-fn"), title: title,
+      from: parseFloat(g.getAttribute("data-from")), to: parseFloat(g.getAttribute("data-to")) }, location.origin);
+  }
+}
+`
