@@ -64,6 +64,9 @@ func BenchmarkUIProfileViews(b *testing.B) {
 		{"call tree root", "/api/profile/tree?f=0&node=0"},
 		{"call tree, a deep node", "/api/profile/tree?f=0&node=40"},
 		{"flame graph SVG", "/api/profile/flame.svg?f=0"},
+		{"stack chart SVG", "/api/profile/stackchart.svg?f=0"},
+		{"stack chart, 2 s of it", "/api/profile/stackchart.svg?f=0&t=" + url.QueryEscape("time:100-102")},
+		{"stack chart, a focus", "/api/profile/stackchart.svg?f=0&t=" + url.QueryEscape("focus:"+benchFunc(7).Name(false))},
 		{"sandwich of a hot function", "/api/profile/sandwich?f=0&fn=" + url.QueryEscape(benchFunc(7).Name(false))},
 		{"compare with a recording", "/api/profile/diff?f=1&before=0"},
 	}
@@ -94,7 +97,9 @@ func writeBigRecording(b *testing.B, path string, n int) {
 	b.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	p := profile.NewProfile(100)
+	p.KeepTimeline() // as record --format raw does: the timeline and stack chart need it
 	t0 := time.Unix(1_700_000_000, 0)
+	p.Start = t0
 	// 400 base stacks from a tree: each sample takes one and cuts it at a
 	// random depth, so the tree is wide and deep.
 	bases := make([][]profile.Frame, 400)

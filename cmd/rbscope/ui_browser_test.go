@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -300,6 +301,12 @@ func TestUIBrowser(t *testing.T) {
 	if sub := eval[string](t, ctx, `document.getElementById("flame").contentDocument.getElementById("subtitle").textContent`); !strings.HasPrefix(sub, "70 samples, ") {
 		t.Errorf("icicle subtitle %q", sub)
 	}
+	visit(t, ctx, s, "#/profile/1/stack", "profile-stack")
+	threads := recordedSamples(t, raw, func(_ profile.Sample, fns []string) []string { return fns })
+	if n := eval[int](t, ctx, `document.getElementById("stackchart").contentDocument.querySelectorAll("g.track").length`); n != len(threads) {
+		t.Errorf("stack chart: %d tracks, the demo's %d threads", n, len(threads))
+	}
+	visit(t, ctx, s, "#/profile/1/stack?lines=1", "profile-stack-lines")
 	visit(t, ctx, s, "#/profile/1/tree", "profile-tree")
 	if rows := cells(t, ctx, "#rows"); len(rows) == 0 || rows[0][1] != "70" {
 		t.Errorf("call tree: %q", rows)

@@ -1050,6 +1050,12 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 		t.Errorf("time windows: %d + %d samples, the recording %d", first.Samples, second.Samples, all)
 	}
 
+	// The stack chart: each thread's boxes, read left to right, are its
+	// samples in the recording, as they are, focused and windowed; of the
+	// split workload's one thread and the demo's two.
+	checkStackChart(t, s, 1, raw, chainA)
+	checkStackChart(t, s, 0, demo, "Object#fib (testdata/demo.rb)")
+
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
 	var diff struct {
@@ -1107,6 +1113,27 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	}
 	if n := eval[int](t, ctx, `document.querySelectorAll("#timeline .track:first-child .cell").length`); n != 200 {
 		t.Errorf("the page's timeline: %d stretches in a track, want 200", n)
+	}
+	// The stack chart on the page: a box clicked in it offers to focus on
+	// its function and to narrow the time to it, which keeps its samples.
+	visit(t, ctx, s, "#/profile/1/stack", "profile-stack")
+	chart := `document.getElementById("stackchart").contentDocument`
+	if n := eval[int](t, ctx, chart+`.querySelectorAll("g.track").length`); n != len(tl.Threads) {
+		t.Errorf("the page's stack chart: %d tracks, %d threads", n, len(tl.Threads))
+	}
+	box := eval[map[string]string](t, ctx, `(() => { const g = `+chart+`.querySelector("g.f[data-d='1']");
+		g.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+		return { fn: g.getAttribute("data-fn"), n: g.getAttribute("data-n") }; })()`)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("chart-narrow") !== null`, chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("a click on a box of the stack chart offers nothing: %v", err)
+	}
+	if got := eval[string](t, ctx, `document.querySelector("#chart-pick .transform-links a").getAttribute("href")`); !strings.Contains(got, url.QueryEscape("focus:"+box["fn"])) {
+		t.Errorf("the clicked box's focus link %q, want focus on %s", got, box["fn"])
+	}
+	narrow := eval[string](t, ctx, `document.getElementById("chart-narrow").getAttribute("href")`)
+	visit(t, ctx, s, narrow, "profile-stack-narrowed")
+	if n, _ := strconv.ParseUint(box["n"], 10, 64); len(tl.Threads) == 1 && !strings.Contains(eval[string](t, ctx, `document.querySelector(".summary").innerText`), ": "+commas(n)+" samples") {
+		t.Errorf("narrowed to a box of %s samples of %s: %q", box["n"], box["fn"], eval[string](t, ctx, `document.querySelector(".summary").innerText`))
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"html"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,9 +18,12 @@ const (
 	scTop      = 76.0 // the first track
 	scTrackHdr = 18.0 // a track's heading, the thread's name
 	scGap      = 8.0  // between tracks
-	// scMinWidth: narrower boxes are left out (Track.Small), so that a
+	// scMinWidth: narrower boxes are left out (Track.Small) of a chart
+	// with a track of more samples than it has pixels across, so that a
 	// recording of 100,000 samples draws what can be seen, not every
-	// sample; narrowing the time shows them.
+	// sample; narrowing the time shows them. A chart with fewer draws
+	// them all (a late tick's sample and the next, taken to catch up, may
+	// be a fraction of a millisecond apart).
 	scMinWidth = 0.5
 )
 
@@ -47,7 +51,11 @@ func StackChart(w io.Writer, p *profile.Profile, o Options) error {
 		}
 	}
 	scale := (fgWidth - 2*fgPad) / float64(to-from) // pixels per nanosecond
-	tracks := p.Chart(o.Lines, time.Duration(scMinWidth/scale))
+	shortest := time.Duration(0)
+	if mostSamples(p) > int(fgWidth-2*fgPad) {
+		shortest = time.Duration(scMinWidth / scale)
+	}
+	tracks := p.Chart(o.Lines, shortest)
 	heights, height := trackHeights(tracks)
 	bw := &errWriter{w: w}
 	scHead(bw, p, o, from, to, height, tracks)
@@ -58,6 +66,19 @@ func StackChart(w io.Writer, p *profile.Profile, o Options) error {
 	}
 	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(stackChartJS))
 	return bw.err
+}
+
+// mostSamples is the number of samples of p's busiest thread.
+func mostSamples(p *profile.Profile) int {
+	type key struct{ pid, tid int }
+	counts := map[key]int{}
+	most := 0
+	for _, s := range p.Timeline {
+		k := key{s.PID, s.TID}
+		counts[k]++
+		most = max(most, counts[k])
+	}
+	return most
 }
 
 // trackHeights returns each track's height, as deep as its boxes go, and
@@ -99,12 +120,13 @@ g.f.on rect { stroke: #000; stroke-width: 1.5; }
 `, fgWidth, height, fgWidth, height, fgFontSize)
 	bw.printf(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#f8f8f8"/>
 <text id="title" x="%.0f" y="24">%s</text>
-<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples of %d threads from %.3f to %.3f s at %g Hz; %d boxes narrower than %g px left out (narrow the time to see them)</text>
+<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples, threads: %d, from %.3f to %.3f s at %g Hz; %d boxes narrower than %g px left out (narrow the time to see them)</text>
 <text id="details" x="%.0f" y="%.0f"> </text>
 `, fgWidth, height, fgWidth/2, html.EscapeString(title), fgWidth/2, len(p.Timeline), len(tracks), from.Seconds(), to.Seconds(), p.Rate, small, scMinWidth,
 		fgPad, height-10)
-	// Ten ticks of the axis, each at a round second count.
+	// Ten ticks of the axis, with as many decimals as tell them apart.
 	span := (to - from).Seconds()
+	digits := max(3, int(math.Ceil(-math.Log10(span/10)))+1)
 	for k := 0; k <= 10; k++ {
 		x := fgPad + float64(k)*(fgWidth-2*fgPad)/10
 		anchor := "middle"
@@ -114,7 +136,7 @@ g.f.on rect { stroke: #000; stroke-width: 1.5; }
 			anchor = "end"
 		}
 		bw.printf(`<text class="axis" x="%.1f" y="%.0f" style="text-anchor: %s">%s s</text><line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`+"\n",
-			x, scAxisY, anchor, strconv.FormatFloat(from.Seconds()+span*float64(k)/10, 'f', 3, 64), x, scAxisY+3, x, height-fgBottom)
+			x, scAxisY, anchor, strconv.FormatFloat(from.Seconds()+span*float64(k)/10, 'f', digits, 64), x, scAxisY+3, x, height-fgBottom)
 	}
 	bw.printf(`<g id="frames" data-from="%g" data-to="%g">`+"\n", from.Seconds(), to.Seconds())
 }
@@ -129,12 +151,18 @@ func scTrack(bw *errWriter, p *profile.Profile, tr profile.Track, lines bool, y 
 		by := y + scTrackHdr + float64(b.Depth)*fgFrameH
 		fn := f.Name(false)
 		bw.printf(`<g class="f" data-i="%d" data-n="%d" data-d="%d" data-fn="%s" data-from="%.6f" data-to="%.6f"><title>%s (%s, %d samples, %.3f–%.3f s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
-			b.First, b.Count, b.Depth, html.EscapeString(fn), b.Start.Seconds(), b.End.Seconds(),
+			b.First, b.Count, b.Depth, html.EscapeString(fn), micros(b.Start), micros(b.End),
 			html.EscapeString(boxName(f, b, lines)), duration(b.End-b.Start), b.Count, b.Start.Seconds(), b.End.Seconds(),
 			x, by, w, fgFrameH-1, color(fn, f.Kind), x+3, by+fgFrameH-4.5, html.EscapeString(fitText(f.Label, w)))
 	}
 	bw.printf("</g>\n")
 }
+
+// micros is d in seconds, cut to the microsecond: a box's bounds, which
+// a time window from the first to the second keeps the box's samples and
+// no other (its first sample is at its start, the next after it at its
+// end or later).
+func micros(d time.Duration) float64 { return d.Truncate(time.Microsecond).Seconds() }
 
 // boxName is a box's frame with its file and the lines its samples were
 // at: "label (path:12)", or "label (path:12-15)" for several.

@@ -95,7 +95,7 @@ func TestStackChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	boxes, subtitle := readChart(t, b.Bytes())
-	if !strings.HasPrefix(subtitle, "12 samples of 2 threads from 0.000 to 0.061 s at 100 Hz; 0 boxes") {
+	if !strings.HasPrefix(subtitle, "12 samples, threads: 2, from 0.000 to 0.061 s at 100 Hz; 0 boxes") {
 		t.Errorf("subtitle %q", subtitle)
 	}
 	got := map[int]map[[2]int]string{} // tid -> sample, depth -> function
@@ -155,7 +155,7 @@ func TestStackChartWindow(t *testing.T) {
 	if err := StackChart(&b, q, Options{From: time.Second, To: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if boxes, subtitle := readChart(t, b.Bytes()); len(boxes) != 101 || !strings.Contains(subtitle, "100 samples of 1 threads from 1.000 to 2.000 s") {
+	if boxes, subtitle := readChart(t, b.Bytes()); len(boxes) != 101 || !strings.Contains(subtitle, "100 samples, threads: 1, from 1.000 to 2.000 s") {
 		t.Errorf("1 s of it: %d boxes, subtitle %q", len(boxes), subtitle)
 	}
 	if err := StackChart(&b, profile.NewProfile(100), Options{}); err == nil {

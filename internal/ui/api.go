@@ -15,6 +15,7 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -43,6 +44,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/timeline", s.profileHandler(apiTimeline))
 	s.mux.HandleFunc("GET /api/profile/diff", s.profileDiff)
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
+	s.mux.HandleFunc("GET /api/profile/stackchart.svg", s.stackChartSVG)
 	s.mux.HandleFunc("GET /api/crashes", s.apiCrashes)
 	s.mux.HandleFunc("GET /api/crash", s.apiCrash)
 	s.mux.HandleFunc("GET /pprof/{id}/{rest...}", s.servePprof)
@@ -636,6 +638,32 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := output.Flamegraph(&b, pv.p, o); err != nil {
 		fail(w, http.StatusInternalServerError, "%s", err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Header().Set("Content-Security-Policy", svgCSP)
+	w.Write(b.Bytes())
+}
+
+// stackChartSVG draws the recording's stack chart through its transforms,
+// over the time they keep (all of it without a time window).
+func (s *Server) stackChartSVG(w http.ResponseWriter, r *http.Request) {
+	f := s.openFile(w, r, "profile")
+	if f == nil {
+		return
+	}
+	q := &query{r: r}
+	pv, err := f.view(q)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	ts, _ := profile.ParseTransforms(q.str("t", "")) // view has read them
+	o := output.Options{Lines: r.URL.Query().Get("lines") == "1", Title: pv.title}
+	o.From, o.To = profile.Window(ts)
+	var b bytes.Buffer
+	if err := output.StackChart(&b, pv.p, o); err != nil {
+		fail(w, http.StatusBadRequest, "%s", err)
 		return
 	}
 	w.Header().Set("Content-Type", "image/svg+xml")

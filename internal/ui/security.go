@@ -97,6 +97,6 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 const pageCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; frame-src 'self'; frame-ancestors 'self'; base-uri 'none'; form-action 'self'"
 
-// svgCSP is the policy of the flame graph, a self-contained SVG whose
-// script and style are inline.
+// svgCSP is the policy of the flame graph and the stack chart,
+// self-contained SVGs whose script and style are inline.
 const svgCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'self'"

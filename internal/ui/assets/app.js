@@ -562,6 +562,29 @@ const views = {
       el("div", { id: "timeline" }, rows), form);
   },
 
+  async "profile/stack"(gen, f, p) {
+    const t = p.t || "", lines = p.lines === "1";
+    const d = await api("profile/functions", { f, limit: 1, t });
+    setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], ["stack chart"]);
+    const src = "/api/profile/stackchart.svg?" + new URLSearchParams({ f, ...(lines ? { lines: 1 } : {}), ...(t ? { t } : {}) }).toString();
+    const frame = el("iframe", { id: "stackchart", src, title: "stack chart" });
+    const pivot = el("p", { class: "pivot" }, "Boxes: ",
+      el("a", { href: hashFor(`/profile/${f}/stack`, { t }), class: lines ? "" : "on" }, "a function each"), " · ",
+      el("a", { href: hashFor(`/profile/${f}/stack`, { t, lines: 1 }), class: lines ? "on" : "", id: "lines-link" }, "a line each"));
+    const pick = el("p", { class: "pivot", id: "chart-pick" }, "Click a box to focus on its function or narrow every view to its time.");
+    onChartPick = e => {
+      if (gen !== generation || e.source !== frame.contentWindow) return;
+      const { fn, title, from, to } = e.data;
+      const narrow = hashFor(`/profile/${f}/stack`, { ...p, t: [...transforms(p), `time:${from.toFixed(6)}-${to.toFixed(6)}`].join("\n") });
+      pick.replaceChildren(el("span", { class: "fn", id: "chart-picked" }, title), " ", transformLinks(f, "stack", p, fn), " ",
+        el("a", { href: narrow, id: "chart-narrow", title: "keep the samples of its time in every view" }, "narrow to its time"));
+    };
+    show(gen, "loading", profileTabs(f, "stack", t), profileHead(d), transformsBar(f, "stack", p), pivot,
+      el("p", { class: "hint" }, "A track per thread, time left to right: each box a frame, as wide as the run of samples in it, its callees below it. Hover a box for its file, lines and time."),
+      pick, frame);
+    frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
+  },
+
   async "profile/tree"(gen, f, p) {
     const node = p.node || 0, t = p.t || "";
     const d = await api("profile/tree", { f, node, t });
@@ -577,6 +600,14 @@ const views = {
       ], d.children.rows));
   },
 };
+
+// onChartPick is what the stack chart's view does with the box clicked
+// in its frame, which the chart posts to the page; null until that view
+// sets it.
+let onChartPick = null;
+window.addEventListener("message", e => {
+  if (e.origin === location.origin && e.data && e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
+});
 
 // transforms lists the transforms a view's t parameter holds, a line each
 // (focus:FUNCTION, drop:FUNCTION or merge:FUNCTION).
@@ -608,6 +639,7 @@ function profileTabs(f, active, t) {
     el("a", { href: hashFor(`/profile/${f}/flame`, { t }), class: active === "flame" ? "on" : "" }, "Flame graph"),
     el("a", { href: hashFor(`/profile/${f}/tree`, { t }), class: active === "tree" ? "on" : "" }, "Call tree"),
     el("a", { href: hashFor(`/profile/${f}/timeline`, { t }), class: active === "timeline" ? "on" : "", id: "timeline-tab" }, "Timeline"),
+    el("a", { href: hashFor(`/profile/${f}/stack`, { t }), class: active === "stack" ? "on" : "", id: "stack-tab" }, "Stack chart"),
     el("a", { href: hashFor(`/profile/${f}/diff`), class: active === "diff" ? "on" : "", id: "profile-diff-tab" }, "Compare"),
     el("a", { href: `/pprof/${f}/`, target: "_blank", rel: "noopener", id: "pprof-link" }, "pprof ↗"));
 }
