@@ -69,6 +69,8 @@ func BenchmarkUIProfileViews(b *testing.B) {
 		{"stack chart, a focus", "/api/profile/stackchart.svg?f=0&t=" + url.QueryEscape("focus:"+benchFunc(7).Name(false))},
 		{"sandwich of a hot function", "/api/profile/sandwich?f=0&fn=" + url.QueryEscape(benchFunc(7).Name(false))},
 		{"compare with a recording", "/api/profile/diff?f=1&before=0"},
+		{"call tree against it", "/api/profile/tree?f=1&node=40&before=0"},
+		{"sandwich against it", "/api/profile/sandwich?f=1&before=0&fn=" + url.QueryEscape(benchFunc(7).Name(false))},
 	}
 	b.ResetTimer()
 	times := make([][]time.Duration, len(views))

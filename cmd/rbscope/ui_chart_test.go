@@ -99,15 +99,18 @@ func recordedSamples(t *testing.T, path string, keep func(s profile.Sample, fns 
 // checkStackChart checks the stack chart of the page's recording f, the
 // raw recording path, against the recording itself: as it is, focused on
 // the function focus (the samples through it, from it down) and over the
-// first half of its time, each thread's boxes read left to right are the
+// time of its first half of samples, each thread's boxes read left to right are the
 // thread's samples in time order.
 func checkStackChart(t *testing.T, s *uiServer, f int, path, focus string) {
 	t.Helper()
 	all := func(_ profile.Sample, fns []string) []string { return fns }
 	recorded := recordedSamples(t, path, all)
-	var end time.Duration
-	recordedSamples(t, path, func(s profile.Sample, fns []string) []string { end = max(end, s.Time); return nil })
-	half := (end / 2).Truncate(time.Millisecond)
+	// half: the time by which about half the samples were taken (a busy
+	// machine may have taken most of them late).
+	var times []time.Duration
+	recordedSamples(t, path, func(s profile.Sample, fns []string) []string { times = append(times, s.Time); return nil })
+	slices.Sort(times)
+	half := times[len(times)/2].Truncate(time.Millisecond)
 	for _, tc := range []struct {
 		ts   string
 		keep func(profile.Sample, []string) []string

@@ -869,8 +869,14 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	if _, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "250", "--duration", "2s", "-f", "raw", "-o", raw); code != 0 {
 		t.Fatalf("record: %s", stderr)
 	}
+	// A second recording of the same program, to compare the first with
+	// stack for stack.
+	again := filepath.Join(t.TempDir(), "split-again.raw.gz")
+	if _, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "250", "--duration", "1s", "-f", "raw", "-o", again); code != 0 {
+		t.Fatalf("record: %s", stderr)
+	}
 	demo := testruby.Testdata("golden/demo.raw.gz")
-	s := startUI(t, demo, raw)
+	s := startUI(t, demo, raw, again)
 	s.waitLoaded(t)
 
 	// Sandwich of burn, against the collapsed stacks.
@@ -1056,6 +1062,13 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	checkStackChart(t, s, 1, raw, chainA)
 	checkStackChart(t, s, 0, demo, "Object#fib (testdata/demo.rb)")
 
+	// The call tree and the sandwich against another recording: each
+	// node's shares are those of each recording's own call tree, each
+	// caller's and callee's samples those of each one's own sandwich.
+	checkTreeDiff(t, s, 1, 2)
+	checkSandwichDiff(t, s, 1, 2, burn)
+	checkSandwichDiff(t, s, 1, 2, chainA)
+
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
 	var diff struct {
@@ -1134,6 +1147,23 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	visit(t, ctx, s, narrow, "profile-stack-narrowed")
 	if n, _ := strconv.ParseUint(box["n"], 10, 64); len(tl.Threads) == 1 && !strings.Contains(eval[string](t, ctx, `document.querySelector(".summary").innerText`), ": "+commas(n)+" samples") {
 		t.Errorf("narrowed to a box of %s samples of %s: %q", box["n"], box["fn"], eval[string](t, ctx, `document.querySelector(".summary").innerText`))
+	}
+	// The call tree and the sandwich against the second recording, each
+	// change on the differential flame graph's colour.
+	var tree struct {
+		Children uiPage[uiTreeRow]
+	}
+	s.get(t, "/api/profile/tree?f=1&before=2", &tree)
+	visit(t, ctx, s, "#/profile/1/tree?before=2", "profile-tree-diff")
+	if rows := cells(t, ctx, "#rows"); len(rows) != len(tree.Children.Rows) || len(rows) == 0 || len(rows[0]) != 6 {
+		t.Errorf("the page's call tree against a recording: %q; %d children", rows, len(tree.Children.Rows))
+	}
+	if got := eval[string](t, ctx, `getComputedStyle(document.querySelector("#rows tbody .change")).backgroundColor`); got != strings.ReplaceAll(strings.ReplaceAll(tree.Children.Rows[0].Diff.Color, ",", ", "), "  ", " ") {
+		t.Errorf("the page's call tree colours its first change %s, the answer %s", got, tree.Children.Rows[0].Diff.Color)
+	}
+	visit(t, ctx, s, "#/profile/1/sandwich?before=2&fn="+url.QueryEscape(burn), "profile-sandwich-diff")
+	if rows := cells(t, ctx, "#callers"); len(rows) != 3 || len(rows[0]) != 7 {
+		t.Errorf("the page's callers of burn against a recording: %q", rows)
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

@@ -55,25 +55,6 @@ type fgRect struct {
 	change float64
 }
 
-// baselineShares returns, for each stack prefix of b (its frames' names
-// joined by NUL), its share of b's samples in percent.
-func baselineShares(b *profile.Profile, lines bool) map[string]float64 {
-	out := map[string]float64{}
-	if b.Samples == 0 {
-		return out
-	}
-	var key strings.Builder
-	for _, st := range b.Stacks {
-		key.Reset()
-		for _, id := range st.Frames {
-			key.WriteString(b.Frames[id].Name(lines))
-			key.WriteByte(0)
-			out[key.String()] += 100 * float64(st.Count) / float64(b.Samples)
-		}
-	}
-	return out
-}
-
 // Flamegraph writes a self-contained interactive SVG flame graph: click a
 // frame to zoom into it, "Search" to highlight frames matching a regular
 // expression, hover for sample counts.
@@ -96,7 +77,7 @@ func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 	maxDepth := 0
 	var base map[string]float64
 	if o.Baseline != nil {
-		base = baselineShares(o.Baseline, o.Lines)
+		base = o.Baseline.PrefixShares(o.Lines)
 	}
 	var walk func(n *fgNode, x float64, depth int, path string)
 	walk = func(n *fgNode, x float64, depth int, path string) {
@@ -112,7 +93,7 @@ func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 				f := p.Frames[id]
 				name := f.Name(o.Lines)
 				r := fgRect{x: x, w: float64(c.count), depth: depth, name: name, kind: f.Kind, count: c.count}
-				cpath := path + name + "\x00"
+				cpath := profile.PrefixKey(path, name)
 				if base != nil {
 					r.change = 100*float64(c.count)/float64(total) - base[cpath]
 				}
@@ -158,7 +139,7 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 		name := html.EscapeString(r.name)
 		fill, change := color(r.name, r.kind), ""
 		if base != nil {
-			fill, change = changeColor(r.change), fmt.Sprintf(", %+.2f points", r.change)
+			fill, change = ChangeColor(r.change), fmt.Sprintf(", %+.2f points", r.change)
 		}
 		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%%s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
 			r.x, r.w, r.depth, name, r.count, Pct(r.count, total), change,
@@ -202,10 +183,11 @@ func color(name string, kind profile.Kind) string {
 	}
 }
 
-// changeColor colours a frame of a differential flame graph by the change
+// ChangeColor colours a frame of a differential flame graph by the change
 // of its share, in points: red for more, blue for less, white for none,
-// full at 5 points.
-func changeColor(change float64) string {
+// full at 5 points. The ui's comparisons (call tree, sandwich) colour
+// their rows with it too.
+func ChangeColor(change float64) string {
 	v := int(min(math.Abs(change)/5, 1) * 200)
 	if change > 0 {
 		return fmt.Sprintf("rgb(255,%d,%d)", 255-v, 255-v)

@@ -329,3 +329,26 @@ func (p *Profile) Breakdown() (gc, gvl int) {
 // Synthetic tells whether a frame is one the sampler added (a process or
 // thread root) rather than one of Ruby's.
 func (f Frame) Synthetic() bool { return f.Kind == KindProcess || f.Kind == KindThread }
+
+// PrefixShares returns, for each stack prefix of p (PrefixKey of its
+// frames' names, root first), its share of p's samples in percent: what
+// a differential view compares a node of another recording's tree with.
+func (p *Profile) PrefixShares(lines bool) map[string]float64 {
+	counts := map[string]int{}
+	for _, st := range p.Stacks {
+		key := ""
+		for _, id := range st.Frames {
+			key = PrefixKey(key, p.Frames[id].Name(lines))
+			counts[key] += st.Count
+		}
+	}
+	out := make(map[string]float64, len(counts))
+	for key, n := range counts {
+		out[key] = 100 * float64(n) / float64(p.Samples) // as output.Pct
+	}
+	return out
+}
+
+// PrefixKey is the key of the stack prefix prefix (a PrefixKey itself,
+// "" for the root) followed by the frame named name.
+func PrefixKey(prefix, name string) string { return prefix + name + "\x00" }

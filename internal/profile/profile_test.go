@@ -62,3 +62,24 @@ func TestFrameName(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixShares: each stack prefix's share is that of the samples
+// whose stacks begin with it, by line or by function.
+func TestPrefixShares(t *testing.T) {
+	f := func(label string, line int) Frame {
+		return Frame{Kind: KindRuby, Label: label, Path: "a.rb", Line: line}
+	}
+	p := NewProfile(100)
+	p.Add([]Frame{f("main", 1), f("a", 1)}, 1)
+	p.Add([]Frame{f("main", 1), f("a", 2)}, 2)
+	p.Add([]Frame{f("main", 2)}, 1)
+	main1 := PrefixKey("", f("main", 1).Name(true))
+	byLine, byFunction := p.PrefixShares(true), p.PrefixShares(false)
+	if len(byLine) != 4 || byLine[main1] != 75 || byLine[PrefixKey(main1, f("a", 2).Name(true))] != 50 {
+		t.Errorf("by line: %v", byLine)
+	}
+	main := PrefixKey("", f("main", 0).Name(false))
+	if len(byFunction) != 2 || byFunction[main] != 100 || byFunction[PrefixKey(main, f("a", 0).Name(false))] != 75 {
+		t.Errorf("by function: %v", byFunction)
+	}
+}

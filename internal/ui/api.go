@@ -168,6 +168,9 @@ func (s *Server) openFileParam(w http.ResponseWriter, r *http.Request, param, ki
 type query struct {
 	r   *http.Request
 	err error
+	// before is the recording a profile view compares its own with (the
+	// before parameter), nil for none.
+	before *file
 }
 
 func (q *query) str(name, def string) string {
@@ -213,13 +216,25 @@ func (s *Server) heapHandler(h func(f *file, q *query) (any, error)) http.Handle
 	}
 }
 
+// profileHandler answers a view of the recording f; with a parameter
+// before, it opens that recording too, for the view to compare f with
+// (query.before).
 func (s *Server) profileHandler(h func(f *file, q *query) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f := s.openFile(w, r, "profile")
 		if f == nil {
 			return
 		}
-		answer(w, r, f, h)
+		var before *file
+		if r.URL.Query().Get("before") != "" {
+			if before = s.openFileParam(w, r, "before", "profile"); before == nil {
+				return
+			}
+		}
+		answer(w, r, f, func(f *file, q *query) (any, error) {
+			q.before = before
+			return h(f, q)
+		})
 	}
 }
 

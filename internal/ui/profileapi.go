@@ -141,6 +141,46 @@ type treeRow struct {
 	Total    int     `json:"total"`
 	TotalPct float64 `json:"total_pct"`
 	Children int     `json:"children"`
+	// Diff compares the node's total with the same stack's in the
+	// recording before (the before parameter).
+	Diff *shareChange `json:"diff,omitempty"`
+}
+
+// shareChange is a node of a view compared with another recording (the
+// before parameter): its share of each recording's samples in percent,
+// and the change in points with its colour, as the differential flame
+// graph has them (profile.Profile.PrefixShares, output.ChangeColor).
+type shareChange struct {
+	BeforePct float64 `json:"before_pct"`
+	AfterPct  float64 `json:"after_pct"`
+	Change    float64 `json:"change"`
+	Color     string  `json:"color"`
+}
+
+func newShareChange(before, after float64) *shareChange {
+	return &shareChange{BeforePct: before, AfterPct: after, Change: after - before, Color: output.ChangeColor(after - before)}
+}
+
+// baseline returns the recording a view compares its own with, seen
+// through the same transforms, or nil for none.
+func baseline(q *query) (*profileView, error) {
+	if q.before == nil {
+		return nil, nil
+	}
+	bv, err := q.before.view(q)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", q.before.Name, err)
+	}
+	return bv, nil
+}
+
+// nodeKey is the profile.PrefixKey of call tree node n's stack, frames by
+// line.
+func nodeKey(p *profile.Profile, t []treeNode, n int) string {
+	if t[n].Frame < 0 {
+		return ""
+	}
+	return profile.PrefixKey(nodeKey(p, t, t[n].Parent), p.Frames[t[n].Frame].Name(true))
 }
 
 // apiTree: one node of the call tree and its children (node=0: the
@@ -157,10 +197,21 @@ func apiTree(f *file, q *query) (any, error) {
 		return nil, q.err
 	}
 	p := pv.p
+	bv, err := baseline(q)
+	if err != nil {
+		return nil, err
+	}
 	row := func(n int) treeRow {
 		r := treeRow{Node: n, Name: "(all)", Self: t[n].Self, Total: t[n].Total, TotalPct: output.Pct(t[n].Total, p.Samples), Children: len(t[n].Children)}
 		if fr := t[n].Frame; fr >= 0 {
 			r.Name, r.Kind = p.Frames[fr].Name(true), string(p.Frames[fr].Kind)
+		}
+		if bv != nil {
+			before := bv.prefixShares()[nodeKey(p, t, n)]
+			if n == 0 {
+				before = output.Pct(bv.p.Samples, bv.p.Samples)
+			}
+			r.Diff = newShareChange(before, r.TotalPct)
 		}
 		return r
 	}
@@ -168,12 +219,19 @@ func apiTree(f *file, q *query) (any, error) {
 	for a := t[id].Parent; a >= 0; a = t[a].Parent {
 		ancestors = append([]treeRow{row(a)}, ancestors...)
 	}
-	return struct {
+	out := struct {
 		profileSummary
 		Node      treeRow       `json:"node"`
 		Ancestors []treeRow     `json:"ancestors"`
 		Children  page[treeRow] `json:"children"`
-	}{f.summaryOf(pv), row(id), ancestors, paged(t[id].Children, offset, limit, row)}, nil
+		// Before is the recording compared with, when one is.
+		Before *profileSummary `json:"before,omitempty"`
+	}{profileSummary: f.summaryOf(pv), Node: row(id), Ancestors: ancestors, Children: paged(t[id].Children, offset, limit, row)}
+	if bv != nil {
+		bs := q.before.summaryOf(bv)
+		out.Before = &bs
+	}
+	return out, nil
 }
 
 // callRow is a caller or callee of the sandwich view: a function and the
@@ -183,26 +241,30 @@ type callRow struct {
 	Kind     string  `json:"kind"`
 	Samples  int     `json:"samples"`
 	Pct      float64 `json:"pct"` // of the sandwiched function's total
+	// Before and Diff compare it with the recording before (the before
+	// parameter): its samples there, and its share of each recording's.
+	Before int          `json:"before_samples,omitempty"`
+	Diff   *shareChange `json:"diff,omitempty"`
 }
 
-// apiSandwich: one function (fn, as the function table names it), with
-// the functions that call it and those it calls, each with the samples of
-// the stacks in which it does (a stack counts once per caller and per
-// callee, however deep the recursion).
-func apiSandwich(f *file, q *query) (any, error) {
-	name := q.str("fn", "")
-	pv, err := f.view(q)
-	if err != nil {
-		return nil, err
-	}
-	p := pv.p
+// sandwich is a function's place in a recording's stacks: the samples it
+// is in (total) and ends in (self), and those of each of its callers and
+// callees (a stack counts once per caller and per callee, however deep
+// the recursion).
+type sandwich struct {
+	self, total      int
+	callers, callees map[string]int
+	kinds            map[string]string // of the callers and callees
+}
+
+// sandwichOf finds the function name (as Frame.Name(false) names it) in
+// p's stacks.
+func sandwichOf(p *profile.Profile, name string) sandwich {
 	names := make([]string, len(p.Frames))
 	for i, fr := range p.Frames {
 		names[i] = fr.Name(false)
 	}
-	var self, total int
-	callers, callees := map[string]int{}, map[string]int{}
-	kinds := map[string]string{}
+	sw := sandwich{callers: map[string]int{}, callees: map[string]int{}, kinds: map[string]string{}}
 	for _, st := range p.Stacks {
 		in := false
 		seenCaller, seenCallee := map[string]bool{}, map[string]bool{}
@@ -214,49 +276,104 @@ func apiSandwich(f *file, q *query) (any, error) {
 			caller := "(root)"
 			if k > 0 {
 				caller = names[st.Frames[k-1]]
-				kinds[caller] = string(p.Frames[st.Frames[k-1]].Kind)
+				sw.kinds[caller] = string(p.Frames[st.Frames[k-1]].Kind)
 			}
 			if !seenCaller[caller] {
 				seenCaller[caller] = true
-				callers[caller] += st.Count
+				sw.callers[caller] += st.Count
 			}
 			if k+1 < len(st.Frames) {
 				callee := names[st.Frames[k+1]]
-				kinds[callee] = string(p.Frames[st.Frames[k+1]].Kind)
+				sw.kinds[callee] = string(p.Frames[st.Frames[k+1]].Kind)
 				if !seenCallee[callee] {
 					seenCallee[callee] = true
-					callees[callee] += st.Count
+					sw.callees[callee] += st.Count
 				}
 			}
 		}
 		if in {
-			total += st.Count
+			sw.total += st.Count
 			if names[st.Frames[len(st.Frames)-1]] == name {
-				self += st.Count
+				sw.self += st.Count
 			}
 		}
 	}
-	if total == 0 {
+	return sw
+}
+
+// apiSandwich: one function (fn, as the function table names it), with
+// the functions that call it and those it calls, each with the samples of
+// the stacks in which it does. Against a recording before, each of them
+// (those of either recording) has its share of the samples of each and
+// the change.
+func apiSandwich(f *file, q *query) (any, error) {
+	name := q.str("fn", "")
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	bv, err := baseline(q)
+	if err != nil {
+		return nil, err
+	}
+	p := pv.p
+	sw := sandwichOf(p, name)
+	var before sandwich
+	if bv != nil {
+		before = sandwichOf(bv.p, name)
+		for fn, k := range before.kinds {
+			sw.kinds[fn] = cmp.Or(sw.kinds[fn], k)
+		}
+	}
+	if sw.total == 0 && before.total == 0 {
+		// (One that only the recording before has is what it lost.)
 		return nil, fmt.Errorf("fn=%q: no sample of the recording is in that function", name)
 	}
-	rows := func(m map[string]int) []callRow {
+	rows := func(m, bm map[string]int) []callRow {
 		out := make([]callRow, 0, len(m))
 		for fn, n := range m {
-			out = append(out, callRow{Function: fn, Kind: kinds[fn], Samples: n, Pct: output.Pct(n, total)})
+			out = append(out, callRow{Function: fn, Kind: sw.kinds[fn], Samples: n, Pct: output.Pct(n, sw.total)})
+		}
+		for fn := range bm {
+			if _, ok := m[fn]; !ok {
+				out = append(out, callRow{Function: fn, Kind: sw.kinds[fn]})
+			}
+		}
+		for k := range out {
+			if bv == nil {
+				break
+			}
+			out[k].Before = bm[out[k].Function]
+			out[k].Diff = newShareChange(output.Pct(out[k].Before, bv.p.Samples), output.Pct(out[k].Samples, p.Samples))
 		}
 		slices.SortFunc(out, func(a, b callRow) int {
-			return cmp.Or(cmp.Compare(b.Samples, a.Samples), cmp.Compare(a.Function, b.Function))
+			return cmp.Or(cmp.Compare(b.Samples, a.Samples), cmp.Compare(b.Before, a.Before), cmp.Compare(a.Function, b.Function))
 		})
 		return out
 	}
-	return struct {
+	out := struct {
 		profileSummary
 		Function string    `json:"function"`
 		Self     int       `json:"self"`
 		Total    int       `json:"total"`
 		Callers  []callRow `json:"callers"`
 		Callees  []callRow `json:"callees"`
-	}{f.summaryOf(pv), name, self, total, rows(callers), rows(callees)}, nil
+		// Against a recording before: its figures, the function's self
+		// and total there, and their shares of each recording's samples.
+		Before      *profileSummary `json:"before,omitempty"`
+		BeforeSelf  int             `json:"before_self,omitempty"`
+		BeforeTotal int             `json:"before_total,omitempty"`
+		SelfDiff    *shareChange    `json:"self_diff,omitempty"`
+		TotalDiff   *shareChange    `json:"total_diff,omitempty"`
+	}{profileSummary: f.summaryOf(pv), Function: name, Self: sw.self, Total: sw.total,
+		Callers: rows(sw.callers, before.callers), Callees: rows(sw.callees, before.callees)}
+	if bv != nil {
+		bs := q.before.summaryOf(bv)
+		out.Before, out.BeforeSelf, out.BeforeTotal = &bs, before.self, before.total
+		out.SelfDiff = newShareChange(output.Pct(before.self, bv.p.Samples), output.Pct(sw.self, p.Samples))
+		out.TotalDiff = newShareChange(output.Pct(before.total, bv.p.Samples), output.Pct(sw.total, p.Samples))
+	}
+	return out, nil
 }
 
 // diffRow is a function of the comparison of two recordings: its self and

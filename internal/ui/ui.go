@@ -284,6 +284,19 @@ type profileView struct {
 	// their t parameter.
 	mu          sync.Mutex
 	transformed map[string]*profileView
+
+	// shares are p's stack prefixes' shares of its samples
+	// (profile.Profile.PrefixShares, by line), made when another
+	// recording is first compared with this one (prefixShares).
+	sharesOnce sync.Once
+	shares     map[string]float64
+}
+
+// prefixShares returns the view's stack prefixes' shares of its samples,
+// made on first use.
+func (pv *profileView) prefixShares() map[string]float64 {
+	pv.sharesOnce.Do(func() { pv.shares = pv.p.PrefixShares(true) })
+	return pv.shares
 }
 
 func newProfileView(p *profile.Profile, title string) *profileView {

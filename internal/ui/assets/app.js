@@ -452,17 +452,19 @@ const views = {
   },
 
   async "profile/sandwich"(gen, f, p) {
-    const t = p.t || "";
-    const d = await api("profile/sandwich", { f, fn: p.fn, t });
+    const t = p.t || "", before = p.before;
+    const d = await api("profile/sandwich", { f, fn: p.fn, t, ...(before !== undefined ? { before } : {}) });
     setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], [d.function]);
     const calls = (id, rows) => rows.length ? table([
-      { label: "Function", cls: "fn", cell: r => r.function === "(root)" ? r.function : el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function, t }) }, r.function) },
+      { label: "Function", cls: "fn", cell: r => r.function === "(root)" ? r.function : el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function, t, before }) }, r.function) },
       { label: "Samples", num: true, cell: r => num(r.samples) },
       { label: "% of its total", num: true, cell: r => pct(r.pct) },
+      ...(d.before ? [{ label: "Samples before", num: true, cell: r => num(r.before_samples || 0) }, ...diffCols(true)] : []),
     ], rows, { id }) : el("p", {}, "none");
-    show(gen, "ready", profileTabs(f, "", t), profileHead(d), transformsBar(f, "sandwich", p),
+    show(gen, "ready", profileTabs(f, "", t), profileHead(d), transformsBar(f, "sandwich", p), await againstPick(f, "sandwich", p), againstHead(d),
       el("h1", {}, d.function), transformLinks(f, "sandwich", p, d.function),
-      el("p", { class: "summary", id: "sandwich-summary" }, `In ${num(d.total)} samples (${pct(100 * d.total / d.samples)}), ${num(d.self)} of them in its own code.`),
+      el("p", { class: "summary", id: "sandwich-summary" }, `In ${num(d.total)} samples (${pct(100 * d.total / d.samples)}), ${num(d.self)} of them in its own code.`,
+        d.before ? [` Before: in ${num(d.before_total || 0)} (${pct(d.total_diff.before_pct)}), ${num(d.before_self || 0)} in its own code; total `, changeCell(d.total_diff), ", self ", changeCell(d.self_diff), "."] : null),
       el("h2", {}, "Called by"), calls("callers", d.callers),
       el("h2", {}, "Calls"), calls("callees", d.callees));
   },
@@ -484,12 +486,15 @@ const views = {
     const change = v => el("span", { class: v > 0 ? "up" : v < 0 ? "down" : "" }, (v > 0 ? "+" : "") + v.toFixed(2));
     show(gen, "ready", profileTabs(f, "diff"), pick,
       el("p", { class: "summary" }, `${d.before.file}: ${num(d.before.samples)} samples; ${d.after.file}: ${num(d.after.samples)} samples. Shares are of each recording's samples; changes in points.`),
+      el("p", { class: "pivot", id: "diff-views" }, "The same comparison in the ",
+        el("a", { href: hashFor(`/profile/${f}/tree`, { before: p.before }) }, "call tree"), " · ",
+        el("a", { href: hashFor(`/profile/${f}/flame`, { before: p.before }) }, "flame graph"), "; a function opens its sandwich against it."),
       table([
         { label: "Self before %", num: true, cell: r => pct(r.before_self_pct) },
         { label: "Self after %", num: true, cell: r => pct(r.after_self_pct) },
         { label: "Self change", num: true, sort: "self", cell: r => change(r.self_change) },
         { label: "Total change", num: true, sort: "total", cell: r => change(r.total_change) },
-        { label: "Function", cls: "fn", cell: r => r.function },
+        { label: "Function", cls: "fn", cell: r => el("a", { href: hashFor(`/profile/${f}/sandwich`, { fn: r.function, before: p.before }) }, r.function) },
       ], d.page.rows, { id: "diff", sorted: sort, sortHref: s => hashFor(base, { before: p.before, sort: s }) }),
       pager(d.page, limit, base, { before: p.before, sort }, "offset"));
   },
@@ -526,10 +531,7 @@ const views = {
     const pivot = el("p", { class: "pivot" }, "Draw as: ",
       el("a", { href: hashFor(`/profile/${f}/flame`, { t, before }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
       el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t, before }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
-    const others = (await api("files", {})).files.filter(x => x.kind === "profile" && x.state === "ready" && String(x.id) !== String(f));
-    const against = others.length ? el("p", { class: "pivot", id: "flame-before" }, "Colour by the change against: ",
-      others.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: icicle ? 1 : undefined, t, before: x.id }), class: String(x.id) === before ? "on" : "" }, x.name)]),
-      before !== undefined ? [" · ", el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: icicle ? 1 : undefined, t }) }, "none (red: more of the samples than there, blue: fewer)")] : null) : null;
+    const against = await againstPick(f, "flame", p);
     show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), pivot, against, frame);
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
@@ -586,18 +588,20 @@ const views = {
   },
 
   async "profile/tree"(gen, f, p) {
-    const node = p.node || 0, t = p.t || "";
-    const d = await api("profile/tree", { f, node, t });
+    const node = p.node || 0, t = p.t || "", before = p.before;
+    const d = await api("profile/tree", { f, node, t, ...(before !== undefined ? { before } : {}) });
     setCrumbs(["files", "#/"], [d.file]);
-    const link = r => el("a", { href: hashFor(`/profile/${f}/tree`, { node: r.node, t }) }, r.name);
-    show(gen, "ready", profileTabs(f, "tree", t), profileHead(d), transformsBar(f, "tree", p),
-      el("ol", { class: "ancestors" }, [...d.ancestors, d.node].map(a => el("li", {}, link(a), ` ${pct(a.total_pct)}`))),
-      table([
-        { label: "Total %", num: true, cell: r => pct(r.total_pct) },
-        { label: "Total", num: true, cell: r => num(r.total) },
-        { label: "Self", num: true, cell: r => num(r.self) },
-        { label: "Called", cell: r => r.children ? link(r) : r.name, cls: "fn" },
-      ], d.children.rows));
+    const link = r => el("a", { href: hashFor(`/profile/${f}/tree`, { node: r.node, t, before }) }, r.name);
+    const cols = [
+      { label: "Total %", num: true, cell: r => pct(r.total_pct) },
+      { label: "Total", num: true, cell: r => num(r.total) },
+      { label: "Self", num: true, cell: r => num(r.self) },
+      { label: "Called", cell: r => r.children ? link(r) : r.name, cls: "fn" },
+    ];
+    if (d.before) cols.splice(1, 0, ...diffCols(false));
+    show(gen, "ready", profileTabs(f, "tree", t), profileHead(d), transformsBar(f, "tree", p), await againstPick(f, "tree", p), againstHead(d),
+      el("ol", { class: "ancestors" }, [...d.ancestors, d.node].map(a => el("li", {}, link(a), ` ${pct(a.total_pct)}`, a.diff ? [" ", changeCell(a.diff)] : null))),
+      table(cols, d.children.rows));
   },
 };
 
@@ -608,6 +612,43 @@ let onChartPick = null;
 window.addEventListener("message", e => {
   if (e.origin === location.origin && e.data && e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
 });
+
+// againstPick offers the other open recordings to compare a profile
+// view's recording with (its before parameter), and none.
+async function againstPick(f, viewName, p) {
+  const others = (await api("files", {})).files.filter(x => x.kind === "profile" && x.state === "ready" && String(x.id) !== String(f));
+  if (!others.length) return null;
+  const base = `/profile/${f}/${viewName}`;
+  return el("p", { class: "pivot", id: "against-pick" }, "Colour by the change against: ",
+    others.map((x, k) => [k ? " · " : "", el("a", { href: hashFor(base, { ...p, offset: undefined, before: x.id }), class: String(x.id) === p.before ? "on" : "" }, x.name)]),
+    p.before !== undefined ? [" · ", el("a", { href: hashFor(base, { ...p, offset: undefined, before: undefined }) }, "none (red: more of the samples than there, blue: fewer)")] : null);
+}
+
+// againstHead says what a view compared with another recording compares.
+function againstHead(d) {
+  if (!d.before) return null;
+  return el("p", { class: "summary", id: "against" }, `Against ${d.before.file}: ${num(d.before.samples)} samples. Shares are of each recording's samples; changes in points, coloured as the differential flame graph is.`);
+}
+
+// changeCell shows a change of a share, in points, on the colour the
+// differential flame graph gives it.
+function changeCell(diff) {
+  const c = el("span", { class: "change" }, (diff.change > 0 ? "+" : "") + diff.change.toFixed(2));
+  c.style.background = diff.color;
+  if (Math.abs(diff.change) > 3) c.style.color = "#fff"; // on the deeper colours
+  return c;
+}
+
+// diffCols are the columns of a row compared with another recording: its
+// share of the samples before, after (when not shown already) and the
+// change.
+function diffCols(withAfter) {
+  return [
+    { label: "Before %", num: true, cell: r => pct(r.diff.before_pct) },
+    withAfter ? { label: "After %", num: true, cell: r => pct(r.diff.after_pct) } : null,
+    { label: "Change", num: true, cell: r => changeCell(r.diff) },
+  ].filter(c => c);
+}
 
 // transforms lists the transforms a view's t parameter holds, a line each
 // (focus:FUNCTION, drop:FUNCTION or merge:FUNCTION).
