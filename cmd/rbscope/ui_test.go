@@ -1048,6 +1048,12 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	if len(tl.Threads) == 0 || counted != tl.Samples || tl.Samples != all || tl.Span <= 0 {
 		t.Errorf("timeline: %d threads, %d samples in stretches, %d in the recording (%d in the collapsed stacks), over %.2f s", len(tl.Threads), counted, tl.Samples, all, tl.Span)
 	}
+	// Through a focus, the timeline keeps the samples through the function.
+	var focused struct{ Samples int }
+	s.get(t, "/api/profile/timeline?f=1&stretches=100&t="+url.QueryEscape("focus:"+chainA), &focused)
+	if focused.Samples != through {
+		t.Errorf("timeline focused on chain_a: %d samples, the collapsed stacks %d", focused.Samples, through)
+	}
 	half := fmt.Sprintf("%.3f", tl.Span/2)
 	var first, second fnPage
 	s.get(t, "/api/profile/functions?f=1&limit=1&t="+url.QueryEscape("time:0-"+half), &first)

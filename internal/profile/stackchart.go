@@ -21,7 +21,7 @@ type Track struct {
 	// end, so a parent follows its children.
 	Boxes []Box
 	// Small counts the boxes left out for lasting less than the minimum
-	// (Chart's shortest): their descendants, shorter still, are not counted.
+	// (Chart's shortest), their descendants (shorter still) among them.
 	Small int
 }
 
