@@ -1,0 +1,402 @@
+// Package ebpfsample is a prototype of an on-CPU sampler whose Ruby frame
+// walk runs in the kernel: a BPF program, written with cilium/ebpf's asm
+// package (no C compiler at build time), runs on a CPU-clock perf event of
+// each CPU, and on a thread of the target reads the thread's execution
+// context and control frames with the offsets of rbscope's Layout and sends
+// each frame's (iseq, pc, ep) to a ring buffer. User space symbolizes the
+// frames with internal/rubyvm, as the user-space sampler does.
+//
+// It exists to measure the floor of a sample's cost beside
+// internal/sampler (bench/ebpf_test.go), not as a feature: it needs
+// CAP_BPF and CAP_PERFMON (root), sees only threads the Go side listed
+// (RefreshThreads), and reads a frame's method entry when it drains the
+// sample rather than when the sample was taken.
+package ebpfsample
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+)
+
+// Options say how the sampler samples.
+type Options struct {
+	// Frequency is the samples a second of each CPU's perf event (0: 99).
+	Frequency int
+	// MaxFrames bounds the control frames one sample copies, innermost
+	// first (0: 128).
+	MaxFrames int
+	// RingBytes is the ring buffer's size, a power of two times the page
+	// size (0: 4 MiB).
+	RingBytes int
+}
+
+// Sample is one sample of a thread of the target.
+type Sample struct {
+	TID int
+	// Frames are the Ruby frames, innermost first, as rubyvm reads them.
+	Frames []rubyvm.Frame
+	// Truncated says the stack had more control frames than MaxFrames:
+	// the outermost were left out.
+	Truncated bool
+	// Unreadable counts the frames that could not be symbolized (they
+	// stand in Frames as "??").
+	Unreadable int
+}
+
+// Counters are what the BPF program counted, summed over the CPUs.
+type Counters struct {
+	Runs       uint64 // runs on a thread of the target
+	Emitted    uint64 // samples sent to user space
+	NoThread   uint64 // runs on a thread not in the threads map
+	ECFault    uint64 // the execution context could not be read
+	BadBounds  uint64 // cfp not inside the VM stack on a frame boundary
+	FramesRead uint64 // the control frames could not be read
+	RingFull   uint64 // the ring buffer was full
+	Truncated  uint64 // samples cut at MaxFrames
+}
+
+// Sampler is the BPF sampler of one Ruby process.
+type Sampler struct {
+	pid     int
+	vm      *rubyvm.VM
+	params  progParams
+	threads *ebpf.Map
+	scratch *ebpf.Map
+	events  *ebpf.Map
+	prog    *ebpf.Program
+	perf    []int
+	reader  *ringbuf.Reader
+	rec     ringbuf.Record
+	// decoded caches the frames of Ruby code by (iseq, pc, ep)
+	decoded map[[3]uint64]decodedFrame
+	frames  []rubyvm.Frame
+}
+
+type decodedFrame struct {
+	f   rubyvm.Frame
+	ok  bool
+	err error
+}
+
+// maxDecoded bounds the cache of decoded frames.
+const maxDecoded = 1 << 16
+
+// New loads the sampler's BPF program for the Ruby process vm reads (pid)
+// and lists its threads; Start starts sampling.
+func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
+	if opts.Frequency <= 0 {
+		opts.Frequency = 99
+	}
+	if opts.MaxFrames <= 0 {
+		opts.MaxFrames = 128
+	}
+	if opts.RingBytes <= 0 {
+		opts.RingBytes = 4 << 20
+	}
+	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames)
+	if err != nil {
+		return nil, err
+	}
+	_ = rlimit.RemoveMemlock() // kernels that charge BPF memory to the cgroup ignore it
+	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[3]uint64]decodedFrame{}}
+	if err := s.load(opts); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if _, err := s.RefreshThreads(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.attach(opts.Frequency); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sampler) load(opts Options) error {
+	var err error
+	if s.threads, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_threads", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1 << 14}); err != nil {
+		return fmt.Errorf("threads map: %w", err)
+	}
+	if s.scratch, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(s.params.scratchSize()), MaxEntries: 1}); err != nil {
+		return fmt.Errorf("scratch map: %w", err)
+	}
+	if s.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_events", Type: ebpf.RingBuf, MaxEntries: uint32(opts.RingBytes)}); err != nil {
+		return fmt.Errorf("ring buffer: %w", err)
+	}
+	s.prog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name:         "rbs_sample",
+		Type:         ebpf.PerfEvent,
+		License:      "GPL",
+		Instructions: program(s.params, s.threads.FD(), s.scratch.FD(), s.events.FD()),
+	}, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("loading the program: %w (verifier log: %+v)", err, ve)
+		}
+		return fmt.Errorf("loading the program: %w", err)
+	}
+	if s.reader, err = ringbuf.NewReader(s.events); err != nil {
+		return fmt.Errorf("ring buffer reader: %w", err)
+	}
+	return nil
+}
+
+// attach opens a CPU-clock perf event on each CPU, disabled, with the
+// program attached; Start enables them.
+func (s *Sampler) attach(freq int) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("counting CPUs: %w", err)
+	}
+	for cpu := 0; cpu < ncpu; cpu++ {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Sample: uint64(freq),
+			Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
+		}
+		attr.Size = uint32(unsafe.Sizeof(attr))
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if errors.Is(err, unix.ENODEV) {
+			continue // a possible CPU not online
+		}
+		if err != nil {
+			return fmt.Errorf("perf event on CPU %d: %w", cpu, err)
+		}
+		s.perf = append(s.perf, fd)
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, s.prog.FD()); err != nil {
+			return fmt.Errorf("attaching to the perf event of CPU %d: %w", cpu, err)
+		}
+	}
+	if len(s.perf) == 0 {
+		return errors.New("no CPU to sample")
+	}
+	return nil
+}
+
+// Start enables the perf events.
+func (s *Sampler) Start() error {
+	for _, fd := range s.perf {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("enabling a perf event: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stop disables the perf events; Drain still reads what was sampled.
+func (s *Sampler) Stop() error {
+	var errs []error
+	for _, fd := range s.perf {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0); err != nil {
+			errs = append(errs, fmt.Errorf("disabling a perf event: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RefreshThreads lists the target's Ruby threads and gives the program
+// the address of each one's ec field, by TID; it returns how many.
+func (s *Sampler) RefreshThreads() (int, error) {
+	ths, err := s.vm.ReadThreads(nil)
+	if err != nil {
+		return 0, fmt.Errorf("listing threads: %w", err)
+	}
+	seen := map[uint32]bool{}
+	for _, th := range ths {
+		if th.TID <= 0 || th.Error != "" {
+			continue
+		}
+		tid := uint32(th.TID)
+		seen[tid] = true
+		if err := s.threads.Put(tid, th.Addr+uint64(s.vm.Layout.ThreadEC)); err != nil {
+			return 0, fmt.Errorf("threads map: %w", err)
+		}
+	}
+	var tid uint32
+	var addr uint64
+	var gone []uint32
+	it := s.threads.Iterate()
+	for it.Next(&tid, &addr) {
+		if !seen[tid] {
+			gone = append(gone, tid)
+		}
+	}
+	for _, tid := range gone {
+		_ = s.threads.Delete(tid)
+	}
+	return len(seen), nil
+}
+
+// Drain reads the samples in the ring buffer, without waiting, and calls
+// fn with each (its Frames are reused by the next call); it returns how
+// many it read.
+func (s *Sampler) Drain(fn func(*Sample)) (int, error) {
+	s.reader.SetDeadline(time.Now())
+	n := 0
+	for {
+		err := s.reader.ReadInto(&s.rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading the ring buffer: %w", err)
+		}
+		smp, err := s.decode(s.rec.RawSample)
+		if err != nil {
+			return n, err
+		}
+		n++
+		if fn != nil {
+			fn(smp)
+		}
+	}
+}
+
+// decode symbolizes one record: a header (TID, frames copied, frames in
+// all, truncated) and an (iseq, pc, ep) triple a frame, innermost first.
+func (s *Sampler) decode(b []byte) (*Sample, error) {
+	if len(b) < headerSize {
+		return nil, fmt.Errorf("a record of %d bytes: %w", len(b), io.ErrUnexpectedEOF)
+	}
+	le := binary.LittleEndian
+	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
+	n := int(le.Uint32(b[4:]))
+	if len(b) < headerSize+n*tripleSize {
+		return nil, fmt.Errorf("a record of %d bytes for %d frames: %w", len(b), n, io.ErrUnexpectedEOF)
+	}
+	// The outermost control frame is the VM's dummy top frame, which
+	// Ruby's backtraces (and rubyvm) leave out.
+	last := n - 1
+	if smp.Truncated {
+		last = n
+	}
+	s.frames = s.frames[:0]
+	for i := 0; i < last; i++ {
+		t := b[headerSize+i*tripleSize:]
+		key := [3]uint64{le.Uint64(t), le.Uint64(t[8:]), le.Uint64(t[16:])}
+		d, cached := s.decoded[key]
+		if !cached {
+			d.f, d.ok, d.err = s.vm.DecodeControlFrame(key[0], key[1], key[2])
+			// Ruby code's frames keep their labels; a C frame's label
+			// is its environment's, which the next frame at that
+			// place may not share.
+			if key[0] != 0 && d.err == nil {
+				if len(s.decoded) >= maxDecoded {
+					clear(s.decoded)
+				}
+				s.decoded[key] = d
+			}
+		}
+		switch {
+		case d.err != nil:
+			smp.Unreadable++
+			s.frames = append(s.frames, rubyvm.Frame{Kind: rubyvm.KindUnreadable, Label: "??"})
+		case d.ok:
+			s.frames = append(s.frames, d.f)
+		}
+	}
+	smp.Frames = s.frames
+	return smp, nil
+}
+
+// scratchCounters is the counters' part of a CPU's scratch value.
+type scratchCounters [numCounters]uint64
+
+// UnmarshalBinary reads the counters from the start of a scratch value.
+func (c *scratchCounters) UnmarshalBinary(b []byte) error {
+	if len(b) < countersSize {
+		return io.ErrUnexpectedEOF
+	}
+	for i := range c {
+		c[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return nil
+}
+
+// Counters sums the program's counters over the CPUs.
+func (s *Sampler) Counters() (Counters, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return Counters{}, fmt.Errorf("counting CPUs: %w", err)
+	}
+	vals := make([]scratchCounters, ncpu)
+	if err := s.scratch.Lookup(uint32(0), vals); err != nil {
+		return Counters{}, fmt.Errorf("reading the counters: %w", err)
+	}
+	var sum scratchCounters
+	for _, v := range vals {
+		for i := range sum {
+			sum[i] += v[i]
+		}
+	}
+	return Counters{
+		Runs: sum[cntRuns], Emitted: sum[cntEmitted], NoThread: sum[cntNoThread],
+		ECFault: sum[cntECFault], BadBounds: sum[cntBadBounds], FramesRead: sum[cntFramesRead],
+		RingFull: sum[cntRingFull], Truncated: sum[cntTruncated],
+	}, nil
+}
+
+// Stats returns the kernel's run count and run time of the program, over
+// every CPU and every run (the target's threads or not); they count only
+// while EnableStats is in force.
+func (s *Sampler) Stats() (*ebpf.ProgramStats, error) {
+	st, err := s.prog.Stats()
+	if err != nil {
+		return nil, fmt.Errorf("program stats: %w", err)
+	}
+	return st, nil
+}
+
+// EnableStats makes the kernel count BPF programs' runs and run time until
+// the returned Closer is closed.
+func EnableStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, fmt.Errorf("enabling BPF run-time stats: %w", err)
+	}
+	return c, nil
+}
+
+// Close detaches and unloads the program.
+func (s *Sampler) Close() error {
+	var errs []error
+	for _, fd := range s.perf {
+		errs = append(errs, unix.Close(fd))
+	}
+	s.perf = nil
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	for _, c := range []io.Closer{s.prog, s.events, s.scratch, s.threads} {
+		if c != nil && !isNilCloser(c) {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isNilCloser(c io.Closer) bool {
+	switch c := c.(type) {
+	case *ebpf.Program:
+		return c == nil
+	case *ebpf.Map:
+		return c == nil
+	}
+	return false
+}

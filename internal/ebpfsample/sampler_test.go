@@ -1,0 +1,147 @@
+package ebpfsample
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// openOrSkip loads the sampler on pid, skipping the test where BPF or
+// perf events are not allowed.
+func openOrSkip(t *testing.T, pid int, vm *rubyvm.VM, opts Options) *Sampler {
+	t.Helper()
+	s, err := New(pid, vm, opts)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS) {
+		t.Skipf("BPF programs or perf events are not allowed here (root with CAP_BPF and CAP_PERFMON needed): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// attachVM opens the Ruby VM of pid as the user-space sampler does.
+func attachVM(t testing.TB, pid int) *rubyvm.VM {
+	t.Helper()
+	live, err := target.Attach(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.Close() })
+	vm, err := rubyvm.Open(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return vm
+}
+
+// StackKey is a stack as a string of labels and lines, root first.
+func stackKey(frames []rubyvm.Frame) string {
+	var b strings.Builder
+	for i := len(frames) - 1; i >= 0; i-- {
+		f := frames[i]
+		fmt.Fprintf(&b, "%s:%d;", f.Label, f.Line)
+	}
+	return b.String()
+}
+
+// TestDeepStackAgrees samples testdata/bench_deep.rb spinning 50 frames
+// deep with the BPF sampler and checks its stacks against what rubyvm
+// reads of the same thread from user space: 50 bench_deep frames under
+// <main>, the leaf at the spin loop.
+func TestDeepStackAgrees(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "bench_deep.rb", nil, "50", "spin")
+			var rep struct {
+				PID int `json:"pid"`
+			}
+			p.WaitReport(t, &rep, 30*time.Second)
+			vm := attachVM(t, rep.PID)
+			// What user space reads of the spinning main thread.
+			want := map[string]int{}
+			for i := 0; i < 20; i++ {
+				ths, err := vm.ReadThreads(func(th rubyvm.Thread) bool { return th.Main })
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, th := range ths {
+					if th.Main && th.Error == "" {
+						want[stackKey(th.Frames)]++
+					}
+				}
+			}
+			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
+			if err := s.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			if err := s.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			total, deep := 0, 0
+			n, err := s.Drain(func(smp *Sample) {
+				total++
+				got[stackKey(smp.Frames)]++
+				bd := 0
+				for _, f := range smp.Frames {
+					if f.BaseLabel == "bench_deep" {
+						bd++
+					}
+				}
+				if bd == 50 {
+					deep++
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := s.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d samples drained; counters %+v", n, c)
+			if total < 50 {
+				t.Fatalf("%d samples of a thread spinning for a second at 499 Hz", total)
+			}
+			same := 0
+			for k, v := range got {
+				if want[k] > 0 {
+					same += v
+				}
+			}
+			for k, v := range got {
+				t.Logf("bpf %4d %s", v, tail(k))
+			}
+			for k, v := range want {
+				t.Logf("user %4d %s", v, tail(k))
+			}
+			if deep*100 < total*95 {
+				t.Errorf("%d of %d samples have the 50 bench_deep frames", deep, total)
+			}
+			if same*100 < total*95 {
+				t.Errorf("%d of %d samples have a stack user space read too", same, total)
+			}
+		})
+	}
+}
+
+// tail is the last frames of a stack key, for the log.
+func tail(k string) string {
+	parts := strings.Split(strings.TrimSuffix(k, ";"), ";")
+	if len(parts) > 3 {
+		parts = append([]string{fmt.Sprintf("(%d more)", len(parts)-3)}, parts[len(parts)-3:]...)
+	}
+	return strings.Join(parts, ";")
+}
