@@ -145,3 +145,53 @@ func tail(k string) string {
 	}
 	return strings.Join(parts, ";")
 }
+
+// BenchmarkDecode symbolizes records the program took of
+// testdata/bench_deep.rb spinning 50 frames deep: the user-side cost of a
+// sample once the frames' labels are cached, ring buffer reads aside.
+func BenchmarkDecode(b *testing.B) {
+	rb := testruby.Rubies(b)[0]
+	p := testruby.Start(b, rb, "bench_deep.rb", nil, "50", "spin")
+	var rep struct {
+		PID int `json:"pid"`
+	}
+	p.WaitReport(b, &rep, 30*time.Second)
+	vm := attachVM(b, rep.PID)
+	s, err := New(rep.PID, vm, Options{Frequency: 499})
+	if err != nil {
+		b.Skipf("BPF sampler not available here: %v", err)
+	}
+	defer s.Close()
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := s.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	var recs [][]byte
+	s.reader.SetDeadline(time.Now())
+	for {
+		if err := s.reader.ReadInto(&s.rec); err != nil {
+			break
+		}
+		recs = append(recs, append([]byte(nil), s.rec.RawSample...))
+	}
+	if len(recs) == 0 {
+		b.Fatal("no samples")
+	}
+	for _, r := range recs { // the labels cached
+		if _, err := s.decode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		smp, err := s.decode(recs[i%len(recs)])
+		if err != nil || len(smp.Frames) < 50 {
+			b.Fatalf("%v, %d frames", err, len(smp.Frames))
+		}
+		i++
+	}
+}
