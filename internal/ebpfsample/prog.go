@@ -10,11 +10,14 @@ import (
 
 // The per-CPU scratch value the program works in: its counters, the
 // control frames it copies out of the target in one read, and the record
-// it sends to user space (a header and an (iseq, pc, ep) triple a frame).
+// it sends to user space: a header, an (iseq, pc, ep) triple a frame, then
+// a copy of the top of the thread's value stack (up to the innermost
+// frame's sp), where the frames' environments mostly lie, so that user
+// space decodes each frame's method entry as it was at the sample.
 const (
 	numCounters  = 8
 	countersSize = numCounters * 8
-	headerSize   = 16
+	headerSize   = 32 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0
 	tripleSize   = 24
 )
 
@@ -36,21 +39,31 @@ const (
 type progParams struct {
 	tgid      int32
 	maxFrames int
+	// maxStack bounds the bytes of value stack copied, from the
+	// innermost frame's sp down (0: none copied).
+	maxStack int64
 	// from the Layout
-	ecVMStack, ecVMStackSize, ecCFP int64
-	cfpSize, cfpPC, cfpIseq, cfpEP  int64
+	ecVMStack, ecVMStackSize, ecCFP       int64
+	cfpSize, cfpPC, cfpSP, cfpIseq, cfpEP int64
 }
 
-func newProgParams(pid int, L *layout.Layout, maxFrames int) (progParams, error) {
+// newProgParams takes the program's offsets from the target's Layout.
+func newProgParams(pid int, L *layout.Layout, maxFrames int, maxStack int64) (progParams, error) {
 	p := progParams{
-		tgid: int32(pid), maxFrames: maxFrames,
+		tgid: int32(pid), maxFrames: maxFrames, maxStack: maxStack,
 		ecVMStack: L.ECVMStack, ecVMStackSize: L.ECVMStackSize, ecCFP: L.ECCFP,
-		cfpSize: L.CFPSize, cfpPC: L.CFPPC, cfpIseq: L.CFPIseq, cfpEP: L.CFPEP,
+		cfpSize: L.CFPSize, cfpPC: L.CFPPC, cfpSP: L.CFPSP, cfpIseq: L.CFPIseq, cfpEP: L.CFPEP,
+	}
+	if p.cfpSP < 0 || p.maxStack < 0 {
+		p.maxStack = 0 // a build without the frame's sp: environments read at decoding
+	}
+	if p.maxStack%8 != 0 || p.maxStack > 1<<20 {
+		return p, fmt.Errorf("value stack copy of %d bytes: out of range", p.maxStack)
 	}
 	if lo, hi := p.ecSpan(); hi-lo > ecBufSize {
 		return p, fmt.Errorf("execution context fields span %d bytes, more than %d", hi-lo, ecBufSize)
 	}
-	for _, o := range []int64{p.cfpPC, p.cfpIseq, p.cfpEP} {
+	for _, o := range []int64{p.cfpPC, p.cfpIseq, p.cfpEP, max(p.cfpSP, 0)} {
 		if o < 0 || o+8 > p.cfpSize {
 			return p, fmt.Errorf("control frame field at %d outside a frame of %d bytes", o, p.cfpSize)
 		}
@@ -73,7 +86,9 @@ func (p progParams) ecSpan() (lo, hi int64) {
 func (p progParams) rawOff() int64  { return countersSize }
 func (p progParams) rawSize() int64 { return int64(p.maxFrames) * p.cfpSize }
 func (p progParams) recOff() int64  { return p.rawOff() + p.rawSize() }
-func (p progParams) recSize() int64 { return headerSize + int64(p.maxFrames)*tripleSize }
+func (p progParams) recSize() int64 {
+	return headerSize + int64(p.maxFrames)*tripleSize + p.maxStack
+}
 
 // scratchSize is the size of the per-CPU scratch value.
 func (p progParams) scratchSize() int64 { return p.recOff() + p.recSize() }
@@ -93,9 +108,11 @@ const (
 // thread of the target it finds the thread's rb_thread_t (the threads map,
 // by TID, holds the address of its ec field), reads ec->vm_stack,
 // vm_stack_size and cfp, reads the control frames from cfp to the end of
-// the VM stack (at most maxFrames, innermost first) in one read, and sends
-// each frame's iseq, pc and ep to the ring buffer. Counters go to the
-// per-CPU scratch value.
+// the VM stack (at most maxFrames, innermost first) in one read, puts each
+// frame's iseq, pc and ep in the record, copies the top of the value stack
+// (at most maxStack bytes below the innermost frame's sp) after them, and
+// sends the record to the ring buffer. Counters go to the per-CPU scratch
+// value.
 func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions {
 	lo, hi := p.ecSpan()
 	count := func(idx int) asm.Instructions { // R6 is the scratch value
@@ -111,6 +128,7 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		return append(ins, asm.Ja.Label("exit"))
 	}
 	recOff, raw := int32(p.recOff()), int32(p.rawOff())
+	vmStackSlot := int16(slotECBuf + p.ecVMStack - lo)
 	var ins asm.Instructions
 	ins = append(ins,
 		// Only the target's threads.
@@ -153,7 +171,7 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Imm(asm.R2, int32(hi-lo)),
 		asm.FnProbeReadUser.Call(),
 		asm.JNE.Imm(asm.R0, 0, "ecfault"),
-		asm.LoadMem(asm.R8, asm.R10, int16(slotECBuf+p.ecVMStack-lo), asm.DWord),     // vm_stack
+		asm.LoadMem(asm.R8, asm.R10, vmStackSlot, asm.DWord),                         // vm_stack
 		asm.LoadMem(asm.R1, asm.R10, int16(slotECBuf+p.ecVMStackSize-lo), asm.DWord), // words
 		asm.LoadMem(asm.R9, asm.R10, int16(slotECBuf+p.ecCFP-lo), asm.DWord),         // cfp
 		asm.JGT.Imm(asm.R1, 1<<28, "bounds"),
@@ -166,10 +184,15 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mod.Imm(asm.R2, int32(p.cfpSize)),
 		asm.JNE.Imm(asm.R2, 0, "bounds"),
 		asm.Div.Imm(asm.R1, int32(p.cfpSize)), // R1: frames
-		// The record's header: TID, frames copied, frames in all.
+		// The record's header: TID, frames copied, frames in all,
+		// truncated, and no value stack yet.
 		asm.StoreMem(asm.R6, int16(recOff), asm.R7, asm.Word),
 		asm.StoreMem(asm.R6, int16(recOff+8), asm.R1, asm.Word),
 		asm.StoreImm(asm.R6, int16(recOff+12), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+16), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+20), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+24), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+28), 0, asm.Word),
 		asm.Mov.Reg(asm.R8, asm.R1), // R8: frames to copy
 		asm.JLE.Imm(asm.R1, int32(p.maxFrames), "fits"),
 		asm.Mov.Imm(asm.R8, int32(p.maxFrames)),
@@ -178,6 +201,7 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 	ins = append(ins, count(cntTruncated)...)
 	ins = append(ins,
 		asm.StoreMem(asm.R6, int16(recOff+4), asm.R8, asm.Word).WithSymbol("fits"),
+		asm.JEq.Imm(asm.R8, 0, "bounds"),
 		// The control frames, in one read.
 		asm.Mov.Reg(asm.R2, asm.R8),
 		asm.Mul.Imm(asm.R2, int32(p.cfpSize)),
@@ -188,8 +212,8 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.JNE.Imm(asm.R0, 0, "framesfault"),
 		// Each frame's iseq, pc and ep into the record.
 		asm.Mov.Imm(asm.R7, 0), // R7: frame index
-		asm.JGE.Reg(asm.R7, asm.R8, "send").WithSymbol("loop"),
-		asm.JGE.Imm(asm.R7, int32(p.maxFrames), "send"),
+		asm.JGE.Reg(asm.R7, asm.R8, "copied").WithSymbol("loop"),
+		asm.JGE.Imm(asm.R7, int32(p.maxFrames), "copied"),
 		asm.Mov.Reg(asm.R1, asm.R7),
 		asm.Mul.Imm(asm.R1, int32(p.cfpSize)),
 		asm.Add.Reg(asm.R1, asm.R6),
@@ -204,13 +228,45 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.StoreMem(asm.R2, int16(recOff+headerSize+16), asm.R3, asm.DWord),
 		asm.Add.Imm(asm.R7, 1),
 		asm.Ja.Label("loop"),
-		// The record, as long as its frames.
+		// R7: the record's bytes so far.
+		asm.Mov.Reg(asm.R7, asm.R8).WithSymbol("copied"),
+		asm.Mul.Imm(asm.R7, tripleSize),
+		asm.Add.Imm(asm.R7, headerSize),
+	)
+	if p.maxStack > 0 {
+		ins = append(ins,
+			// The value stack from max(vm_stack, sp-maxStack) to the
+			// innermost frame's sp, after the triples.
+			asm.LoadMem(asm.R3, asm.R6, int16(int64(raw)+p.cfpSP), asm.DWord), // sp
+			asm.LoadMem(asm.R1, asm.R10, vmStackSlot, asm.DWord),
+			asm.JLT.Reg(asm.R3, asm.R1, "send"),
+			asm.JGT.Reg(asm.R3, asm.R9, "send"),
+			asm.Mov.Reg(asm.R2, asm.R3),
+			asm.Sub.Reg(asm.R2, asm.R1), // bytes from vm_stack to sp
+			asm.JLE.Imm(asm.R2, int32(p.maxStack), "stackfits"),
+			asm.Mov.Imm(asm.R2, int32(p.maxStack)),
+			asm.Mov.Reg(asm.R1, asm.R3).WithSymbol("stackfits"),
+			asm.Sub.Reg(asm.R1, asm.R2), // R1: where the copy starts
+			asm.StoreMem(asm.R6, int16(recOff+16), asm.R1, asm.DWord),
+			asm.StoreMem(asm.R6, int16(recOff+24), asm.R2, asm.Word),
+			asm.Mov.Reg(asm.R3, asm.R1),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Add.Reg(asm.R1, asm.R7),
+			asm.Add.Imm(asm.R1, recOff),
+			asm.Mov.Reg(asm.R9, asm.R2), // R9: the copy's bytes
+			asm.FnProbeReadUser.Call(),
+			asm.JEq.Imm(asm.R0, 0, "stackread"),
+			asm.StoreImm(asm.R6, int16(recOff+24), 0, asm.Word),
+			asm.Ja.Label("send"),
+			asm.Add.Reg(asm.R7, asm.R9).WithSymbol("stackread"),
+		)
+	}
+	ins = append(ins,
+		// The record, as long as its contents.
 		asm.LoadMapPtr(asm.R1, eventsFD).WithSymbol("send"),
 		asm.Mov.Reg(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, recOff),
-		asm.Mov.Reg(asm.R3, asm.R8),
-		asm.Mul.Imm(asm.R3, tripleSize),
-		asm.Add.Imm(asm.R3, headerSize),
+		asm.Mov.Reg(asm.R3, asm.R7),
 		// No wakeup: user space drains the ring on its own clock.
 		asm.Mov.Imm(asm.R4, bpfRBNoWakeup),
 		asm.FnRingbufOutput.Call(),

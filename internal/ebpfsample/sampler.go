@@ -3,14 +3,17 @@
 // package (no C compiler at build time), runs on a CPU-clock perf event of
 // each CPU, and on a thread of the target reads the thread's execution
 // context and control frames with the offsets of rbscope's Layout and sends
-// each frame's (iseq, pc, ep) to a ring buffer. User space symbolizes the
+// each frame's (iseq, pc, ep), with a copy of the top of the value stack
+// (the frames' environments), to a ring buffer. User space symbolizes the
 // frames with internal/rubyvm, as the user-space sampler does.
 //
 // It exists to measure the floor of a sample's cost beside
 // internal/sampler (bench/ebpf_test.go), not as a feature: it needs
-// CAP_BPF and CAP_PERFMON (root), sees only threads the Go side listed
-// (RefreshThreads), and reads a frame's method entry when it drains the
-// sample rather than when the sample was taken.
+// CAP_BPF and CAP_PERFMON (root) and sees only threads the Go side listed
+// (RefreshThreads). What a frame's decoding reads beyond the copied value
+// stack (an environment moved to the heap, a block's enclosing
+// environment deeper than the copy) is read when the sample is drained,
+// not when it was taken.
 package ebpfsample
 
 import (
@@ -37,6 +40,10 @@ type Options struct {
 	// MaxFrames bounds the control frames one sample copies, innermost
 	// first (0: 128).
 	MaxFrames int
+	// MaxStack bounds the bytes of value stack one sample copies below
+	// the innermost frame's sp, for the frames' environments (0: 16 KiB;
+	// -1: none, the environments are read when the sample is decoded).
+	MaxStack int
 	// RingBytes is the ring buffer's size, a power of two times the page
 	// size (0: 4 MiB).
 	RingBytes int
@@ -79,8 +86,8 @@ type Sampler struct {
 	perf    []int
 	reader  *ringbuf.Reader
 	rec     ringbuf.Record
-	// decoded caches the frames of Ruby code by (iseq, pc, ep)
-	decoded map[[3]uint64]decodedFrame
+	// decoded caches decoded frames by iseq, pc, ep and environment words
+	decoded map[[6]uint64]decodedFrame
 	frames  []rubyvm.Frame
 }
 
@@ -102,15 +109,18 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 	if opts.MaxFrames <= 0 {
 		opts.MaxFrames = 128
 	}
+	if opts.MaxStack == 0 {
+		opts.MaxStack = 16 << 10
+	}
 	if opts.RingBytes <= 0 {
 		opts.RingBytes = 4 << 20
 	}
-	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames)
+	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames, int64(opts.MaxStack))
 	if err != nil {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // kernels that charge BPF memory to the cgroup ignore it
-	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[3]uint64]decodedFrame{}}
+	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}}
 	if err := s.load(opts); err != nil {
 		s.Close()
 		return nil, err
@@ -269,7 +279,8 @@ func (s *Sampler) Drain(fn func(*Sample)) (int, error) {
 }
 
 // decode symbolizes one record: a header (TID, frames copied, frames in
-// all, truncated) and an (iseq, pc, ep) triple a frame, innermost first.
+// all, truncated, where the value stack copy starts and its bytes), an
+// (iseq, pc, ep) triple a frame, innermost first, and the value stack copy.
 func (s *Sampler) decode(b []byte) (*Sample, error) {
 	if len(b) < headerSize {
 		return nil, fmt.Errorf("a record of %d bytes: %w", len(b), io.ErrUnexpectedEOF)
@@ -277,9 +288,11 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	le := binary.LittleEndian
 	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
 	n := int(le.Uint32(b[4:]))
-	if len(b) < headerSize+n*tripleSize {
-		return nil, fmt.Errorf("a record of %d bytes for %d frames: %w", len(b), n, io.ErrUnexpectedEOF)
+	stackBase, stackLen := le.Uint64(b[16:]), int(le.Uint32(b[24:]))
+	if len(b) < headerSize+n*tripleSize+stackLen {
+		return nil, fmt.Errorf("a record of %d bytes for %d frames and %d bytes of stack: %w", len(b), n, stackLen, io.ErrUnexpectedEOF)
 	}
+	stack := b[headerSize+n*tripleSize : headerSize+n*tripleSize+stackLen]
 	// The outermost control frame is the VM's dummy top frame, which
 	// Ruby's backtraces (and rubyvm) leave out.
 	last := n - 1
@@ -289,14 +302,16 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	s.frames = s.frames[:0]
 	for i := 0; i < last; i++ {
 		t := b[headerSize+i*tripleSize:]
-		key := [3]uint64{le.Uint64(t), le.Uint64(t[8:]), le.Uint64(t[16:])}
+		iseq, pc, ep := le.Uint64(t), le.Uint64(t[8:]), le.Uint64(t[16:])
+		// A frame decodes the same while its iseq, pc, place and
+		// environment words (its method entry) are the same; one whose
+		// environment is not in the copy is decoded each time.
+		env, inStack := s.vm.EnvWords(ep, stackBase, stack)
+		key := [6]uint64{iseq, pc, ep, env[0], env[1], env[2]}
 		d, cached := s.decoded[key]
 		if !cached {
-			d.f, d.ok, d.err = s.vm.DecodeControlFrame(key[0], key[1], key[2])
-			// Ruby code's frames keep their labels; a C frame's label
-			// is its environment's, which the next frame at that
-			// place may not share.
-			if key[0] != 0 && d.err == nil {
+			d.f, d.ok, d.err = s.vm.DecodeControlFrame(iseq, pc, ep, stackBase, stack)
+			if (inStack || ep == 0) && d.err == nil {
 				if len(s.decoded) >= maxDecoded {
 					clear(s.decoded)
 				}

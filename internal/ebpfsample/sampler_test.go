@@ -112,7 +112,7 @@ func TestDeepStackAgrees(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%d samples drained; counters %+v", n, c)
-			if total < 50 {
+			if total < 20 {
 				t.Fatalf("%d samples of a thread spinning for a second at 499 Hz", total)
 			}
 			same := 0
@@ -193,5 +193,74 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatalf("%v, %d frames", err, len(smp.Frames))
 		}
 		i++
+	}
+}
+
+// TestChurnNeverTorn samples testdata/churn_stacks.rb, whose main thread
+// alternates between two call chains all the time, and checks every
+// sample is of one moment (the program reads the frames while the thread
+// stands interrupted on its CPU): leaf_a only under mid_a, leaf_b only
+// under the block in mid_b under Array#map (a C method, labelled from the
+// environment words the program copies) under mid_b.
+func TestChurnNeverTorn(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "churn_stacks.rb", nil, "60")
+			var rep struct {
+				PID int `json:"pid"`
+			}
+			p.WaitReport(t, &rep, 30*time.Second)
+			vm := attachVM(t, rep.PID)
+			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
+			if err := s.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			if err := s.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			total, leafA, leafB := 0, 0, 0
+			var torn []string
+			_, err := s.Drain(func(smp *Sample) {
+				total++
+				fs := smp.Frames
+				at := func(i int) string {
+					if i < len(fs) {
+						return fs[i].Label
+					}
+					return ""
+				}
+				for i, f := range fs {
+					switch {
+					case strings.HasSuffix(f.Label, "#leaf_a"):
+						leafA++
+						if !strings.HasSuffix(at(i+1), "#mid_a") {
+							torn = append(torn, stackKey(fs))
+						}
+					case strings.HasSuffix(f.Label, "#leaf_b"):
+						leafB++
+						if !strings.HasPrefix(at(i+1), "block in ") || !strings.HasSuffix(at(i+1), "#mid_b") ||
+							at(i+2) != "Array#map" || !strings.HasSuffix(at(i+3), "#mid_b") {
+							torn = append(torn, stackKey(fs))
+						}
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d samples, %d in leaf_a, %d in leaf_b", total, leafA, leafB)
+			if total < 20 {
+				t.Fatalf("%d samples of a thread running for a second at 499 Hz", total)
+			}
+			if leafA == 0 || leafB == 0 {
+				t.Errorf("no sample in leaf_a (%d) or leaf_b (%d) of %d", leafA, leafB, total)
+			}
+			for i, k := range torn {
+				if i < 5 {
+					t.Errorf("torn: %s", k)
+				}
+			}
+		})
 	}
 }
