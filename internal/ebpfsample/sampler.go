@@ -88,7 +88,10 @@ type Sampler struct {
 	rec     ringbuf.Record
 	// decoded caches decoded frames by iseq, pc, ep and environment words
 	decoded map[[6]uint64]decodedFrame
-	frames  []rubyvm.Frame
+	// decodedHeap caches the frames whose environment was not in the
+	// value stack copy, until RefreshThreads
+	decodedHeap map[[6]uint64]decodedFrame
+	frames      []rubyvm.Frame
 }
 
 type decodedFrame struct {
@@ -120,7 +123,7 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // kernels that charge BPF memory to the cgroup ignore it
-	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}}
+	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}}
 	if err := s.load(opts); err != nil {
 		s.Close()
 		return nil, err
@@ -221,8 +224,10 @@ func (s *Sampler) Stop() error {
 }
 
 // RefreshThreads lists the target's Ruby threads and gives the program
-// the address of each one's ec field, by TID; it returns how many.
+// the address of each one's ec field, by TID; it returns how many. It
+// also forgets the decoded frames whose environments were on the heap.
 func (s *Sampler) RefreshThreads() (int, error) {
+	clear(s.decodedHeap)
 	ths, err := s.vm.ReadThreads(nil)
 	if err != nil {
 		return 0, fmt.Errorf("listing threads: %w", err)
@@ -304,18 +309,24 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 		t := b[headerSize+i*tripleSize:]
 		iseq, pc, ep := le.Uint64(t), le.Uint64(t[8:]), le.Uint64(t[16:])
 		// A frame decodes the same while its iseq, pc, place and
-		// environment words (its method entry) are the same; one whose
-		// environment is not in the copy is decoded each time.
+		// environment words (its method entry) are the same. One whose
+		// environment is not in the copy (moved to the heap: <main>'s
+		// once a block captured it) is kept until the threads are listed
+		// again, as its environment's address could be reused.
 		env, inStack := s.vm.EnvWords(ep, stackBase, stack)
 		key := [6]uint64{iseq, pc, ep, env[0], env[1], env[2]}
-		d, cached := s.decoded[key]
+		cache := s.decoded
+		if !inStack && ep != 0 {
+			cache = s.decodedHeap
+		}
+		d, cached := cache[key]
 		if !cached {
 			d.f, d.ok, d.err = s.vm.DecodeControlFrame(iseq, pc, ep, stackBase, stack)
-			if (inStack || ep == 0) && d.err == nil {
-				if len(s.decoded) >= maxDecoded {
-					clear(s.decoded)
+			if d.err == nil {
+				if len(cache) >= maxDecoded {
+					clear(cache)
 				}
-				s.decoded[key] = d
+				cache[key] = d
 			}
 		}
 		switch {
