@@ -264,3 +264,61 @@ func TestChurnNeverTorn(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadsAndTruncation samples testdata/gvl_spin.rb, whose two
+// threads take turns running Ruby code: the samples come from both
+// threads (found by TID), each in spin; and with MaxFrames below the
+// stack's depth a sample keeps its innermost frames and says it was cut.
+func TestThreadsAndTruncation(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			p := testruby.Start(t, rb, "gvl_spin.rb", nil, "60")
+			var rep struct {
+				PID int `json:"pid"`
+			}
+			p.WaitReport(t, &rep, 30*time.Second)
+			vm := attachVM(t, rep.PID)
+			ths, err := vm.ReadThreads(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[int]string{}
+			for _, th := range ths {
+				names[th.TID] = th.Name
+			}
+			for _, maxFrames := range []int{0, 2} {
+				s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499, MaxFrames: maxFrames})
+				if err := s.Start(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+				if err := s.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				byThread := map[string]int{}
+				total, bad := 0, 0
+				_, err := s.Drain(func(smp *Sample) {
+					total++
+					byThread[names[smp.TID]]++
+					if len(smp.Frames) == 0 || !strings.HasSuffix(smp.Frames[0].Label, "#spin") && !strings.HasSuffix(smp.Frames[1%len(smp.Frames)].Label, "#spin") {
+						bad++
+					}
+					if maxFrames > 0 && (!smp.Truncated || len(smp.Frames) > maxFrames) {
+						bad++
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Close()
+				t.Logf("max frames %d: %d samples by thread %v, %d not as expected", maxFrames, total, byThread, bad)
+				if byThread["spin-a"] == 0 || byThread["spin-b"] == 0 || byThread["spin-a"]+byThread["spin-b"] != total {
+					t.Errorf("samples by thread: %v of %d", byThread, total)
+				}
+				if bad > 0 {
+					t.Errorf("%d of %d samples not in spin, or not cut at %d frames", bad, total, maxFrames)
+				}
+			}
+		})
+	}
+}
