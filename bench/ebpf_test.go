@@ -125,7 +125,7 @@ type side struct {
 	// churn_stacks.rb: samples in leaf_a or leaf_b, and those whose
 	// callers are not the leaf's (a stack read as it changed)
 	leaves2, torn int
-	gcOrGVL       int // samples with a GC or GVL leaf (user space only)
+	gcOrGVL       int // samples with a GC or GVL leaf
 }
 
 func newSide() *side {
@@ -301,11 +301,12 @@ func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Pro
 		if len(smp.Frames) == 0 {
 			return
 		}
-		frames := make([]profile.Frame, 0, len(smp.Frames))
+		frames := make([]profile.Frame, 0, len(smp.Frames)+2)
 		for i := len(smp.Frames) - 1; i >= 0; i-- {
 			f := smp.Frames[i]
 			frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
 		}
+		frames = append(frames, gcFrames[smp.GC]...)
 		stacks = append(stacks, frames)
 		tids = append(tids, smp.TID)
 	})
@@ -321,10 +322,18 @@ func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Pro
 	s.aggregate += threadCPU() - t1
 }
 
-// addProfile counts a profile's stacks by their Ruby frames: the
-// user-space sampler's leaves for the GC's phase or a wait for the GVL,
-// which the BPF prototype does not read, are left out of the stacks
-// compared and counted apart.
+// gcFrames are the leaves a sample gets while the collector runs, as the
+// user-space sampler adds them.
+var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
+	rubyvm.GCMarking:  {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelMarking}},
+	rubyvm.GCSweeping: {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelSweeping}},
+	rubyvm.GCOther:    {{Kind: profile.KindGC, Label: profile.LabelGC}},
+}
+
+// addProfile counts a profile's stacks by their Ruby frames: the leaves
+// for the GC's phase or a wait for the GVL are left out of the stacks
+// compared and counted apart (the BPF prototype reads the GC's phase, not
+// the GVL).
 func (s *side) addProfile(p *profile.Profile) {
 	s.samples += p.Samples
 	for _, st := range p.Stacks {
@@ -419,6 +428,8 @@ func overlap(a, b map[string]int) float64 {
 	return sum
 }
 
+func pct(n, total int) float64 { return 100 * float64(n) / math.Max(1, float64(total)) }
+
 func perSample(d time.Duration, n int) string {
 	if n == 0 {
 		return "n/a"
@@ -452,8 +463,9 @@ func (r *floorResult) print(title string) {
 
 func (r *floorResult) printAgreement() {
 	w := os.Stdout
-	fmt.Fprintf(w, "agreement of the Ruby frames (distribution overlap, 1 = same): full stacks (labels and lines) %.3f, leaf frame %.3f; distinct stacks: user %d, BPF %d; user-space samples with a GC or GVL leaf (left out of the stacks compared): %d\n",
-		overlap(r.user.stacks, r.bpf.stacks), overlap(r.user.leaves, r.bpf.leaves), len(r.user.stacks), len(r.bpf.stacks), r.user.gcOrGVL)
+	fmt.Fprintf(w, "agreement of the Ruby frames (distribution overlap, 1 = same): full stacks (labels and lines) %.3f, leaf frame %.3f; distinct stacks: user %d, BPF %d; samples with a GC or GVL leaf (left out of the stacks compared): user %d (%.1f%%), BPF %d (%.1f%%)\n",
+		overlap(r.user.stacks, r.bpf.stacks), overlap(r.user.leaves, r.bpf.leaves), len(r.user.stacks), len(r.bpf.stacks),
+		r.user.gcOrGVL, pct(r.user.gcOrGVL, r.user.samples), r.bpf.gcOrGVL, pct(r.bpf.gcOrGVL, r.bpf.samples))
 	for _, s := range []struct {
 		name string
 		m    map[string]int

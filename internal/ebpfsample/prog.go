@@ -17,7 +17,9 @@ import (
 const (
 	numCounters  = 8
 	countersSize = numCounters * 8
-	headerSize   = 32 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0
+	headerSize   = 48 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0, GC flags (16)
+	gcFlagsOff   = 32
+	gcFlagsMax   = 16
 	tripleSize   = 24
 )
 
@@ -42,20 +44,27 @@ type progParams struct {
 	// maxStack bounds the bytes of value stack copied, from the
 	// innermost frame's sp down (0: none copied).
 	maxStack int64
+	// gcFlags, gcFlagsLen: where the collector's flags lie in the
+	// target and how many bytes to copy (0: none)
+	gcFlags    uint64
+	gcFlagsLen int64
 	// from the Layout
 	ecVMStack, ecVMStackSize, ecCFP       int64
 	cfpSize, cfpPC, cfpSP, cfpIseq, cfpEP int64
 }
 
 // newProgParams takes the program's offsets from the target's Layout.
-func newProgParams(pid int, L *layout.Layout, maxFrames int, maxStack int64) (progParams, error) {
+func newProgParams(pid int, L *layout.Layout, maxFrames int, maxStack int64, gcFlags uint64, gcFlagsLen int) (progParams, error) {
 	p := progParams{
-		tgid: int32(pid), maxFrames: maxFrames, maxStack: maxStack,
+		tgid: int32(pid), maxFrames: maxFrames, maxStack: maxStack, gcFlags: gcFlags, gcFlagsLen: int64(gcFlagsLen),
 		ecVMStack: L.ECVMStack, ecVMStackSize: L.ECVMStackSize, ecCFP: L.ECCFP,
 		cfpSize: L.CFPSize, cfpPC: L.CFPPC, cfpSP: L.CFPSP, cfpIseq: L.CFPIseq, cfpEP: L.CFPEP,
 	}
 	if p.cfpSP < 0 || p.maxStack < 0 {
 		p.maxStack = 0 // a build without the frame's sp: environments read at decoding
+	}
+	if p.gcFlagsLen < 0 || p.gcFlagsLen > gcFlagsMax {
+		return p, fmt.Errorf("GC flags of %d bytes: out of range", p.gcFlagsLen)
 	}
 	if p.maxStack%8 != 0 || p.maxStack > 1<<20 {
 		return p, fmt.Errorf("value stack copy of %d bytes: out of range", p.maxStack)
@@ -107,8 +116,9 @@ const (
 // program returns the instructions of the sampler: on a perf event on a
 // thread of the target it finds the thread's rb_thread_t (the threads map,
 // by TID, holds the address of its ec field), reads ec->vm_stack,
-// vm_stack_size and cfp, reads the control frames from cfp to the end of
-// the VM stack (at most maxFrames, innermost first) in one read, puts each
+// vm_stack_size and cfp, copies the collector's flags (its phase), reads
+// the control frames from cfp to the end of the VM stack (at most
+// maxFrames, innermost first) in one read, puts each
 // frame's iseq, pc and ep in the record, copies the top of the value stack
 // (at most maxStack bytes below the innermost frame's sp) after them, and
 // sends the record to the ring buffer. Counters go to the per-CPU scratch
@@ -202,6 +212,21 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 	ins = append(ins,
 		asm.StoreMem(asm.R6, int16(recOff+4), asm.R8, asm.Word).WithSymbol("fits"),
 		asm.JEq.Imm(asm.R8, 0, "bounds"),
+	)
+	for w := int16(0); w < gcFlagsMax/4; w++ {
+		ins = append(ins, asm.StoreImm(asm.R6, int16(recOff+gcFlagsOff)+4*w, 0, asm.Word))
+	}
+	if p.gcFlagsLen > 0 {
+		ins = append(ins,
+			// The collector's flags (zeros when they cannot be read).
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Add.Imm(asm.R1, recOff+gcFlagsOff),
+			asm.Mov.Imm(asm.R2, int32(p.gcFlagsLen)),
+			asm.LoadImm(asm.R3, int64(p.gcFlags), asm.DWord),
+			asm.FnProbeReadUser.Call(),
+		)
+	}
+	ins = append(ins,
 		// The control frames, in one read.
 		asm.Mov.Reg(asm.R2, asm.R8),
 		asm.Mul.Imm(asm.R2, int32(p.cfpSize)),

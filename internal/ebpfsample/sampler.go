@@ -60,6 +60,9 @@ type Sample struct {
 	// Unreadable counts the frames that could not be symbolized (they
 	// stand in Frames as "??").
 	Unreadable int
+	// GC is what the collector was doing at the sample (the thread on
+	// the CPU is then the one running it, if it holds the GVL).
+	GC rubyvm.GCPhase
 }
 
 // Counters are what the BPF program counted, summed over the CPUs.
@@ -118,7 +121,12 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 	if opts.RingBytes <= 0 {
 		opts.RingBytes = 4 << 20
 	}
-	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames, int64(opts.MaxStack))
+	// The collector's phase, where the layout has it (the census's).
+	gcFlags, gcFlagsLen, err := vm.GCFlags()
+	if err != nil {
+		gcFlags, gcFlagsLen = 0, 0
+	}
+	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames, int64(opts.MaxStack), gcFlags, gcFlagsLen)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +292,8 @@ func (s *Sampler) Drain(fn func(*Sample)) (int, error) {
 }
 
 // decode symbolizes one record: a header (TID, frames copied, frames in
-// all, truncated, where the value stack copy starts and its bytes), an
+// all, truncated, where the value stack copy starts and its bytes, the
+// collector's flags), an
 // (iseq, pc, ep) triple a frame, innermost first, and the value stack copy.
 func (s *Sampler) decode(b []byte) (*Sample, error) {
 	if len(b) < headerSize {
@@ -292,6 +301,9 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	}
 	le := binary.LittleEndian
 	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
+	if s.params.gcFlagsLen > 0 {
+		smp.GC = s.vm.GCPhaseFrom(b[gcFlagsOff : gcFlagsOff+s.params.gcFlagsLen])
+	}
 	n := int(le.Uint32(b[4:]))
 	stackBase, stackLen := le.Uint64(b[16:]), int(le.Uint32(b[24:]))
 	if len(b) < headerSize+n*tripleSize+stackLen {

@@ -201,7 +201,8 @@ func BenchmarkDecode(b *testing.B) {
 // sample is of one moment (the program reads the frames while the thread
 // stands interrupted on its CPU): leaf_a only under mid_a, leaf_b only
 // under the block in mid_b under Array#map (a C method, labelled from the
-// environment words the program copies) under mid_b.
+// environment words the program copies) under mid_b. Some samples find
+// the collector at work.
 func TestChurnNeverTorn(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
@@ -219,10 +220,13 @@ func TestChurnNeverTorn(t *testing.T) {
 			if err := s.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			total, leafA, leafB := 0, 0, 0
+			total, leafA, leafB, gc := 0, 0, 0, 0
 			var torn []string
 			_, err := s.Drain(func(smp *Sample) {
 				total++
+				if smp.GC != rubyvm.GCIdle {
+					gc++
+				}
 				fs := smp.Frames
 				at := func(i int) string {
 					if i < len(fs) {
@@ -249,7 +253,12 @@ func TestChurnNeverTorn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d samples, %d in leaf_a, %d in leaf_b", total, leafA, leafB)
+			t.Logf("%d samples, %d in leaf_a, %d in leaf_b, %d in the GC", total, leafA, leafB, gc)
+			// churn_stacks.rb allocates all the time: the collector runs
+			// in a good share of its CPU time.
+			if _, _, err := vm.GCFlags(); err == nil && gc == 0 {
+				t.Errorf("no sample of %d in the GC", total)
+			}
 			if total < 20 {
 				t.Fatalf("%d samples of a thread running for a second at 499 Hz", total)
 			}
@@ -278,13 +287,19 @@ func TestThreadsAndTruncation(t *testing.T) {
 			}
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm := attachVM(t, rep.PID)
-			ths, err := vm.ReadThreads(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
 			names := map[int]string{}
-			for _, th := range ths {
-				names[th.TID] = th.Name
+			for deadline := time.Now().Add(10 * time.Second); ; { // each thread names itself when it starts
+				ths, err := vm.ReadThreads(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, th := range ths {
+					names[th.TID] = th.Name
+				}
+				if len(ths) == 3 && ths[1].Name != "" && ths[2].Name != "" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			for _, maxFrames := range []int{0, 2} {
 				s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499, MaxFrames: maxFrames})

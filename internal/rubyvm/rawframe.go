@@ -1,5 +1,11 @@
 package rubyvm
 
+import (
+	"fmt"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+)
+
 // DecodeControlFrame decodes one control frame whose iseq, pc and ep
 // words another reader copied out of the target (a BPF program's frame
 // walk), as a stack read decodes the frames it reads itself. stack, when
@@ -40,4 +46,58 @@ func (v *VM) EnvWords(ep, stackBase uint64, stack []byte) (words [3]uint64, ok b
 		words[i] = le64(stack, int64(addr-stackBase))
 	}
 	return words, true
+}
+
+// maxGCFlagsBytes bounds the bytes GCFlags names.
+const maxGCFlagsBytes = 16
+
+// GCFlags returns where the collector's flags (objspace->flags.during_gc
+// and mode) lie in the target, as bytes for another reader to copy at one
+// moment and GCPhaseFrom to decode. It needs what GC needs.
+func (v *VM) GCFlags() (addr uint64, n int, err error) {
+	if err := v.Supports(layout.FeatureCensus); err != nil {
+		return 0, 0, err
+	}
+	if v.objspaceAddr == 0 {
+		objspace, err := v.objspace()
+		if err != nil {
+			return 0, 0, err
+		}
+		v.objspaceAddr = objspace
+	}
+	L := v.Layout
+	lo := min(L.ObjspaceDuringGCBit, L.ObjspaceModeBit) / 8
+	hi := max(L.ObjspaceDuringGCBit/8, (L.ObjspaceModeBit+L.ObjspaceModeBits-1)/8) + 8
+	if L.ObjspaceDuringGCBit < 0 || L.ObjspaceModeBit < 0 || L.ObjspaceModeBits <= 0 || L.ObjspaceModeBits >= 32 || hi-lo > maxGCFlagsBytes {
+		return 0, 0, fmt.Errorf("GC flags at bits %d and %d: %w", L.ObjspaceDuringGCBit, L.ObjspaceModeBit, ErrGarbage)
+	}
+	return v.objspaceAddr + uint64(lo), int(hi - lo), nil
+}
+
+// GCPhaseFrom decodes the collector's phase, as GC reads it, from a copy
+// of the bytes GCFlags names.
+func (v *VM) GCPhaseFrom(b []byte) GCPhase {
+	L := v.Layout
+	lo := min(L.ObjspaceDuringGCBit, L.ObjspaceModeBit) / 8 * 8
+	bits := func(bit, n int64) (uint32, bool) {
+		off := (bit - lo) / 8
+		if off < 0 || off+8 > int64(len(b)) {
+			return 0, false
+		}
+		return uint32(le64(b, off)>>uint64(bit%8)) & (1<<uint64(n) - 1), true
+	}
+	during, ok := bits(L.ObjspaceDuringGCBit, 1)
+	if !ok || during == 0 {
+		return GCIdle
+	}
+	mode, ok := bits(L.ObjspaceModeBit, L.ObjspaceModeBits)
+	switch {
+	case !ok:
+		return GCOther
+	case int64(mode) == L.GCModeMarking:
+		return GCMarking
+	case int64(mode) == L.GCModeSweeping:
+		return GCSweeping
+	}
+	return GCOther
 }
