@@ -10,4 +10,10 @@
 // testdata/heap_census.rb grown to about 1.3M objects and reports objects/s:
 //
 //	go test ./bench -run '^$' -bench HeapCensus -benchtime 20x
+//
+// ebpf.sh runs TestEBPFFloor (ebpf_test.go), which only runs when asked
+// (RBSCOPE_BENCH_EBPF=1) and as root: the BPF on-CPU sampler prototype
+// (internal/ebpfsample) beside the user-space sampler on the same
+// processes, with the cost a sample of each and how well their stacks
+// agree.
 package bench
