@@ -1,6 +1,8 @@
 package target
 
 import (
+	"unsafe"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -24,6 +26,38 @@ func ReadBatch(t Reader, addrs []uint64, bufs [][]byte, ok []bool) {
 		ok[i] = len(bufs[i]) == 0 || ReadFull(t, bufs[i], addrs[i]) == nil
 	}
 }
+
+// rawProcessVMReadv is process_vm_readv made as a raw system call: it
+// never blocks for long (a page of the target's that is swapped out is the
+// worst), and a sampler makes thousands a second. Made the usual way, each
+// would tell the Go scheduler of a system call, and its monitor thread,
+// seeing a thread in system calls again and again, would wake every 20µs
+// and hand the thread's processor to another thread: at 1000 samples a
+// second that cost more CPU than the reads.
+// Reads of more than rawReadMax bytes in all are made the usual way.
+func rawProcessVMReadv(pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
+	if len(local) == 0 {
+		return 0, nil
+	}
+	total := 0
+	for _, r := range remote {
+		total += r.Len
+	}
+	if total > rawReadMax {
+		return unix.ProcessVMReadv(pid, local, remote, 0)
+	}
+	n, _, errno := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid),
+		uintptr(unsafe.Pointer(&local[0])), uintptr(len(local)),
+		uintptr(unsafe.Pointer(&remote[0])), uintptr(len(remote)), 0)
+	if errno != 0 {
+		return int(n), errno
+	}
+	return int(n), nil
+}
+
+// rawReadMax is the most a raw process_vm_readv copies: a larger copy
+// takes long enough for the Go scheduler to be told.
+const rawReadMax = 256 << 10
 
 // maxBatch is how many ranges one ReadBatch call passes to the kernel at
 // most (its UIO_MAXIOV is 1024).
@@ -52,7 +86,7 @@ func (l *Live) ReadBatch(addrs []uint64, bufs [][]byte, ok []bool) {
 		}
 		n := 0
 		if !l.useMem && len(local) > 0 {
-			n, _ = unix.ProcessVMReadv(l.pid, local, remote, 0)
+			n, _ = rawProcessVMReadv(l.pid, local, remote)
 			n = max(n, 0)
 		}
 		for i := start; i < end; i++ {

@@ -153,10 +153,10 @@ func (l *Live) ReadAt(p []byte, addr uint64) (int, error) {
 		return 0, nil
 	}
 	if !l.useMem {
-		local := []unix.Iovec{{Base: &p[0]}}
+		local := [1]unix.Iovec{{Base: &p[0]}}
 		local[0].SetLen(len(p))
-		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
-		n, err := unix.ProcessVMReadv(l.pid, local, remote, 0)
+		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
+		n, err := rawProcessVMReadv(l.pid, local[:], remote[:])
 		switch {
 		case err == nil && n == len(p):
 			return n, nil
@@ -648,13 +648,15 @@ func (l *Live) CPUClock(tid int) (*CPUClock, error) {
 func (c *CPUClock) Read() (uint64, error) {
 	var b [8]byte
 	for {
-		n, err := unix.Read(c.fd, b[:])
-		if errors.Is(err, unix.EINTR) {
+		// Raw: a counter's read never blocks (see rawProcessVMReadv).
+		r, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), 8)
+		if errno == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return 0, err
+		if errno != 0 {
+			return 0, errno
 		}
+		n := int(r)
 		if n != 8 {
 			return 0, fmt.Errorf("perf counter read of %d bytes", n)
 		}
