@@ -312,7 +312,14 @@ func TestThreadsAndTruncation(t *testing.T) {
 				}
 				byThread := map[string]int{}
 				total, bad := 0, 0
+				mainRan := 0
 				_, err := s.Drain(func(smp *Sample) {
+					if names[smp.TID] == "" && len(smp.Frames) > 0 && strings.HasSuffix(smp.Frames[0].Label, "#join") {
+						// The main thread, in Thread#join, woken for a moment
+						// (to look at its interrupts): on a CPU, so sampled.
+						mainRan++
+						return
+					}
 					total++
 					byThread[names[smp.TID]]++
 					if len(smp.Frames) == 0 || !strings.HasSuffix(smp.Frames[0].Label, "#spin") && !strings.HasSuffix(smp.Frames[1%len(smp.Frames)].Label, "#spin") {
@@ -326,7 +333,7 @@ func TestThreadsAndTruncation(t *testing.T) {
 					t.Fatal(err)
 				}
 				s.Close()
-				t.Logf("max frames %d: %d samples by thread %v, %d not as expected", maxFrames, total, byThread, bad)
+				t.Logf("max frames %d: %d samples by thread %v (and %d of the main thread in Thread#join), %d not as expected", maxFrames, total, byThread, mainRan, bad)
 				if byThread["spin-a"] == 0 || byThread["spin-b"] == 0 || byThread["spin-a"]+byThread["spin-b"] != total {
 					t.Errorf("samples by thread: %v of %d", byThread, total)
 				}
