@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -46,6 +47,12 @@ func (o *ownCPUs) keepOff(cpus []int) {
 			return
 		}
 		o.cur, o.known = o.base, true
+		// Go follows the affinity set with its count of processors,
+		// unless the count was set: fixed here, moving off a CPU leaves
+		// it as it is, so that the real-time sampler, which sleeps
+		// keeping its processor (napOnThread), still leaves one to the
+		// rest of rbscope.
+		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	}
 	want := o.base
 	for _, c := range cpus {
