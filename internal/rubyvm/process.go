@@ -80,6 +80,8 @@ type VM struct {
 	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
 	names        nameCache            // thread names, by their String
 	walk         walkCache            // where the last walk found the threads
+	idScratch    idScratch            // the buffers of threads' second reads
+	stackBufs    [2][]byte            // a stack's control frames and value stack, as read
 	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
 	objspaceAddr uint64               // the objspace, once GC has read it (it lives as long as the VM)
 	tidOff       uint64               // offset of the TID in the C library's struct pthread (0: none)

@@ -363,11 +363,11 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 	L := v.Layout
 	ths := make([]Thread, len(addrs))
 	ecs := make([]uint64, len(addrs))
-	// The second reads: [2i] a native thread's TID, [2i+1] a name.
-	n := 2 * len(addrs)
-	raddrs, bufs, ok := make([]uint64, n), make([][]byte, n), make([]bool, n)
-	nts := make([]uint64, len(addrs))
-	names := make([]uint64, len(addrs))
+	// The second reads: [2i] a native thread's TID, [2i+1] a name, into
+	// buffers kept between reads (a sampler reads at every tick).
+	sc := &v.idScratch
+	sc.grow(len(addrs))
+	raddrs, bufs, ok, nts, names := sc.addrs, sc.bufs, sc.ok, sc.nts, sc.names
 	for i, b := range blocks {
 		t := &ths[i]
 		t.Addr, t.Self = addrs[i], le64(b, L.ThreadSelf)
@@ -380,12 +380,12 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 			t.TID = v.ownTID(int(int32(le32(b, L.ThreadTID))))
 		case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
 			if nts[i] = le64(b, L.ThreadNT); nts[i] != 0 {
-				raddrs[2*i], bufs[2*i] = at(nts[i], L.NativeThreadTID), make([]byte, 4)
+				raddrs[2*i], bufs[2*i] = at(nts[i], L.NativeThreadTID), sc.buf(2*i, 4)
 			}
 		}
 		t.Status = v.threadStatus(b)
 		if names[i] = le64(b, L.ThreadName); v.isHeapObject(names[i]) {
-			raddrs[2*i+1], bufs[2*i+1] = names[i], make([]byte, v.names.readLen(names[i], strHeaderLen(L)))
+			raddrs[2*i+1], bufs[2*i+1] = names[i], sc.buf(2*i+1, v.names.readLen(names[i], strHeaderLen(L)))
 		}
 	}
 	target.ReadBatch(v.m.t, raddrs, bufs, ok)
@@ -411,6 +411,46 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 		}
 	}
 	return ths, ecs
+}
+
+// grown returns *buf resized to n bytes, reallocated only to grow.
+func grown(buf *[]byte, n int) []byte {
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	return (*buf)[:n]
+}
+
+// idScratch holds the buffers of threads' batched second reads, kept
+// between reads and grown as needed.
+type idScratch struct {
+	addrs      []uint64
+	bufs, keep [][]byte
+	ok         []bool
+	nts, names []uint64
+}
+
+// grow readies the buffers for n threads, every range empty.
+func (sc *idScratch) grow(n int) {
+	if len(sc.nts) < n {
+		sc.addrs, sc.bufs, sc.ok = make([]uint64, 2*n), make([][]byte, 2*n), make([]bool, 2*n)
+		sc.keep = make([][]byte, 2*n)
+		sc.nts, sc.names = make([]uint64, n), make([]uint64, n)
+	}
+	sc.addrs, sc.bufs, sc.ok = sc.addrs[:2*n], sc.bufs[:2*n], sc.ok[:2*n]
+	sc.nts, sc.names = sc.nts[:n], sc.names[:n]
+	clear(sc.addrs)
+	clear(sc.bufs)
+	clear(sc.nts)
+	clear(sc.names)
+}
+
+// buf returns range i's buffer of n bytes, reusing the one kept for it.
+func (sc *idScratch) buf(i, n int) []byte {
+	if cap(sc.keep[i]) < n {
+		sc.keep[i] = make([]byte, n)
+	}
+	return sc.keep[i][:n]
 }
 
 // threadStatus decodes Thread#status from a thread's block.
@@ -484,15 +524,18 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 			return nil, fmt.Errorf("%w: %d frames not read", ErrFrameBudget, cut)
 		}
 	}
-	raw, err := v.m.read(st.cfp, int(n)*int(L.CFPSize))
-	if err != nil {
+	// Both reads go into buffers kept between reads (a sampler reads at
+	// every tick): nothing returned points into them.
+	raw := grown(&v.stackBufs[0], int(n)*int(L.CFPSize))
+	if err := target.ReadFull(v.m.t, raw, st.cfp); err != nil {
 		return nil, err
 	}
 	// The frames' environments mostly lie in the value stack below them,
 	// up to the innermost frame's sp: read that once, not a word at a time.
 	v.env = valueStack{}
 	if sp := cfpSP(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
-		if b, err := v.m.read(st.vmStack, int(sp-st.vmStack)); err == nil {
+		b := grown(&v.stackBufs[1], int(sp-st.vmStack))
+		if err := target.ReadFull(v.m.t, b, st.vmStack); err == nil {
 			v.env = valueStack{base: st.vmStack, b: b}
 		}
 	}

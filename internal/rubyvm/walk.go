@@ -22,6 +22,48 @@ type walkCache struct {
 	vm      uint64
 	ractors []uint64
 	threads [][]uint64
+	// spec is the batched read speculate makes, built once for these
+	// addresses and read into again at every walk.
+	spec *specRead
+}
+
+// specRead is speculate's batched read: the ranges and the buffers they
+// are read into, the VM's span, each ractor's and each thread's block.
+type specRead struct {
+	addrs  []uint64
+	bufs   [][]byte
+	ok     []bool
+	vs     span
+	rss    []span
+	blocks [][][]byte
+}
+
+// specReadOf lays out the batched read of c's addresses.
+func (v *VM) specReadOf(c *walkCache) (*specRead, error) {
+	vs, err := spanOf(v.vmFields()...)
+	if err != nil {
+		return nil, err
+	}
+	r := &specRead{vs: vs, addrs: []uint64{v.vmPtrAddr, at(c.vm, vs.lo)}, bufs: [][]byte{make([]byte, 8), vs.b}}
+	for _, ractor := range c.ractors {
+		rs, err := spanOf(v.ractorFields()...)
+		if err != nil {
+			return nil, err
+		}
+		r.rss = append(r.rss, rs)
+		r.addrs, r.bufs = append(r.addrs, at(ractor, rs.lo)), append(r.bufs, rs.b)
+	}
+	size := int(v.threadBlockLen())
+	for _, ths := range c.threads {
+		blocks := make([][]byte, len(ths))
+		for i, th := range ths {
+			blocks[i] = make([]byte, size)
+			r.addrs, r.bufs = append(r.addrs, th), append(r.bufs, blocks[i])
+		}
+		r.blocks = append(r.blocks, blocks)
+	}
+	r.ok = make([]bool, len(r.bufs))
+	return r, nil
 }
 
 // walkThreads walks every thread group's list of threads. The lists are
@@ -72,36 +114,22 @@ func (v *VM) speculate() (walked, bool) {
 	if c.vm == 0 || len(c.threads) == 0 || (L.VMRactorSet >= 0) != (len(c.ractors) > 0) {
 		return walked{}, false
 	}
-	vs, err := spanOf(v.vmFields()...)
-	if err != nil {
-		return walked{}, false
-	}
-	addrs := []uint64{v.vmPtrAddr, at(c.vm, vs.lo)}
-	bufs := [][]byte{make([]byte, 8), vs.b}
-	rss := make([]span, len(c.ractors))
-	for i, r := range c.ractors {
-		if rss[i], err = spanOf(v.ractorFields()...); err != nil {
+	if c.spec == nil {
+		r, err := v.specReadOf(&v.walk)
+		if err != nil {
 			return walked{}, false
 		}
-		addrs, bufs = append(addrs, at(r, rss[i].lo)), append(bufs, rss[i].b)
+		v.walk.spec = r
 	}
-	size := int(v.threadBlockLen())
-	w := walked{}
-	for _, ths := range c.threads {
-		blocks := make([][]byte, len(ths))
-		for i, th := range ths {
-			blocks[i] = make([]byte, size)
-			addrs, bufs = append(addrs, th), append(bufs, blocks[i])
-		}
-		w.addrs, w.blocks = append(w.addrs, ths), append(w.blocks, blocks)
-	}
-	ok := make([]bool, len(bufs))
-	target.ReadBatch(v.m.t, addrs, bufs, ok)
-	for _, o := range ok {
+	r := v.walk.spec
+	target.ReadBatch(v.m.t, r.addrs, r.bufs, r.ok)
+	for _, o := range r.ok {
 		if !o {
 			return walked{}, false
 		}
 	}
+	vs, rss, bufs := r.vs, r.rss, r.bufs
+	w := walked{addrs: c.threads, blocks: r.blocks}
 	if binary.LittleEndian.Uint64(bufs[0]) != c.vm {
 		return walked{}, false
 	}

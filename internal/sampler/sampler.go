@@ -174,6 +174,8 @@ type proc struct {
 	keepOff bool
 	// tasks tells which threads are running (made at the first sample).
 	tasks *procfs.TaskStates
+	// clockScratch holds the two readings of onCPUNow (scratchClocks).
+	clockScratch [2]map[int]uint64
 	// busy is set when the last tick found a thread running: the next
 	// one then reads the thread states without asking ranSince first,
 	// whose clock reads cost most when a thread runs (the kernel asks the
@@ -291,11 +293,11 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	for tid := range running {
 		tids = append(tids, tid)
 	}
-	t0 := p.cpuTimes(tids, tasks)
+	t0 := p.cpuTimes(tids, tasks, p.scratchClocks(0))
 	if t0 == nil {
 		return 0
 	}
-	t1 := p.cpuTimes(tids, tasks)
+	t1 := p.cpuTimes(tids, tasks, p.scratchClocks(1))
 	var still []int
 	for tid, t := range t1 {
 		if v, ok := t0[tid]; ok && v == t {
@@ -372,8 +374,8 @@ func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
 		return still
 	}
 	defer unix.SchedSetaffinity(0, &old)
-	t0 := p.cpuTimes(mine, tasks)
-	t1 := p.cpuTimes(mine, tasks)
+	t0 := p.cpuTimes(mine, tasks, p.scratchClocks(0))
+	t1 := p.cpuTimes(mine, tasks, p.scratchClocks(1))
 	for _, tid := range mine {
 		if v, ok := t0[tid]; !ok || v == t1[tid] {
 			waiting = append(waiting, tid)
@@ -396,18 +398,19 @@ const stepAsideSlack = 50 * time.Microsecond
 // between samples.
 const maxClocks = 256
 
-// cpuTimes reads the CPU time of each of tids, opening counters as needed
-// and closing those of threads no longer in alive. It returns nil when
-// counters are not available.
-func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
+// cpuTimes reads the CPU time of each of tids into out (a new map when
+// nil), opening counters as needed and closing those of threads no longer
+// in alive. It returns nil when counters are not available.
+func (p *proc) cpuTimes(tids []int, alive map[int]bool, out map[int]uint64) map[int]uint64 {
 	if p.noClocks {
 		return nil
 	}
 	if p.clocks == nil {
 		p.clocks = map[int]*target.CPUClock{}
 	}
-	wanted := map[int]bool{}
+	var wanted map[int]bool
 	if len(p.clocks) > maxClocks {
+		wanted = map[int]bool{}
 		for _, tid := range tids {
 			wanted[tid] = true
 		}
@@ -415,12 +418,14 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 	for tid, c := range p.clocks {
 		// Gone, or (with many threads) not running now: one open file
 		// each is kept only for a bounded number of threads.
-		if !alive[tid] || len(p.clocks) > maxClocks && !wanted[tid] {
+		if !alive[tid] || wanted != nil && !wanted[tid] {
 			c.Close()
 			delete(p.clocks, tid)
 		}
 	}
-	out := make(map[int]uint64, len(tids))
+	if out == nil {
+		out = make(map[int]uint64, len(tids))
+	}
 	for _, tid := range tids {
 		c, ok := p.clocks[tid]
 		if !ok {
@@ -439,6 +444,16 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool) map[int]uint64 {
 		}
 	}
 	return out
+}
+
+// scratchClocks returns one of the two maps onCPUNow's readings go into,
+// emptied: kept between ticks, so that a tick allocates none.
+func (p *proc) scratchClocks(i int) map[int]uint64 {
+	if p.clockScratch[i] == nil {
+		p.clockScratch[i] = map[int]uint64{}
+	}
+	clear(p.clockScratch[i])
+	return p.clockScratch[i]
 }
 
 func (p *proc) close() {
@@ -951,7 +966,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 			alive[tid], tids = true, append(tids, tid)
 		}
 	}
-	cpu := p.cpuTimes(tids, alive) // nil where the kernel refuses counters
+	cpu := p.cpuTimes(tids, alive, nil) // nil where the kernel refuses counters
 	if p.wallStacks == nil {
 		p.wallStacks = map[uint64]wallStack{}
 	}
