@@ -161,7 +161,7 @@ type proc struct {
 	// clock counts the CPU time of all the process's threads (its first
 	// tick opens it; noClock is set where that fails), lastClock is its
 	// reading at the last tick, and idleTicks counts the ticks since the
-	// thread states were last read (ranSince).
+	// thread states were last read (runsNow).
 	clock     *target.ThreadsClock
 	noClock   bool
 	lastClock uint64
@@ -177,7 +177,7 @@ type proc struct {
 	// clockScratch holds the two readings of onCPUNow (scratchClocks).
 	clockScratch [2]map[int]uint64
 	// busy is set when the last tick found a thread running: the next
-	// one then reads the thread states without asking ranSince first,
+	// one then reads the thread states without asking runsNow first,
 	// whose clock reads cost most when a thread runs (the kernel asks the
 	// thread's CPU for its count) and would only say yes.
 	busy bool
@@ -190,16 +190,21 @@ type proc struct {
 	readOpts []rubyvm.ReadOption
 }
 
-// ranSince tells whether a thread of the process has been on a CPU since
-// the last tick (asked for the agent's processes, Options.PerProcess, most
-// of which sit idle between requests): the clock of all its threads (target.ThreadsClock, exact
-// even for a thread running now) moved. When none has, none is on a CPU
-// now, and the tick reads nothing more: one read per thread the clock was
-// opened on, no allocation. Every everyTicks ticks it says yes anyway, so
-// that the thread states are read and tell when the process has exited
-// (its clock then stands still for good). It says yes where the clock
-// cannot be opened.
-func (p *proc) ranSince(everyTicks int) bool {
+// runsNow tells whether a thread of the process is on a CPU at this moment
+// (asked for the agent's processes, Options.PerProcess, most of which sit
+// idle between requests): the clock of all its threads
+// (target.ThreadsClock, exact even for a thread running on another CPU)
+// moves between two readings a moment apart. When it has not moved since
+// the last tick, one reading says no; when it has, a thread ran meanwhile,
+// and a second reading tells whether one still runs. Only then does the
+// tick read the thread states: a quiet Puma worker wakes about as often as
+// the agent samples, and is on a CPU at few of its ticks. One read per
+// thread the clock was opened on, no allocation. A tick that says no also
+// counts no thread waiting for a CPU (Profile.Waiting). Every everyTicks
+// ticks it says yes anyway, so that the thread states are read and tell
+// when the process has exited (its clock then stands still for good). It
+// says yes where the clock cannot be opened.
+func (p *proc) runsNow(everyTicks int) bool {
 	if p.noClock {
 		return true
 	}
@@ -219,7 +224,19 @@ func (p *proc) ranSince(everyTicks int) bool {
 	}
 	moved := now != p.lastClock
 	p.lastClock = now
-	if p.idleTicks++; moved || p.idleTicks >= everyTicks {
+	if p.idleTicks++; p.idleTicks >= everyTicks {
+		p.idleTicks = 0
+		return true
+	}
+	if !moved {
+		return false
+	}
+	again, err := p.clock.Read()
+	if err != nil {
+		return true
+	}
+	p.lastClock = again
+	if again != now {
 		p.idleTicks = 0
 		return true
 	}
@@ -563,6 +580,9 @@ func New(pid int, opts Options) (*Sampler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.PerProcess {
+		return nil, fmt.Errorf("a profile per process is kept by a sampler of a set (NewSet), not of one process")
+	}
 	s := &Sampler{opts: opts, root: pid, procs: map[int]*proc{}, ignored: map[int]int{}, profile: newProfile(opts)}
 	p, err := attach(pid, opts.VM)
 	if err != nil {
@@ -798,8 +818,8 @@ func (s *Sampler) sample(p *proc) {
 	if p.wall != nil {
 		s.sampleWall(p, now)
 	}
-	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.busy && !p.ranSince(int(s.opts.Rate)) {
-		return // no thread has been on a CPU since the last tick
+	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.busy && !p.runsNow(int(s.opts.Rate)) {
+		return // no thread is on a CPU
 	}
 	var running, tasks map[int]bool
 	if !s.opts.Idle {
