@@ -291,8 +291,8 @@ func threadCPU() time.Duration {
 }
 
 // drainInto drains the BPF sampler's ring buffer and adds the samples to
-// prof, as the user-space sampler adds a sample to its profile
-// (sampler.addSamples); the two steps' CPU time are kept apart.
+// prof as record --ebpf does (ebpfsample.ProfileFrames); the two steps'
+// CPU time are kept apart.
 func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Profile) {
 	t0 := threadCPU()
 	var stacks [][]profile.Frame
@@ -301,13 +301,7 @@ func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Pro
 		if len(smp.Frames) == 0 {
 			return
 		}
-		frames := make([]profile.Frame, 0, len(smp.Frames)+2)
-		for i := len(smp.Frames) - 1; i >= 0; i-- {
-			f := smp.Frames[i]
-			frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
-		}
-		frames = append(frames, gcFrames[smp.GC]...)
-		stacks = append(stacks, frames)
+		stacks = append(stacks, ebpfsample.ProfileFrames(smp, ""))
 		tids = append(tids, smp.TID)
 	})
 	t1 := threadCPU()
@@ -320,14 +314,6 @@ func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Pro
 	}
 	s.drain += t1 - t0
 	s.aggregate += threadCPU() - t1
-}
-
-// gcFrames are the leaves a sample gets while the collector runs, as the
-// user-space sampler adds them.
-var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
-	rubyvm.GCMarking:  {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelMarking}},
-	rubyvm.GCSweeping: {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelSweeping}},
-	rubyvm.GCOther:    {{Kind: profile.KindGC, Label: profile.LabelGC}},
 }
 
 // addProfile counts a profile's stacks by their Ruby frames: the leaves

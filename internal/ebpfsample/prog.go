@@ -17,8 +17,9 @@ import (
 const (
 	numCounters  = 8
 	countersSize = numCounters * 8
-	headerSize   = 48 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0, GC flags (16)
+	headerSize   = 56 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0, GC flags (16), time (8)
 	gcFlagsOff   = 32
+	timeOff      = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
 	gcFlagsMax   = 16
 	tripleSize   = 24
 )
@@ -116,9 +117,9 @@ const (
 // program returns the instructions of the sampler: on a perf event on a
 // thread of the target it finds the thread's rb_thread_t (the threads map,
 // by TID, holds the address of its ec field), reads ec->vm_stack,
-// vm_stack_size and cfp, copies the collector's flags (its phase), reads
-// the control frames from cfp to the end of the VM stack (at most
-// maxFrames, innermost first) in one read, puts each
+// vm_stack_size and cfp, notes the time, copies the collector's flags
+// (its phase), reads the control frames from cfp to the end of the VM
+// stack (at most maxFrames, innermost first) in one read, puts each
 // frame's iseq, pc and ep in the record, copies the top of the value stack
 // (at most maxStack bytes below the innermost frame's sp) after them, and
 // sends the record to the ring buffer. Counters go to the per-CPU scratch
@@ -212,6 +213,10 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 	ins = append(ins,
 		asm.StoreMem(asm.R6, int16(recOff+4), asm.R8, asm.Word).WithSymbol("fits"),
 		asm.JEq.Imm(asm.R8, 0, "bounds"),
+		// When the sample was taken, for the profile's timeline (the
+		// ring buffer is drained a tenth of a second later).
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(asm.R6, int16(recOff+timeOff), asm.R0, asm.DWord),
 	)
 	for w := int16(0); w < gcFlagsMax/4; w++ {
 		ins = append(ins, asm.StoreImm(asm.R6, int16(recOff+gcFlagsOff)+4*w, 0, asm.Word))

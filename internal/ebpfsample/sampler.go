@@ -7,10 +7,12 @@
 // (the frames' environments), to a ring buffer. User space symbolizes the
 // frames with internal/rubyvm, as the user-space sampler does.
 //
-// It exists to measure the floor of a sample's cost beside
-// internal/sampler (bench/ebpf_test.go), not as a feature: it needs
-// CAP_BPF and CAP_PERFMON (root) and sees only threads the Go side listed
-// (RefreshThreads). What a frame's decoding reads beyond the copied value
+// It was built to measure the floor of a sample's cost beside
+// internal/sampler (bench/ebpf_test.go); it agreed with it on the stacks
+// at a fraction of the cost, and record --ebpf (Recorder, record.go) now
+// uses it, as an experiment. It needs CAP_BPF and CAP_PERFMON (root),
+// rbscope in the host's PID namespace (the program sees the kernel's
+// TIDs), and sees only threads the Go side listed (RefreshThreads). What a frame's decoding reads beyond the copied value
 // stack (an environment moved to the heap, a block's enclosing
 // environment deeper than the copy) is read when the sample is drained,
 // not when it was taken.
@@ -30,6 +32,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
@@ -63,6 +66,9 @@ type Sample struct {
 	// GC is what the collector was doing at the sample (the thread on
 	// the CPU is then the one running it, if it holds the GVL).
 	GC rubyvm.GCPhase
+	// Time is when the sample was taken (the kernel's monotonic clock at
+	// the perf event, on the wall clock's scale).
+	Time time.Time
 }
 
 // Counters are what the BPF program counted, summed over the CPUs.
@@ -95,6 +101,13 @@ type Sampler struct {
 	// value stack copy, until RefreshThreads
 	decodedHeap map[[6]uint64]decodedFrame
 	frames      []rubyvm.Frame
+	// rubyThreads are the Ruby threads the last RefreshThreads listed,
+	// by the TID the program sees (their frames left out).
+	rubyThreads map[int]rubyvm.Thread
+	// wallAt and monoAt are one instant on the wall clock and on the
+	// kernel's monotonic clock, which the program's times are read on.
+	wallAt time.Time
+	monoAt int64
 }
 
 type decodedFrame struct {
@@ -131,7 +144,12 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // kernels that charge BPF memory to the cgroup ignore it
-	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}}
+	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}, rubyThreads: map[int]rubyvm.Thread{}}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return nil, fmt.Errorf("reading the monotonic clock: %w", err)
+	}
+	s.wallAt, s.monoAt = time.Now(), ts.Nano()
 	if err := s.load(opts); err != nil {
 		s.Close()
 		return nil, err
@@ -241,12 +259,20 @@ func (s *Sampler) RefreshThreads() (int, error) {
 		return 0, fmt.Errorf("listing threads: %w", err)
 	}
 	seen := map[uint32]bool{}
+	clear(s.rubyThreads)
 	for _, th := range ths {
 		if th.TID <= 0 || th.Error != "" {
 			continue
 		}
+		// A forked child's main thread keeps its parent's TID in Ruby's
+		// books (a server's worker): the kernel knows it by the PID.
+		if th.Main && th.TID != s.pid && procfs.TaskExited(s.pid, th.TID) {
+			th.TID = s.pid
+		}
 		tid := uint32(th.TID)
 		seen[tid] = true
+		th.Frames = nil
+		s.rubyThreads[th.TID] = th
 		if err := s.threads.Put(tid, th.Addr+uint64(s.vm.Layout.ThreadEC)); err != nil {
 			return 0, fmt.Errorf("threads map: %w", err)
 		}
@@ -293,14 +319,15 @@ func (s *Sampler) Drain(fn func(*Sample)) (int, error) {
 
 // decode symbolizes one record: a header (TID, frames copied, frames in
 // all, truncated, where the value stack copy starts and its bytes, the
-// collector's flags), an
-// (iseq, pc, ep) triple a frame, innermost first, and the value stack copy.
+// collector's flags, the time), an (iseq, pc, ep) triple a frame,
+// innermost first, and the value stack copy.
 func (s *Sampler) decode(b []byte) (*Sample, error) {
 	if len(b) < headerSize {
 		return nil, fmt.Errorf("a record of %d bytes: %w", len(b), io.ErrUnexpectedEOF)
 	}
 	le := binary.LittleEndian
 	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
+	smp.Time = s.wallAt.Add(time.Duration(int64(le.Uint64(b[timeOff:])) - s.monoAt))
 	if s.params.gcFlagsLen > 0 {
 		smp.GC = s.vm.GCPhaseFrom(b[gcFlagsOff : gcFlagsOff+s.params.gcFlagsLen])
 	}

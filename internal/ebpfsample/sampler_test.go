@@ -3,13 +3,16 @@ package ebpfsample
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -342,5 +345,33 @@ func TestThreadsAndTruncation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProfileFrames: a sample becomes a profile's stack as the user-space
+// sampler makes one, root first: the thread's root frame when asked for,
+// the Ruby frames outermost first, and the GC's leaves while it ran.
+func TestProfileFrames(t *testing.T) {
+	smp := &Sample{
+		TID: 7,
+		Frames: []rubyvm.Frame{
+			{Kind: rubyvm.KindCFunc, Label: "Array#map"},
+			{Kind: rubyvm.KindRuby, Label: "<main>", Path: "a.rb", Line: 3},
+		},
+		GC: rubyvm.GCMarking,
+	}
+	got := ProfileFrames(smp, "worker")
+	want := []profile.Frame{
+		{Kind: profile.KindThread, Label: "thread worker"},
+		{Kind: profile.KindRuby, Label: "<main>", Path: "a.rb", Line: 3},
+		{Kind: profile.KindCFunc, Label: "Array#map"},
+	}
+	want = append(want, sampler.GCFrames(rubyvm.GCMarking)...)
+	if !slices.Equal(got, want) {
+		t.Errorf("frames %+v, want %+v", got, want)
+	}
+	smp.GC = rubyvm.GCIdle
+	if got := ProfileFrames(smp, ""); len(got) != 2 || got[0].Label != "<main>" {
+		t.Errorf("without a thread root or GC: %+v", got)
 	}
 }

@@ -1127,6 +1127,12 @@ var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
 	rubyvm.GCOther:    {{Kind: profile.KindGC, Label: profile.LabelGC}},
 }
 
+// GCFrames are the frames a sample gets above the Ruby stack of the thread
+// holding the GVL while the GC is in phase (none when it is idle), as the
+// sampler adds them: for other samplers' profiles (record --ebpf). The
+// slice is shared: append it, never change it.
+func GCFrames(phase rubyvm.GCPhase) []profile.Frame { return gcFrames[phase] }
+
 // gcPhase reads what the GC is doing when one of ths, just read, holds
 // the GVL (the GC runs on that thread); GCIdle otherwise, and always once
 // the Ruby's layout has turned out to lack the GC's flags.

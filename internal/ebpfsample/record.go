@@ -1,0 +1,259 @@
+package ebpfsample
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// RecordOptions say what a recording with the BPF sampler keeps (record
+// --ebpf): the part of sampler.Options it can honour.
+type RecordOptions struct {
+	// Rate is the samples a second of a thread on a CPU (1 to
+	// sampler.MaxRate): each CPU's perf event fires at this rate.
+	Rate float64
+	// Duration ends the recording; zero records until ctx is done or the
+	// target has exited.
+	Duration time.Duration
+	// Threads adds a root frame per thread ("thread NAME"), as
+	// sampler.Options.Threads does.
+	Threads bool
+	// Timeline keeps every sample's time and thread in the profile
+	// (profile.Profile.Timeline), as the raw and firefox formats need.
+	Timeline bool
+	// Progress, if set, is called about once a second while recording.
+	Progress func(sampler.Progress)
+	// VM are the options for finding the process's Ruby VM
+	// (--force-version).
+	VM rubyvm.Options
+}
+
+// Recorder records the on-CPU Ruby stacks of one process with the BPF
+// sampler into a profile.Profile, the model the user-space sampler fills
+// (sampler.Sampler), for the same output formats.
+type Recorder struct {
+	pid  int
+	opts RecordOptions
+	live *target.Live
+	vm   *rubyvm.VM
+	s    *Sampler
+}
+
+// ErrNotAllowed is returned by NewRecorder where the kernel refuses the
+// BPF program or its perf events to rbscope.
+var ErrNotAllowed = errors.New("BPF programs and perf events are not allowed here")
+
+// ErrUnsupported is returned by NewRecorder where the kernel or rbscope's
+// place cannot run the BPF sampler.
+var ErrUnsupported = errors.New("the BPF sampler cannot run here")
+
+// initPIDNamespace is the inode of the initial PID namespace
+// (PROC_PID_INIT_INO), the host's.
+const initPIDNamespace = 0xEFFFFFFC
+
+// NewRecorder attaches to pid, finds its Ruby VM and loads the BPF
+// sampler on it; Run records. A refusal by the kernel comes back as
+// ErrNotAllowed or ErrUnsupported, with what to do.
+func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
+	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
+		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
+	}
+	// The program compares the kernel's TIDs with those rbscope's /proc
+	// gives Ruby's threads: one and the same only in the host's PID
+	// namespace.
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &st); err == nil && st.Ino != initPIDNamespace {
+		return nil, fmt.Errorf("%w: rbscope runs in a PID namespace of its own (a container's), and the BPF program sees the host's thread IDs: run rbscope in the host's PID namespace (docker run --pid=host; Kubernetes hostPID: true), or record without --ebpf", ErrUnsupported)
+	}
+	live, err := target.Attach(pid)
+	if err != nil {
+		return nil, err
+	}
+	// The recorder handles Ctrl-C itself; it never stops the target.
+	live.NoSignalGuard = true
+	vm, err := rubyvm.OpenWith(live, opts.VM)
+	if err != nil {
+		live.Close()
+		return nil, err
+	}
+	s, err := New(pid, vm, Options{Frequency: int(math.Round(opts.Rate))})
+	if err != nil {
+		vm.Close()
+		live.Close()
+		return nil, explain(err)
+	}
+	return &Recorder{pid: pid, opts: opts, live: live, vm: vm, s: s}, nil
+}
+
+// explain turns the kernel's refusal of the sampler into what to do.
+func explain(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return fmt.Errorf("%w: run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or record without --ebpf (%v)", ErrNotAllowed, err)
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("%w: this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL): record without --ebpf (%v)", ErrUnsupported, err)
+	}
+	return fmt.Errorf("loading the BPF sampler: %w", err)
+}
+
+// SetProgress sets the callback called about once a second while
+// recording.
+func (r *Recorder) SetProgress(f func(sampler.Progress)) { r.opts.Progress = f }
+
+// drainEvery is how often the ring buffer is drained (the program wakes
+// no reader); refreshEvery is how often the thread list is read again,
+// sooner when a thread of the target that is not listed ran (a new one).
+const (
+	drainEvery   = 100 * time.Millisecond
+	refreshEvery = time.Second
+)
+
+// Run samples until ctx is done, the duration passes or the target exits,
+// and returns what it collected (never nil). An error says the sampler
+// failed; the profile then holds the samples taken before.
+func (r *Recorder) Run(ctx context.Context) (*profile.Profile, error) {
+	defer r.Close()
+	prof := profile.NewProfile(r.opts.Rate)
+	if r.opts.Timeline {
+		prof.KeepTimeline()
+	}
+	prof.Start = time.Now()
+	var end <-chan time.Time
+	if r.opts.Duration > 0 {
+		timer := time.NewTimer(r.opts.Duration)
+		defer timer.Stop()
+		end = timer.C
+	}
+	tick := time.NewTicker(drainEvery)
+	defer tick.Stop()
+	if err := r.s.Start(); err != nil {
+		prof.Duration = time.Since(prof.Start)
+		return prof, err
+	}
+	lastRefresh, lastProgress := time.Now(), time.Now()
+	var noThread uint64
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-end:
+			break loop
+		case <-tick.C:
+		}
+		if err = r.drain(prof); err != nil {
+			break
+		}
+		if procfs.Exited(r.pid) {
+			break
+		}
+		c, cerr := r.s.Counters()
+		if time.Since(lastRefresh) >= refreshEvery || cerr == nil && c.NoThread != noThread {
+			// A list read as threads come and go can be torn: the next
+			// tick tries again.
+			if _, rerr := r.s.RefreshThreads(); rerr == nil {
+				lastRefresh, noThread = time.Now(), c.NoThread
+			}
+		}
+		if r.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
+			lastProgress = time.Now()
+			r.count(prof, c)
+			r.opts.Progress(sampler.Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: 1})
+		}
+	}
+	prof.Duration = time.Since(prof.Start)
+	if serr := r.s.Stop(); serr != nil && err == nil {
+		err = serr
+	}
+	if err == nil {
+		err = r.drain(prof)
+	}
+	c, cerr := r.s.Counters()
+	if err == nil {
+		err = cerr
+	}
+	r.count(prof, c)
+	return prof, err
+}
+
+// count sets the profile's ticks and errors from the program's counters:
+// a tick is a perf event on a thread of the target, and an error one
+// whose stack could not be read or sent.
+func (r *Recorder) count(prof *profile.Profile, c Counters) {
+	prof.Ticks = int(c.Runs)
+	prof.Errors = int(c.ECFault + c.BadBounds + c.FramesRead + c.RingFull)
+}
+
+// drain adds the samples in the ring buffer to prof.
+func (r *Recorder) drain(prof *profile.Profile) error {
+	_, err := r.s.Drain(func(smp *Sample) {
+		if len(smp.Frames) == 0 {
+			return // a thread not yet running Ruby code
+		}
+		thread := r.s.ThreadName(smp.TID)
+		root := ""
+		if r.opts.Threads {
+			root = thread
+		}
+		prof.AddSample(ProfileFrames(smp, root), smp.Time, r.pid, smp.TID, thread)
+	})
+	return err
+}
+
+// ProfileFrames returns the stack of smp as a profile keeps it, root
+// first: under a root frame "thread NAME" when thread is not empty, its
+// Ruby frames, and the GC's leaves while the collector ran
+// (sampler.GCFrames), as the user-space sampler makes a sample's. The
+// user-space sampler gives them to the thread holding the GVL; a sample
+// here is of a thread on a CPU, which holds it unless it runs C code that
+// let it go.
+func ProfileFrames(smp *Sample, thread string) []profile.Frame {
+	gc := sampler.GCFrames(smp.GC)
+	frames := make([]profile.Frame, 0, len(smp.Frames)+len(gc)+1)
+	if thread != "" {
+		frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + thread})
+	}
+	for i := len(smp.Frames) - 1; i >= 0; i-- {
+		f := smp.Frames[i]
+		frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
+	}
+	return append(frames, gc...)
+}
+
+// ThreadName is how profiles name the thread tid (sampler.ThreadName), as
+// the last RefreshThreads listed it; "tid N" for one it did not list.
+func (s *Sampler) ThreadName(tid int) string {
+	if th, ok := s.rubyThreads[tid]; ok {
+		return sampler.ThreadName(th)
+	}
+	return "tid " + strconv.Itoa(tid)
+}
+
+// Close unloads the sampler and lets the target go; Run calls it.
+func (r *Recorder) Close() {
+	if r.s != nil {
+		r.s.Close()
+		r.s = nil
+	}
+	if r.vm != nil {
+		r.vm.Close()
+		r.vm = nil
+	}
+	if r.live != nil {
+		r.live.Close()
+		r.live = nil
+	}
+}
