@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 )
@@ -27,6 +30,7 @@ func newRecordCmd() *cobra.Command {
 		outPath  string
 		format   string
 		noLineno bool
+		useEBPF  bool
 	)
 	c := &cobra.Command{
 		Annotations: map[string]string{stopsOnSignal: "yes"},
@@ -40,10 +44,19 @@ Recording ends on Ctrl-C, after --duration, or when the target exits, and the
 output is always written. Samples that cannot be read (a thread dying
 mid-read, memory changing under --nonblocking) are counted and skipped.
 By default only threads the kernel reports as running are sampled; --idle
-includes sleeping and waiting threads.`,
+includes sleeping and waiting threads.
+
+--ebpf (experimental) takes the samples with a BPF program on each CPU's
+clock instead of reading the target from rbscope's own thread: the same
+stacks, at a fraction of the CPU a sample, and the target is never paused.
+It needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and rbscope in
+the host's PID namespace, records one process's threads while they are on
+a CPU, and refuses the options it cannot honour (--idle, --gvl, --native,
+--nonblocking, --subprocesses).`,
 		Example: `  rbscope record -p 4242 --duration 30s
   rbscope record --format pprof -o cpu.pb.gz -- ruby app.rb
-  rbscope record -p 4242 --subprocesses --threads --format speedscope`,
+  rbscope record -p 4242 --subprocesses --threads --format speedscope
+  sudo rbscope record --ebpf -p 4242 --duration 30s`,
 		RunE: func(c *cobra.Command, args []string) error {
 			launch := args
 			if c.ArgsLenAtDash() < 0 && len(args) > 0 {
@@ -61,7 +74,12 @@ includes sleeping and waiting threads.`,
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
 			}
-			return record(c.Context(), pid, launch, opts, outPath, ofmt, output.Options{Lines: !noLineno})
+			if useEBPF {
+				if err := ebpfRefusal(c.Flags(), opts); err != nil {
+					return usageError{err}
+				}
+			}
+			return record(c.Context(), pid, launch, opts, useEBPF, outPath, ofmt, output.Options{Lines: !noLineno})
 		},
 	}
 	f := c.Flags()
@@ -78,12 +96,72 @@ includes sleeping and waiting threads.`,
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
 	f.BoolVar(&opts.Realtime, "realtime", true, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy machine land where they were drawn; --realtime=false to keep it at normal priority")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
+	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root or CAP_BPF and CAP_PERFMON; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost, the target never paused")
 	return c
+}
+
+// ebpfRefusal names the first option of a recording that the BPF sampler
+// cannot honour, with what to do instead; nil when there is none. An
+// option is refused, never ignored: a profile that silently lacks what
+// was asked for would be read as if it had it.
+func ebpfRefusal(flags *pflag.FlagSet, opts sampler.Options) error {
+	switch {
+	case opts.Idle:
+		return errors.New("--idle cannot be used with --ebpf: the BPF sampler sees threads only while they run on a CPU; drop --idle, or --ebpf to sample sleeping and waiting threads")
+	case opts.GVL:
+		return errors.New("--gvl cannot be used with --ebpf: the BPF sampler sees threads only while they run on a CPU, not those waiting for the GVL; drop --gvl, or --ebpf to sample them")
+	case opts.Native:
+		return errors.New("--native cannot be used with --ebpf: the BPF sampler reads Ruby frames only; drop --native, or --ebpf for mixed native and Ruby stacks")
+	case opts.Subprocesses:
+		return errors.New("--subprocesses cannot be used with --ebpf: the BPF sampler records one process; drop --subprocesses, or --ebpf to follow the target's descendants")
+	case opts.Nonblocking:
+		return errors.New("--nonblocking has no meaning with --ebpf: the BPF sampler never pauses the target (it reads each stack in the kernel as the thread is interrupted); drop --nonblocking")
+	case flags.Changed("realtime") && opts.Realtime:
+		return errors.New("--realtime has no meaning with --ebpf: the kernel's perf events take the samples, not an rbscope thread; drop --realtime")
+	}
+	return nil
+}
+
+// recording is a recording ready to run: the user-space sampler's or the
+// BPF sampler's (record --ebpf).
+type recording interface {
+	SetProgress(func(sampler.Progress))
+	// Run records until ctx is done, the duration passes or the target
+	// exits; the profile is never nil, and an error says the sampler
+	// failed.
+	Run(ctx context.Context) (*profile.Profile, error)
+}
+
+// userRecording is the user-space sampler as a recording.
+type userRecording struct{ *sampler.Sampler }
+
+// Run implements recording: the user-space sampler skips what it cannot
+// read and never fails.
+func (u userRecording) Run(ctx context.Context) (*profile.Profile, error) {
+	return u.Sampler.Run(ctx), nil
+}
+
+// newRecording attaches the sampler a recording uses to pid: the BPF
+// sampler with useEBPF, else the user-space sampler.
+func newRecording(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched bool) (recording, error) {
+	if !useEBPF {
+		s, err := whenReady(ctx, pid, launched, func() (*sampler.Sampler, error) { return sampler.New(pid, opts) })
+		if err != nil {
+			return nil, err
+		}
+		return userRecording{s}, nil
+	}
+	ropts := ebpfsample.RecordOptions{Rate: opts.Rate, Duration: opts.Duration, Threads: opts.Threads, Timeline: opts.Timeline, VM: opts.VM}
+	r, err := whenReady(ctx, pid, launched, func() (*ebpfsample.Recorder, error) { return ebpfsample.NewRecorder(pid, ropts) })
+	if err != nil {
+		return nil, fmt.Errorf("record --ebpf: %w", err)
+	}
+	return r, nil
 }
 
 // record runs a recording and writes its output; in launch mode the exit
 // status is the command's.
-func record(ctx context.Context, pid int, launch []string, opts sampler.Options, outPath string, format output.Format, oo output.Options) error {
+func record(ctx context.Context, pid int, launch []string, opts sampler.Options, useEBPF bool, outPath string, format output.Format, oo output.Options) error {
 	// A launched command is not waited for while it is sampled: as its
 	// parent and its tracer, rbscope's wait would swallow the ptrace stops
 	// the sampler needs. Its exit shows as a zombie, which ends sampling.
@@ -117,7 +195,7 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 		w = out
 	}
 
-	s, err := newSampler(ctx, pid, opts, child != nil)
+	s, err := newRecording(ctx, pid, opts, useEBPF, child != nil)
 	if err != nil {
 		stopChild(child)
 		return err
@@ -129,9 +207,13 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 		}
 		s.SetProgress(opts.Progress)
 	}
-	prof := s.Run(ctx)
+	prof, err := s.Run(ctx)
 	if opts.Progress != nil {
 		fmt.Fprintln(os.Stderr)
+	}
+	if err != nil {
+		stopChild(child)
+		return fmt.Errorf("record --ebpf: the sampler failed after %d samples: %w", prof.Samples, err)
 	}
 	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
 	if err := format.Write(w, prof, oo); err != nil {
@@ -176,30 +258,34 @@ func childStatus(child *exec.Cmd) error {
 	return nil
 }
 
-// newSampler attaches to pid; a launched command is given time to exec and
-// start its VM.
-func newSampler(ctx context.Context, pid int, opts sampler.Options, launched bool) (*sampler.Sampler, error) {
+// whenReady attaches to pid with open; a launched command is given time
+// to exec and start its VM. A refusal of the BPF sampler is final.
+func whenReady[T any](ctx context.Context, pid int, launched bool, open func() (T, error)) (T, error) {
+	var none T
 	if !launched {
-		return sampler.New(pid, opts)
+		return open()
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s, err := sampler.New(pid, opts)
+		s, err := open()
 		if err == nil {
 			return s, nil
 		}
+		if errors.Is(err, ebpfsample.ErrNotAllowed) || errors.Is(err, ebpfsample.ErrUnsupported) {
+			return none, err
+		}
 		if procfs.Exited(pid) {
-			return nil, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
+			return none, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
 		}
 		if time.Now().After(deadline) {
 			if errors.Is(err, rubyvm.ErrNotRuby) {
-				return nil, fmt.Errorf("the launched command is %w", err)
+				return none, fmt.Errorf("the launched command is %w", err)
 			}
-			return nil, err
+			return none, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return none, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -78,7 +78,7 @@ func (uiLive) Record(ctx context.Context, pid int, d time.Duration, path string)
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	return record(ctx, pid, nil, opts, path, raw, output.Options{Lines: true})
+	return record(ctx, pid, nil, opts, false, path, raw, output.Options{Lines: true})
 }
 
 var _ ui.Live = uiLive{}

@@ -99,11 +99,18 @@ func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
 
 // explain turns the kernel's refusal of the sampler into what to do.
 func explain(err error) error {
+	// The kernel's word alone: the library's own advice (about
+	// RLIMIT_MEMLOCK, which New already lifts) is for its developers.
+	said := err.Error()
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		said = errno.Error()
+	}
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-		return fmt.Errorf("%w: run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or record without --ebpf (%v)", ErrNotAllowed, err)
+		return fmt.Errorf("%w (%s): run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or record without --ebpf", ErrNotAllowed, said)
 	case errors.Is(err, unix.ENOSYS) || errors.Is(err, ebpf.ErrNotSupported):
-		return fmt.Errorf("%w: this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL): record without --ebpf (%v)", ErrUnsupported, err)
+		return fmt.Errorf("%w (%s): this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL); record without --ebpf", ErrUnsupported, said)
 	}
 	return fmt.Errorf("loading the BPF sampler: %w", err)
 }
@@ -174,10 +181,10 @@ loop:
 			r.opts.Progress(sampler.Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: 1})
 		}
 	}
-	prof.Duration = time.Since(prof.Start)
 	if serr := r.s.Stop(); serr != nil && err == nil {
 		err = serr
 	}
+	prof.Duration = time.Since(prof.Start) // every sample taken before
 	if err == nil {
 		err = r.drain(prof)
 	}

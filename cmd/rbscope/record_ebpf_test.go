@@ -1,0 +1,235 @@
+package main
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
+)
+
+// ebpfOrSkip runs record --ebpf with args and returns its output, skipping
+// the test where the kernel or rbscope's place refuses the BPF sampler
+// (not root, no CAP_BPF, a kernel without BPF, a container's PID
+// namespace): what the user sees then is TestRecordEBPFNotAllowed's.
+func ebpfOrSkip(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	args = append([]string{"record", "--ebpf"}, args...)
+	out, stderr, code := rbscope(t, args...)
+	if code == 1 && (strings.Contains(stderr, "not allowed here") || strings.Contains(stderr, "cannot run here")) {
+		t.Skipf("record --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(stderr))
+	}
+	if code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr)
+	}
+	return out, stderr
+}
+
+// TestRecordEBPFKnownSplit is TestRecordKnownSplit with the BPF sampler
+// (record --ebpf): each chain's share of the samples against the share
+// of CPU time the program measured each chain get with its own thread
+// CPU clock over the same window, within the same tolerance (3 points, or
+// 3.5 standard errors of the sampled share where the samples are too few
+// for 3 points to be told from chance). It runs beside two CPU spinners,
+// with the workload free to move between CPUs and sharing one CPU with a
+// further spinning thread, so that it waits for the CPU about half the
+// time: the BPF program runs on the CPU's clock only while the thread is
+// on the CPU, so a wait must not show. Windows of 3 seconds at 1000 Hz
+// until there are 1,500 samples in the chains (up to 4).
+func TestRecordEBPFKnownSplit(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			testruby.Spinners(t, 2)
+			for _, shared := range []bool{false, true} {
+				p, _ := startSplit(t, rb, nil, "60")
+				unshare := func() {}
+				if shared {
+					unshare = testruby.ShareCPU(t, p.PID())
+				}
+				before := splitCPU(t, p, 1)
+				counts, total := map[string]float64{}, 0
+				var after map[string]float64
+				for w := 0; w < 4 && total < 1500; w++ {
+					out, _ := ebpfOrSkip(t, "-p", fmt.Sprint(p.PID()), "--rate", "1000", "--duration", "3s", "-f", "collapsed", "-o", "-")
+					after = splitCPU(t, p, w+2)
+					shares, n := chainShares(t, out)
+					for c, sh := range shares {
+						counts[c] += sh * float64(n) / 100
+					}
+					total += n
+					if strings.Contains(out, "??") {
+						t.Errorf("unreadable frames in the profile:\n%.2000s", out)
+					}
+				}
+				unshare()
+				cpu, sum := map[string]float64{}, 0.0
+				shares := map[string]float64{}
+				for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
+					cpu[c] = after[c] - before[c]
+					sum += cpu[c]
+					shares[c] = 100 * counts[c] / float64(max(total, 1))
+				}
+				t.Logf("--ebpf, CPU shared %v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", shared, total,
+					shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
+				if total < 150 || sum <= 0 {
+					t.Fatalf("only %d samples in the chains (%.2fs of their CPU)", total, sum)
+				}
+				for c := range cpu {
+					want := 100 * cpu[c] / sum
+					tol := math.Max(3, 3.5*math.Sqrt(want*(100-want)/float64(total)))
+					if d := shares[c] - want; math.Abs(d) > tol {
+						t.Errorf("--ebpf, CPU shared %v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±%.1f)", shared, c, shares[c], want, tol)
+					}
+				}
+				checkNotStopped(t, p.PID())
+				_ = p.Cmd.Process.Kill() // a spinning workload left running would load the next run's
+			}
+		})
+	}
+}
+
+// TestRecordEBPFFormats writes every format from the BPF sampler, with
+// --threads, and parses each back: the same writers as record's. The
+// stacks stand under their thread's root frame, and the raw recording
+// keeps its timeline.
+func TestRecordEBPFFormats(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	p, _ := startSplit(t, rb, nil, "30")
+	dir := t.TempDir()
+	for _, format := range output.Names() {
+		t.Run(format, func(t *testing.T) {
+			path := filepath.Join(dir, "out."+format)
+			_, stderr := ebpfOrSkip(t, "-p", fmt.Sprint(p.PID()), "--threads", "--duration", "1", "--rate", "200", "-f", format, "-o", path)
+			if !strings.Contains(stderr, "wrote "+path) {
+				t.Errorf("stderr %q does not say where the output went", stderr)
+			}
+			t.Log(strings.TrimSpace(stderr))
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFormat(t, format, b)
+			if format == "collapsed" && !strings.HasPrefix(string(b), "thread main;") {
+				t.Errorf("collapsed stacks not under the thread's root frame:\n%.500s", b)
+			}
+		})
+	}
+	// The raw recording renders again, and its samples are on the
+	// timeline, each at the time the kernel took it (not at the drain's,
+	// ten a second), within the recording, of the target's main thread.
+	raw := filepath.Join(dir, "out.raw")
+	out, stderr, code := rbscope(t, "report", "-i", raw, "-f", "summary", "-o", "-")
+	if code != 0 {
+		t.Fatalf("report of the raw recording: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "Object#chain_a") {
+		t.Errorf("report of the raw recording lacks the chains:\n%s", out)
+	}
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(zr)
+	var h wire.RawHeader
+	if err := dec.Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	times := map[int64]bool{}
+	samples, outside := 0, 0
+	for {
+		var line []any
+		if err := dec.Decode(&line); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		switch line[0] {
+		case wire.RawThread:
+			if int(line[1].(float64)) != p.PID() || line[3] != "main" {
+				t.Errorf("thread %v, want pid %d's main", line, p.PID())
+			}
+		case wire.RawSample:
+			ns := int64(line[1].(float64))
+			samples++
+			times[ns] = true
+			if ns < 0 || ns > h.DurationNs {
+				outside++
+			}
+		}
+	}
+	t.Logf("raw: %d samples on the timeline at %d distinct times in %v", samples, len(times), time.Duration(h.DurationNs))
+	if !h.Timeline || samples != h.Samples || samples == 0 {
+		t.Errorf("raw: %d samples on the timeline of %d (timeline %v)", samples, h.Samples, h.Timeline)
+	}
+	if outside > 0 || len(times) < samples/2 {
+		t.Errorf("raw: %d samples outside the recording's %v, %d distinct times for %d samples", outside, time.Duration(h.DurationNs), len(times), samples)
+	}
+}
+
+// TestRecordEBPFRefused: an option the BPF sampler cannot honour is
+// refused with one line naming it and what to do, exit status 2, before
+// anything is attached to.
+func TestRecordEBPFRefused(t *testing.T) {
+	pid := fmt.Sprint(os.Getpid())
+	for _, tc := range []struct {
+		flag, want string
+	}{
+		{"--idle", "--idle cannot be used with --ebpf"},
+		{"--gvl", "--gvl cannot be used with --ebpf"},
+		{"--native", "--native cannot be used with --ebpf"},
+		{"--subprocesses", "--subprocesses cannot be used with --ebpf"},
+		{"--nonblocking", "--nonblocking has no meaning with --ebpf"},
+		{"--realtime", "--realtime has no meaning with --ebpf"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			_, stderr, code := rbscope(t, "record", "--ebpf", "-p", pid, tc.flag, "-o", "-")
+			if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "drop "+tc.flag) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+				t.Errorf("exit %d stderr %q; want exit 2 and one line with %q and what to drop", code, stderr, tc.want)
+			}
+		})
+	}
+	// What it can honour, or has nothing to do with, is accepted.
+	if _, stderr, code := rbscope(t, "record", "--ebpf", "--realtime=false", "-p", "0"); code != 2 || strings.Contains(stderr, "--ebpf") {
+		t.Errorf("--realtime=false with --ebpf: exit %d stderr %q; want only the missing target refused", code, stderr)
+	}
+}
+
+// TestRecordEBPFNotAllowed: where the kernel refuses the BPF sampler
+// (here: rbscope run as nobody, without CAP_BPF), record --ebpf says so in
+// one line, with what to do, and exits 1; the command it launched is
+// stopped.
+func TestRecordEBPFNotAllowed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("run as root to run rbscope as another user")
+	}
+	rb := testruby.Rubies(t)[0]
+	if err := os.Chmod(filepath.Dir(rbscopeBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rbscopeBin, "record", "--ebpf", "-o", "-", "--", rb.Bin, "-e", "sleep 30")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	_, stderr, code := runCommand(t, cmd)
+	if strings.Contains(stderr, "permission denied") {
+		t.Skipf("rbscope as nobody cannot read its own child here: %s", stderr)
+	}
+	if code != 1 || !strings.Contains(stderr, "not allowed here") || !strings.Contains(stderr, "CAP_BPF") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+		t.Errorf("exit %d stderr %q; want exit 1 and one line saying BPF is not allowed and what to do", code, stderr)
+	}
+}
