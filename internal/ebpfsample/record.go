@@ -164,6 +164,9 @@ loop:
 		if err = r.drain(prof); err != nil {
 			break
 		}
+		if err = r.s.Jitter(); err != nil {
+			break
+		}
 		if procfs.Exited(r.pid) {
 			break
 		}

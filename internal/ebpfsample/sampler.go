@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"time"
 	"unsafe"
@@ -93,8 +94,10 @@ type Sampler struct {
 	events  *ebpf.Map
 	prog    *ebpf.Program
 	perf    []int
-	reader  *ringbuf.Reader
-	rec     ringbuf.Record
+	// freq is the perf events' mean rate (Options.Frequency).
+	freq   int
+	reader *ringbuf.Reader
+	rec    ringbuf.Record
 	// decoded caches decoded frames by iseq, pc, ep and environment words
 	decoded map[[6]uint64]decodedFrame
 	// decodedHeap caches the frames whose environment was not in the
@@ -158,6 +161,7 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 		s.Close()
 		return nil, err
 	}
+	s.freq = opts.Frequency
 	if err := s.attach(opts.Frequency); err != nil {
 		s.Close()
 		return nil, err
@@ -196,7 +200,9 @@ func (s *Sampler) load(opts Options) error {
 }
 
 // attach opens a CPU-clock perf event on each CPU, disabled, with the
-// program attached; Start enables them.
+// program attached; Start enables them. The clock fires every period
+// (nanoseconds, which Jitter changes), not at a frequency the kernel
+// would keep by itself.
 func (s *Sampler) attach(freq int) error {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -206,8 +212,8 @@ func (s *Sampler) attach(freq int) error {
 		attr := unix.PerfEventAttr{
 			Type:   unix.PERF_TYPE_SOFTWARE,
 			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
-			Sample: uint64(freq),
-			Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
+			Sample: uint64(time.Second) / uint64(freq),
+			Bits:   unix.PerfBitDisabled,
 		}
 		attr.Size = uint32(unsafe.Sizeof(attr))
 		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
@@ -233,6 +239,26 @@ func (s *Sampler) Start() error {
 	for _, fd := range s.perf {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			return fmt.Errorf("enabling a perf event: %w", err)
+		}
+	}
+	return nil
+}
+
+// Jitter gives each CPU's perf event a period drawn at random, that of a
+// rate drawn evenly from 0.75 to 1.25 times Options.Frequency (so the mean
+// rate is the one asked for), and restarts its clock from now. A clock of
+// a fixed period can lock onto a program's loop that lasts about a whole
+// number of periods, and then samples only some of its parts: at 1000 Hz
+// beside two spinners, split.rb's chain_b had 36.6% of the samples for
+// the 30.2% of its CPU the program measured, chain_c 12.8% for 20.0%.
+// Called every tenth of a second, it spreads the instants over the loop,
+// as the user-space sampler does by drawing each tick at a random point
+// of its period.
+func (s *Sampler) Jitter() error {
+	for _, fd := range s.perf {
+		period := uint64(float64(time.Second) / (float64(s.freq) * (0.75 + 0.5*rand.Float64())))
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_PERIOD, uintptr(unsafe.Pointer(&period))); e != 0 {
+			return fmt.Errorf("setting a perf event's period: %w", e)
 		}
 	}
 	return nil
