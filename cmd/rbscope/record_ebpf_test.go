@@ -233,3 +233,20 @@ func TestRecordEBPFNotAllowed(t *testing.T) {
 		t.Errorf("exit %d stderr %q; want exit 1 and one line saying BPF is not allowed and what to do", code, stderr)
 	}
 }
+
+// TestRecordEBPFForkedChild records a forked child (split.rb's with
+// FORK=1, as a server's worker is): on some Rubies (3.1 here) its main
+// thread keeps its parent's TID in Ruby's books, and the BPF program,
+// which finds a thread by the kernel's TID, must know it by the child's
+// PID, or the child's samples are all lost (0 samples on 3.1 before).
+func TestRecordEBPFForkedChild(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	_, rep := startSplit(t, rb, []string{"FORK=1"}, "30")
+	defer syscall.Kill(rep.Child, syscall.SIGKILL)
+	out, _ := ebpfOrSkip(t, "-p", fmt.Sprint(rep.Child), "--threads", "--rate", "200", "--duration", "2s", "-f", "collapsed", "-o", "-")
+	shares, total := chainShares(t, out)
+	t.Logf("%d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%", total, shares["chain_a"], shares["chain_b"], shares["chain_c"])
+	if total == 0 || !strings.HasPrefix(out, "thread main;") {
+		t.Errorf("no sample of the child's main thread:\n%.500s", out)
+	}
+}
