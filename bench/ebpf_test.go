@@ -198,7 +198,9 @@ func runFloor(t *testing.T, cfg floorConfig, pid int, sp *splitProbe) *floorResu
 		res.user.ticks += prof.Ticks
 
 		// BPF: its perf events on for the phase, the ring buffer drained
-		// ten times a second and the thread list refreshed once.
+		// and the clocks' periods drawn again ten times a second
+		// (Sampler.Jitter, as record --ebpf does), the thread list
+		// refreshed once.
 		runtime.GC()
 		sp.start(t)
 		c0, th0 = cpuTime(), threadCPU()
@@ -220,6 +222,9 @@ func runFloor(t *testing.T, cfg floorConfig, pid int, sp *splitProbe) *floorResu
 				lastRefresh = time.Now()
 			}
 			res.bpf.drainInto(t, bs, bpfProf)
+			if err := bs.Jitter(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := bs.Stop(); err != nil {
 			t.Fatal(err)
