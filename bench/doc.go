@@ -12,8 +12,8 @@
 //	go test ./bench -run '^$' -bench HeapCensus -benchtime 20x
 //
 // ebpf.sh runs TestEBPFFloor (ebpf_test.go), which only runs when asked
-// (RBSCOPE_BENCH_EBPF=1) and as root: the BPF on-CPU sampler prototype
-// (internal/ebpfsample) beside the user-space sampler on the same
+// (RBSCOPE_BENCH_EBPF=1) and as root: the BPF on-CPU sampler
+// (internal/ebpfsample, record --ebpf) beside the user-space sampler on the same
 // processes, with the cost a sample of each and how well their stacks
 // agree.
 package bench

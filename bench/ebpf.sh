@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/ebpf.sh: the BPF on-CPU sampler prototype (internal/ebpfsample)
+# bench/ebpf.sh: the BPF on-CPU sampler (internal/ebpfsample, record --ebpf)
 # beside the user-space sampler (internal/sampler, nonblocking) on the same
 # processes, in phases that take turns (TestEBPFFloor in bench/ebpf_test.go):
 # samples, CPU cost a sample of each (the BPF program's kernel run time from

@@ -1,21 +1,22 @@
-// Package ebpfsample is a prototype of an on-CPU sampler whose Ruby frame
-// walk runs in the kernel: a BPF program, written with cilium/ebpf's asm
-// package (no C compiler at build time), runs on a CPU-clock perf event of
-// each CPU, and on a thread of the target reads the thread's execution
-// context and control frames with the offsets of rbscope's Layout and sends
-// each frame's (iseq, pc, ep), with a copy of the top of the value stack
-// (the frames' environments), to a ring buffer. User space symbolizes the
-// frames with internal/rubyvm, as the user-space sampler does.
+// Package ebpfsample is an on-CPU sampler (record --ebpf, experimental)
+// whose Ruby frame walk runs in the kernel: a BPF program, written with
+// cilium/ebpf's asm package (no C compiler at build time), runs on a
+// CPU-clock perf event of each CPU, and on a thread of the target reads
+// the thread's execution context and control frames with the offsets of
+// rbscope's Layout and sends each frame's (iseq, pc, ep), with a copy of
+// the top of the value stack (the frames' environments), to a ring
+// buffer. User space symbolizes the frames with internal/rubyvm, as the
+// user-space sampler does.
 //
 // It was built to measure the floor of a sample's cost beside
 // internal/sampler (bench/ebpf_test.go); it agreed with it on the stacks
 // at a fraction of the cost, and record --ebpf (Recorder, record.go) now
 // uses it, as an experiment. It needs CAP_BPF and CAP_PERFMON (root),
 // rbscope in the host's PID namespace (the program sees the kernel's
-// TIDs), and sees only threads the Go side listed (RefreshThreads). What a frame's decoding reads beyond the copied value
-// stack (an environment moved to the heap, a block's enclosing
-// environment deeper than the copy) is read when the sample is drained,
-// not when it was taken.
+// TIDs), and sees only threads the Go side listed (RefreshThreads). What
+// a frame's decoding reads beyond the copied value stack (an environment
+// moved to the heap, a block's enclosing environment deeper than the
+// copy) is read when the sample is drained, not when it was taken.
 package ebpfsample
 
 import (
