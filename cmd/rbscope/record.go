@@ -96,7 +96,7 @@ a CPU, and refuses the options it cannot honour (--idle, --gvl, --native,
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
 	f.BoolVar(&opts.Realtime, "realtime", true, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy machine land where they were drawn; --realtime=false to keep it at normal priority")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
-	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root or CAP_BPF and CAP_PERFMON; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost, the target never paused")
+	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost, the target never paused")
 	return c
 }
 
