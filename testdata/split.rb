@@ -1,8 +1,10 @@
 # A CPU-bound workload with a known split: every round calls the same leaf
 # (burn) 5 times from chain_a, 3 times from chain_b and 2 times from chain_c,
 # so about 50/30/20 of the CPU time goes to the three call chains. Writes
-# {"pid": PID} to ARGV[0] when it starts; runs ARGV[1] seconds (default 5);
-# with FORK=1 it also forks a child that runs the same loop.
+# {"pid": PID} to ARGV[0] when it starts; runs ARGV[1] seconds (default 5),
+# or, with CPU_SECONDS set, until its chains have had that much CPU time
+# (a fixed amount of work, however busy the machine); with FORK=1 it also
+# forks a child that runs the same loop.
 #
 # It measures the CPU time each chain really got with its own thread CPU
 # clock; on SIGUSR1 it writes {"seq": N, "cpu": {chain: seconds}} (N the
@@ -23,12 +25,13 @@ def chain_c; 2.times { burn }; end
 
 def work(seconds, cpu_path)
   deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
+  cpu_seconds = ENV["CPU_SECONDS"] && Float(ENV["CPU_SECONDS"])
   loop do
     timed("chain_a") { chain_a }
     timed("chain_b") { chain_b }
     timed("chain_c") { chain_c }
     answer(cpu_path)
-    break if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    break if cpu_seconds ? CPU.values.sum > cpu_seconds : Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
   end
 end
 

@@ -379,8 +379,11 @@ func TestRecordLaunch(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	dir := t.TempDir()
 	out := filepath.Join(dir, "p.txt")
-	cmd := exec.Command(rbscopeBin, "record", "-f", "collapsed", "-o", out, "--", rb.Bin, testruby.Testdata("split.rb"), filepath.Join(dir, "rep.json"), "1.5")
-	cmd.Env = append(os.Environ(), "EXIT_CODE=7")
+	// Three seconds of the program's own CPU time, however long a busy
+	// machine makes them last: at record's 100 Hz, 50 samples leave room
+	// for a slow start.
+	cmd := exec.Command(rbscopeBin, "record", "-f", "collapsed", "-o", out, "--", rb.Bin, testruby.Testdata("split.rb"), filepath.Join(dir, "rep.json"))
+	cmd.Env = append(os.Environ(), "EXIT_CODE=7", "CPU_SECONDS=3")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
