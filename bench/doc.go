@@ -16,4 +16,11 @@
 // (internal/ebpfsample, record --ebpf) beside the user-space sampler on the same
 // processes, with the cost a sample of each and how well their stacks
 // agree.
+//
+// The shell scripts print figures against the issue targets beside a peer
+// measured in the same run: agent.sh (the agent's CPU and memory at 10, 50
+// and 200 processes, beside a build of an earlier commit), throughput.sh
+// (record's samples per CPU-second, the same way), record.sh (record against
+// stackprof), alloc.sh, heap_scale.sh, ui_scale.sh and configs.sh; see
+// docs/benchmarks.md.
 package bench
