@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,7 +42,7 @@ func ebpfOrSkip(t *testing.T, args ...string) (string, string) {
 // 3.5 standard errors of the sampled share where the samples are too few
 // for 3 points to be told from chance). It runs beside two CPU spinners,
 // with the workload free to move between CPUs and sharing one CPU with a
-// further spinning thread, so that it waits for the CPU about half the
+// further spinning process, so that it waits for the CPU about half the
 // time: the BPF program runs on the CPU's clock only while the thread is
 // on the CPU, so a wait must not show. Windows of 3 seconds at 1000 Hz
 // until there are 1,500 samples in the chains (up to 4).
@@ -52,48 +51,10 @@ func TestRecordEBPFKnownSplit(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			testruby.Spinners(t, 2)
 			for _, shared := range []bool{false, true} {
-				p, _ := startSplit(t, rb, nil, "60")
-				unshare := func() {}
-				if shared {
-					unshare = testruby.ShareCPU(t, p.PID())
-				}
-				before := splitCPU(t, p, 1)
-				counts, total := map[string]float64{}, 0
-				var after map[string]float64
-				for w := 0; w < 4 && total < 1500; w++ {
-					out, _ := ebpfOrSkip(t, "-p", fmt.Sprint(p.PID()), "--rate", "1000", "--duration", "3s", "-f", "collapsed", "-o", "-")
-					after = splitCPU(t, p, w+2)
-					shares, n := chainShares(t, out)
-					for c, sh := range shares {
-						counts[c] += sh * float64(n) / 100
-					}
-					total += n
-					if strings.Contains(out, "??") {
-						t.Errorf("unreadable frames in the profile:\n%.2000s", out)
-					}
-				}
-				unshare()
-				cpu, sum := map[string]float64{}, 0.0
-				shares := map[string]float64{}
-				for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
-					cpu[c] = after[c] - before[c]
-					sum += cpu[c]
-					shares[c] = 100 * counts[c] / float64(max(total, 1))
-				}
-				t.Logf("--ebpf, CPU shared %v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", shared, total,
-					shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
-				if total < 150 || sum <= 0 {
-					t.Fatalf("only %d samples in the chains (%.2fs of their CPU)", total, sum)
-				}
-				for c := range cpu {
-					want := 100 * cpu[c] / sum
-					tol := math.Max(3, 3.5*math.Sqrt(want*(100-want)/float64(total)))
-					if d := shares[c] - want; math.Abs(d) > tol {
-						t.Errorf("--ebpf, CPU shared %v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±%.1f)", shared, c, shares[c], want, tol)
-					}
-				}
-				checkNotStopped(t, p.PID())
-				_ = p.Cmd.Process.Kill() // a spinning workload left running would load the next run's
+				checkKnownSplit(t, rb, shared, "--ebpf", func(pid int) string {
+					out, _ := ebpfOrSkip(t, "-p", fmt.Sprint(pid), "--rate", "1000", "--duration", "3s", "-f", "collapsed", "-o", "-")
+					return out
+				})
 			}
 		})
 	}

@@ -107,7 +107,7 @@ func splitCPU(t *testing.T, p *testruby.Process, seq int) map[string]float64 {
 // busy machine changes both alike, a profiler's bias does not. Every
 // recording runs beside two CPU spinners, as a production host is busy;
 // each mode runs once with the workload free to move between CPUs, and
-// once sharing one CPU with a further spinning thread, so that it waits
+// once sharing one CPU with a further spinning process, so that it waits
 // for the CPU about half the time (a thread waiting for a CPU stands where
 // the kernel preempted it, mostly at system calls, and a profiler that
 // counts it there is off by several points). Every chain must be within 3
@@ -123,56 +123,74 @@ func TestRecordKnownSplit(t *testing.T) {
 			testruby.Spinners(t, 2)
 			for _, shared := range []bool{false, true} {
 				for _, mode := range [][]string{nil, {"--nonblocking"}} {
-					p, _ := startSplit(t, rb, nil, "60")
-					unshare := func() {}
-					if shared {
-						unshare = testruby.ShareCPU(t, p.PID())
-					}
 					// Windows of 6 seconds until there are samples enough for
 					// the sampling error to stay near 3 points: on a machine
 					// busier still, the workload gets little CPU in one.
-					before := splitCPU(t, p, 1)
-					counts, total := map[string]float64{}, 0
-					var after map[string]float64
-					for w := 0; w < 4 && total < 1500; w++ {
-						args := append([]string{"record", "-p", fmt.Sprint(p.PID()), "--rate", "1000", "--duration", "6s", "-f", "collapsed", "-o", "-"}, mode...)
+					checkKnownSplit(t, rb, shared, fmt.Sprint(mode), func(pid int) string {
+						args := append([]string{"record", "-p", fmt.Sprint(pid), "--rate", "1000", "--duration", "6s", "-f", "collapsed", "-o", "-"}, mode...)
 						out, stderr, code := rbscope(t, args...)
 						if code != 0 {
 							t.Fatalf("%v: exit %d: %s", args, code, stderr)
 						}
-						after = splitCPU(t, p, w+2)
-						shares, n := chainShares(t, out)
-						for c, sh := range shares {
-							counts[c] += sh * float64(n) / 100
-						}
-						total += n
-					}
-					unshare()
-					cpu, sum := map[string]float64{}, 0.0
-					shares := map[string]float64{}
-					for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
-						cpu[c] = after[c] - before[c]
-						sum += cpu[c]
-						shares[c] = 100 * counts[c] / float64(max(total, 1))
-					}
-					t.Logf("%v, CPU shared %v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", mode, shared, total,
-						shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
-					if total < 150 || sum <= 0 {
-						t.Fatalf("only %d samples in the chains (%.2fs of their CPU)", total, sum)
-					}
-					for c := range cpu {
-						want := 100 * cpu[c] / sum
-						tol := math.Max(3, 3.5*math.Sqrt(want*(100-want)/float64(total)))
-						if d := shares[c] - want; math.Abs(d) > tol {
-							t.Errorf("%v, CPU shared %v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±%.1f)", mode, shared, c, shares[c], want, tol)
-						}
-					}
-					checkNotStopped(t, p.PID())
-					_ = p.Cmd.Process.Kill() // a spinning workload left running would load the next mode's
+						return out
+					})
 				}
 			}
 		})
 	}
+}
+
+// checkKnownSplit records testdata/split.rb (sharing one CPU with a
+// spinner when shared) with record, a window at a time, until there are
+// 1,500 samples in its chains (at most 4 windows), and checks each chain's
+// share of the samples against the share of CPU time the program measured
+// it get over the same windows: within 3 points, or 3.5 standard errors of
+// the sampled share where the samples are too few for 3 points to be told
+// from chance. what names the recording in the messages.
+func checkKnownSplit(t *testing.T, rb testruby.Ruby, shared bool, what string, record func(pid int) string) {
+	t.Helper()
+	p, _ := startSplit(t, rb, nil, "60")
+	unshare := func() {}
+	if shared {
+		unshare = testruby.ShareCPU(t, p.PID())
+	}
+	before := splitCPU(t, p, 1)
+	counts, total := map[string]float64{}, 0
+	var after map[string]float64
+	for w := 0; w < 4 && total < 1500; w++ {
+		out := record(p.PID())
+		after = splitCPU(t, p, w+2)
+		shares, n := chainShares(t, out)
+		for c, sh := range shares {
+			counts[c] += sh * float64(n) / 100
+		}
+		total += n
+		if strings.Contains(out, "??") {
+			t.Errorf("%s: unreadable frames in the profile:\n%.2000s", what, out)
+		}
+	}
+	unshare()
+	cpu, sum := map[string]float64{}, 0.0
+	shares := map[string]float64{}
+	for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
+		cpu[c] = after[c] - before[c]
+		sum += cpu[c]
+		shares[c] = 100 * counts[c] / float64(max(total, 1))
+	}
+	t.Logf("%s, CPU shared %v: %d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; the program measured a=%.1f%% b=%.1f%% c=%.1f%% of %.2fs CPU", what, shared, total,
+		shares["chain_a"], shares["chain_b"], shares["chain_c"], 100*cpu["chain_a"]/sum, 100*cpu["chain_b"]/sum, 100*cpu["chain_c"]/sum, sum)
+	if total < 150 || sum <= 0 {
+		t.Fatalf("%s: only %d samples in the chains (%.2fs of their CPU)", what, total, sum)
+	}
+	for c := range cpu {
+		want := 100 * cpu[c] / sum
+		tol := math.Max(3, 3.5*math.Sqrt(want*(100-want)/float64(total)))
+		if d := shares[c] - want; math.Abs(d) > tol {
+			t.Errorf("%s, CPU shared %v: %s has %.1f%% of samples, the program measured %.1f%% of its CPU (±%.1f)", what, shared, c, shares[c], want, tol)
+		}
+	}
+	checkNotStopped(t, p.PID())
+	_ = p.Cmd.Process.Kill() // a spinning workload left running would load the next run's
 }
 
 // TestRecordVariants records the split workload with YJIT on and with M:N
