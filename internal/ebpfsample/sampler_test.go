@@ -17,6 +17,18 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
+// sampleFor runs s for d.
+func sampleFor(t testing.TB, s *Sampler, d time.Duration) {
+	t.Helper()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openOrSkip loads the sampler on pid, skipping the test where BPF or
 // perf events are not allowed.
 func openOrSkip(t *testing.T, pid int, vm *rubyvm.VM, opts Options) *Sampler {
@@ -85,13 +97,7 @@ func TestDeepStackAgrees(t *testing.T) {
 				}
 			}
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			if err := s.Stop(); err != nil {
-				t.Fatal(err)
-			}
+			sampleFor(t, s, time.Second)
 			got := map[string]int{}
 			total, deep := 0, 0
 			n, err := s.Drain(func(smp *Sample) {
@@ -165,13 +171,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Skipf("BPF sampler not available here: %v", err)
 	}
 	defer s.Close()
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond)
-	if err := s.Stop(); err != nil {
-		b.Fatal(err)
-	}
+	sampleFor(b, s, 500*time.Millisecond)
 	var recs [][]byte
 	s.reader.SetDeadline(time.Now())
 	for {
@@ -216,13 +216,7 @@ func TestChurnNeverTorn(t *testing.T) {
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm := attachVM(t, rep.PID)
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			if err := s.Stop(); err != nil {
-				t.Fatal(err)
-			}
+			sampleFor(t, s, time.Second)
 			total, leafA, leafB, gc := 0, 0, 0, 0
 			var torn []string
 			_, err := s.Drain(func(smp *Sample) {
@@ -306,13 +300,7 @@ func TestThreadsAndTruncation(t *testing.T) {
 			}
 			for _, maxFrames := range []int{0, 2} {
 				s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499, MaxFrames: maxFrames})
-				if err := s.Start(); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Second)
-				if err := s.Stop(); err != nil {
-					t.Fatal(err)
-				}
+				sampleFor(t, s, time.Second)
 				byThread := map[string]int{}
 				total, bad := 0, 0
 				mainRan := 0
