@@ -2,10 +2,18 @@ package main
 
 import (
 	"fmt"
+	"html"
+	"io"
 	"math"
+	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/output"
 )
 
 // uiShares is a node's comparison with the recording before, as the
@@ -160,5 +168,130 @@ func checkSandwichDiff(t *testing.T, s *uiServer, f, before int, fn string) {
 		if len(seen) < len(mine) || len(seen) < len(theirs) {
 			t.Errorf("sandwich of %s, %s: %d rows; %d and %d in its own sandwiches", fn, side.name, len(seen), len(mine), len(theirs))
 		}
+	}
+}
+
+// functionShares is each function's share of the page's recording f's
+// samples, in percent, as its own function table gives it.
+func functionShares(t *testing.T, s *uiServer, f int) map[string]float64 {
+	t.Helper()
+	var d struct {
+		Page uiPage[struct {
+			Function string
+			TotalPct float64 `json:"total_pct"`
+		}]
+	}
+	s.get(t, fmt.Sprintf("/api/profile/functions?f=%d&limit=1000", f), &d)
+	if len(d.Page.Rows) != d.Page.Total || len(d.Page.Rows) < 3 {
+		t.Fatalf("function table of %d: %d of %d rows", f, len(d.Page.Rows), d.Page.Total)
+	}
+	out := map[string]float64{}
+	for _, r := range d.Page.Rows {
+		out[r.Function] = r.TotalPct
+	}
+	return out
+}
+
+var chartDiffBoxRe = regexp.MustCompile(`<g class="f" [^>]*data-fn="([^"]*)"[^>]*data-before="([^"]*)" data-after="([^"]*)" data-change="([^"]*)"><title>([^<]*)</title><rect [^>]*fill="([^"]*)"`)
+
+// checkStackChartDiff checks the stack chart of the page's recording f
+// against before: every box has its function's share of each recording's
+// samples as each one's own function table gives it, the change on the
+// differential flame graph's colour, and all three in its title.
+func checkStackChartDiff(t *testing.T, s *uiServer, f, before int) {
+	t.Helper()
+	own, base := functionShares(t, s, f), functionShares(t, s, before)
+	resp, err := http.Get(s.base + fmt.Sprintf("/api/profile/stackchart.svg?f=%d&before=%d&token=%s", f, before, s.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("stack chart of %d against %d: %d %s", f, before, resp.StatusCode, svg)
+	}
+	boxes := strings.Count(string(svg), `<g class="f" `)
+	matches := chartDiffBoxRe.FindAllStringSubmatch(string(svg), -1)
+	if len(matches) != boxes || boxes < 5 {
+		t.Fatalf("stack chart of %d against %d: %d boxes, %d of them compared", f, before, boxes, len(matches))
+	}
+	up, down := 0, 0
+	for _, m := range matches {
+		fn := html.UnescapeString(m[1])
+		b, _ := strconv.ParseFloat(m[2], 64)
+		a, _ := strconv.ParseFloat(m[3], 64)
+		c, _ := strconv.ParseFloat(m[4], 64)
+		if _, ok := own[fn]; !ok {
+			t.Errorf("stack chart box of %s, which %d's function table lacks", fn, f)
+		}
+		checkShares(t, "stack chart box of "+fn, &uiShares{BeforePct: b, AfterPct: a, Change: c, Color: m[6]}, base[fn], own[fn])
+		if m[6] != output.ChangeColor(own[fn]-base[fn]) {
+			t.Errorf("stack chart box of %s: %s, the differential flame graph's colour %s", fn, m[6], output.ChangeColor(own[fn]-base[fn]))
+		}
+		if want := fmt.Sprintf("; in %.2f%% of the samples, %.2f%% before: %+.2f points)", own[fn], base[fn], own[fn]-base[fn]); !strings.HasSuffix(html.UnescapeString(m[5]), want) {
+			t.Errorf("stack chart box of %s: title %q, want it to end %q", fn, m[5], want)
+		}
+		switch {
+		case c > 0:
+			up++
+		case c < 0:
+			down++
+		}
+	}
+	if up == 0 || down == 0 {
+		t.Errorf("stack chart of %d against %d: %d boxes up, %d down; want some of each", f, before, up, down)
+	}
+}
+
+// checkTimelineDiff checks the timeline of the page's recording f against
+// before: each stretch with samples stands for a function of f's, its
+// shares those of each recording's own function table; without before,
+// none.
+func checkTimelineDiff(t *testing.T, s *uiServer, f, before int) {
+	t.Helper()
+	own, base := functionShares(t, s, f), functionShares(t, s, before)
+	type timeline struct {
+		Threads []struct {
+			Run, GC, GVL []int
+			Fn           []string
+		}
+		Before  *struct{ File string }
+		Changes map[string]*uiShares
+	}
+	var plain, diffed timeline
+	s.get(t, fmt.Sprintf("/api/profile/timeline?f=%d&stretches=100", f), &plain)
+	s.get(t, fmt.Sprintf("/api/profile/timeline?f=%d&stretches=100&before=%d", f, before), &diffed)
+	if plain.Before != nil || plain.Changes != nil || diffed.Before == nil || len(diffed.Threads) != len(plain.Threads) {
+		t.Fatalf("timeline of %d: before %v, %d changes; against %d: before %v, %d threads of %d", f, plain.Before, len(plain.Changes), before, diffed.Before, len(diffed.Threads), len(plain.Threads))
+	}
+	used := map[string]bool{}
+	for i, th := range diffed.Threads {
+		if len(th.Fn) != 100 || !slices.Equal(th.Run, plain.Threads[i].Run) || !slices.Equal(th.GC, plain.Threads[i].GC) {
+			t.Fatalf("timeline of %d against %d, thread %d: %d functions, its stretches' counts differ from its own timeline's", f, before, i, len(th.Fn))
+		}
+		for k, fn := range th.Fn {
+			if all := th.Run[k] + th.GC[k] + th.GVL[k]; (all > 0) != (fn != "") {
+				t.Errorf("timeline of %d against %d, thread %d, stretch %d: %d samples, function %q", f, before, i, k, all, fn)
+			}
+			if fn == "" {
+				continue
+			}
+			used[fn] = true
+			if _, ok := own[fn]; !ok {
+				t.Errorf("timeline stretch of %s, which %d's function table lacks", fn, f)
+			}
+			if _, ok := diffed.Changes[fn]; !ok {
+				t.Errorf("timeline stretch of %s without its change", fn)
+			}
+		}
+	}
+	for fn, c := range diffed.Changes {
+		if !used[fn] {
+			t.Errorf("timeline change of %s, which no stretch stands for", fn)
+		}
+		checkShares(t, "timeline stretch of "+fn, c, base[fn], own[fn])
+	}
+	if len(used) == 0 {
+		t.Errorf("timeline of %d against %d: no stretch stands for a function", f, before)
 	}
 }

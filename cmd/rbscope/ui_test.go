@@ -1074,6 +1074,11 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	checkTreeDiff(t, s, 1, 2)
 	checkSandwichDiff(t, s, 1, 2, burn)
 	checkSandwichDiff(t, s, 1, 2, chainA)
+	// The stack chart and the timeline against another recording: each
+	// box's and stretch's function's shares are those of each recording's
+	// own function table.
+	checkStackChartDiff(t, s, 1, 2)
+	checkTimelineDiff(t, s, 1, 2)
 
 	// The comparison: report's numbers for each side.
 	before, after := summaryRows(t, demo), summaryRows(t, raw)
@@ -1170,6 +1175,23 @@ func TestUIProfileSandwichAndDiff(t *testing.T) {
 	visit(t, ctx, s, "#/profile/1/sandwich?before=2&fn="+url.QueryEscape(burn), "profile-sandwich-diff")
 	if rows := cells(t, ctx, "#callers"); len(rows) != 3 || len(rows[0]) != 7 {
 		t.Errorf("the page's callers of burn against a recording: %q", rows)
+	}
+	// The stack chart and the timeline against the second recording, on
+	// the same colours.
+	visit(t, ctx, s, "#/profile/1/stack?before=2", "profile-stack-diff")
+	if got := eval[string](t, ctx, chart+`.querySelector("g.f[data-change]") ? "compared" : "plain"`); got != "compared" {
+		t.Errorf("the page's stack chart against a recording: %s boxes", got)
+	}
+	var tlDiff struct {
+		Threads []struct{ Fn []string }
+		Changes map[string]uiShares
+	}
+	s.get(t, "/api/profile/timeline?f=1&stretches=200&before=2", &tlDiff)
+	visit(t, ctx, s, "#/profile/1/timeline?before=2", "profile-timeline-diff")
+	cell := eval[map[string]string](t, ctx, `(() => { const a = document.querySelector("#timeline .cell[data-fn]");
+		return a ? { fn: a.dataset.fn, bg: getComputedStyle(a).backgroundColor, title: a.title } : {}; })()`)
+	if c, ok := tlDiff.Changes[cell["fn"]]; !ok || cell["bg"] != strings.ReplaceAll(c.Color, ",", ", ") || !strings.Contains(cell["title"], "points") {
+		t.Errorf("the page's timeline against a recording: a stretch %v; the answer's change %+v", cell, c)
 	}
 	visit(t, ctx, s, "#/profile/1/diff?before=0", "profile-diff")
 	if rows := cells(t, ctx, "#diff"); len(rows) != len(seen) && len(rows) != 100 {

@@ -195,6 +195,21 @@ func ChangeColor(change float64) string {
 	return fmt.Sprintf("rgb(%d,%d,255)", 255-v, 255-v)
 }
 
+// TotalShares returns the share of a recording's samples each of its
+// functions is in, in percent, by the name the function table gives it
+// (Frame.Name(false)): funcs is its function table (profile.Profile's
+// Functions) and samples its samples. The time-ordered views compare a
+// recording with another by these, function for function: a box of
+// the stack chart or a stretch of the timeline stands for its function,
+// wherever in a stack it is.
+func TotalShares(funcs []profile.FunctionStat, samples int) map[string]float64 {
+	out := make(map[string]float64, len(funcs))
+	for _, s := range funcs {
+		out[s.Frame.Name(false)] = Pct(s.Total, samples)
+	}
+	return out
+}
+
 type errWriter struct {
 	w   io.Writer
 	err error

@@ -30,7 +30,9 @@ type Options struct {
 	Icicle bool
 	// Baseline, when set, makes the flame graph differential: each frame
 	// is coloured by how its share of the samples changed against the
-	// same stack's in Baseline (red: more, blue: less).
+	// same stack's in Baseline (red: more, blue: less). The stack chart
+	// colours each box so by its function's share (TotalShares) instead:
+	// its boxes are runs of time, not stacks.
 	Baseline *profile.Profile
 	// From and To bound the time the stack chart draws, since the
 	// recording began (To 0: to its last sample).

@@ -2,6 +2,7 @@ package output
 
 import (
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"math"
@@ -37,7 +38,10 @@ const (
 // lines, and how long it lasted; clicking one selects it and, when the
 // chart is framed by rbscope ui's page, tells the page (a message with its
 // function and time) so that it offers to focus on it or narrow the time
-// to it.
+// to it. With o.Baseline, each box is coloured by the change of its
+// function's share of the samples (TotalShares) from o.Baseline's to p's,
+// as the differential flame graph colours a frame (ChangeColor), and its
+// title gives both shares and the change.
 func StackChart(w io.Writer, p *profile.Profile, o Options) error {
 	if p.Timeline == nil {
 		return errors.New("a stack chart needs every sample's time: the recording kept no timeline (record --format raw keeps one)")
@@ -57,11 +61,15 @@ func StackChart(w io.Writer, p *profile.Profile, o Options) error {
 	}
 	tracks := p.Chart(o.Lines, shortest)
 	heights, height := trackHeights(tracks)
+	var diff *scDiff
+	if o.Baseline != nil {
+		diff = &scDiff{before: TotalShares(o.Baseline.Functions(), o.Baseline.Samples), after: TotalShares(p.Functions(), p.Samples)}
+	}
 	bw := &errWriter{w: w}
 	scHead(bw, p, o, from, to, height, tracks)
 	y := scTop
 	for k, tr := range tracks {
-		scTrack(bw, p, tr, o.Lines, y, from, scale)
+		scTrack(bw, p, tr, o.Lines, diff, y, from, scale)
 		y += heights[k]
 	}
 	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(stackChartJS))
@@ -118,12 +126,16 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 g.f.on rect { stroke: #000; stroke-width: 1.5; }
 </style>
 `, fgWidth, height, fgWidth, height, fgFontSize)
+	against := ""
+	if o.Baseline != nil {
+		against = fmt.Sprintf("; coloured by the change of each function's share of the samples against a recording of %d (red: more, blue: less)", o.Baseline.Samples)
+	}
 	bw.printf(`<rect x="0" y="0" width="%.0f" height="%.0f" fill="#f8f8f8"/>
 <text id="title" x="%.0f" y="24">%s</text>
-<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples, threads: %d, from %.3f to %.3f s at %g Hz; %d boxes narrower than %g px left out (narrow the time to see them)</text>
+<text id="subtitle" x="%.0f" y="42" style="text-anchor: middle; font-size: 11px; fill: #555">%d samples, threads: %d, from %.3f to %.3f s at %g Hz; %d boxes narrower than %g px left out (narrow the time to see them)%s</text>
 <text id="details" x="%.0f" y="%.0f"> </text>
 `, fgWidth, height, fgWidth/2, html.EscapeString(title), fgWidth/2, len(p.Timeline), len(tracks), from.Seconds(), to.Seconds(), p.Rate, small, scMinWidth,
-		fgPad, height-10)
+		html.EscapeString(against), fgPad, height-10)
 	// Ten ticks of the axis, with as many decimals as tell them apart.
 	span := (to - from).Seconds()
 	digits := max(3, int(math.Ceil(-math.Log10(span/10)))+1)
@@ -141,8 +153,26 @@ g.f.on rect { stroke: #000; stroke-width: 1.5; }
 	bw.printf(`<g id="frames" data-from="%g" data-to="%g">`+"\n", from.Seconds(), to.Seconds())
 }
 
-// scTrack writes one thread's track at y: its heading and its boxes.
-func scTrack(bw *errWriter, p *profile.Profile, tr profile.Track, lines bool, y float64, from time.Duration, scale float64) {
+// scDiff is what a stack chart compared with another recording colours
+// its boxes by: each function's share of the samples of the recording
+// before (o.Baseline) and of the one drawn.
+type scDiff struct{ before, after map[string]float64 }
+
+// box returns the fill of a box of function fn, the attributes that give
+// its shares and what its title adds: both shares and the change.
+func (d *scDiff) box(fn string) (fill, attrs, title string) {
+	before, after := d.before[fn], d.after[fn]
+	change := after - before
+	return ChangeColor(change), fmt.Sprintf(` data-before="%s" data-after="%s" data-change="%s"`, fmtFloat(before), fmtFloat(after), fmtFloat(change)),
+		fmt.Sprintf("; in %.2f%% of the samples, %.2f%% before: %+.2f points", after, before, change)
+}
+
+// fmtFloat writes v in as few digits as read back to it.
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// scTrack writes one thread's track at y: its heading and its boxes,
+// coloured by diff when the chart is compared with another recording.
+func scTrack(bw *errWriter, p *profile.Profile, tr profile.Track, lines bool, diff *scDiff, y float64, from time.Duration, scale float64) {
 	bw.printf(`<g class="track" data-pid="%d" data-tid="%d" data-samples="%d" data-small="%d"><text class="thread" x="%.0f" y="%.0f">%s (tid %d, %d samples)</text>`+"\n",
 		tr.PID, tr.TID, len(tr.Samples), tr.Small, fgPad, y+scTrackHdr-5, html.EscapeString(tr.Thread), tr.TID, len(tr.Samples))
 	for _, b := range tr.Boxes {
@@ -150,10 +180,14 @@ func scTrack(bw *errWriter, p *profile.Profile, tr profile.Track, lines bool, y 
 		x, w := fgPad+float64(b.Start-from)*scale, float64(b.End-b.Start)*scale
 		by := y + scTrackHdr + float64(b.Depth)*fgFrameH
 		fn := f.Name(false)
-		bw.printf(`<g class="f" data-i="%d" data-n="%d" data-d="%d" data-fn="%s" data-from="%.6f" data-to="%.6f"><title>%s (%s, %d samples, %.3f–%.3f s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
-			b.First, b.Count, b.Depth, html.EscapeString(fn), micros(b.Start), micros(b.End),
-			html.EscapeString(boxName(f, b, lines)), duration(b.End-b.Start), b.Count, b.Start.Seconds(), b.End.Seconds(),
-			x, by, w, fgFrameH-1, color(fn, f.Kind), x+3, by+fgFrameH-4.5, html.EscapeString(fitText(f.Label, w)))
+		fill, attrs, change := color(fn, f.Kind), "", ""
+		if diff != nil {
+			fill, attrs, change = diff.box(fn)
+		}
+		bw.printf(`<g class="f" data-i="%d" data-n="%d" data-d="%d" data-fn="%s" data-from="%.6f" data-to="%.6f"%s><title>%s (%s, %d samples, %.3f–%.3f s%s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
+			b.First, b.Count, b.Depth, html.EscapeString(fn), micros(b.Start), micros(b.End), attrs,
+			html.EscapeString(boxName(f, b, lines)), duration(b.End-b.Start), b.Count, b.Start.Seconds(), b.End.Seconds(), html.EscapeString(change),
+			x, by, w, fgFrameH-1, fill, x+3, by+fgFrameH-4.5, html.EscapeString(fitText(f.Label, w)))
 	}
 	bw.printf("</g>\n")
 }

@@ -162,3 +162,32 @@ func TestStackChartWindow(t *testing.T) {
 		t.Errorf("a stack chart of no timeline")
 	}
 }
+
+// TestStackChartBaseline: against another recording, each box is on the
+// colour of the change of its function's share of the samples, whatever
+// its line, and its title gives both shares and the change.
+func TestStackChartBaseline(t *testing.T) {
+	p := chartSample() // 12 samples: work in 3, Kernel#sleep in 2
+	base := profile.NewProfile(100)
+	main := profile.Frame{Kind: profile.KindRuby, Label: "<main>", Path: "app.rb", Line: 9}
+	work := profile.Frame{Kind: profile.KindRuby, Label: "work", Path: "app.rb", Line: 7}
+	base.Add([]profile.Frame{main, work}, 3)
+	base.Add([]profile.Frame{main}, 1)
+	var b bytes.Buffer
+	if err := StackChart(&b, p, Options{Baseline: base}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`data-fn="work (app.rb)" data-from="0.000000" data-to="0.030000" data-before="75" data-after="25" data-change="-50"><title>work (app.rb:3-4) (30.0 ms, 3 samples, 0.000–0.030 s; in 25.00% of the samples, 75.00% before: -50.00 points)</title><rect x="10.00" y="110" width="580.33" height="15" fill="` + ChangeColor(-50) + `"`,
+		`data-before="0" data-after="` + strconv.FormatFloat(Pct(2, 12), 'g', -1, 64) + `"`,
+		`data-fn="&lt;main&gt; (app.rb)" data-from="0.000000" data-to="0.060000" data-before="100" data-after="100" data-change="0"`,
+		"against a recording of 4 (red: more, blue: less)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the chart against another recording lacks %q:\n%s", want, b.String())
+		}
+	}
+	if boxes, _ := readChart(t, b.Bytes()); len(boxes) != 2+3 {
+		t.Errorf("against another recording: %d boxes, want 5", len(boxes))
+	}
+}

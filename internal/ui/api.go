@@ -637,19 +637,10 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := output.Options{Lines: r.URL.Query().Get("lines") != "0", Title: pv.title, Icicle: r.URL.Query().Get("icicle") == "1"}
-	if r.URL.Query().Get("before") != "" {
-		// A differential flame graph against another recording, seen
-		// through the same transforms.
-		before := s.openFileParam(w, r, "before", "profile")
-		if before == nil {
-			return
-		}
-		bv, err := before.view(&query{r: r})
-		if err != nil {
-			fail(w, http.StatusBadRequest, "%s", err)
-			return
-		}
-		o.Baseline = bv.p
+	// A differential flame graph against another recording.
+	var ok bool
+	if o.Baseline, ok = s.baselineParam(w, r); !ok {
+		return
 	}
 	if err := output.Flamegraph(&b, pv.p, o); err != nil {
 		fail(w, http.StatusInternalServerError, "%s", err)
@@ -658,6 +649,25 @@ func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "image/svg+xml")
 	w.Header().Set("Content-Security-Policy", svgCSP)
 	w.Write(b.Bytes())
+}
+
+// baselineParam returns the recording an SVG view compares its own with
+// (the before parameter), seen through the same transforms, nil for
+// none; false when it answered the request with why not.
+func (s *Server) baselineParam(w http.ResponseWriter, r *http.Request) (*profile.Profile, bool) {
+	if r.URL.Query().Get("before") == "" {
+		return nil, true
+	}
+	before := s.openFileParam(w, r, "before", "profile")
+	if before == nil {
+		return nil, false
+	}
+	bv, err := before.view(&query{r: r})
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%s: %s", before.Name, err)
+		return nil, false
+	}
+	return bv.p, true
 }
 
 // stackChartSVG draws the recording's stack chart through its transforms,
@@ -676,6 +686,12 @@ func (s *Server) stackChartSVG(w http.ResponseWriter, r *http.Request) {
 	ts, _ := profile.ParseTransforms(q.str("t", "")) // view has read them
 	o := output.Options{Lines: r.URL.Query().Get("lines") == "1", Title: pv.title}
 	o.From, o.To = profile.Window(ts)
+	// Against another recording, each box on the change of its
+	// function's share.
+	var ok bool
+	if o.Baseline, ok = s.baselineParam(w, r); !ok {
+		return
+	}
 	var b bytes.Buffer
 	if err := output.StackChart(&b, pv.p, o); err != nil {
 		fail(w, http.StatusBadRequest, "%s", err)

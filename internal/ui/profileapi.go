@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/profile"
@@ -490,10 +491,17 @@ type timelineThread struct {
 	Run []int `json:"run"`
 	GC  []int `json:"gc"`
 	GVL []int `json:"gvl"`
+	// Fn is, against a recording before (the before parameter), the
+	// function each stretch stands for and is coloured by: of those its
+	// samples are in, the one that did the most of the change
+	// (stretchFunctions); "" for a stretch without samples.
+	Fn []string `json:"fn,omitempty"`
 }
 
 // apiTimeline: a track per thread over the recording, cut in stretches
-// of equal time, with what each thread's samples were doing in each.
+// of equal time, with what each thread's samples were doing in each;
+// against a recording before, the function each stretch stands for and
+// the change of its share.
 func apiTimeline(f *file, q *query) (any, error) {
 	n := q.num("stretches", 200, 10, 2000)
 	pv, err := f.view(q)
@@ -533,7 +541,7 @@ func apiTimeline(f *file, q *query) (any, error) {
 			idx[k] = i
 			threads = append(threads, timelineThread{Thread: s.Thread, TID: s.TID, PID: s.PID, Run: make([]int, n), GC: make([]int, n), GVL: make([]int, n)})
 		}
-		b := min(int(int64(s.Time)*int64(n)/int64(max(span, 1))), n-1)
+		b := stretchOf(s.Time, span, n)
 		switch state[s.Stack] {
 		case 1:
 			threads[i].GC[b]++
@@ -543,9 +551,84 @@ func apiTimeline(f *file, q *query) (any, error) {
 			threads[i].Run[b]++
 		}
 	}
-	return struct {
+	out := struct {
 		profileSummary
 		Span    float64          `json:"span_seconds"`
 		Threads []timelineThread `json:"threads"`
-	}{f.summaryOf(pv), span.Seconds(), threads}, nil
+		// Against a recording before: its figures, and the change of
+		// the share of the samples of each function a stretch stands
+		// for, as each recording's function table gives it.
+		Before  *profileSummary         `json:"before,omitempty"`
+		Changes map[string]*shareChange `json:"changes,omitempty"`
+	}{profileSummary: f.summaryOf(pv), Span: span.Seconds(), Threads: threads}
+	bv, err := baseline(q)
+	if err != nil || bv == nil {
+		return out, err
+	}
+	bs := q.before.summaryOf(bv)
+	out.Before, out.Changes = &bs, map[string]*shareChange{}
+	before, after := output.TotalShares(bv.funcs, bv.p.Samples), output.TotalShares(pv.funcs, p.Samples)
+	change := make(map[string]float64, len(after))
+	for fn, a := range after {
+		change[fn] = a - before[fn]
+	}
+	for i, fns := range stretchFunctions(p, len(threads), n, span, func(s profile.Sample) int { return idx[key{s.PID, s.TID}] }, change) {
+		threads[i].Fn = fns
+		for _, fn := range fns {
+			if _, ok := out.Changes[fn]; fn != "" && !ok {
+				out.Changes[fn] = newShareChange(before[fn], after[fn])
+			}
+		}
+	}
+	return out, nil
+}
+
+// stretchOf is the stretch of the n over span that time t falls in.
+func stretchOf(t, span time.Duration, n int) int {
+	return min(int(int64(t)*int64(n)/int64(max(span, 1))), n-1)
+}
+
+// stretchFunctions returns, for each of the timeline's threads (thread
+// gives a sample's) and each of its n stretches over span, the function
+// of its samples' stacks whose share changed the most against the
+// recording before, by change[function] times the samples it is in: the
+// function that did most of the stretch's part in the change ("" for a
+// stretch without samples; of two alike, the first by name).
+func stretchFunctions(p *profile.Profile, threads, n int, span time.Duration, thread func(profile.Sample) int, change map[string]float64) [][]string {
+	type cell struct{ thread, stretch, stack int }
+	counts := map[cell]int{}
+	for _, s := range p.Timeline {
+		counts[cell{thread(s), stretchOf(s.Time, span, n), s.Stack}]++
+	}
+	// Each stack's functions, each once however deep it recurses.
+	fns := make([][]string, len(p.Stacks))
+	for i, st := range p.Stacks {
+		for _, id := range st.Frames {
+			if fn := p.Frames[id].Name(false); !slices.Contains(fns[i], fn) {
+				fns[i] = append(fns[i], fn)
+			}
+		}
+	}
+	type fnCell struct {
+		thread, stretch int
+		fn              string
+	}
+	in := map[fnCell]int{}
+	for c, k := range counts {
+		for _, fn := range fns[c.stack] {
+			in[fnCell{c.thread, c.stretch, fn}] += k
+		}
+	}
+	out := make([][]string, threads)
+	most := make([][]float64, threads)
+	for i := range out {
+		out[i], most[i] = make([]string, n), make([]float64, n)
+	}
+	for c, k := range in {
+		score := math.Abs(change[c.fn]) * float64(k)
+		if o, m := out[c.thread][c.stretch], most[c.thread][c.stretch]; o == "" || score > m || score == m && c.fn < o {
+			out[c.thread][c.stretch], most[c.thread][c.stretch] = c.fn, score
+		}
+	}
+	return out
 }

@@ -537,8 +537,8 @@ const views = {
   },
 
   async "profile/timeline"(gen, f, p) {
-    const t = p.t || "", n = 200;
-    const d = await api("profile/timeline", { f, t, stretches: n });
+    const t = p.t || "", n = 200, before = p.before;
+    const d = await api("profile/timeline", { f, t, stretches: n, ...(before !== undefined ? { before } : {}) });
     setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], ["timeline"]);
     const step = d.span_seconds / n;
     const most = Math.max(1, ...d.threads.flatMap(th => th.run.map((r, k) => r + th.gc[k] + th.gvl[k])));
@@ -547,9 +547,18 @@ const views = {
       el("div", { class: "track-cells" }, th.run.map((r, k) => {
         const all = r + th.gc[k] + th.gvl[k];
         const what = !all ? "idle" : th.gc[k] >= r && th.gc[k] >= th.gvl[k] ? "gc" : th.gvl[k] > r ? "gvl" : "run";
-        const a = el("a", { class: "cell " + what, href: hashFor(`/profile/${f}/timeline`, { t: [...transforms(p), `time:${(k * step).toFixed(3)}-${((k + 1) * step).toFixed(3)}`].join("\n") }),
-          title: `${(k * step).toFixed(2)}–${((k + 1) * step).toFixed(2)} s: ${r} running, ${th.gc[k]} in GC, ${th.gvl[k]} waiting for the GVL` });
-        a.style.opacity = all ? String(0.25 + 0.75 * all / most) : "1";
+        // Against a recording before, a stretch stands for the function
+        // of its samples that did the most of the change, on its colour.
+        const fn = th.fn ? th.fn[k] : "", c = fn ? d.changes[fn] : null;
+        const a = el("a", { class: "cell " + what, href: hashFor(`/profile/${f}/timeline`, { before, t: [...transforms(p), `time:${(k * step).toFixed(3)}-${((k + 1) * step).toFixed(3)}`].join("\n") }),
+          title: `${(k * step).toFixed(2)}–${((k + 1) * step).toFixed(2)} s: ${r} running, ${th.gc[k]} in GC, ${th.gvl[k]} waiting for the GVL` +
+            (c ? `; changed the most: ${fn}, in ${pct(c.after_pct)} of the samples, ${pct(c.before_pct)} before, ${(c.change > 0 ? "+" : "") + c.change.toFixed(2)} points` : "") });
+        if (c) {
+          a.dataset.fn = fn;
+          a.style.background = c.color;
+        } else {
+          a.style.opacity = all ? String(0.25 + 0.75 * all / most) : "1";
+        }
         return a;
       }))));
     const from = el("input", { id: "from", type: "number", step: "any", min: "0", placeholder: "from s" });
@@ -557,22 +566,24 @@ const views = {
     const form = el("form", { class: "pivot", id: "range-form" }, "Keep the samples from ", from, " to ", to, " seconds in every view ", el("button", { type: "submit" }, "apply"));
     form.addEventListener("submit", e => {
       e.preventDefault();
-      location.hash = hashFor(`/profile/${f}/timeline`, { t: [...transforms(p), `time:${Number(from.value) || 0}-${to.value}`].join("\n") });
+      location.hash = hashFor(`/profile/${f}/timeline`, { before, t: [...transforms(p), `time:${Number(from.value) || 0}-${to.value}`].join("\n") });
     });
-    show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p),
-      el("p", { class: "hint" }, `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples. A stretch narrows every view to it.`),
+    show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p), await againstPick(f, "timeline", p), againstHead(d),
+      el("p", { class: "hint" }, d.before
+        ? `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: each on the colour of the change of the share of the samples of the function in it that changed the most (by the change times its samples there). A stretch narrows every view to it.`
+        : `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples. A stretch narrows every view to it.`),
       el("div", { id: "timeline" }, rows), form);
   },
 
   async "profile/stack"(gen, f, p) {
-    const t = p.t || "", lines = p.lines === "1";
+    const t = p.t || "", lines = p.lines === "1", before = p.before;
     const d = await api("profile/functions", { f, limit: 1, t });
     setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], ["stack chart"]);
-    const src = "/api/profile/stackchart.svg?" + new URLSearchParams({ f, ...(lines ? { lines: 1 } : {}), ...(t ? { t } : {}) }).toString();
+    const src = "/api/profile/stackchart.svg?" + new URLSearchParams({ f, ...(lines ? { lines: 1 } : {}), ...(t ? { t } : {}), ...(before !== undefined ? { before } : {}) }).toString();
     const frame = el("iframe", { id: "stackchart", src, title: "stack chart" });
     const pivot = el("p", { class: "pivot" }, "Boxes: ",
-      el("a", { href: hashFor(`/profile/${f}/stack`, { t }), class: lines ? "" : "on" }, "a function each"), " · ",
-      el("a", { href: hashFor(`/profile/${f}/stack`, { t, lines: 1 }), class: lines ? "on" : "", id: "lines-link" }, "a line each"));
+      el("a", { href: hashFor(`/profile/${f}/stack`, { t, before }), class: lines ? "" : "on" }, "a function each"), " · ",
+      el("a", { href: hashFor(`/profile/${f}/stack`, { t, before, lines: 1 }), class: lines ? "on" : "", id: "lines-link" }, "a line each"));
     const pick = el("p", { class: "pivot", id: "chart-pick" }, "Click a box to focus on its function or narrow every view to its time.");
     onChartPick = e => {
       if (gen !== generation || e.source !== frame.contentWindow) return;
@@ -581,8 +592,9 @@ const views = {
       pick.replaceChildren(el("span", { class: "fn", id: "chart-picked" }, title), " ", transformLinks(f, "stack", p, fn), " ",
         el("a", { href: narrow, id: "chart-narrow", title: "keep the samples of its time in every view" }, "narrow to its time"));
     };
-    show(gen, "loading", profileTabs(f, "stack", t), profileHead(d), transformsBar(f, "stack", p), pivot,
-      el("p", { class: "hint" }, "A track per thread, time left to right: each box a frame, as wide as the run of samples in it, its callees below it. Hover a box for its file, lines and time."),
+    show(gen, "loading", profileTabs(f, "stack", t), profileHead(d), transformsBar(f, "stack", p), pivot, await againstPick(f, "stack", p),
+      el("p", { class: "hint" }, "A track per thread, time left to right: each box a frame, as wide as the run of samples in it, its callees below it. Hover a box for its file, lines and time" +
+        (before !== undefined ? "; against the recording before, each box is on the colour of the change of its function's share of the samples, which its title gives." : ".")),
       pick, frame);
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
