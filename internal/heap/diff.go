@@ -60,12 +60,45 @@ func isNew(a, b *Graph, j int) bool {
 	return !ok || !same(a, i, b, j)
 }
 
+// newIn compares dumps a and b of one process object for object: fresh[j]
+// tells whether object j of b is new (isNew), gone and goneBytes count
+// the objects of a that b lacks. It walks both dumps' objects in address
+// order at once, as each keeps them sorted, rather than looking each
+// address up in the other: a dump of millions of objects is compared in
+// a fraction of the time.
+func newIn(a, b *Graph) (fresh []bool, gone, goneBytes uint64) {
+	na, nb := a.Len(), b.Len()
+	fresh = make([]bool, nb)
+	x, y := 0, 0
+	for x < na || y < nb {
+		switch {
+		case y == nb || x < na && a.sortedAddr(x) < b.sortedAddr(y):
+			gone++
+			goneBytes += a.Memsize(a.objectAt(x))
+			x++
+		case x == na || b.sortedAddr(y) < a.sortedAddr(x):
+			fresh[b.objectAt(y)] = true
+			y++
+		default: // one address in both
+			if i, j := a.objectAt(x), b.objectAt(y); !same(a, i, b, j) {
+				fresh[j] = true
+				gone++
+				goneBytes += a.Memsize(i)
+			}
+			x++
+			y++
+		}
+	}
+	return fresh, gone, goneBytes
+}
+
 // Diff returns the objects of b that are not in a (isNew).
 func Diff(a, b *Graph) *DiffResult {
 	res := &DiffResult{}
 	c := newGroupCounter()
-	for j := 0; j < b.Len(); j++ {
-		if !isNew(a, b, j) {
+	fresh, gone, goneBytes := newIn(a, b)
+	for j, isNew := range fresh {
+		if !isNew {
 			continue
 		}
 		m := b.Memsize(j)
@@ -73,13 +106,7 @@ func Diff(a, b *Graph) *DiffResult {
 		res.NewBytes += m
 		c.add(b, j, m)
 	}
-	for i := 0; i < a.Len(); i++ {
-		if j, ok := b.Lookup(a.addr[i]); ok && same(a, i, b, j) {
-			continue
-		}
-		res.GoneObjects++
-		res.GoneBytes += a.Memsize(i)
-	}
+	res.GoneObjects, res.GoneBytes = gone, goneBytes
 	res.ByClass = sortedRows(c.byClass)
 	res.BySite = sortedRows(c.bySite)
 	res.SitesKnown = c.sitesKnown

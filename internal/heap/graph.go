@@ -363,6 +363,14 @@ func (g *Graph) sortedAddr(k int) uint64 {
 	return g.addr[k]
 }
 
+// objectAt returns the number of the object at the k-th smallest address.
+func (g *Graph) objectAt(k int) int {
+	if g.order != nil {
+		return int(g.order[k])
+	}
+	return k
+}
+
 // Lookup returns the number of the object at address a.
 func (g *Graph) Lookup(a uint64) (int, bool) {
 	r, ok := g.blocks[a>>blockShift]

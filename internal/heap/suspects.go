@@ -37,10 +37,7 @@ const SuspectRows = 5
 // d is b's dominator tree. New objects that no root reaches (garbage not
 // yet collected) are left out.
 func Suspects(a, b *Graph, d *DomTree, n int) []Suspect {
-	fresh := make([]bool, b.Len())
-	for j := range fresh {
-		fresh[j] = isNew(a, b, j)
-	}
+	fresh, _, _ := newIn(a, b)
 	return suspects(b, d, fresh, n)
 }
 
