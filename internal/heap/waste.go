@@ -3,6 +3,7 @@ package heap
 import (
 	"cmp"
 	"slices"
+	"unsafe"
 )
 
 // DupString is a value that several String objects of a dump hold each
@@ -33,35 +34,54 @@ func DuplicateStrings(g *Graph, n int) (rows []DupString, wasted uint64) {
 	type acc struct {
 		count, bytes, largest uint64
 		first                 int
+		text                  string // the key's
 	}
-	groups := map[key]*acc{}
-	for i := 0; i < g.Len(); i++ {
+	str := slices.Index(g.types, "STRING")
+	if str < 0 {
+		return nil, 0
+	}
+	// The map sized at once for every String with a value, and the groups
+	// in a slice: most values are held once, and growing the map and
+	// allocating a group each took most of the time.
+	strings := 0
+	for i, t := range g.typ {
+		if int(t) == str && g.detail[i] != 0 {
+			strings++
+		}
+	}
+	groups := make(map[key]int32, strings)
+	accs := make([]acc, 0, strings/2)
+	for i, t := range g.typ {
 		d := g.detail[i]
-		if d == 0 || g.Type(i) != "STRING" {
+		if d == 0 || int(t) != str {
 			continue
 		}
 		size := int(g.text[d] & 0x7f)
-		k := key{text: string(g.text[d : int(d)+1+size])}
+		// The key reads the dump's text in place: nothing writes it once
+		// the dump is loaded.
+		k := key{text: unsafe.String(&g.text[d], 1+size)}
 		m := g.Memsize(i)
 		if g.text[d]&0x80 != 0 {
 			k.memsize = m
 		}
-		a := groups[k]
-		if a == nil {
-			a = &acc{first: i}
-			groups[k] = a
+		at, ok := groups[k]
+		if !ok {
+			at = int32(len(accs))
+			accs = append(accs, acc{first: i, text: k.text})
+			groups[k] = at
 		}
+		a := &accs[at]
 		a.count++
 		a.bytes += m
 		a.largest = max(a.largest, m)
 	}
-	for k, a := range groups {
+	for _, a := range accs {
 		if a.count < 2 {
 			continue
 		}
 		w := a.bytes - a.largest
 		wasted += w
-		rows = append(rows, DupString{Value: k.text[1:], Cut: k.text[0]&0x80 != 0, Count: a.count, Bytes: a.bytes, Wasted: w, Example: a.first})
+		rows = append(rows, DupString{Value: a.text[1:], Cut: a.text[0]&0x80 != 0, Count: a.count, Bytes: a.bytes, Wasted: w, Example: a.first})
 	}
 	slices.SortFunc(rows, func(x, y DupString) int {
 		return cmp.Or(cmp.Compare(y.Wasted, x.Wasted), cmp.Compare(y.Count, x.Count), cmp.Compare(x.Value, y.Value), cmp.Compare(x.Example, y.Example))
