@@ -7,6 +7,11 @@
 #   - the first open: the time until both dumps are indexed (target: 30 s
 #     a dump), and the server's peak memory against the larger dump's size
 #     (target: 1.5x);
+#   - the first answers asked as soon as both dumps are indexed, while
+#     what the server prepares in the background is under way (target:
+#     300 ms): the later dump's waste, then the diff and the leak suspects
+#     of the two dumps given in reverse order (the earlier against the
+#     later), which nothing prepared for that order;
 #   - each view's answer time at the server, the first and the larger of
 #     the next two (target: 300 ms): overview by class and type, a group's objects, an
 #     object page, paths to the last Leaky object, top retainers, waste,
@@ -80,6 +85,9 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$server/status")
 printf '%-36s %9.1f s %6.2f of 2x30 s\n' "first open, both dumps indexed" "$first" "$(echo "$first / 60" | bc -l)"
 printf '%-36s %9.0f MB %6.2f x the larger dump (target 1.5)\n\n' "server peak memory" "$(echo "$hwm * 1024 / 1000000" | bc -l)" "$(echo "$hwm * 1024 / $size" | bc -l)"
 printf '%-36s %9s %9s %9s %9s\n' view first-ms /300ms again-ms /300ms
+view "waste, asked as both are indexed" "/api/heap/waste?f=1"
+view "diff, reverse order" "/api/heap/diff?f=0&before=1"
+view "leak suspects, reverse order" "/api/heap/suspects?f=0&before=1"
 view "overview by class" "/api/heap/overview?f=1&by=class"
 view "overview by type" "/api/heap/overview?f=1&by=type"
 view "overview sorted by count" "/api/heap/overview?f=1&by=class&sort=count"

@@ -37,7 +37,7 @@ type heapIndex struct {
 	bySite, byGem *groups
 
 	// wasteMemo is the Waste view's findings (waste).
-	wasteMemo heapWaste
+	wasteMemo *heapWaste
 	// paths keeps the searches from the roots the paths views walk.
 	paths *heap.PathSearch
 }
@@ -117,7 +117,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 	for _, p := range places {
 		if g, d, err := readIndexFile(p, key); err == nil {
 			g.Name = path
-			return newHeapIndex(g, d), false, nil
+			return newHeapIndex(g, d, startWaste(g)), false, nil
 		}
 	}
 	g, err := heap.Load(f, path)
@@ -125,12 +125,16 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 		return nil, false, err
 	}
 	d := heap.Dominators(g)
+	// The waste found beside the index's writing and rows rather than
+	// the dominators: together they took more memory than the dump's
+	// size and a half.
+	w := startWaste(g)
 	for _, p := range places {
 		if writeIndexFile(p, key, g, d) == nil {
 			break
 		}
 	}
-	return newHeapIndex(g, d), true, nil
+	return newHeapIndex(g, d, w), true, nil
 }
 
 func readIndexFile(p string, key dumpKey) (*heap.Graph, *heap.DomTree, error) {
@@ -187,9 +191,10 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree) error
 	return err
 }
 
-// newHeapIndex builds the in-memory rows over g and d.
-func newHeapIndex(g *heap.Graph, d *heap.DomTree) *heapIndex {
-	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}, paths: heap.NewPathSearch(g)}
+// newHeapIndex builds the in-memory rows over g and d; w is g's waste,
+// being found.
+func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
+	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}, paths: heap.NewPathSearch(g), wasteMemo: w}
 	// The reverse edges and the dominator tree's children are built beside
 	// the groups (each a pass over every object).
 	var edges sync.WaitGroup

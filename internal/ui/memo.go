@@ -6,33 +6,44 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 )
 
-// heapWaste is what the Waste view shows of a dump, computed once.
+// heapWaste is what the Waste view shows of a dump, found in the
+// background from the moment the dump's graph is read (startWaste).
 type heapWaste struct {
-	once                      sync.Once
+	done                      chan struct{}
 	dups                      []heap.DupString // the maxLimit largest
 	wasted                    uint64
 	emptyByClass, emptyBySite []heap.DiffRow
 }
 
-// waste returns the dump's waste, computing it on first use.
-func (ix *heapIndex) waste() *heapWaste {
-	w := &ix.wasteMemo
-	w.once.Do(func() {
-		w.dups, w.wasted = heap.DuplicateStrings(ix.g, maxLimit)
-		w.emptyByClass, w.emptyBySite = heap.EmptyCollections(ix.g)
-	})
+// startWaste begins finding g's waste in the background, while the
+// index is written and its rows built, so that it is ready with the dump
+// rather than computed when the Waste view is first asked for, beside
+// the comparisons then under way.
+func startWaste(g *heap.Graph) *heapWaste {
+	w := &heapWaste{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.dups, w.wasted = heap.DuplicateStrings(g, maxLimit)
+		w.emptyByClass, w.emptyBySite = heap.EmptyCollections(g)
+	}()
 	return w
+}
+
+// waste returns the dump's waste, waiting for it if it is not found yet.
+func (ix *heapIndex) waste() *heapWaste {
+	<-ix.wasteMemo.done
+	return ix.wasteMemo
 }
 
 // maxSuspects is how many leak suspects a comparison keeps.
 const maxSuspects = 100
 
 // heapPair is what the comparison of two dumps (before, after) finds,
-// computed once per pair: a dump of millions of objects takes a second.
+// computed once per pair, each part on first use.
 type heapPair struct {
-	once     sync.Once
-	diff     *heap.DiffResult
-	suspects []heap.Suspect // the maxSuspects largest
+	diffOnce, suspectsOnce sync.Once
+	diff                   *heap.DiffResult
+	suspects               []heap.Suspect // the maxSuspects largest
 }
 
 // pairs holds the comparisons made so far, by file IDs.
@@ -42,7 +53,8 @@ type pairs struct {
 }
 
 // of returns the comparison of before and after, diffed on first use;
-// withSuspects finds the leak suspects too, on first use.
+// withSuspects finds the leak suspects too, on first use. Each pair is
+// computed on its own: one under way keeps no other waiting.
 func (ps *pairs) of(before, after *file, withSuspects bool) *heapPair {
 	ps.mu.Lock()
 	if ps.m == nil {
@@ -54,13 +66,33 @@ func (ps *pairs) of(before, after *file, withSuspects bool) *heapPair {
 		ps.m[[2]int{before.ID, after.ID}] = p
 	}
 	ps.mu.Unlock()
-	p.once.Do(func() { p.diff = heap.Diff(before.heap.g, after.heap.g) })
+	p.diffOnce.Do(func() { p.diff = heap.Diff(before.heap.g, after.heap.g) })
 	if withSuspects {
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		if p.suspects == nil {
-			p.suspects = heap.Suspects(before.heap.g, after.heap.g, after.heap.d, maxSuspects)
-		}
+		p.suspectsOnce.Do(func() { p.suspects = heap.Suspects(before.heap.g, after.heap.g, after.heap.d, maxSuspects) })
 	}
 	return p
+}
+
+// prepare computes, one after another, the comparisons of dump f with
+// every other dump open (others, in the order they were given): both
+// ways, so that whichever the page asks for answers at once, the one of
+// the dump given just before f, before-after, first (the likeliest),
+// and the earlier dumps' after it, nearest first.
+func (ps *pairs) prepare(f *file, others []*file) {
+	for k := len(others) - 1; k >= 0; k-- {
+		o := others[k]
+		if o.ID < f.ID {
+			ps.of(o, f, true)
+		} else {
+			ps.of(f, o, true)
+		}
+	}
+	for k := len(others) - 1; k >= 0; k-- {
+		o := others[k]
+		if o.ID < f.ID {
+			ps.of(f, o, true)
+		} else {
+			ps.of(o, f, true)
+		}
+	}
 }

@@ -117,21 +117,11 @@ func (s *Server) Handler() http.Handler { return s.guard.wrap(s.mux) }
 // Serve loads the files in the background and serves until ctx ends.
 func (s *Server) Serve(ctx context.Context) error {
 	go func() {
-		var prev *file
 		for _, f := range s.snapshot() {
 			if ctx.Err() != nil {
 				return
 			}
 			s.load(f)
-			// Dumps given one after another are most likely compared so:
-			// their diff and leak suspects are made ready meanwhile.
-			if f.heap == nil {
-				continue
-			}
-			if prev != nil {
-				go s.pairs.of(prev, f, true)
-			}
-			prev = f
 		}
 	}()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
@@ -157,6 +147,23 @@ func (s *Server) add(path, name string) *file {
 	f := &file{ID: len(s.files), Path: path, Name: name, done: make(chan struct{})}
 	s.files = append(s.files, f)
 	return f
+}
+
+// dumpsBefore returns the heap dumps open before f finished opening, in
+// the order they were given. Of two finishing at once, each may list the
+// other: their comparisons are made once all the same.
+func (s *Server) dumpsBefore(f *file) []*file {
+	var out []*file
+	for _, o := range s.snapshot() {
+		select {
+		case <-o.done:
+			if o != f && o.heap != nil {
+				out = append(out, o)
+			}
+		default:
+		}
+	}
+	return out
 }
 
 func (s *Server) snapshot() []*file {
@@ -187,7 +194,9 @@ func (s *Server) load(f *file) {
 			return
 		}
 		if f.heap != nil {
-			go f.heap.waste() // ready by the time the Waste view is opened
+			// Its comparisons with every dump open before it, made ready
+			// meanwhile (pairs.prepare).
+			go s.pairs.prepare(f, s.dumpsBefore(f))
 		}
 		if f.built {
 			fmt.Fprintf(s.opts.Log, "rbscope: ui: indexed %s (%d objects) in %.1fs\n", f.Name, f.heap.g.Len(), f.took.Seconds())
