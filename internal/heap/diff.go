@@ -94,9 +94,15 @@ func newIn(a, b *Graph) (fresh []bool, gone, goneBytes uint64) {
 
 // Diff returns the objects of b that are not in a (isNew).
 func Diff(a, b *Graph) *DiffResult {
+	fresh, gone, goneBytes := newIn(a, b)
+	return diff(b, fresh, gone, goneBytes)
+}
+
+// diff groups the objects of b that fresh marks new, and tells the
+// objects gone since the dump before.
+func diff(b *Graph, fresh []bool, gone, goneBytes uint64) *DiffResult {
 	res := &DiffResult{}
 	c := newGroupCounter()
-	fresh, gone, goneBytes := newIn(a, b)
 	for j, isNew := range fresh {
 		if !isNew {
 			continue

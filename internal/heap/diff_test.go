@@ -3,6 +3,7 @@ package heap
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -34,7 +35,7 @@ func randomPair(rng *rand.Rand, n int) (string, string) {
 
 // TestDiffAgainstLookup: Diff, walking both dumps in address order,
 // finds the new and the gone objects that looking each address up in the
-// other dump finds.
+// other dump finds; DiffSuspects finds what Diff and Suspects do.
 func TestDiffAgainstLookup(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for iter := range 200 {
@@ -64,6 +65,12 @@ func TestDiffAgainstLookup(t *testing.T) {
 		if got.NewObjects != want.NewObjects || got.NewBytes != want.NewBytes || got.GoneObjects != want.GoneObjects || got.GoneBytes != want.GoneBytes {
 			t.Fatalf("dumps %d: new %d (%d B), gone %d (%d B); by lookup: new %d (%d B), gone %d (%d B)\n%s\n%s", iter,
 				got.NewObjects, got.NewBytes, got.GoneObjects, got.GoneBytes, want.NewObjects, want.NewBytes, want.GoneObjects, want.GoneBytes, sa, sb)
+		}
+		// Both from one comparison: what each alone finds.
+		d := Dominators(b)
+		both, sus := DiffSuspects(a, b, d, 10)
+		if !reflect.DeepEqual(both, got) || !reflect.DeepEqual(sus, Suspects(a, b, d, 10)) {
+			t.Fatalf("dumps %d: DiffSuspects %+v %+v; Diff %+v, Suspects %+v", iter, both, sus, got, Suspects(a, b, d, 10))
 		}
 	}
 }

@@ -41,6 +41,13 @@ func Suspects(a, b *Graph, d *DomTree, n int) []Suspect {
 	return suspects(b, d, fresh, n)
 }
 
+// DiffSuspects returns both Diff(a, b) and Suspects(a, b, d, n), comparing
+// the two dumps once.
+func DiffSuspects(a, b *Graph, d *DomTree, n int) (*DiffResult, []Suspect) {
+	fresh, gone, goneBytes := newIn(a, b)
+	return diff(b, fresh, gone, goneBytes), suspects(b, d, fresh, n)
+}
+
 // Suspects3 is Suspects over three dumps a, b and c of one process, taken
 // in that order: the objects charged are those new in b (against a) that
 // c still holds (as Diff3 keeps them), each to its nearest dominator in c
