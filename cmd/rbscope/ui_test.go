@@ -788,6 +788,16 @@ func TestUIHeapWaste(t *testing.T) {
 	if byClass < rep.EmptyArrays || bySite != rep.EmptyArrays {
 		t.Errorf("empty Arrays: %d in all, %d at %s; the program made %d there (%+v)", byClass, bySite, rep.EmptySite, rep.EmptyArrays, w.EmptySites)
 	}
+	// Opened again, from the index the first server wrote (which keeps
+	// the waste found as the dump was first opened): the same answer.
+	again := startUI(t, dump)
+	again.waitLoaded(t)
+	kept := w
+	kept.Strings, kept.Empty, kept.EmptySites = nil, nil, nil
+	again.get(t, "/api/heap/waste?f=0&n=10", &kept)
+	if !reflect.DeepEqual(kept, w) {
+		t.Errorf("the waste opened again from the index: %+v; first %+v", kept, w)
+	}
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/heap/0/waste", "heap-waste")
 	if rows := cells(t, ctx, "#dup-strings"); len(rows) == 0 || !strings.Contains(rows[0][0], rep.Value) || rows[0][1] != commas(w.Strings[0].Count) {

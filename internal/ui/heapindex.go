@@ -115,9 +115,17 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 	key := keyOf(fi)
 	places := indexPaths(path, cacheDir)
 	for _, p := range places {
-		if g, d, err := readIndexFile(p, key); err == nil {
+		if g, d, w, err := readIndexFile(p, key); err == nil {
 			g.Name = path
-			return newHeapIndex(g, d, startWaste(g)), false, nil
+			if w != nil {
+				return newHeapIndex(g, d, w), false, nil
+			}
+			// An index without the waste (an earlier rbscope's): found
+			// once the rows are built, as beside them it took the CPU
+			// they need to answer the first view.
+			ix := newHeapIndex(g, d, nil)
+			ix.wasteMemo = startWaste(g)
+			return ix, false, nil
 		}
 	}
 	g, err := heap.Load(f, path)
@@ -125,42 +133,49 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 		return nil, false, err
 	}
 	d := heap.Dominators(g)
-	// The waste found beside the index's writing and rows rather than
-	// the dominators: together they took more memory than the dump's
-	// size and a half.
+	// The waste found beside the index's writing rather than the
+	// dominators (together they took more memory than the dump's size and
+	// a half), and kept in the index: opened again, the dump has it at
+	// once.
 	w := startWaste(g)
 	for _, p := range places {
-		if writeIndexFile(p, key, g, d) == nil {
+		if writeIndexFile(p, key, g, d, w) == nil {
 			break
 		}
 	}
 	return newHeapIndex(g, d, w), true, nil
 }
 
-func readIndexFile(p string, key dumpKey) (*heap.Graph, *heap.DomTree, error) {
+// readIndexFile reads the index file p of the dump state key: the graph,
+// its dominator tree, and its waste when the index keeps it (nil if not).
+func readIndexFile(p string, key dumpKey) (*heap.Graph, *heap.DomTree, *heapWaste, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 1<<20)
 	head := make([]byte, len(indexMagic))
 	if _, err := io.ReadFull(br, head); err != nil || string(head) != indexMagic {
-		return nil, nil, errors.New("not an index")
+		return nil, nil, nil, errors.New("not an index")
 	}
 	var k dumpKey
 	if err := binary.Read(br, binary.LittleEndian, &k); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if k != key {
-		return nil, nil, errors.New("index of another state of the dump")
+		return nil, nil, nil, errors.New("index of another state of the dump")
 	}
-	return heap.ReadIndex(br)
+	g, d, err := heap.ReadIndex(br)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return g, d, readWaste(br, g), nil
 }
 
 // writeIndexFile writes the index to a temporary file (0600) renamed into
 // place when complete, creating cacheDir's part (0700) when needed.
-func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree) error {
+func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree, w *heapWaste) error {
 	dir := filepath.Dir(p)
 	if filepath.Base(dir) == "heap-index" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -176,6 +191,9 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree) error
 	bw.WriteString(indexMagic)
 	binary.Write(bw, binary.LittleEndian, key)
 	err = heap.WriteIndex(bw, g, d)
+	if err == nil {
+		err = writeWaste(bw, g, w)
+	}
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -1,6 +1,9 @@
 package ui
 
 import (
+	"encoding/gob"
+	"fmt"
+	"io"
 	"sync"
 
 	"github.com/rbscope/rbscope/internal/heap"
@@ -26,6 +29,42 @@ func startWaste(g *heap.Graph) *heapWaste {
 		w.dups, w.wasted = heap.DuplicateStrings(g, maxLimit)
 		w.emptyByClass, w.emptyBySite = heap.EmptyCollections(g)
 	}()
+	return w
+}
+
+// wasteRecord is a dump's waste as its index file keeps it, after the
+// graph (an earlier rbscope reads the graph and stops there).
+type wasteRecord struct {
+	Objects                   int // the dump's, checked when read back
+	Dups                      []heap.DupString
+	Wasted                    uint64
+	EmptyByClass, EmptyBySite []heap.DiffRow
+}
+
+// writeWaste appends g's waste w to its index, once found.
+func writeWaste(bw io.Writer, g *heap.Graph, w *heapWaste) error {
+	<-w.done
+	rec := wasteRecord{Objects: g.Len(), Dups: w.dups, Wasted: w.wasted, EmptyByClass: w.emptyByClass, EmptyBySite: w.emptyBySite}
+	if err := gob.NewEncoder(bw).Encode(&rec); err != nil {
+		return fmt.Errorf("writing the waste: %w", err)
+	}
+	return nil
+}
+
+// readWaste reads the waste of g that its index keeps after the graph,
+// nil when it keeps none or one that is not of g.
+func readWaste(r io.Reader, g *heap.Graph) *heapWaste {
+	var rec wasteRecord
+	if gob.NewDecoder(r).Decode(&rec) != nil || rec.Objects != g.Len() {
+		return nil
+	}
+	for _, d := range rec.Dups {
+		if d.Example < 0 || d.Example >= g.Len() {
+			return nil
+		}
+	}
+	w := &heapWaste{done: make(chan struct{}), dups: rec.Dups, wasted: rec.Wasted, emptyByClass: rec.EmptyByClass, emptyBySite: rec.EmptyBySite}
+	close(w.done)
 	return w
 }
 
@@ -66,10 +105,23 @@ func (ps *pairs) of(before, after *file, withSuspects bool) *heapPair {
 		ps.m[[2]int{before.ID, after.ID}] = p
 	}
 	ps.mu.Unlock()
-	p.diffOnce.Do(func() { p.diff = heap.Diff(before.heap.g, after.heap.g) })
-	if withSuspects {
-		p.suspectsOnce.Do(func() { p.suspects = heap.Suspects(before.heap.g, after.heap.g, after.heap.d, maxSuspects) })
+	a, b := before.heap.g, after.heap.g
+	if !withSuspects {
+		p.diffOnce.Do(func() { p.diff = heap.Diff(a, b) })
+		return p
 	}
+	p.suspectsOnce.Do(func() {
+		// Both from one comparison of the dumps, unless the diff was
+		// asked for alone first.
+		both := false
+		p.diffOnce.Do(func() {
+			p.diff, p.suspects = heap.DiffSuspects(a, b, after.heap.d, maxSuspects)
+			both = true
+		})
+		if !both {
+			p.suspects = heap.Suspects(a, b, after.heap.d, maxSuspects)
+		}
+	})
 	return p
 }
 
