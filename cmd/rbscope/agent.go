@@ -29,7 +29,7 @@ type agentSettings struct {
 	tags, pids, profiles                                  []string
 	interval                                              time.Duration
 	rate                                                  float64
-	pause                                                 bool
+	pause, realtime                                       bool
 }
 
 // defineAgentFlags defines the agent's flags on fs, into s, with s's
@@ -43,6 +43,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringArrayVar(&s.pids, "pid", s.pids, "profile this process only (repeatable); default: every Ruby process of the host")
 	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
 	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
+	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks take half the time); --realtime=false to keep it at normal priority")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
@@ -80,7 +81,7 @@ func (s agentSettings) withConfig(path string) (agentSettings, error) {
 
 // config checks the settings and makes the agent's configuration.
 func (s agentSettings) config() (agent.Config, error) {
-	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause,
+	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime,
 		TenantID: s.tenantID, BasicAuthUser: s.basicAuthUser, UploadInterval: s.interval, Tags: map[string]string{}}
 	if cfg.Server == "" {
 		return cfg, usageError{fmt.Errorf("--server URL is required (see 'rbscope agent --help')")}
@@ -141,7 +142,7 @@ func (s agentSettings) config() (agent.Config, error) {
 }
 
 func newAgentCmd() *cobra.Command {
-	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}}
+	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}, realtime: true}
 	var configPath string
 	c := &cobra.Command{
 		Use:   "agent --server URL",

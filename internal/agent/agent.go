@@ -43,6 +43,12 @@ type Config struct {
 	Match *regexp.Regexp
 	// Pause stops the target for each sample (default: read it running).
 	Pause bool
+	// Realtime runs the sampling thread at real-time priority where the
+	// kernel allows it (sampler.Options.Realtime): on a busy host a
+	// sampler of the normal class wakes at the scheduler's ticks, when
+	// the task on its CPU ends its turn, and its samples bunch up where
+	// the targets were preempted.
+	Realtime bool
 	// CPU and Wall choose the profiles pushed for each process: CPU time
 	// (the threads on a CPU; process_cpu) and wall-clock time (every
 	// thread, whatever it does; wall). Neither set means CPU.
@@ -134,6 +140,7 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 	s, err := sampler.NewSet(sampler.Options{
 		Rate:         a.cfg.Rate,
 		Nonblocking:  !a.cfg.Pause,
+		Realtime:     a.cfg.Realtime,
 		FlushEvery:   a.cfg.UploadInterval,
 		VM:           a.cfg.VM,
 		PerProcess:   true,

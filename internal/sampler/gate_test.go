@@ -25,10 +25,15 @@ type gateMix struct {
 
 // TestPerProcessGateKeepsShares: the agent's sampler (PerProcess), which
 // reads a process only at ticks when one of its threads is on a CPU
-// (runsNow), gives the same shares as the sampler without that gate, and
+// (Sampler.gate), gives the same shares as the sampler without that gate, and
 // both the shares the program measured with its own thread CPU clocks, on
 // threads that switch between Ruby code, C code without the GVL and sleep
-// every few milliseconds.
+// every few milliseconds. Its samples also count the program's CPU time:
+// at least half of what the program measured in the bursts, times the
+// rate (the measurement spans the recordings' start and end too), where
+// a gate that took a thread preempted by rbscope's own waking thread for
+// one asleep gave 46% beside two CPU spinners. Both samplers run as the
+// agent's does, at real-time priority where allowed.
 func TestPerProcessGateKeepsShares(t *testing.T) {
 	// The C bursts are zlib's, which a Ruby built without zlib (the musl
 	// builds here) lacks: the first Ruby that has it.
@@ -85,15 +90,23 @@ func TestPerProcessGateKeepsShares(t *testing.T) {
 		if math.Abs(got-want) > bound {
 			t.Errorf("gated %v: Ruby bursts have %.1f%% of the samples, %.1f%% of the program's CPU time", gated, got, want)
 		}
+		perCPUSecond := float64(ruby+c) / (truth.Ruby + truth.C)
+		t.Logf("gated %v: %.0f samples per second of the program's CPU, at %d Hz", gated, perCPUSecond, rate)
+		if perCPUSecond < rate/2 {
+			t.Errorf("gated %v: %.0f samples per second of the program's CPU time at %d Hz: the sampler missed more than half the moments a thread ran", gated, perCPUSecond, rate)
+		}
 	}
 }
 
-// record samples pid for 2 s at 500 Hz, --nonblocking, through the
+// rate is the gate test's samples per second.
+const rate = 500
+
+// record samples pid for 2 s at rate, --nonblocking, through the
 // agent's sampler of a set of processes (PerProcess, gated) or the
 // recorder's.
 func record(t *testing.T, pid int, gated bool) *profile.Profile {
 	t.Helper()
-	opts := sampler.Options{Rate: 500, Duration: 2 * time.Second, Nonblocking: true}
+	opts := sampler.Options{Rate: rate, Duration: 2 * time.Second, Nonblocking: true, Realtime: true}
 	if !gated {
 		s, err := sampler.New(pid, opts)
 		if err != nil {

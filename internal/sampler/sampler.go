@@ -161,7 +161,7 @@ type proc struct {
 	// clock counts the CPU time of all the process's threads (its first
 	// tick opens it; noClock is set where that fails), lastClock is its
 	// reading at the last tick, and idleTicks counts the ticks since the
-	// thread states were last read (runsNow).
+	// thread states were last read (firstLook).
 	clock     *target.ThreadsClock
 	noClock   bool
 	lastClock uint64
@@ -176,8 +176,10 @@ type proc struct {
 	tasks *procfs.TaskStates
 	// clockScratch holds the two readings of onCPUNow (scratchClocks).
 	clockScratch [2]map[int]uint64
+	// gate is what the gate found at this tick (Sampler.gate).
+	gate gateSays
 	// busy is set when the last tick found a thread running: the next
-	// one then reads the thread states without asking runsNow first,
+	// one then reads the thread states without asking the gate first,
 	// whose clock reads cost most when a thread runs (the kernel asks the
 	// thread's CPU for its count) and would only say yes.
 	busy bool
@@ -190,23 +192,36 @@ type proc struct {
 	readOpts []rubyvm.ReadOption
 }
 
-// runsNow tells whether a thread of the process is on a CPU at this moment
-// (asked for the agent's processes, Options.PerProcess, most of which sit
-// idle between requests): the clock of all its threads
-// (target.ThreadsClock, exact even for a thread running on another CPU)
-// moves between two readings a moment apart. When it has not moved since
-// the last tick, one reading says no; when it has, a thread ran meanwhile,
-// and a second reading tells whether one still runs. Only then does the
-// tick read the thread states: a quiet Puma worker wakes about as often as
-// the agent samples, and is on a CPU at few of its ticks. One read per
-// thread the clock was opened on, no allocation. A tick that says no also
-// counts no thread waiting for a CPU (Profile.Waiting). Every everyTicks
-// ticks it says yes anyway, so that the thread states are read and tell
-// when the process has exited (its clock then stands still for good). It
-// says yes where the clock cannot be opened.
-func (p *proc) runsNow(everyTicks int) bool {
+// gateSays is what the agent's gate (Sampler.gate) found of a process at
+// this tick.
+type gateSays uint8
+
+const (
+	// gateRead: read the thread states, as a sampler without the gate does.
+	gateRead gateSays = iota
+	// gateSkip: no thread of the process is on a CPU, or waits for one
+	// because rbscope's own thread took it.
+	gateSkip
+	// gateMaybe: a thread ran since the last tick and none runs now; it
+	// may have gone to sleep, wait for a CPU, or have been preempted by
+	// rbscope's own waking thread (Sampler.gate settles it).
+	gateMaybe
+)
+
+// firstLook is the agent's first question of a process at a tick
+// (Options.PerProcess; most of its processes sit idle between requests):
+// is one of its threads on a CPU? It reads the clock of all its threads
+// (target.ThreadsClock, exact to the moment even for a thread running on
+// another CPU). When it has not moved since the last tick, no thread ran
+// meanwhile, and none runs now: skip. When it has, a second reading a
+// moment later tells whether one still runs; if not, the answer waits for
+// Sampler.gate's second look. Every everyTicks ticks it says read anyway,
+// so that the thread states are read and tell when the process has exited
+// (its clock then stands still for good); also where the clock cannot be
+// opened. One read per thread the clock was opened on, no allocation.
+func (p *proc) firstLook(everyTicks int) gateSays {
 	if p.noClock {
-		return true
+		return gateRead
 	}
 	if p.clock == nil {
 		tids, err := p.live.Threads()
@@ -215,33 +230,89 @@ func (p *proc) runsNow(everyTicks int) bool {
 		}
 		if err != nil {
 			p.noClock = true
-			return true
+			return gateRead
 		}
 	}
 	now, err := p.clock.Read()
 	if err != nil {
-		return true
+		return gateRead
 	}
 	moved := now != p.lastClock
 	p.lastClock = now
 	if p.idleTicks++; p.idleTicks >= everyTicks {
 		p.idleTicks = 0
-		return true
+		return gateRead
 	}
 	if !moved {
-		return false
+		return gateSkip
 	}
+	return p.lookAgain()
+}
+
+// lookAgain reads the clock of a process whose threads ran since the last
+// tick once more: moved since the last reading, a thread runs.
+func (p *proc) lookAgain() gateSays {
 	again, err := p.clock.Read()
 	if err != nil {
-		return true
+		return gateRead
 	}
-	p.lastClock = again
-	if again != now {
+	if again != p.lastClock {
+		p.lastClock = again
 		p.idleTicks = 0
-		return true
+		return gateRead
 	}
-	return false
+	return gateMaybe
 }
+
+// gateNap is how long the gate steps off its CPU before its second look
+// (Sampler.gate): long enough for the kernel to switch to a thread the
+// sampler preempted and that thread to run a little.
+var gateNap = unix.NsecToTimespec(int64(20 * time.Microsecond))
+
+// gate asks of every process whether a thread of it is on a CPU at this
+// tick (firstLook), before any is read, so that only those are
+// (Options.PerProcess without Idle or GVL). A thread that ran since the
+// last tick and stands still at both readings either sleeps, waits for a
+// CPU behind another task, or waits behind rbscope's own sampling thread,
+// which took its CPU to look: a waking real-time thread preempts the task
+// on its CPU, and a thread of the normal class takes an idle CPU when one
+// is free but preempts the task at hand on a busy machine. The last kind
+// was on a CPU at the tick. Counting it as asleep lost half the samples of
+// a program sharing two busy CPUs (230 samples per CPU-second at 500 Hz),
+// and more of the places where its threads were preempted. So when any
+// process is in doubt, the sampler sleeps once (gateNap), handing its CPU
+// back, and looks again: a thread that ran meanwhile is read as a sampler
+// without the gate reads it, where the thread states and stepAside tell a
+// thread that waited for rbscope from one that waited for others.
+func (s *Sampler) gate() {
+	doubt := false
+	for _, p := range s.procs {
+		switch {
+		case p.gone:
+			continue
+		case p.busy:
+			p.gate = gateRead
+		default:
+			p.gate = p.firstLook(int(s.opts.Rate))
+		}
+		doubt = doubt || p.gate == gateMaybe
+	}
+	if !doubt {
+		return
+	}
+	ts := gateNap
+	napOnThread(&ts)
+	for _, p := range s.procs {
+		if !p.gone && p.gate == gateMaybe {
+			if p.gate = p.lookAgain(); p.gate == gateMaybe {
+				p.gate = gateSkip
+			}
+		}
+	}
+}
+
+// gated tells whether the sampler asks the gate before reading a process.
+func (s *Sampler) gated() bool { return s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL }
 
 // foreignMain reports whether tid, the TID Ruby's books give the main
 // thread, is no thread of p: the parent's, in a forked child (a Puma or
@@ -711,6 +782,9 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			}
 			lastForget = time.Now()
 		}
+		if s.gated() {
+			s.gate()
+		}
 		alive := 0
 		for pid, p := range s.procs {
 			if p.gone {
@@ -818,7 +892,7 @@ func (s *Sampler) sample(p *proc) {
 	if p.wall != nil {
 		s.sampleWall(p, now)
 	}
-	if s.opts.PerProcess && !s.opts.Idle && !s.opts.GVL && !p.busy && !p.runsNow(int(s.opts.Rate)) {
+	if s.gated() && p.gate == gateSkip {
 		return // no thread is on a CPU
 	}
 	var running, tasks map[int]bool
