@@ -16,7 +16,9 @@ deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
 $cpu = { "ruby" => 0.0, "c" => 0.0 }
 $lock = Mutex.new
 
-def thread_cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+def thread_cpu
+  Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+end
 
 def ruby_work(n)
   x = 0
@@ -24,7 +26,9 @@ def ruby_work(n)
   x
 end
 
-def c_work(data) = Zlib.deflate(data)
+def c_work(data)
+  Zlib.deflate(data)
+end
 
 def burst(kind)
   t0 = thread_cpu
