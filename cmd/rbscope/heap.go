@@ -203,7 +203,12 @@ found by a conservative scan are listed again in "conservative_references";
 'rbscope heap path' goes through them only when nothing else holds the
 object, and says so. A WeakMap's entries and a class's subclasses are
 "weak_references". On 3.3+
-the object shapes are written as SHAPE lines, as dump_all does. Roots:
+the object shapes are written as SHAPE lines, as dump_all does.
+Objects, classes and modules, and objects of other types with instance
+variables, also carry "instance_variables", which dump_all lacks: each
+instance variable's name and value, an object's address ("0x...") or an
+immediate as Ruby inspects it ("5", "nil", ":sym", "1.5"), in order
+(docs/json.md). Roots:
 "vm" (the Thread objects, Object, BasicObject, Kernel, what the VM struct
 holds), "global_tbl" (global variables), "global_symbols" (the symbol
 table), "finalizers" and "machine_context" (what the threads' machine

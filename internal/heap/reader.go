@@ -60,11 +60,28 @@ type Record struct {
 	File       string
 	Line       uint64
 	Generation uint64
+	// InstanceVariables are the instance variables by name of an object
+	// or class in rbscope's dumps ("instance_variables", which dump_all
+	// does not write), in order; read only by a Reader told to
+	// (KeepInstanceVariables).
+	InstanceVariables []Ivar
 }
 
+// Ivar is one instance variable: its name and its value, the address of
+// an object or, for an immediate, Address 0 and Value as Ruby inspects it
+// (5, nil, :sym, 1.5).
+type Ivar struct {
+	Name    string
+	Address uint64
+	Value   string
+}
+
+// maxIvarsKept bounds the instance variables a Record keeps of one line.
+const maxIvarsKept = 1 << 16
+
 func (r *Record) reset() {
-	refs, cons, val := r.References[:0], r.Conservative[:0], r.Value[:0]
-	*r = Record{References: refs, Conservative: cons, Value: val}
+	refs, cons, val, ivs := r.References[:0], r.Conservative[:0], r.Value[:0], r.InstanceVariables[:0]
+	*r = Record{References: refs, Conservative: cons, Value: val, InstanceVariables: ivs}
 }
 
 // Reader reads the records of a dump_all file one line at a time.
@@ -76,7 +93,19 @@ type Reader struct {
 	rec    Record
 	intern map[string]string
 	p      parser
+	// off is where the next line starts in the input, last where the
+	// line last read did.
+	off, last int64
+	ivars     bool
 }
+
+// KeepInstanceVariables makes the Reader read "instance_variables" into
+// Record.InstanceVariables (left out otherwise: the loading of a whole
+// dump has no use for them).
+func (r *Reader) KeepInstanceVariables() { r.ivars = true }
+
+// Offset returns the byte offset in the input of the line last read.
+func (r *Reader) Offset() int64 { return r.last }
 
 // NewReader returns a Reader of r; name (the file name) prefixes errors.
 func NewReader(r io.Reader, name string) *Reader {
@@ -107,12 +136,14 @@ func (r *Reader) Next() (*Record, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.last = r.off
+		r.off += int64(len(line))
 		r.line++
 		if blank(line) {
 			continue
 		}
 		r.rec.reset()
-		r.p = parser{buf: line, rec: &r.rec, intern: r.intern}
+		r.p = parser{buf: line, rec: &r.rec, intern: r.intern, ivars: r.ivars}
 		if msg := r.p.parseLine(); msg != "" {
 			return nil, &Error{File: r.name, Line: r.line, Msg: msg}
 		}
@@ -169,6 +200,7 @@ type parser struct {
 	rec    *Record
 	intern map[string]string
 	scr    []byte // scratch for decoding escaped strings
+	ivars  bool   // read instance_variables
 }
 
 // errSyntax marks a JSON syntax error; the message is encoding/json's.
@@ -385,6 +417,14 @@ func (p *parser) field(key []byte) string {
 			return ""
 		}
 		return p.addresses("references", &rec.References)
+	case "instance_variables":
+		if !p.ivars || p.isNull() {
+			if !p.skipValue() {
+				return errSyntax
+			}
+			return ""
+		}
+		return p.instanceVariables()
 	case "conservative_references":
 		rec.Conservative = rec.Conservative[:0]
 		if p.isNull() {
@@ -437,6 +477,50 @@ func (p *parser) addresses(key string, dst *[]uint64) string {
 			return fmt.Sprintf("bad reference %q", s)
 		}
 		*dst = append(*dst, a)
+		return ""
+	})
+}
+
+// instanceVariables parses "instance_variables": an object from each
+// name to a value, an address ("0x...") or an immediate's inspect.
+func (p *parser) instanceVariables() string {
+	const key = "instance_variables"
+	if p.pos >= len(p.buf) || p.buf[p.pos] != '{' {
+		if !p.skipValue() {
+			return errSyntax
+		}
+		return key + " is not an object"
+	}
+	p.pos++
+	rec := p.rec
+	return p.members('}', func() string {
+		name, ok := p.str()
+		if !ok {
+			return errSyntax
+		}
+		iv := Ivar{Name: string(name)}
+		if !p.colon() {
+			return errSyntax
+		}
+		s, ok, isStr := p.strValue()
+		if !ok {
+			return errSyntax
+		}
+		if !isStr {
+			return key + ": a value is not a string"
+		}
+		if bytes.HasPrefix(s, []byte("0x")) {
+			a, err := parseAddress(s)
+			if err != nil {
+				return fmt.Sprintf("%s: bad address %q", key, s)
+			}
+			iv.Address = a
+		} else {
+			iv.Value = string(s)
+		}
+		if len(rec.InstanceVariables) < maxIvarsKept {
+			rec.InstanceVariables = append(rec.InstanceVariables, iv)
+		}
 		return ""
 	})
 }

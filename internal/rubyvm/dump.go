@@ -168,6 +168,7 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	d.stats.SkippedPages += d.copyPages()
 	d.alloc = malloc.Identify(chunkReader{&d.chunks}, d.maps, d.allocProbes())
 	d.stats.Allocator, d.stats.AllocatorWhy = d.alloc.Named, d.alloc.Why
+	d.genIVRaw = map[uint64][]uint64{}
 	d.genIV = d.genericIvars()
 	for _, r := range d.roots() {
 		d.rootLine(r.name, r.refs)
@@ -292,6 +293,7 @@ type dumper struct {
 	weak      []uint64            // its weak references (a WeakMap's keys and values)
 	body      []byte              // the iseq body being decoded
 	genIV     map[uint64][]uint64 // generic instance variables by object
+	genIVRaw  map[uint64][]uint64 // their slots as they are (set or not, immediates)
 	dataTypes map[uint64]string   // rb_data_type_t -> wrap_struct_name
 	scratch   []byte              // out-of-slot reads
 	chunks    chunkCache          // serves them
@@ -301,8 +303,13 @@ type dumper struct {
 
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
 	shapes    map[uint64]shapeInfo
-	names     map[uint64]dumpClassName
-	newValue  bool // Ruby 3.2+: no value for empty strings
+	// the names of instance variables by shape ID (3.2+) and by class
+	// (2.7, 3.1; see dump_ivars.go), nil when unreadable
+	shapeNames map[uint64][]ivarSlot
+	classNames map[uint64][]ivarSlot
+	ivals      []uint64 // the ivar values of the current object
+	names      map[uint64]dumpClassName
+	newValue   bool // Ruby 3.2+: no value for empty strings
 
 	// type codes and flags, as uint64 for the hot loop
 	tmask, tNone, tZombie, tMoved, tImemo, tNode uint64
@@ -322,7 +329,7 @@ type shapeInfo struct {
 // are for the caller to fill.
 func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
 	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
-		shapes: map[uint64]shapeInfo{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
+		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.init()
 	return d
 }
@@ -690,6 +697,9 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		d.partial(reason)
 		d.strField("partial", reason)
 		memsize = uint64(len(slot))
+	}
+	if raw, ok := d.genIVRaw[addr]; ok {
+		d.genericIvarNames(flags, raw)
 	}
 	d.refs = append(d.refs, d.genIV[addr]...)
 	cons := consOnly(d.refs, d.cons)
@@ -1154,7 +1164,11 @@ func (d *dumper) robject(slot []byte, flags, memsize uint64) (uint64, error) {
 			head := append([]byte(nil), b...)
 			d.field("ivars", le64(head, L.StNumEntries))
 			d.flag("too_complex_shape")
-			return memsize, d.stEntries(head, false)
+			if err := d.stEntries(head, false); err != nil {
+				return 0, err
+			}
+			d.ivarTable(head)
+			return memsize, nil
 		}
 		n = s.ivs
 		if !embedded {
@@ -1170,9 +1184,15 @@ func (d *dumper) robject(slot []byte, flags, memsize uint64) (uint64, error) {
 	}
 	d.field("ivars", n)
 	if embedded {
-		return memsize, d.refSlotWords(slot, L.RObjectEmbedAry, n)
+		err = d.refSlotWords(slot, L.RObjectEmbedAry, n)
+	} else {
+		err = d.refWords(le64(slot, L.RObjectHeapIVPtr), n)
 	}
-	return memsize, d.refWords(le64(slot, L.RObjectHeapIVPtr), n)
+	if err != nil {
+		return 0, err
+	}
+	d.objectIvars(slot, flags, n, embedded)
+	return memsize, nil
 }
 
 // rstruct appends the members of a STRUCT as references.
@@ -1252,6 +1272,9 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 				if err := d.refWords(ivptr, s.ivs); err != nil {
 					return err
 				}
+				if names, ok := d.shapeIvars(flags >> uint64(L.ShapeFlagShift)); ok && s.ivs <= maxIvars && d.readIvals(ivptr, s.ivs) {
+					d.ivarsByIndex(names, d.ivals)
+				}
 			}
 		}
 	} else if L.ClassExtIVTbl >= 0 {
@@ -1260,9 +1283,11 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 			if err != nil {
 				return err
 			}
-			if err := d.stEntries(append([]byte(nil), b...), false); err != nil {
+			head := append([]byte(nil), b...)
+			if err := d.stEntries(head, false); err != nil {
 				return err
 			}
+			d.ivarTable(head)
 		}
 	}
 	// constants

@@ -607,13 +607,17 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 		if n > maxIvars {
 			continue // a too-complex shape's table, or torn
 		}
-		var vals []uint64
+		var vals, raw []uint64
 		d.scanMem(at(rec, L.GenIVPtr), n*8, func(v uint64) { //nolint:errcheck // a torn record adds what was read
+			raw = append(raw, v)
 			if d.live(v) {
 				vals = append(vals, v)
 			}
 		})
 		out[obj] = vals
+		if uint64(len(raw)) == n && n > 0 {
+			d.genIVRaw[obj] = raw // for their names (dump_ivars.go)
+		}
 	}
 	return out
 }

@@ -467,6 +467,12 @@ type Layout struct {
 	ClassExtClassPath int64 `dwarf:"off:rb_classext_struct.classpath,optional"`
 	ClassExtAttached  int64 `dwarf:"off:rb_classext_struct.as.singleton_class.attached_object,optional"`
 	ClassExtIncluder  int64 `dwarf:"off:rb_classext_struct.includer|rb_classext_struct.as.iclass.includer,optional" need:"dump"`
+	// Before shapes (2.7, 3.1) an object's instance variables are named
+	// by its class's iv_index_tbl, an st_table from ID to the index of
+	// the ivar's slot (2.7) or to an rb_iv_index_tbl_entry holding it
+	// (3.1; IVIndexEntryIndex is -1 where the record is the index).
+	ClassExtIVIndexTbl int64 `dwarf:"off:rb_classext_struct.iv_index_tbl,optional" need:"dump"`
+	IVIndexEntryIndex  int64 `dwarf:"off:rb_iv_index_tbl_entry.index,optional" need:"dump"`
 
 	// st_table (st.c)
 	StEntriesStart int64 `dwarf:"off:st_table.entries_start"`
@@ -541,4 +547,10 @@ type Layout struct {
 	FixnumFlag       int64 `dwarf:"enum:RUBY_FIXNUM_FLAG"`
 	ImmediateMask    int64 `dwarf:"enum:RUBY_IMMEDIATE_MASK"`
 	SpecialShift     int64 `dwarf:"enum:RUBY_SPECIAL_SHIFT"`
+	// the other immediates, for the values of instance variables a heap
+	// dump writes by name
+	Qtrue      int64 `dwarf:"enum:RUBY_Qtrue" need:"dump"`
+	SymbolFlag int64 `dwarf:"enum:RUBY_SYMBOL_FLAG" need:"dump"`
+	FlonumMask int64 `dwarf:"enum:RUBY_FLONUM_MASK" need:"dump"`
+	FlonumFlag int64 `dwarf:"enum:RUBY_FLONUM_FLAG" need:"dump"`
 }

@@ -302,6 +302,8 @@ func init() {
 		ClassExtClassPath:      -1,
 		ClassExtAttached:       -1,
 		ClassExtIncluder:       104,
+		ClassExtIVIndexTbl:     0,
+		IVIndexEntryIndex:      0,
 		StEntriesStart:         32,
 		StEntriesBound:         40,
 		StEntries:              48,
@@ -359,5 +361,9 @@ func init() {
 		FixnumFlag:             1,
 		ImmediateMask:          7,
 		SpecialShift:           8,
+		Qtrue:                  20,
+		SymbolFlag:             12,
+		FlonumMask:             3,
+		FlonumFlag:             2,
 	})
 }
