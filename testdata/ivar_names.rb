@@ -2,7 +2,7 @@
 # tests that compare the names and values `rbscope heap dump` writes
 # ("instance_variables") with what the program says of them:
 #
-#   ruby testdata/ivar_names.rb REPORT
+#   ruby testdata/ivar_names.rb REPORT [DUMP]
 #
 # It builds, under the global $ivar_root: an object with ivars of every
 # kind of value (a String, a Fixnum, another object, nil, true, false, a
@@ -14,6 +14,7 @@
 # variable; a String and an Array with instance variables (generic ivars,
 # kept apart from the object).
 #
+# With DUMP, it writes its heap there with ObjectSpace.dump_all first.
 # Then it writes REPORT (renamed into place) as JSON: {"pid", "version",
 # "objects": [{"what", "address", "ivars": [[name, value]...]}]}, each
 # value the address of a heap object ("0x...") or the inspect of an
@@ -23,6 +24,7 @@ require "objspace"
 require "json"
 
 report = ARGV.fetch(0)
+dump = ARGV[1]
 
 def addr(obj)
   JSON.parse(ObjectSpace.dump(obj)).fetch("address")
@@ -119,6 +121,7 @@ root.each do |k, v|
   end
 end
 
+File.open(dump, "w") { |f| ObjectSpace.dump_all(output: f) } if dump
 tmp = report + ".tmp"
 File.write(tmp, JSON.generate({ "pid" => Process.pid, "version" => RUBY_VERSION, "objects" => objects }))
 File.rename(tmp, report)

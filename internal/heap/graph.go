@@ -2,6 +2,7 @@ package heap
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -45,7 +46,10 @@ type Graph struct {
 	text      []byte   // string prefixes: length byte (high bit: cut) then bytes
 	sites     []Site
 	order     []uint32 // object numbers by ascending address; nil when the file is in that order
-	blocks    map[uint64]blockRange
+	// lineAt[k] is the byte offset in the dump of the line of object
+	// k*lineEvery (Line reads an object's line from the nearest one)
+	lineAt []int64
+	blocks map[uint64]blockRange
 }
 
 // Root is one ROOT line: the root set's name and the objects it references.
@@ -130,6 +134,9 @@ func Load(r io.Reader, name string) (*Graph, error) {
 		n := len(g.addr)
 		if n >= math.MaxUint32-1 {
 			return nil, &Error{File: name, Line: rd.Line(), Msg: "too many objects"}
+		}
+		if n%lineEvery == 0 {
+			g.lineAt = append(g.lineAt, rd.Offset())
 		}
 		g.addr = append(g.addr, rec.Address)
 
@@ -295,6 +302,50 @@ func Load(r io.Reader, name string) (*Graph, error) {
 	shrink(&g.refStart)
 	shrink(&g.text)
 	return g, nil
+}
+
+// lineEvery is how many objects apart the Graph keeps the offset of a
+// line: 8 bytes per 256 objects, and at most 255 lines read to find one.
+const lineEvery = 256
+
+// ErrNoLines is the error of Record when the Graph does not know where
+// its objects' lines are (an index of an earlier rbscope).
+var ErrNoLines = errors.New("the heap index has no line offsets")
+
+// Record reads object i's line from the dump the Graph was loaded from
+// (dump, read at the offsets of the file as Load read it) with the
+// instance variables (Record.InstanceVariables) kept. It reads from the
+// nearest line whose offset the Graph keeps, at most lineEvery-1 lines
+// more.
+func (g *Graph) Record(dump io.ReaderAt, i int) (*Record, error) {
+	if i < 0 || i >= len(g.addr) {
+		return nil, fmt.Errorf("object %d: out of range", i)
+	}
+	k := i / lineEvery
+	if k >= len(g.lineAt) {
+		return nil, ErrNoLines
+	}
+	rd := NewReader(io.NewSectionReader(dump, g.lineAt[k], math.MaxInt64-g.lineAt[k]), g.Name)
+	rd.KeepInstanceVariables()
+	for n := k * lineEvery; ; {
+		rec, err := rd.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%s: object %d is past the end: the dump changed", g.Name, i)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.Type == "ROOT" {
+			continue
+		}
+		if n == i {
+			if rec.Address != g.addr[i] {
+				return nil, fmt.Errorf("%s: the line of object %d is of %#x, not %#x: the dump changed", g.Name, i, rec.Address, g.addr[i])
+			}
+			return rec, nil
+		}
+		n++
+	}
 }
 
 // shrink drops the spare capacity of a slice that grew by appending.

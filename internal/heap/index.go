@@ -12,7 +12,7 @@ import (
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
-const indexVersion = 2
+const indexVersion = 3
 
 // indexForm is what an index holds: a Graph's arrays as Load built them
 // and the DomTree computed from it, so that a later ReadIndex has both
@@ -43,6 +43,7 @@ type indexForm struct {
 	Strs      []string
 	Text      []byte
 	Sites     []Site
+	LineAt    []int64
 
 	Idom           []uint32
 	Retained       []uint64
@@ -76,6 +77,7 @@ type indexHead struct {
 	ClassName []string
 	Strs      []string
 	Sites     []Site
+	LineAt    []int64
 
 	Reachable      int
 	ReachableBytes uint64
@@ -91,7 +93,7 @@ func WriteIndex(w io.Writer, g *Graph, d *DomTree) error {
 		Version: indexVersion, Name: g.Name, Roots: g.Roots, Dangling: g.Dangling, Bytes: g.Bytes,
 		Addr: g.addr, Typ: g.typ, Class: g.class, Site: g.site, Detail: g.detail, Memsize: g.memsize,
 		RefStart: g.refStart, Refs: g.refs,
-		Types: g.types, ClassAddr: g.classAddr, ClassName: g.className, Strs: g.strs, Text: g.text, Sites: g.sites,
+		Types: g.types, ClassAddr: g.classAddr, ClassName: g.className, Strs: g.strs, Text: g.text, Sites: g.sites, LineAt: g.lineAt,
 		Idom: d.idom, Retained: d.Retained, RetainedCount: d.RetainedCount, Reachable: d.Reachable, ReachableBytes: d.ReachableBytes,
 	}
 	for i, m := range g.bigMem {
@@ -109,7 +111,7 @@ func encodeForm(w io.Writer, f *indexForm) error {
 	h := indexHead{Version: f.Version, Endian: endianMark, Name: f.Name, Roots: f.Roots, Dangling: f.Dangling, Bytes: f.Bytes,
 		Objects: len(f.Addr), NumRefs: len(f.Refs), TextBytes: len(f.Text),
 		BigMemAt: f.BigMemAt, BigMem: f.BigMem, Cons: f.Cons,
-		Types: f.Types, ClassAddr: f.ClassAddr, ClassName: f.ClassName, Strs: f.Strs, Sites: f.Sites,
+		Types: f.Types, ClassAddr: f.ClassAddr, ClassName: f.ClassName, Strs: f.Strs, Sites: f.Sites, LineAt: f.LineAt,
 		Reachable: f.Reachable, ReachableBytes: f.ReachableBytes}
 	err := gob.NewEncoder(bw).Encode(&h)
 	for _, a := range []func() error{
@@ -179,7 +181,7 @@ func ReadIndex(r io.Reader) (*Graph, *DomTree, error) {
 	}
 	f := indexForm{Version: h.Version, Name: h.Name, Roots: h.Roots, Dangling: h.Dangling, Bytes: h.Bytes,
 		BigMemAt: h.BigMemAt, BigMem: h.BigMem, Cons: h.Cons,
-		Types: h.Types, ClassAddr: h.ClassAddr, ClassName: h.ClassName, Strs: h.Strs, Sites: h.Sites,
+		Types: h.Types, ClassAddr: h.ClassAddr, ClassName: h.ClassName, Strs: h.Strs, Sites: h.Sites, LineAt: h.LineAt,
 		Reachable: h.Reachable, ReachableBytes: h.ReachableBytes}
 	n := h.Objects
 	var err error
@@ -210,7 +212,7 @@ func ReadIndex(r io.Reader) (*Graph, *DomTree, error) {
 		Name: f.Name, Roots: f.Roots, Dangling: f.Dangling, Bytes: f.Bytes,
 		addr: f.Addr, typ: f.Typ, class: f.Class, site: f.Site, detail: f.Detail, memsize: f.Memsize,
 		bigMem: make(map[uint32]uint64, len(f.BigMem)), refStart: f.RefStart, refs: f.Refs,
-		types: f.Types, classAddr: f.ClassAddr, className: f.ClassName, strs: f.Strs, text: f.Text, sites: f.Sites,
+		types: f.Types, classAddr: f.ClassAddr, className: f.ClassName, strs: f.Strs, text: f.Text, sites: f.Sites, lineAt: f.LineAt,
 	}
 	for k, i := range f.BigMemAt {
 		g.bigMem[i] = f.BigMem[k]
@@ -237,6 +239,17 @@ func (f *indexForm) check() string {
 		len(f.BigMemAt) != len(f.BigMem) || len(f.ClassName) != len(f.ClassAddr) || len(f.ClassAddr) == 0 ||
 		len(f.Types) == 0 || len(f.Strs) == 0 || len(f.Sites) == 0 || n >= math.MaxUint32-1 {
 		return "array lengths"
+	}
+	if len(f.LineAt) != (n+lineEvery-1)/lineEvery {
+		return "line offsets"
+	}
+	for k := 1; k < len(f.LineAt); k++ {
+		if f.LineAt[k] <= f.LineAt[k-1] {
+			return "line offsets"
+		}
+	}
+	if len(f.LineAt) > 0 && f.LineAt[0] < 0 {
+		return "line offsets"
 	}
 	if f.RefStart[0] != 0 || int(f.RefStart[n]) != len(f.Refs) {
 		return "reference bounds"

@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -422,6 +423,11 @@ func apiObject(f *file, q *query) (any, error) {
 		References page[heapObject] `json:"references"`
 		Referrers  page[heapObject] `json:"referrers"`
 		Dominated  page[heapObject] `json:"dominated"`
+		// Ivars are the object's instance variables by name (dumps of
+		// rbscope's own; absent from dump_all's); IvarsError says why
+		// they could not be read.
+		Ivars      []ivarField `json:"instance_variables,omitempty"`
+		IvarsError string      `json:"instance_variables_error,omitempty"`
 	}{
 		dumpSummary: f.summary(),
 		Object:      ix.object(i),
@@ -433,11 +439,53 @@ func apiObject(f *file, q *query) (any, error) {
 	if s, ok := ix.g.Site(i); ok {
 		out.Site = s.String()
 	}
+	out.Ivars, err = ix.ivars(f.Path, i)
+	if err != nil {
+		out.IvarsError = err.Error()
+	}
 	if d, ok := ix.d.Idom(i); ok && d >= 0 {
 		o := ix.object(d)
 		out.Dominator = &o
 	} else if ok {
 		out.DomByRoot = true
+	}
+	return out, nil
+}
+
+// ivarField is one instance variable of the object page: its name and
+// the object it holds (Object; Address alone when the dump has no such
+// object) or an immediate as Ruby inspects it (Value).
+type ivarField struct {
+	Name    string      `json:"name"`
+	Object  *heapObject `json:"object,omitempty"`
+	Address string      `json:"address,omitempty"`
+	Value   string      `json:"value,omitempty"`
+}
+
+// ivars reads object i's instance variables from its line in the dump at
+// path (the index keeps none: read when an object page asks).
+func (ix *heapIndex) ivars(path string, i int) ([]ivarField, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the instance variables: %w", err)
+	}
+	defer f.Close()
+	rec, err := ix.g.Record(f, i)
+	if err != nil {
+		return nil, fmt.Errorf("reading the instance variables: %w", err)
+	}
+	var out []ivarField
+	for _, iv := range rec.InstanceVariables {
+		fl := ivarField{Name: iv.Name, Value: iv.Value}
+		if iv.Address != 0 {
+			if j, ok := ix.g.Lookup(iv.Address); ok {
+				o := ix.object(j)
+				fl.Object = &o
+			} else {
+				fl.Address = fmt.Sprintf("%#x", iv.Address)
+			}
+		}
+		out = append(out, fl)
 	}
 	return out, nil
 }

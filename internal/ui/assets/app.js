@@ -261,9 +261,22 @@ const views = {
       d.site ? el("dt", {}, "Allocated at") : null, d.site ? el("dd", {}, d.site) : null);
     const section = (title, key, pg, id) => [el("h2", {}, `${title} (${num(pg.total)})`),
       pg.total ? table(objectCols(f), pg.rows, { id }) : el("p", {}, "none"), pager(pg, limit, base, params, key)];
+    // Instance variables by name: in rbscope's own dumps only (dump_all
+    // writes none); a reference links to its object, an immediate is text.
+    const ivars = d.instance_variables ? [el("h2", {}, `Instance variables (${num(d.instance_variables.length)})`),
+      table([
+        { label: "Name", cell: v => v.name, cls: "ivar-name" },
+        { label: "Value", cell: v => v.object ? objLink(f, v.object) : v.address ? el("span", { class: "addr" }, `${v.address} (not in the dump)`) : v.value, cls: "ivar-value" },
+        { label: "Type", cell: v => v.object ? v.object.type : "" },
+        { label: "Class", cell: v => v.object ? v.object.class || "(none)" : "" },
+        { label: "Description", cell: v => v.object ? v.object.desc : "", cls: "desc" },
+        { label: "Retained", num: true, cell: v => v.object ? (v.object.reachable === false ? "unreachable" : num(v.object.retained)) : "" },
+      ], d.instance_variables, { id: "ivars" })]
+      : d.instance_variables_error ? el("p", { id: "ivars-error" }, `Instance variables: ${d.instance_variables_error}`) : null;
     show(gen, "ready", heapTabs(f, ""), el("h1", {}, `${o.type} ${o.class || ""} ${o.address}`),
       el("p", {}, el("a", { href: hashFor(`/heap/${f}/paths`, { addr: o.address }), id: "paths-link" }, "Paths to the roots →")),
       facts,
+      ivars,
       section("References", "ro", d.references, "references"),
       section("Referrers", "rr", d.referrers, "referrers"),
       section("Immediately dominated", "rd", d.dominated, "dominated"));
