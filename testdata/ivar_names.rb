@@ -6,7 +6,8 @@
 #
 # It builds, under the global $ivar_root: an object with ivars of every
 # kind of value (a String, a Fixnum, another object, nil, true, false, a
-# static Symbol, a Flonum, a Bignum, a negative Fixnum); one with more
+# static Symbol, a Flonum, a Bignum, a negative Fixnum); one with Floats
+# and Symbols of every form inspect prints differently; one with more
 # ivars than fit in its slot; a frozen one; one of a class whose other
 # instance set an ivar it lacks (an unset slot on 2.7 and 3.1); objects of
 # a class with so many shapes that Ruby 3.3+ keeps the later ones' ivars in
@@ -55,6 +56,35 @@ class IvarKinds
   end
 end
 
+class IvarImmediates
+  def initialize
+    @zero = 0.0
+    @neg_zero = -0.0
+    @tiny = 0.0001
+    @tinier = 1.0e-5
+    @whole = 100.0
+    @huge = 1.0e+20
+    @third = 1.0 / 3
+    @neg_float = -2.5
+    @digits16 = 1234567890123456.0
+    @digits17 = 12345678901234567.0
+    @e14 = 1.0e+14
+    @e15 = 1.0e+15
+    @below_tiny = 9.99e-5
+    @max_fixnum = 2**62 - 1
+    @min_fixnum = -2**62
+    @op = :+
+    @aref = :[]=
+    @quoted = :"with space"
+    @question = :ok?
+    @ivar_sym = :@foo
+    @cvar_sym = :@@bar
+    @global_sym = :$baz
+    @setter = :name=
+    @const_sym = :Const
+  end
+end
+
 class IvarMany
   def initialize
     12.times { |i| instance_variable_set("@m#{i}", i.even? ? "many #{i}" : i) }
@@ -96,6 +126,7 @@ end
 root = {}
 root[:kinds] = IvarKinds.new
 root[:many] = IvarMany.new
+root[:immediates] = IvarImmediates.new
 root[:frozen] = IvarKinds.new.freeze
 root[:sparse_full] = IvarSparse.new(true)
 root[:sparse] = IvarSparse.new(false)

@@ -307,7 +307,8 @@ type dumper struct {
 	// (2.7, 3.1; see dump_ivars.go), nil when unreadable
 	shapeNames map[uint64][]ivarSlot
 	classNames map[uint64][]ivarSlot
-	ivals      []uint64 // the ivar values of the current object
+	ivals      []uint64        // the ivar values of the current object
+	noName     map[uint64]bool // IDs whose name could not be read
 	names      map[uint64]dumpClassName
 	newValue   bool // Ruby 3.2+: no value for empty strings
 
@@ -329,7 +330,7 @@ type shapeInfo struct {
 // are for the caller to fill.
 func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
 	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
-		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
+		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, noName: map[uint64]bool{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.init()
 	return d
 }
@@ -651,7 +652,11 @@ func (d *dumper) decodeSafely(addr uint64, slot []byte, flags, typ uint64) (mems
 	if d.opt.failDecode != nil && d.opt.failDecode(addr) {
 		panic(fmt.Sprintf("injected failure at %#x", addr))
 	}
-	return d.decodeBody(addr, slot, flags, typ)
+	memsize, err = d.decodeBody(addr, slot, flags, typ)
+	if raw, ok := d.genIVRaw[addr]; ok && err == nil {
+		d.genericIvarNames(flags, raw)
+	}
+	return memsize, err
 }
 
 // encode appends one object line.
@@ -697,9 +702,6 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		d.partial(reason)
 		d.strField("partial", reason)
 		memsize = uint64(len(slot))
-	}
-	if raw, ok := d.genIVRaw[addr]; ok {
-		d.genericIvarNames(flags, raw)
 	}
 	d.refs = append(d.refs, d.genIV[addr]...)
 	cons := consOnly(d.refs, d.cons)

@@ -2,6 +2,7 @@ package rubyvm
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -26,7 +27,8 @@ type ivarSlot struct {
 
 // maxShapeChain bounds the shapes walked from an object's shape to the
 // root: one per instance variable (at most maxIvars) and a few others
-// (frozen, T_OBJECT, capacity changes).
+// (frozen, T_OBJECT, capacity changes); the walk of one chain stops sooner,
+// past its first shape's count of ivars and 64 others.
 const maxShapeChain = maxIvars + 64
 
 // maxIvarCache bounds the entries of each cache of ivar names.
@@ -63,7 +65,11 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 	size := uint64(L.ShapeSize)
 	var out []ivarSlot
 	idx := shapeIndex(L, id)
-	for range maxShapeChain {
+	// A chain that holds together names each slot once, its ivars' indexes
+	// falling towards the root, and every parent was made before its
+	// child (a smaller index): a torn one ends in a few steps.
+	limit, last := maxShapeChain, uint64(math.MaxUint64)
+	for step := 0; step < limit; step++ {
 		if idx >= maxShapeID {
 			return nil, false
 		}
@@ -73,12 +79,16 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 		}
 		typ := int64(b[L.ShapeType])
 		parent := uint64(le32(b, L.ShapeParentID))
+		next := attrIndex(L, b, L.ShapeNextIVIndex)
+		if step == 0 {
+			limit = int(min(next, maxIvars)) + 64
+		}
 		if typ == L.ShapeIvar {
-			next, edge := attrIndex(L, b, L.ShapeNextIVIndex), le64(b, L.ShapeEdgeName)
-			if next == 0 || next > maxIvars {
+			if next == 0 || next >= last {
 				return nil, false
 			}
-			if name, err := d.v.idName(edge); err == nil {
+			last = next
+			if name, err := d.ivarName(le64(b, L.ShapeEdgeName)); err == nil {
 				out = append(out, ivarSlot{name, next - 1})
 			}
 		}
@@ -86,9 +96,21 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 			slices.Reverse(out)
 			return out, true
 		}
-		idx = shapeIndex(L, parent)
+		if p := shapeIndex(L, parent); p < idx {
+			idx = p
+			continue
+		}
+		return nil, false
 	}
 	return nil, false
+}
+
+// smallTable reports whether the st_table whose head is given has few
+// enough entries to be an object's instance variables.
+func (d *dumper) smallTable(head []byte) bool {
+	L := d.L
+	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
+	return le64(head, L.StNumEntries) <= maxIvars && bound >= start && bound-start <= 2*maxIvars
 }
 
 // classIvarIndex returns the instance variables the iv_index_tbl of the
@@ -138,10 +160,11 @@ func (d *dumper) readClassIvarIndex(klass uint64) ([]ivarSlot, bool) {
 	if tbl == 0 {
 		return nil, true // no instance variable was ever set
 	}
-	pairs := d.stPairsAt(tbl)
-	if len(pairs) > maxIvars {
+	h, err := d.read(tbl, int(L.StEntries)+8)
+	if err != nil || !d.smallTable(h) {
 		return nil, false
 	}
+	pairs := d.stPairsAt(tbl)
 	out := make([]ivarSlot, 0, len(pairs))
 	for _, p := range pairs {
 		index := p[1]
@@ -155,7 +178,7 @@ func (d *dumper) readClassIvarIndex(klass uint64) ([]ivarSlot, bool) {
 		if index >= maxIvars {
 			return nil, false
 		}
-		if name, err := d.v.idName(p[0]); err == nil {
+		if name, err := d.ivarName(p[0]); err == nil {
 			out = append(out, ivarSlot{name, index})
 		}
 	}
@@ -215,6 +238,9 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 // (a too-complex object's, a 2.7 or 3.1 class's iv_tbl) whose head is
 // given, in the table's order; torn tables add nothing.
 func (d *dumper) ivarTable(head []byte) {
+	if !d.smallTable(head) {
+		return
+	}
 	var pairs [][2]uint64
 	if d.stEach(head, func(key, rec uint64) {
 		if len(pairs) < maxIvars {
@@ -228,7 +254,7 @@ func (d *dumper) ivarTable(head []byte) {
 	d.buf = append(d.buf, '{')
 	wrote := false
 	for _, p := range pairs {
-		name, err := d.v.idName(p[0])
+		name, err := d.ivarName(p[0])
 		if err != nil {
 			continue
 		}
@@ -257,7 +283,7 @@ func (d *dumper) immediate(val uint64) (string, bool) {
 	case L.FlonumMask > 0 && val&uint64(L.FlonumMask) == uint64(L.FlonumFlag):
 		return rubyFloat(flonum(val)), true
 	case val&0xff == uint64(L.SymbolFlag):
-		name, err := d.v.idName(val >> uint64(L.SpecialShift))
+		name, err := d.ivarName(val >> uint64(L.SpecialShift))
 		if err != nil {
 			return "", false
 		}
@@ -276,7 +302,7 @@ func flonum(v uint64) float64 {
 }
 
 // rubyFloat formats f as Float#inspect does: the shortest digits that
-// read back the same, in fixed notation for exponents from -4 to 16
+// read back the same, in fixed notation for exponents from -4 to 14
 // ("1.5", "100.0", "0.0001"), else as "1.0e+20".
 func rubyFloat(f float64) string {
 	switch {
@@ -300,7 +326,7 @@ func rubyFloat(f float64) string {
 	digits := strings.Replace(e[:i], ".", "", 1)
 	decpt := exp + 1
 	switch {
-	case decpt > 0 && decpt <= 16:
+	case decpt > 0 && decpt < 16:
 		if len(digits) <= decpt {
 			return sign + digits + strings.Repeat("0", decpt-len(digits)) + ".0"
 		}
@@ -447,3 +473,19 @@ func (d *dumper) genericIvarNames(flags uint64, raw []uint64) {
 		d.ivarsByIndex(names, raw)
 	}
 }
+
+// ivarName returns the name of an ivar's ID, remembering the IDs that
+// have none (Ruby's internal ones) so that each costs one lookup.
+func (d *dumper) ivarName(id uint64) (string, error) {
+	if d.noName[id] {
+		return "", errNoName
+	}
+	name, err := d.v.idName(id)
+	if err != nil && len(d.noName) < maxIvarCache {
+		d.noName[id] = true
+	}
+	return name, err
+}
+
+// errNoName: an ID whose name could not be read before.
+var errNoName = errors.New("the ID has no name")
