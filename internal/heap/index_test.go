@@ -65,13 +65,28 @@ func roundTrip(t *testing.T, g *Graph, d *DomTree) (*Graph, *DomTree, []byte) {
 
 func TestIndexRoundTripRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	g, err := Load(strings.NewReader(randomDump(rng, 3000, 9000, 20)), "random.json")
+	dump := randomDump(rng, 3000, 9000, 20)
+	g, err := Load(strings.NewReader(dump), "random.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := Dominators(g)
 	g2, d2, raw := roundTrip(t, g, d)
 	sameAnswers(t, g, d, g2, d2)
+
+	// Every object's own line, from the offsets the index kept; a dump
+	// that changed since is an error.
+	for _, gr := range []*Graph{g, g2} {
+		for i := 0; i < gr.Len(); i++ {
+			rec, err := gr.Record(strings.NewReader(dump), i)
+			if err != nil || rec.Address != gr.Address(i) {
+				t.Fatalf("object %d (%#x): line of %#x, %v", i, gr.Address(i), rec.Address, err)
+			}
+		}
+	}
+	if _, err := g2.Record(strings.NewReader(`{"address":"0x8", "type":"OBJECT", "memsize":1}`+"\n"+dump), g2.Len()-1); err == nil {
+		t.Errorf("the line of an object of a dump that changed: no error")
+	}
 
 	// A cut or damaged index is an error, never a panic.
 	for _, cut := range []int{0, 10, len(raw) / 2, len(raw) - 1} {
