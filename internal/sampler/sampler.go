@@ -213,9 +213,8 @@ const (
 // is one of its threads on a CPU? It reads the clock of all its threads
 // (target.ThreadsClock, exact to the moment even for a thread running on
 // another CPU). When it has not moved since the last tick, no thread ran
-// meanwhile, and none runs now: skip. When it has, a second reading a
-// moment later tells whether one still runs; if not, the answer waits for
-// Sampler.gate's second look. Every everyTicks ticks it says read anyway,
+// meanwhile, and none runs now: skip. When it has, the answer waits for
+// Sampler.gate's second look, a moment later. Every everyTicks ticks it says read anyway,
 // so that the thread states are read and tell when the process has exited
 // (its clock then stands still for good); also where the clock cannot be
 // opened. One read per thread the clock was opened on, no allocation.
@@ -246,11 +245,12 @@ func (p *proc) firstLook(everyTicks int) gateSays {
 	if !moved {
 		return gateSkip
 	}
-	return p.lookAgain()
+	return gateMaybe
 }
 
 // lookAgain reads the clock of a process whose threads ran since the last
-// tick once more: moved since the last reading, a thread runs.
+// tick once more, after the gate's nap: moved since the first reading, a
+// thread runs.
 func (p *proc) lookAgain() gateSays {
 	again, err := p.clock.Read()
 	if err != nil {
@@ -272,8 +272,8 @@ var gateNap = unix.NsecToTimespec(int64(20 * time.Microsecond))
 // gate asks of every process whether a thread of it is on a CPU at this
 // tick (firstLook), before any is read, so that only those are
 // (Options.PerProcess without Idle or GVL). A thread that ran since the
-// last tick and stands still at both readings either sleeps, waits for a
-// CPU behind another task, or waits behind rbscope's own sampling thread,
+// last tick either runs now, sleeps, waits for a CPU behind another task,
+// or waits behind rbscope's own sampling thread,
 // which took its CPU to look: a waking real-time thread preempts the task
 // on its CPU, and a thread of the normal class takes an idle CPU when one
 // is free but preempts the task at hand on a busy machine. The last kind
@@ -281,7 +281,7 @@ var gateNap = unix.NsecToTimespec(int64(20 * time.Microsecond))
 // a program sharing two busy CPUs (230 samples per CPU-second at 500 Hz),
 // and more of the places where its threads were preempted. So when any
 // process is in doubt, the sampler sleeps once (gateNap), handing its CPU
-// back, and looks again: a thread that ran meanwhile is read as a sampler
+// back, and looks again (lookAgain): a thread that ran meanwhile is read as a sampler
 // without the gate reads it, where the thread states and stepAside tell a
 // thread that waited for rbscope from one that waited for others.
 func (s *Sampler) gate() {
