@@ -42,17 +42,24 @@ const invalidShapeID = math.MaxUint32
 // not be read. Ivars whose ID has no name (Ruby's internal ones) are left
 // out.
 func (d *dumper) shapeIvars(id uint64) ([]ivarSlot, bool) {
-	if s, ok := d.shapeNames[id]; ok {
+	return cachedIvars(d.shapeNames, id, d.readShapeIvars)
+}
+
+// cachedIvars returns cache's answer for key, or reads it and keeps it
+// (a read that failed as nil, an empty list as empty) while the cache
+// holds fewer than maxIvarCache answers.
+func cachedIvars(cache map[uint64][]ivarSlot, key uint64, read func(uint64) ([]ivarSlot, bool)) ([]ivarSlot, bool) {
+	if s, ok := cache[key]; ok {
 		return s, s != nil
 	}
-	s, ok := d.readShapeIvars(id)
+	s, ok := read(key)
 	if !ok {
 		s = nil
 	} else if s == nil {
 		s = []ivarSlot{}
 	}
-	if len(d.shapeNames) < maxIvarCache {
-		d.shapeNames[id] = s
+	if len(cache) < maxIvarCache {
+		cache[key] = s
 	}
 	return s, ok
 }
@@ -132,19 +139,7 @@ func (d *dumper) classIvarIndex(klass uint64) ([]ivarSlot, bool) {
 		}
 		klass = le64(slot, L.RClassSuper)
 	}
-	if s, ok := d.classNames[klass]; ok {
-		return s, s != nil
-	}
-	s, ok := d.readClassIvarIndex(klass)
-	if !ok {
-		s = nil
-	} else if s == nil {
-		s = []ivarSlot{}
-	}
-	if len(d.classNames) < maxIvarCache {
-		d.classNames[klass] = s
-	}
-	return s, ok
+	return cachedIvars(d.classNames, klass, d.readClassIvarIndex)
 }
 
 func (d *dumper) readClassIvarIndex(klass uint64) ([]ivarSlot, bool) {
