@@ -394,6 +394,14 @@ func (g *Graph) buildIndex() int {
 			}
 		}
 	}
+	g.buildBlocks()
+	return -1
+}
+
+// buildBlocks builds the block directory Lookup uses from the objects in
+// address order.
+func (g *Graph) buildBlocks() {
+	n := len(g.addr)
 	g.blocks = make(map[uint64]blockRange, n/1000+1)
 	for k := 0; k < n; {
 		b := g.sortedAddr(k) >> blockShift
@@ -403,7 +411,6 @@ func (g *Graph) buildIndex() int {
 		}
 		g.blocks[b] = blockRange{uint32(lo), uint32(k)}
 	}
-	return -1
 }
 
 // sortedAddr returns the k-th smallest address.

@@ -1,63 +1,22 @@
 package heap
 
 import (
-	"bufio"
-	"encoding/gob"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"unsafe"
+
+	"github.com/rbscope/rbscope/internal/rawfile"
 )
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
 const indexVersion = 3
 
-// indexForm is what an index holds: a Graph's arrays as Load built them
-// and the DomTree computed from it, so that a later ReadIndex has both
-// without parsing the dump or walking the graph again. The lookup
-// directory is rebuilt (a pass over the addresses).
-type indexForm struct {
-	Version  int
-	Name     string
-	Roots    []Root
-	Dangling int
-	Bytes    uint64
-
-	Addr     []uint64
-	Typ      []uint8
-	Class    []uint32
-	Site     []uint32
-	Detail   []uint32
-	Memsize  []uint32
-	BigMemAt []uint32
-	BigMem   []uint64
-	RefStart []uint32
-	Refs     []uint32
-	Cons     []uint64
-
-	Types     []string
-	ClassAddr []uint64
-	ClassName []string
-	Strs      []string
-	Text      []byte
-	Sites     []Site
-	LineAt    []int64
-
-	Idom           []uint32
-	Retained       []uint64
-	RetainedCount  []uint32
-	Reachable      int
-	ReachableBytes uint64
-}
-
-// indexHead is an index's first part, encoded with encoding/gob: the
-// form's small fields and the lengths of its large arrays, which follow
-// it as they are in memory (little-endian, the byte order of every
-// platform rbscope runs on; Endian says which wrote it): read back at the
-// speed of the disk, where gob's variable-length numbers took seconds for
-// a dump of millions of objects.
+// indexHead is an index's first part: a Graph's small fields, the
+// DomTree's totals and the lengths of the large arrays, which follow it
+// as they are in memory (rawfile), to be used in place from the file
+// mapped into memory: a dump of millions of objects opens again in the
+// time it takes to check them, where decoding them took seconds.
 type indexHead struct {
 	Version  int
 	Endian   uint32
@@ -67,6 +26,12 @@ type indexHead struct {
 	Bytes    uint64
 
 	Objects, NumRefs, TextBytes int
+	// Ordered is true when the objects are in address order (no order
+	// array follows).
+	Ordered bool
+	// NumReferrers and NumKids are the lengths of the referrers' and the
+	// dominator tree's rows.
+	NumReferrers, NumKids int
 
 	BigMemAt []uint32
 	BigMem   []uint64
@@ -77,7 +42,6 @@ type indexHead struct {
 	ClassName []string
 	Strs      []string
 	Sites     []Site
-	LineAt    []int64
 
 	Reachable      int
 	ReachableBytes uint64
@@ -86,206 +50,201 @@ type indexHead struct {
 // endianMark reads 0x01020304 where it was written in this byte order.
 const endianMark = 0x01020304
 
-// WriteIndex writes g and its dominator tree d in a form ReadIndex reads
-// back, about as large as the Graph in memory.
-func WriteIndex(w io.Writer, g *Graph, d *DomTree) error {
-	f := indexForm{
-		Version: indexVersion, Name: g.Name, Roots: g.Roots, Dangling: g.Dangling, Bytes: g.Bytes,
-		Addr: g.addr, Typ: g.typ, Class: g.class, Site: g.site, Detail: g.detail, Memsize: g.memsize,
-		RefStart: g.refStart, Refs: g.refs,
-		Types: g.types, ClassAddr: g.classAddr, ClassName: g.className, Strs: g.strs, Text: g.text, Sites: g.sites, LineAt: g.lineAt,
-		Idom: d.idom, Retained: d.Retained, RetainedCount: d.RetainedCount, Reachable: d.Reachable, ReachableBytes: d.ReachableBytes,
-	}
+// WriteIndex writes g, its dominator tree d, the referrers r of g's
+// objects (NewReverse) and d's rows c (Children) to w, in a form ReadIndex
+// uses in place: about as large as all four in memory.
+func WriteIndex(w *rawfile.Writer, g *Graph, d *DomTree, r *Reverse, c *Children) error {
+	h := indexHead{Version: indexVersion, Endian: endianMark, Name: g.Name, Roots: g.Roots, Dangling: g.Dangling, Bytes: g.Bytes,
+		Objects: len(g.addr), NumRefs: len(g.refs), TextBytes: len(g.text), Ordered: g.order == nil,
+		NumReferrers: len(r.from), NumKids: len(c.kids),
+		Types: g.types, ClassAddr: g.classAddr, ClassName: g.className, Strs: g.strs, Sites: g.sites,
+		Reachable: d.Reachable, ReachableBytes: d.ReachableBytes}
 	for i, m := range g.bigMem {
-		f.BigMemAt = append(f.BigMemAt, i)
-		f.BigMem = append(f.BigMem, m)
+		h.BigMemAt = append(h.BigMemAt, i)
+		h.BigMem = append(h.BigMem, m)
 	}
 	for k := range g.cons {
-		f.Cons = append(f.Cons, k)
+		h.Cons = append(h.Cons, k)
 	}
-	return encodeForm(w, &f)
-}
-
-func encodeForm(w io.Writer, f *indexForm) error {
-	bw := bufio.NewWriterSize(w, 1<<20)
-	h := indexHead{Version: f.Version, Endian: endianMark, Name: f.Name, Roots: f.Roots, Dangling: f.Dangling, Bytes: f.Bytes,
-		Objects: len(f.Addr), NumRefs: len(f.Refs), TextBytes: len(f.Text),
-		BigMemAt: f.BigMemAt, BigMem: f.BigMem, Cons: f.Cons,
-		Types: f.Types, ClassAddr: f.ClassAddr, ClassName: f.ClassName, Strs: f.Strs, Sites: f.Sites, LineAt: f.LineAt,
-		Reachable: f.Reachable, ReachableBytes: f.ReachableBytes}
-	err := gob.NewEncoder(bw).Encode(&h)
-	for _, a := range []func() error{
-		func() error { return writeRaw(bw, f.Addr) }, func() error { return writeRaw(bw, f.Typ) },
-		func() error { return writeRaw(bw, f.Class) }, func() error { return writeRaw(bw, f.Site) },
-		func() error { return writeRaw(bw, f.Detail) }, func() error { return writeRaw(bw, f.Memsize) },
-		func() error { return writeRaw(bw, f.RefStart) }, func() error { return writeRaw(bw, f.Refs) },
-		func() error { return writeRaw(bw, f.Idom) }, func() error { return writeRaw(bw, f.Retained) },
-		func() error { return writeRaw(bw, f.RetainedCount) }, func() error { return writeRaw(bw, f.Text) },
-	} {
-		if err == nil {
-			err = a()
-		}
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err != nil {
+	w.Gob(&h)
+	rawfile.Put(w, g.addr)
+	rawfile.Put(w, d.Retained)
+	rawfile.Put(w, g.typ)
+	rawfile.Put(w, g.class)
+	rawfile.Put(w, g.site)
+	rawfile.Put(w, g.detail)
+	rawfile.Put(w, g.memsize)
+	rawfile.Put(w, g.refStart)
+	rawfile.Put(w, g.refs)
+	rawfile.Put(w, d.idom)
+	rawfile.Put(w, d.RetainedCount)
+	rawfile.Put(w, g.order)
+	rawfile.Put(w, r.start)
+	rawfile.Put(w, r.from)
+	rawfile.Put(w, c.start)
+	rawfile.Put(w, c.kids)
+	rawfile.Put(w, g.text)
+	if err := w.Err(); err != nil {
 		return fmt.Errorf("writing heap index: %w", err)
 	}
 	return nil
-}
-
-// writeRaw writes s as it is in memory.
-func writeRaw[T uint8 | uint32 | uint64](w io.Writer, s []T) error {
-	if len(s) == 0 {
-		return nil
-	}
-	_, err := w.Write(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0]))))
-	return err
-}
-
-// readRaw reads n values that writeRaw wrote, a chunk at a time, so that
-// a damaged length in a cut file fails at the file's end rather than
-// asking for memory it never fills.
-func readRaw[T uint8 | uint32 | uint64](r io.Reader, n int) ([]T, error) {
-	if n < 0 || n > math.MaxUint32 {
-		return nil, errors.New("array length")
-	}
-	const chunk = 1 << 20
-	s := make([]T, 0, min(n, chunk))
-	for len(s) < n {
-		k := min(n-len(s), chunk)
-		s = append(s, make([]T, k)...)
-		part := s[len(s)-k:]
-		if _, err := io.ReadFull(r, unsafe.Slice((*byte)(unsafe.Pointer(&part[0])), k*int(unsafe.Sizeof(part[0])))); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
 }
 
 // ErrIndexVersion is the error of ReadIndex on an index another version
 // of rbscope wrote.
 var ErrIndexVersion = errors.New("heap index of another version")
 
-// ReadIndex reads what WriteIndex wrote. Every number is checked against
-// the arrays it indexes, so a damaged index is an error, never a panic.
-func ReadIndex(r io.Reader) (*Graph, *DomTree, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+// ReadIndex reads what WriteIndex wrote, its arrays used in place (they
+// live as long as r's bytes; a write to them changes those bytes). Every
+// number is checked against the arrays it indexes, so a damaged index is
+// an error, never a panic.
+func ReadIndex(r *rawfile.Reader) (*Graph, *DomTree, *Reverse, *Children, error) {
 	var h indexHead
-	if err := gob.NewDecoder(br).Decode(&h); err != nil {
-		return nil, nil, fmt.Errorf("reading heap index: %w", err)
+	r.Gob(&h)
+	if err := r.Err(); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("reading heap index: %w", err)
 	}
 	if h.Version != indexVersion || h.Endian != endianMark {
-		return nil, nil, fmt.Errorf("%w (version %d, want %d)", ErrIndexVersion, h.Version, indexVersion)
+		return nil, nil, nil, nil, fmt.Errorf("%w (version %d, want %d)", ErrIndexVersion, h.Version, indexVersion)
 	}
-	f := indexForm{Version: h.Version, Name: h.Name, Roots: h.Roots, Dangling: h.Dangling, Bytes: h.Bytes,
-		BigMemAt: h.BigMemAt, BigMem: h.BigMem, Cons: h.Cons,
-		Types: h.Types, ClassAddr: h.ClassAddr, ClassName: h.ClassName, Strs: h.Strs, Sites: h.Sites, LineAt: h.LineAt,
-		Reachable: h.Reachable, ReachableBytes: h.ReachableBytes}
 	n := h.Objects
-	var err error
-	read := func(do func() error) {
-		if err == nil {
-			err = do()
-		}
-	}
-	read(func() (e error) { f.Addr, e = readRaw[uint64](br, n); return })
-	read(func() (e error) { f.Typ, e = readRaw[uint8](br, n); return })
-	read(func() (e error) { f.Class, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.Site, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.Detail, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.Memsize, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.RefStart, e = readRaw[uint32](br, n+1); return })
-	read(func() (e error) { f.Refs, e = readRaw[uint32](br, h.NumRefs); return })
-	read(func() (e error) { f.Idom, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.Retained, e = readRaw[uint64](br, n); return })
-	read(func() (e error) { f.RetainedCount, e = readRaw[uint32](br, n); return })
-	read(func() (e error) { f.Text, e = readRaw[uint8](br, h.TextBytes); return })
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading heap index: %w", err)
-	}
-	if msg := f.check(); msg != "" {
-		return nil, nil, fmt.Errorf("reading heap index: damaged: %s", msg)
+	if n < 0 || n >= math.MaxUint32-1 {
+		return nil, nil, nil, nil, errors.New("reading heap index: damaged: object count")
 	}
 	g := &Graph{
-		Name: f.Name, Roots: f.Roots, Dangling: f.Dangling, Bytes: f.Bytes,
-		addr: f.Addr, typ: f.Typ, class: f.Class, site: f.Site, detail: f.Detail, memsize: f.Memsize,
-		bigMem: make(map[uint32]uint64, len(f.BigMem)), refStart: f.RefStart, refs: f.Refs,
-		types: f.Types, classAddr: f.ClassAddr, className: f.ClassName, strs: f.Strs, text: f.Text, sites: f.Sites, lineAt: f.LineAt,
+		Name: h.Name, Roots: h.Roots, Dangling: h.Dangling, Bytes: h.Bytes,
+		bigMem: make(map[uint32]uint64, len(h.BigMem)),
+		types:  h.Types, classAddr: h.ClassAddr, className: h.ClassName, strs: h.Strs, sites: h.Sites,
 	}
-	for k, i := range f.BigMemAt {
-		g.bigMem[i] = f.BigMem[k]
+	d := &DomTree{g: g, Reachable: h.Reachable, ReachableBytes: h.ReachableBytes}
+	rev, kids := &Reverse{}, &Children{n: n}
+	g.addr = rawfile.Take[uint64](r, n)
+	d.Retained = rawfile.Take[uint64](r, n)
+	g.typ = rawfile.Take[uint8](r, n)
+	g.class = rawfile.Take[uint32](r, n)
+	g.site = rawfile.Take[uint32](r, n)
+	g.detail = rawfile.Take[uint32](r, n)
+	g.memsize = rawfile.Take[uint32](r, n)
+	g.refStart = rawfile.Take[uint32](r, n+1)
+	g.refs = rawfile.Take[uint32](r, h.NumRefs)
+	d.idom = rawfile.Take[uint32](r, n)
+	d.RetainedCount = rawfile.Take[uint32](r, n)
+	if !h.Ordered {
+		g.order = rawfile.Take[uint32](r, n)
+	} else {
+		rawfile.Take[uint32](r, 0)
 	}
-	if len(f.Cons) > 0 {
-		g.cons = make(map[uint64]struct{}, len(f.Cons))
-		for _, k := range f.Cons {
+	rev.start = rawfile.Take[uint32](r, n+1)
+	rev.from = rawfile.Take[uint32](r, h.NumReferrers)
+	kids.start = rawfile.Take[uint32](r, n+2)
+	kids.kids = rawfile.Take[uint32](r, h.NumKids)
+	g.text = rawfile.Take[uint8](r, h.TextBytes)
+	if err := r.Err(); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("reading heap index: %w", err)
+	}
+	if len(h.BigMemAt) != len(h.BigMem) {
+		return nil, nil, nil, nil, errors.New("reading heap index: damaged: memsizes")
+	}
+	if msg := check(g, d, rev, kids, &h); msg != "" {
+		return nil, nil, nil, nil, fmt.Errorf("reading heap index: damaged: %s", msg)
+	}
+	for k, i := range h.BigMemAt {
+		g.bigMem[i] = h.BigMem[k]
+	}
+	if len(h.Cons) > 0 {
+		g.cons = make(map[uint64]struct{}, len(h.Cons))
+		for _, k := range h.Cons {
 			g.cons[k] = struct{}{}
 		}
 	}
-	if dup := g.buildIndex(); dup >= 0 {
-		return nil, nil, fmt.Errorf("reading heap index: damaged: address %#x twice", g.addr[dup])
-	}
-	d := &DomTree{g: g, idom: f.Idom, Retained: f.Retained, RetainedCount: f.RetainedCount,
-		Reachable: f.Reachable, ReachableBytes: f.ReachableBytes}
-	return g, d, nil
+	g.buildBlocks()
+	return g, d, rev, kids, nil
 }
 
-// check returns what is inconsistent in f, or "".
-func (f *indexForm) check() string {
-	n := len(f.Addr)
-	if len(f.Typ) != n || len(f.Class) != n || len(f.Site) != n || len(f.Detail) != n || len(f.Memsize) != n ||
-		len(f.RefStart) != n+1 || len(f.Idom) != n || len(f.Retained) != n || len(f.RetainedCount) != n ||
-		len(f.BigMemAt) != len(f.BigMem) || len(f.ClassName) != len(f.ClassAddr) || len(f.ClassAddr) == 0 ||
-		len(f.Types) == 0 || len(f.Strs) == 0 || len(f.Sites) == 0 || n >= math.MaxUint32-1 {
+// check returns what is inconsistent in an index read back, or "": every
+// number that indexes an array is in its bounds, the rows' bounds rise,
+// and the addresses rise strictly in address order (no address twice).
+// The large arrays are checked in parallel.
+func check(g *Graph, d *DomTree, rev *Reverse, kids *Children, h *indexHead) string {
+	n := len(g.addr)
+	if len(g.classAddr) == 0 || len(g.className) != len(g.classAddr) || len(g.types) == 0 || len(g.types) > 256 ||
+		len(g.strs) == 0 || len(g.sites) == 0 {
 		return "array lengths"
 	}
-	if len(f.LineAt) != (n+lineEvery-1)/lineEvery {
-		return "line offsets"
+	if msg := rows(g.refStart, len(g.refs), "reference bounds"); msg != "" {
+		return msg
 	}
-	for k := 1; k < len(f.LineAt); k++ {
-		if f.LineAt[k] <= f.LineAt[k-1] {
-			return "line offsets"
+	if msg := rows(rev.start, len(rev.from), "referrer bounds"); msg != "" {
+		return msg
+	}
+	if msg := rows(kids.start, len(kids.kids), "dominator tree bounds"); msg != "" {
+		return msg
+	}
+	if msg := rawfile.Check(n, func(lo, hi int) string {
+		for i := lo; i < hi; i++ {
+			if g.refStart[i] > g.refStart[i+1] || rev.start[i] > rev.start[i+1] || kids.start[i] > kids.start[i+1] {
+				return "row bounds"
+			}
+			if int(g.typ[i]) >= len(g.types) || int(g.class[i]) >= len(g.classAddr) || int(g.site[i]) >= len(g.sites) {
+				return "object fields"
+			}
+			if d := d.idom[i]; d != unreachable && int(d) > n {
+				return "dominators"
+			}
+			if !g.detailOK(i) {
+				return "object details"
+			}
+			k := i
+			if g.order != nil {
+				k = int(g.order[i])
+				if k >= n {
+					return "address order"
+				}
+			}
+			if i > 0 {
+				prev := i - 1
+				if g.order != nil {
+					if prev = int(g.order[i-1]); prev >= n {
+						return "address order"
+					}
+				}
+				if g.addr[prev] >= g.addr[k] {
+					return "address order"
+				}
+			}
+		}
+		return ""
+	}); msg != "" {
+		return msg
+	}
+	if kids.start[n] > kids.start[n+1] {
+		return "dominator tree bounds"
+	}
+	for _, s := range [][]uint32{g.refs, rev.from, kids.kids} {
+		if msg := rawfile.Check(len(s), func(lo, hi int) string {
+			for _, x := range s[lo:hi] {
+				if int(x) >= n {
+					return "object numbers"
+				}
+			}
+			return ""
+		}); msg != "" {
+			return msg
 		}
 	}
-	if len(f.LineAt) > 0 && f.LineAt[0] < 0 {
-		return "line offsets"
-	}
-	if f.RefStart[0] != 0 || int(f.RefStart[n]) != len(f.Refs) {
-		return "reference bounds"
-	}
-	for i := 0; i < n; i++ {
-		if f.RefStart[i] > f.RefStart[i+1] {
-			return "reference bounds"
-		}
-		if int(f.Typ[i]) >= len(f.Types) || int(f.Class[i]) >= len(f.ClassAddr) || int(f.Site[i]) >= len(f.Sites) {
-			return "object fields"
-		}
-		if d := f.Idom[i]; d != unreachable && int(d) > n {
-			return "dominators"
-		}
-		if !f.detailOK(i) {
-			return "object details"
-		}
-	}
-	for _, x := range f.Refs {
-		if int(x) >= n {
-			return "references"
-		}
-	}
-	for _, r := range f.Roots {
+	for _, r := range g.Roots {
 		for _, x := range r.Refs {
 			if int(x) >= n {
 				return "roots"
 			}
 		}
 	}
-	for _, i := range f.BigMemAt {
+	for _, i := range h.BigMemAt {
 		if int(i) >= n {
 			return "memsizes"
 		}
 	}
-	for _, k := range f.Cons {
+	for _, k := range h.Cons {
 		if int(k>>32) >= n || int(uint32(k)) >= n {
 			return "conservative references"
 		}
@@ -293,19 +252,28 @@ func (f *indexForm) check() string {
 	return ""
 }
 
+// rows checks the ends of a row bounds array over m values: it starts at
+// 0 and ends at m (the bounds between are checked with the objects).
+func rows(start []uint32, m int, what string) string {
+	if len(start) == 0 || start[0] != 0 || int(start[len(start)-1]) != m {
+		return what
+	}
+	return ""
+}
+
 // detailOK tells whether object i's detail indexes what Describe reads.
-func (f *indexForm) detailOK(i int) bool {
-	d := f.Detail[i]
+func (g *Graph) detailOK(i int) bool {
+	d := g.detail[i]
 	if d == 0 {
 		return true
 	}
-	switch f.Types[f.Typ[i]] {
+	switch g.types[g.typ[i]] {
 	case "STRING", "SYMBOL":
-		return int(d) < len(f.Text) && int(d)+1+int(f.Text[d]&0x7f) <= len(f.Text)
+		return int(d) < len(g.text) && int(d)+1+int(g.text[d]&0x7f) <= len(g.text)
 	case "CLASS", "MODULE", "ICLASS":
-		return int(d&^realNameBit) < len(f.Strs)
+		return int(d&^realNameBit) < len(g.strs)
 	case "IMEMO", "DATA":
-		return int(d) < len(f.Strs)
+		return int(d) < len(g.strs)
 	}
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/rawfile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -52,15 +53,29 @@ func sameAnswers(t *testing.T, a *Graph, da *DomTree, b *Graph, db *DomTree) {
 func roundTrip(t *testing.T, g *Graph, d *DomTree) (*Graph, *DomTree, []byte) {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := WriteIndex(&buf, g, d); err != nil {
+	rev, kids := NewReverse(g), d.Children()
+	if err := WriteIndex(rawfile.NewWriter(&buf), g, d, rev, kids); err != nil {
 		t.Fatal(err)
 	}
 	raw := bytes.Clone(buf.Bytes())
-	g2, d2, err := ReadIndex(&buf)
+	g2, d2, rev2, kids2, err := readIndexBytes(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := -1; i < g.Len(); i++ {
+		if i >= 0 && !slices.Equal(rev.Of(i), rev2.Of(i)) {
+			t.Fatalf("referrers of %d: %v, read back %v", i, rev.Of(i), rev2.Of(i))
+		}
+		if !slices.Equal(kids.Of(i), kids2.Of(i)) {
+			t.Fatalf("dominator tree children of %d: %v, read back %v", i, kids.Of(i), kids2.Of(i))
+		}
+	}
 	return g2, d2, raw
+}
+
+// readIndexBytes reads the index in b (a copy of it, in place).
+func readIndexBytes(b []byte) (*Graph, *DomTree, *Reverse, *Children, error) {
+	return ReadIndex(rawfile.NewReader(rawfile.Aligned(bytes.Clone(b))))
 }
 
 func TestIndexRoundTripRandom(t *testing.T) {
@@ -90,7 +105,7 @@ func TestIndexRoundTripRandom(t *testing.T) {
 
 	// A cut or damaged index is an error, never a panic.
 	for _, cut := range []int{0, 10, len(raw) / 2, len(raw) - 1} {
-		if _, _, err := ReadIndex(bytes.NewReader(raw[:cut])); err == nil {
+		if _, _, _, _, err := readIndexBytes(raw[:cut]); err == nil {
 			t.Errorf("index cut at %d of %d: no error", cut, len(raw))
 		}
 	}
@@ -105,11 +120,15 @@ func TestIndexRoundTripRandom(t *testing.T) {
 					t.Fatalf("damaged index: panic %v", r)
 				}
 			}()
-			g3, d3, err := ReadIndex(bytes.NewReader(bad))
+			g3, d3, rev3, kids3, err := readIndexBytes(bad)
 			if err == nil { // a damaged value that stays in range: still usable
 				d3.Top(5)
+				kids3.Of(-1)
 				for i := 0; i < g3.Len(); i++ {
 					g3.Describe(i)
+					g3.Lookup(g3.Address(i))
+					rev3.Of(i)
+					kids3.Of(i)
 				}
 			}
 		}()
@@ -124,11 +143,12 @@ func TestIndexVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	f := indexForm{Version: indexVersion + 1}
-	if err := encodeForm(&buf, &f); err != nil {
+	w := rawfile.NewWriter(&buf)
+	w.Gob(&indexHead{Version: indexVersion + 1, Endian: endianMark})
+	if err := w.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ReadIndex(&buf); !errors.Is(err, ErrIndexVersion) {
+	if _, _, _, _, err := readIndexBytes(buf.Bytes()); !errors.Is(err, ErrIndexVersion) {
 		t.Errorf("another version: %v", err)
 	}
 	g2, d2, _ := roundTrip(t, g, Dominators(g))

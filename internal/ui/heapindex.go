@@ -11,11 +11,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"syscall"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rawfile"
 )
 
 // heapIndex is what the heap views read: the dump's graph and dominator
@@ -45,7 +47,7 @@ type heapIndex struct {
 // groups partitions the objects: group[i] is object i's group, members
 // the objects of each group, rows their totals.
 type groups struct {
-	group   []uint32
+	group   []uint32 // while the rows are built (nil after)
 	start   []uint32 // members of group k: members[start[k]:start[k+1]]
 	members []uint32
 	rows    []groupRow
@@ -83,6 +85,15 @@ func keyOf(fi os.FileInfo) dumpKey {
 	return k
 }
 
+// bytes returns the index file's first part: the magic and the key.
+func (k dumpKey) bytes() []byte {
+	b := []byte(indexMagic)
+	for _, v := range []uint64{k.Dev, k.Ino, k.Size, k.Mtime} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
 // indexPaths returns where the index of the dump at path may be: beside
 // the dump (".NAME.rbscope-index"), then in cacheDir under a name made
 // from the dump's absolute path.
@@ -97,8 +108,9 @@ func indexPaths(path, cacheDir string) []string {
 
 // openHeap returns the index of the dump at path: read from an index file
 // written for this very dump, or built from the dump (parsed, dominators
-// computed) and written for the next time (0600; beside the dump, or in
-// cacheDir when the dump's directory is not writable). built says which.
+// computed, rows built) and written for the next time (0600; beside the
+// dump, or in cacheDir when the dump's directory is not writable). built
+// says which.
 func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -115,67 +127,159 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 	key := keyOf(fi)
 	places := indexPaths(path, cacheDir)
 	for _, p := range places {
-		if g, d, w, err := readIndexFile(p, key); err == nil {
-			g.Name = path
-			if w != nil {
-				return newHeapIndex(g, d, w), false, nil
-			}
-			// An index without the waste (an earlier rbscope's): found
-			// once the rows are built, as beside them it took the CPU
-			// they need to answer the first view.
-			ix := newHeapIndex(g, d, nil)
-			ix.wasteMemo = startWaste(g)
+		if ix, err := readIndexFile(p, key); err == nil {
+			ix.g.Name = path
 			return ix, false, nil
 		}
 	}
-	g, err := heap.Load(f, path)
-	if err != nil {
+	if ix, err = buildHeap(f, path); err != nil {
 		return nil, false, err
 	}
-	d := heap.Dominators(g)
-	// The waste found beside the index's writing rather than the
-	// dominators (together they took more memory than the dump's size and
-	// a half), and kept in the index: opened again, the dump has it at
-	// once.
-	w := startWaste(g)
 	for _, p := range places {
-		if writeIndexFile(p, key, g, d, w) == nil {
-			break
+		if writeIndexFile(p, key, ix) != nil {
+			continue
 		}
+		// Served from the file just written, as it is the next time: the
+		// memory that built the index is given back to the system first,
+		// so that while the next dump is indexed this one holds only its
+		// file's pages (the page cache's, given back under pressure).
+		ix = nil
+		debug.FreeOSMemory()
+		if mapped, err := readIndexFile(p, key); err == nil {
+			mapped.g.Name = path
+			return mapped, true, nil
+		}
+		// Unreadable at once (the disk failing?): built again, kept in
+		// memory.
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, false, err
+		}
+		if ix, err = buildHeap(f, path); err != nil {
+			return nil, false, err
+		}
+		break
 	}
-	return newHeapIndex(g, d, w), true, nil
+	return ix, true, nil
 }
 
-// readIndexFile reads the index file p of the dump state key: the graph,
-// its dominator tree, and its waste when the index keeps it (nil if not).
-func readIndexFile(p string, key dumpKey) (*heap.Graph, *heap.DomTree, *heapWaste, error) {
+// buildHeap builds the index of the dump f: parsed, dominators computed,
+// rows built, and its waste being found.
+func buildHeap(f *os.File, path string) (*heapIndex, error) {
+	g, err := heap.Load(f, path)
+	if err != nil {
+		return nil, err
+	}
+	d := heap.Dominators(g)
+	// The waste found beside the rows rather than the dominators
+	// (together they took more memory than the dump's size and a half),
+	// and kept in the index: opened again, the dump has it at once.
+	return newHeapIndex(g, d, startWaste(g)), nil
+}
+
+// An index file is a rawfile stream: the magic and the dump's key, the
+// graph with its dominator tree, referrers and the tree's rows
+// (heap.WriteIndex), then indexHead and each pivot's rows of members
+// (groups.start, groups.members). Opened again, the file is mapped into
+// memory and its arrays used in place, once checked: the overview
+// answers from the rows kept, without a pass over the graph.
+
+// indexHead is the index's part after the graph: the dump's waste and the
+// rows of each pivot (byClass, byType, then bySite and byGem when the
+// dump has sites).
+type indexHead struct {
+	Objects int // the dump's, checked when read back
+	Waste   wasteRecord
+	Pivots  [][]groupRow
+}
+
+// readIndexFile maps the index file p of the dump state key into memory
+// and returns the index it holds, its arrays used in place; an error when
+// the file is of another dump state, another version, or damaged.
+func readIndexFile(p string, key dumpKey) (*heapIndex, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
-	head := make([]byte, len(indexMagic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != indexMagic {
-		return nil, nil, nil, errors.New("not an index")
-	}
-	var k dumpKey
-	if err := binary.Read(br, binary.LittleEndian, &k); err != nil {
-		return nil, nil, nil, err
-	}
-	if k != key {
-		return nil, nil, nil, errors.New("index of another state of the dump")
-	}
-	g, d, err := heap.ReadIndex(br)
+	b, err := rawfile.Map(f)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return g, d, readWaste(br, g), nil
+	ix, err := readIndex(rawfile.NewReader(b), key)
+	if err != nil {
+		rawfile.Unmap(b)
+		return nil, err
+	}
+	return ix, nil
+}
+
+// readIndex reads an index of the dump state key from r.
+func readIndex(r *rawfile.Reader, key dumpKey) (*heapIndex, error) {
+	want := key.bytes()
+	head := rawfile.Take[uint8](r, len(want))
+	if r.Err() != nil || string(head[:len(indexMagic)]) != indexMagic {
+		return nil, errors.New("not an index")
+	}
+	if string(head) != string(want) {
+		return nil, errors.New("index of another state of the dump")
+	}
+	g, d, rev, kids, err := heap.ReadIndex(r)
+	if err != nil {
+		return nil, err
+	}
+	var h indexHead
+	r.Gob(&h)
+	if r.Err() != nil || h.Objects != g.Len() || !(len(h.Pivots) == 2 || len(h.Pivots) == 4 && g.HasSites()) {
+		return nil, errors.New("index without its rows")
+	}
+	w := wasteOf(h.Waste, g)
+	if w == nil {
+		return nil, errors.New("index without the waste")
+	}
+	ix := indexOver(g, d, w)
+	ix.rev, ix.kids = rev, kids
+	all := make([]*groups, len(h.Pivots))
+	for k, rows := range h.Pivots {
+		gs := &groups{rows: rows}
+		gs.start = rawfile.Take[uint32](r, len(rows)+1)
+		gs.members = rawfile.Take[uint32](r, g.Len())
+		if r.Err() != nil || !gs.valid(g.Len()) {
+			return nil, errors.New("index with damaged rows")
+		}
+		all[k] = gs
+	}
+	ix.byClass, ix.byType = all[0], all[1]
+	if len(all) == 4 {
+		ix.bySite, ix.byGem = all[2], all[3]
+	}
+	return ix, nil
+}
+
+// valid tells whether the rows' bounds rise from 0 to n and every member
+// is one of n objects.
+func (gs *groups) valid(n int) bool {
+	if len(gs.start) != len(gs.rows)+1 || gs.start[0] != 0 || int(gs.start[len(gs.rows)]) != n || len(gs.members) != n {
+		return false
+	}
+	for k := range gs.rows {
+		if gs.start[k] > gs.start[k+1] {
+			return false
+		}
+	}
+	return rawfile.Check(n, func(lo, hi int) string {
+		for _, o := range gs.members[lo:hi] {
+			if int(o) >= n {
+				return "members"
+			}
+		}
+		return ""
+	}) == ""
 }
 
 // writeIndexFile writes the index to a temporary file (0600) renamed into
-// place when complete, creating cacheDir's part (0700) when needed.
-func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree, w *heapWaste) error {
+// place when complete, creating cacheDir's part (0700) when needed. It
+// waits for the waste, which the index keeps.
+func writeIndexFile(p string, key dumpKey, ix *heapIndex) error {
 	dir := filepath.Dir(p)
 	if filepath.Base(dir) == "heap-index" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -188,11 +292,21 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree, w *he
 	}
 	defer os.Remove(tmp.Name()) // no-op after the rename
 	bw := bufio.NewWriterSize(tmp, 1<<20)
-	bw.WriteString(indexMagic)
-	binary.Write(bw, binary.LittleEndian, key)
-	err = heap.WriteIndex(bw, g, d)
+	w := rawfile.NewWriter(bw)
+	rawfile.Put(w, key.bytes())
+	err = heap.WriteIndex(w, ix.g, ix.d, ix.rev, ix.kids)
 	if err == nil {
-		err = writeWaste(bw, g, w)
+		all := ix.pivots()
+		h := indexHead{Objects: ix.g.Len(), Waste: ix.waste().record(ix.g), Pivots: make([][]groupRow, len(all))}
+		for k, gs := range all {
+			h.Pivots[k] = gs.rows
+		}
+		w.Gob(&h)
+		for _, gs := range all {
+			rawfile.Put(w, gs.start)
+			rawfile.Put(w, gs.members)
+		}
+		err = w.Err()
 	}
 	if err == nil {
 		err = bw.Flush()
@@ -209,15 +323,19 @@ func writeIndexFile(p string, key dumpKey, g *heap.Graph, d *heap.DomTree, w *he
 	return err
 }
 
-// newHeapIndex builds the in-memory rows over g and d; w is g's waste,
-// being found.
-func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
+// pivots returns the index's groupings in the order its file keeps them.
+func (ix *heapIndex) pivots() []*groups {
+	all := []*groups{ix.byClass, ix.byType}
+	if ix.bySite != nil {
+		all = append(all, ix.bySite, ix.byGem)
+	}
+	return all
+}
+
+// indexOver starts an index over g and d, w their waste: what is made
+// the same way whether the rest is built or read from an index file.
+func indexOver(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
 	ix := &heapIndex{g: g, d: d, rootsOf: map[uint32][]string{}, paths: heap.NewPathSearch(g), wasteMemo: w}
-	// The reverse edges and the dominator tree's children are built beside
-	// the groups (each a pass over every object).
-	var edges sync.WaitGroup
-	edges.Go(func() { ix.rev = heap.NewReverse(g) })
-	edges.Go(func() { ix.kids = d.Children() })
 	for _, r := range g.Roots {
 		for _, o := range r.Refs {
 			if !slices.Contains(ix.rootsOf[o], r.Name) {
@@ -225,6 +343,18 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
 			}
 		}
 	}
+	return ix
+}
+
+// newHeapIndex builds the in-memory rows over g and d; w is g's waste,
+// being found.
+func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
+	ix := indexOver(g, d, w)
+	// The reverse edges and the dominator tree's children are built beside
+	// the groups (each a pass over every object).
+	var edges sync.WaitGroup
+	edges.Go(func() { ix.rev = heap.NewReverse(g) })
+	edges.Go(func() { ix.kids = d.Children() })
 	// By class name: every class is the only instance of its own
 	// singleton class, and all of them are listed as Class.
 	type classKey struct{ class, typ string }
@@ -232,7 +362,6 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
 		return groupRow{Class: g.ClassName(i), Type: g.Type(i)}
 	})
 	ix.byType = makeGroups(g, g.Type, func(i int) groupRow { return groupRow{Type: g.Type(i)} })
-	all := []*groups{ix.byClass, ix.byType}
 	if g.HasSites() {
 		siteOf := func(i int) string {
 			if s, ok := g.Site(i); ok {
@@ -255,10 +384,13 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
 			return gem
 		}
 		ix.byGem = makeGroups(g, gemOf, func(i int) groupRow { return groupRow{Gem: gemOf(i)} })
-		all = append(all, ix.bySite, ix.byGem)
 	}
 	edges.Wait()
+	all := ix.pivots()
 	ix.retainedByGroup(all...)
+	for _, gs := range all {
+		gs.group = nil // needed only to build the rows
+	}
 	return ix
 }
 

@@ -1,9 +1,6 @@
 package ui
 
 import (
-	"encoding/gob"
-	"fmt"
-	"io"
 	"sync"
 
 	"github.com/rbscope/rbscope/internal/heap"
@@ -32,8 +29,7 @@ func startWaste(g *heap.Graph) *heapWaste {
 	return w
 }
 
-// wasteRecord is a dump's waste as its index file keeps it, after the
-// graph (an earlier rbscope reads the graph and stops there).
+// wasteRecord is a dump's waste as its index file keeps it.
 type wasteRecord struct {
 	Objects                   int // the dump's, checked when read back
 	Dups                      []heap.DupString
@@ -41,21 +37,15 @@ type wasteRecord struct {
 	EmptyByClass, EmptyBySite []heap.DiffRow
 }
 
-// writeWaste appends g's waste w to its index, once found.
-func writeWaste(bw io.Writer, g *heap.Graph, w *heapWaste) error {
+// record returns w, found, as the index of g keeps it.
+func (w *heapWaste) record(g *heap.Graph) wasteRecord {
 	<-w.done
-	rec := wasteRecord{Objects: g.Len(), Dups: w.dups, Wasted: w.wasted, EmptyByClass: w.emptyByClass, EmptyBySite: w.emptyBySite}
-	if err := gob.NewEncoder(bw).Encode(&rec); err != nil {
-		return fmt.Errorf("writing the waste: %w", err)
-	}
-	return nil
+	return wasteRecord{Objects: g.Len(), Dups: w.dups, Wasted: w.wasted, EmptyByClass: w.emptyByClass, EmptyBySite: w.emptyBySite}
 }
 
-// readWaste reads the waste of g that its index keeps after the graph,
-// nil when it keeps none or one that is not of g.
-func readWaste(r io.Reader, g *heap.Graph) *heapWaste {
-	var rec wasteRecord
-	if gob.NewDecoder(r).Decode(&rec) != nil || rec.Objects != g.Len() {
+// wasteOf returns the waste of g an index kept, nil when it is not of g.
+func wasteOf(rec wasteRecord, g *heap.Graph) *heapWaste {
+	if rec.Objects != g.Len() {
 		return nil
 	}
 	for _, d := range rec.Dups {
