@@ -642,10 +642,12 @@ func TestUICrashes(t *testing.T) {
 // is the objects the program says it kept between the dumps.
 func TestUIHeapDiff(t *testing.T) {
 	before, after, rep := diffDumps(t)
-	s := startUI(t, before, after)
+	cache := t.TempDir()
+	s := startUI(t, "--cache-dir", cache, before, after)
 	if files := s.waitLoaded(t); len(files) != 2 || files[0].State != "ready" || files[1].State != "ready" {
 		t.Fatalf("files: %+v", files)
 	}
+	defer samePairsReopened(t, s, cache, before, after)
 	for _, by := range []string{"class", "site"} {
 		stdout, stderr, code := rbscope(t, "heap", "diff", before, after, "--json", "--by", by, "--top", "10")
 		if code != 0 {
@@ -678,6 +680,49 @@ func TestUIHeapDiff(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode == 200 || err != nil || !strings.Contains(e.Error, want) {
 			t.Errorf("GET %s: %d %q (%v), want an error saying %s", path, resp.StatusCode, e.Error, err, want)
+		}
+	}
+}
+
+// samePairsReopened holds a second server on the dumps before and after
+// (the cache directory of s shared) to the comparisons s made, both
+// ways: read back from the files s kept under the cache directory, not
+// computed again (the files are left as they were).
+func samePairsReopened(t *testing.T, s *uiServer, cache, before, after string) {
+	t.Helper()
+	views := []string{"/api/heap/suspects?f=1&before=0&top=100", "/api/heap/suspects?f=0&before=1&top=100",
+		"/api/heap/diff?f=1&before=0&top=100&by=class", "/api/heap/diff?f=0&before=1&top=100&by=site"}
+	first := make([]any, len(views))
+	for k, v := range views {
+		s.get(t, v, &first[k])
+	}
+	kept, _ := filepath.Glob(filepath.Join(cache, "heap-pairs", "*.rbscope-pair"))
+	if len(kept) != 2 {
+		t.Fatalf("comparisons kept: %v, want both ways", kept)
+	}
+	identity := func(p string) [3]int64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return [3]int64{int64(st.Ino), st.Ctim.Sec, st.Ctim.Nsec}
+	}
+	was := map[string][3]int64{}
+	for _, p := range kept {
+		was[p] = identity(p)
+	}
+	s2 := startUI(t, "--cache-dir", cache, before, after)
+	s2.waitLoaded(t)
+	for k, v := range views {
+		var again any
+		s2.get(t, v, &again)
+		if !reflect.DeepEqual(first[k], again) {
+			t.Errorf("%s reopened differs:\n%v\nfirst:\n%v", v, again, first[k])
+		}
+	}
+	for p, id := range was {
+		if identity(p) != id {
+			t.Errorf("the comparison kept in %s was made again", p)
 		}
 	}
 }

@@ -25,6 +25,8 @@ import (
 // in memory each time (a pass or two over the objects): referrers, the
 // dominator tree's rows, and the objects grouped by class and type.
 type heapIndex struct {
+	// key is the state of the dump the index is of.
+	key  dumpKey
 	g    *heap.Graph
 	d    *heap.DomTree
 	rev  *heap.Reverse
@@ -128,7 +130,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 	places := indexPaths(path, cacheDir)
 	for _, p := range places {
 		if ix, err := readIndexFile(p, key); err == nil {
-			ix.g.Name = path
+			ix.g.Name, ix.key = path, key
 			return ix, false, nil
 		}
 	}
@@ -146,7 +148,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 		ix = nil
 		debug.FreeOSMemory()
 		if mapped, err := readIndexFile(p, key); err == nil {
-			mapped.g.Name = path
+			mapped.g.Name, mapped.key = path, key
 			return mapped, true, nil
 		}
 		// Unreadable at once (the disk failing?): built again, kept in
@@ -159,6 +161,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 		}
 		break
 	}
+	ix.key = key
 	return ix, true, nil
 }
 

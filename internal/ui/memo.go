@@ -1,6 +1,12 @@
 package ui
 
 import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/gob"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/rbscope/rbscope/internal/heap"
@@ -68,8 +74,11 @@ func (ix *heapIndex) waste() *heapWaste {
 const maxSuspects = 100
 
 // heapPair is what the comparison of two dumps (before, after) finds,
-// computed once per pair, each part on first use.
+// computed once per pair, each part on first use, or read back whole
+// from the pair file an earlier server wrote (pairs.dir).
 type heapPair struct {
+	storedOnce             sync.Once
+	stored                 bool // read back: diff and suspects both set
 	diffOnce, suspectsOnce sync.Once
 	diff                   *heap.DiffResult
 	suspects               []heap.Suspect // the maxSuspects largest
@@ -77,8 +86,12 @@ type heapPair struct {
 
 // pairs holds the comparisons made so far, by file IDs.
 type pairs struct {
-	mu sync.Mutex
-	m  map[[2]int]*heapPair
+	// dir keeps each comparison made in a file (0600) named after the
+	// states of its two dumps, read back by a later server that compares
+	// them again; "" keeps none.
+	dir string
+	mu  sync.Mutex
+	m   map[[2]int]*heapPair
 }
 
 // of returns the comparison of before and after, diffed on first use;
@@ -95,6 +108,10 @@ func (ps *pairs) of(before, after *file, withSuspects bool) *heapPair {
 		ps.m[[2]int{before.ID, after.ID}] = p
 	}
 	ps.mu.Unlock()
+	p.storedOnce.Do(func() { p.stored = ps.load(before, after, p) })
+	if p.stored {
+		return p
+	}
 	a, b := before.heap.g, after.heap.g
 	if !withSuspects {
 		p.diffOnce.Do(func() { p.diff = heap.Diff(a, b) })
@@ -111,8 +128,89 @@ func (ps *pairs) of(before, after *file, withSuspects bool) *heapPair {
 		if !both {
 			p.suspects = heap.Suspects(a, b, after.heap.d, maxSuspects)
 		}
+		ps.save(before, after, p)
 	})
 	return p
+}
+
+// pairVersion is the version of the pair files' form; another is not
+// read.
+const pairVersion = 1
+
+// pairRecord is a pair file: the comparison of the dumps in the states
+// Before and After.
+type pairRecord struct {
+	Version       int
+	Before, After dumpKey
+	Objects       int // the later dump's, checked when read back
+	Diff          *heap.DiffResult
+	Suspects      []heap.Suspect
+}
+
+// pairPath returns the file of the comparison of before and after.
+func (ps *pairs) pairPath(before, after *file) string {
+	sum := sha256.Sum256(append(before.heap.key.bytes(), after.heap.key.bytes()...))
+	return filepath.Join(ps.dir, hex.EncodeToString(sum[:12])+".rbscope-pair")
+}
+
+// load reads into p the comparison of before and after an earlier server
+// kept, telling whether there was one of these very dump states.
+func (ps *pairs) load(before, after *file, p *heapPair) bool {
+	if ps.dir == "" {
+		return false
+	}
+	f, err := os.Open(ps.pairPath(before, after))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var rec pairRecord
+	n := after.heap.g.Len()
+	if gob.NewDecoder(bufio.NewReader(f)).Decode(&rec) != nil || rec.Version != pairVersion ||
+		rec.Before != before.heap.key || rec.After != after.heap.key || rec.Objects != n || rec.Diff == nil {
+		return false
+	}
+	// The holders and paths name objects of the later dump.
+	for _, s := range rec.Suspects {
+		hops := []heap.Hop{s.Holder}
+		if s.Path != nil {
+			hops = append(hops, s.Path.Hops...)
+		}
+		for _, h := range hops {
+			if h.Index < 0 || h.Index >= n {
+				return false
+			}
+		}
+	}
+	p.diff, p.suspects = rec.Diff, rec.Suspects
+	return true
+}
+
+// save keeps p, the comparison of before and after, for a later server
+// (written to a temporary file renamed into place; a failure only costs
+// the later server the comparison).
+func (ps *pairs) save(before, after *file, p *heapPair) {
+	if ps.dir == "" || os.MkdirAll(ps.dir, 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(ps.dir, ".rbscope-pair.tmp-*")
+	if err != nil {
+		return
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	bw := bufio.NewWriter(tmp)
+	rec := pairRecord{Version: pairVersion, Before: before.heap.key, After: after.heap.key, Objects: after.heap.g.Len(),
+		Diff: p.diff, Suspects: p.suspects}
+	err = gob.NewEncoder(bw).Encode(&rec)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		os.Rename(tmp.Name(), ps.pairPath(before, after))
+	}
 }
 
 // prepare computes, one after another, the comparisons of dump f with

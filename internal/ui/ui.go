@@ -95,6 +95,9 @@ func New(ln net.Listener, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: o, ln: ln, guard: g, mux: http.NewServeMux()}
+	if o.CacheDir != "" {
+		s.pairs.dir = filepath.Join(o.CacheDir, "heap-pairs")
+	}
 	for _, p := range o.Files {
 		s.add(p, p)
 	}
