@@ -17,7 +17,12 @@
 #     object page, paths to the last Leaky object, top retainers, waste,
 #     the diff and the leak suspects of the two dumps;
 #   - a second open, from the index files: from the launch until the
-#     first dump's overview answers (target: 2 s).
+#     first dump's overview answers (target: 2 s), the server's memory
+#     then and once both dumps are open (resident: the index files' pages
+#     it maps, which are the page cache's, and its own memory), and a
+#     comparison asked as soon as both are open (the leak suspects of the
+#     two dumps in reverse order, kept by the first open's server under
+#     the cache directory).
 #
 #   bench/ui_scale.sh            # N=5000000
 #   N=1000000 bench/ui_scale.sh
@@ -110,3 +115,13 @@ url=$(head -1 "$dir/url"); base=${url%%/?token=*}; token=${url##*token=}
 curl -sf -o /dev/null "$base/api/heap/overview?f=0&by=class&token=$token"
 again=$(echo "$(date +%s.%N) - $t0" | bc -l)
 printf '\n%-36s %9.1f s %6.2f of 2 s (launch to the first dump'"'"'s overview, from its index)\n' "second open" "$again" "$(echo "$again / 2" | bc -l)"
+# rss prints the server's resident memory: all of it, the index files'
+# pages and its own.
+rss() {
+  awk -v size="$size" '/^VmRSS/ {r=$2} /^RssFile/ {f=$2} /^RssAnon/ {a=$2}
+    END {printf "%.0f MB, %.2f x the larger dump (index files mapped %.0f MB, own %.0f MB)", r*1024/1e6, r*1024/size, f*1024/1e6, a*1024/1e6}' "/proc/$server/status"
+}
+printf '%-36s %s\n' "  server memory then" "$(rss)"
+until curl -sf "$base/api/files?token=$token" | grep -q '"state":"ready".*"state":"ready"'; do sleep 0.01; done
+view "leak suspects reverse, both open" "/api/heap/suspects?f=0&before=1"
+printf '%-36s %s\n' "  server memory then" "$(rss)"
