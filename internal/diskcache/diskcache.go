@@ -64,6 +64,15 @@ func Open(kind string) *Cache {
 	return &Cache{dir: filepath.Join(base, kind), uid: uid}
 }
 
+// At returns the cache in the directory dir (an absolute path; nil
+// otherwise), such as a kind under a directory the user named.
+func At(dir string) *Cache {
+	if !filepath.IsAbs(dir) {
+		return nil
+	}
+	return &Cache{dir: filepath.Clean(dir), uid: os.Geteuid()}
+}
+
 // Dir returns the cache's directory.
 func (c *Cache) Dir() string { return c.dir }
 

@@ -1,14 +1,13 @@
 package ui
 
 import (
-	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/gob"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"sync"
 
+	"github.com/rbscope/rbscope/internal/diskcache"
 	"github.com/rbscope/rbscope/internal/heap"
 )
 
@@ -86,12 +85,12 @@ type heapPair struct {
 
 // pairs holds the comparisons made so far, by file IDs.
 type pairs struct {
-	// dir keeps each comparison made in a file (0600) named after the
-	// states of its two dumps, read back by a later server that compares
-	// them again; "" keeps none.
-	dir string
-	mu  sync.Mutex
-	m   map[[2]int]*heapPair
+	// kept keeps each comparison made in a file named after the states
+	// of its two dumps (0600, written whole; CACHE/heap-pairs), read back
+	// by a later server that compares them again; nil keeps none.
+	kept *diskcache.Cache
+	mu   sync.Mutex
+	m    map[[2]int]*heapPair
 }
 
 // of returns the comparison of before and after, diffed on first use;
@@ -147,26 +146,23 @@ type pairRecord struct {
 	Suspects      []heap.Suspect
 }
 
-// pairPath returns the file of the comparison of before and after.
-func (ps *pairs) pairPath(before, after *file) string {
+// pairName returns the name of the file of the comparison of before and
+// after.
+func pairName(before, after *file) string {
 	sum := sha256.Sum256(append(before.heap.key.bytes(), after.heap.key.bytes()...))
-	return filepath.Join(ps.dir, hex.EncodeToString(sum[:12])+".rbscope-pair")
+	return hex.EncodeToString(sum[:12]) + ".rbscope-pair"
 }
 
 // load reads into p the comparison of before and after an earlier server
 // kept, telling whether there was one of these very dump states.
 func (ps *pairs) load(before, after *file, p *heapPair) bool {
-	if ps.dir == "" {
-		return false
-	}
-	f, err := os.Open(ps.pairPath(before, after))
+	b, err := ps.kept.Load(pairName(before, after))
 	if err != nil {
 		return false
 	}
-	defer f.Close()
 	var rec pairRecord
 	n := after.heap.g.Len()
-	if gob.NewDecoder(bufio.NewReader(f)).Decode(&rec) != nil || rec.Version != pairVersion ||
+	if gob.NewDecoder(bytes.NewReader(b)).Decode(&rec) != nil || rec.Version != pairVersion ||
 		rec.Before != before.heap.key || rec.After != after.heap.key || rec.Objects != n || rec.Diff == nil {
 		return false
 	}
@@ -187,29 +183,16 @@ func (ps *pairs) load(before, after *file, p *heapPair) bool {
 }
 
 // save keeps p, the comparison of before and after, for a later server
-// (written to a temporary file renamed into place; a failure only costs
-// the later server the comparison).
+// (a failure only costs the later server the comparison).
 func (ps *pairs) save(before, after *file, p *heapPair) {
-	if ps.dir == "" || os.MkdirAll(ps.dir, 0o700) != nil {
+	if ps.kept == nil {
 		return
 	}
-	tmp, err := os.CreateTemp(ps.dir, ".rbscope-pair.tmp-*")
-	if err != nil {
-		return
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	bw := bufio.NewWriter(tmp)
+	var b bytes.Buffer
 	rec := pairRecord{Version: pairVersion, Before: before.heap.key, After: after.heap.key, Objects: after.heap.g.Len(),
 		Diff: p.diff, Suspects: p.suspects}
-	err = gob.NewEncoder(bw).Encode(&rec)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		os.Rename(tmp.Name(), ps.pairPath(before, after))
+	if gob.NewEncoder(&b).Encode(&rec) == nil {
+		ps.kept.Store(pairName(before, after), b.Bytes())
 	}
 }
 

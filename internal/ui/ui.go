@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/diskcache"
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/profile"
@@ -95,8 +96,8 @@ func New(ln net.Listener, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: o, ln: ln, guard: g, mux: http.NewServeMux()}
-	if o.CacheDir != "" {
-		s.pairs.dir = filepath.Join(o.CacheDir, "heap-pairs")
+	if abs, err := filepath.Abs(o.CacheDir); err == nil && o.CacheDir != "" {
+		s.pairs.kept = diskcache.At(filepath.Join(abs, "heap-pairs"))
 	}
 	for _, p := range o.Files {
 		s.add(p, p)
