@@ -447,6 +447,16 @@ func TestUIHeapAgainstCLI(t *testing.T) {
 		t.Errorf("open with a cut index: %+v, want the index built again", f[0])
 	}
 	sameViews("open with a cut index", sCut)
+	// Nor one that others may read (not as rbscope writes an index).
+	if err := os.Chmod(index, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f := startUI(t, dump).waitLoaded(t); !f[0].Built || f[0].State != "ready" {
+		t.Errorf("open with an index of mode 0644: %+v, want the index built again", f[0])
+	}
+	if st, err := os.Stat(index); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the index built again: %v %v, want mode 0600", st, err)
+	}
 	later := time.Now().Add(time.Hour)
 	os.Chtimes(dump, later, later)
 	s3 := startUI(t, dump)

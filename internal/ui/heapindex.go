@@ -197,13 +197,23 @@ type indexHead struct {
 
 // readIndexFile maps the index file p of the dump state key into memory
 // and returns the index it holds, its arrays used in place; an error when
-// the file is of another dump state, another version, or damaged.
+// the file is of another dump state, another version, or damaged, or is
+// not one rbscope wrote for this user (a regular file of the user's,
+// that only the user may read: no one else can cut it under the mapping
+// or plant it beside a dump).
 func readIndexFile(p string, key dumpKey) (*heapIndex, error) {
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.Mode().IsRegular() || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s: not an index file of this user's (mode 0600)", p)
+	}
 	b, err := rawfile.Map(f)
 	if err != nil {
 		return nil, err
