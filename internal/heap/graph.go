@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -49,7 +50,10 @@ type Graph struct {
 	// lineAt[k] is the byte offset in the dump of the line of object
 	// k*lineEvery (Line reads an object's line from the nearest one)
 	lineAt []int64
-	blocks map[uint64]blockRange
+	// blocks is Lookup's directory, built on first use (an index read
+	// back answers its first views without it).
+	blocksOnce sync.Once
+	blocks     map[uint64]blockRange
 }
 
 // Root is one ROOT line: the root set's name and the objects it references.
@@ -394,7 +398,7 @@ func (g *Graph) buildIndex() int {
 			}
 		}
 	}
-	g.buildBlocks()
+	g.blocksOnce.Do(g.buildBlocks)
 	return -1
 }
 
@@ -431,6 +435,7 @@ func (g *Graph) objectAt(k int) int {
 
 // Lookup returns the number of the object at address a.
 func (g *Graph) Lookup(a uint64) (int, bool) {
+	g.blocksOnce.Do(g.buildBlocks)
 	r, ok := g.blocks[a>>blockShift]
 	if !ok {
 		return 0, false

@@ -157,7 +157,6 @@ func ReadIndex(r *rawfile.Reader) (*Graph, *DomTree, *Reverse, *Children, error)
 			g.cons[k] = struct{}{}
 		}
 	}
-	g.buildBlocks()
 	return g, d, rev, kids, nil
 }
 
@@ -180,6 +179,7 @@ func check(g *Graph, d *DomTree, rev *Reverse, kids *Children, h *indexHead) str
 	if msg := rows(kids.start, len(kids.kids), "dominator tree bounds"); msg != "" {
 		return msg
 	}
+	kinds := g.detailKinds()
 	if msg := rawfile.Check(n, func(lo, hi int) string {
 		for i := lo; i < hi; i++ {
 			if g.refStart[i] > g.refStart[i+1] || rev.start[i] > rev.start[i+1] || kids.start[i] > kids.start[i+1] {
@@ -191,7 +191,7 @@ func check(g *Graph, d *DomTree, rev *Reverse, kids *Children, h *indexHead) str
 			if d := d.idom[i]; d != unreachable && int(d) > n {
 				return "dominators"
 			}
-			if !g.detailOK(i) {
+			if !g.detailOK(i, &kinds) {
 				return "object details"
 			}
 			k := i
@@ -261,18 +261,43 @@ func rows(start []uint32, m int, what string) string {
 	return ""
 }
 
-// detailOK tells whether object i's detail indexes what Describe reads.
-func (g *Graph) detailOK(i int) bool {
+// What an object's detail indexes, by its type (detailKinds).
+const (
+	detailNone  = iota
+	detailText  // text: a length byte, then the bytes
+	detailClass // strs, the real-name bit aside
+	detailName  // strs
+)
+
+// detailKinds returns what the detail of an object of each type code
+// indexes, as Describe reads it.
+func (g *Graph) detailKinds() (k [256]uint8) {
+	for c, t := range g.types[:min(len(g.types), 256)] {
+		switch t {
+		case "STRING", "SYMBOL":
+			k[c] = detailText
+		case "CLASS", "MODULE", "ICLASS":
+			k[c] = detailClass
+		case "IMEMO", "DATA":
+			k[c] = detailName
+		}
+	}
+	return k
+}
+
+// detailOK tells whether object i's detail indexes what Describe reads;
+// kinds is detailKinds().
+func (g *Graph) detailOK(i int, kinds *[256]uint8) bool {
 	d := g.detail[i]
 	if d == 0 {
 		return true
 	}
-	switch g.types[g.typ[i]] {
-	case "STRING", "SYMBOL":
+	switch kinds[g.typ[i]] {
+	case detailText:
 		return int(d) < len(g.text) && int(d)+1+int(g.text[d]&0x7f) <= len(g.text)
-	case "CLASS", "MODULE", "ICLASS":
+	case detailClass:
 		return int(d&^realNameBit) < len(g.strs)
-	case "IMEMO", "DATA":
+	case detailName:
 		return int(d) < len(g.strs)
 	}
 	return true
