@@ -10,7 +10,7 @@ import (
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
-const indexVersion = 3
+const indexVersion = 4
 
 // indexHead is an index's first part: a Graph's small fields, the
 // DomTree's totals and the lengths of the large arrays, which follow it
@@ -32,6 +32,8 @@ type indexHead struct {
 	// NumReferrers and NumKids are the lengths of the referrers' and the
 	// dominator tree's rows.
 	NumReferrers, NumKids int
+	// NumLines is how many line offsets follow (Graph.lineAt).
+	NumLines int
 
 	BigMemAt []uint32
 	BigMem   []uint64
@@ -56,7 +58,7 @@ const endianMark = 0x01020304
 func WriteIndex(w *rawfile.Writer, g *Graph, d *DomTree, r *Reverse, c *Children) error {
 	h := indexHead{Version: indexVersion, Endian: endianMark, Name: g.Name, Roots: g.Roots, Dangling: g.Dangling, Bytes: g.Bytes,
 		Objects: len(g.addr), NumRefs: len(g.refs), TextBytes: len(g.text), Ordered: g.order == nil,
-		NumReferrers: len(r.from), NumKids: len(c.kids),
+		NumReferrers: len(r.from), NumKids: len(c.kids), NumLines: len(g.lineAt),
 		Types: g.types, ClassAddr: g.classAddr, ClassName: g.className, Strs: g.strs, Sites: g.sites,
 		Reachable: d.Reachable, ReachableBytes: d.ReachableBytes}
 	for i, m := range g.bigMem {
@@ -84,6 +86,7 @@ func WriteIndex(w *rawfile.Writer, g *Graph, d *DomTree, r *Reverse, c *Children
 	rawfile.Put(w, c.start)
 	rawfile.Put(w, c.kids)
 	rawfile.Put(w, g.text)
+	rawfile.Put(w, g.lineAt)
 	if err := w.Err(); err != nil {
 		return fmt.Errorf("writing heap index: %w", err)
 	}
@@ -139,6 +142,7 @@ func ReadIndex(r *rawfile.Reader) (*Graph, *DomTree, *Reverse, *Children, error)
 	kids.start = rawfile.Take[uint32](r, n+2)
 	kids.kids = rawfile.Take[uint32](r, h.NumKids)
 	g.text = rawfile.Take[uint8](r, h.TextBytes)
+	g.lineAt = rawfile.Take[int64](r, h.NumLines)
 	if err := r.Err(); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("reading heap index: %w", err)
 	}
@@ -169,6 +173,14 @@ func check(g *Graph, d *DomTree, rev *Reverse, kids *Children, h *indexHead) str
 	if len(g.classAddr) == 0 || len(g.className) != len(g.classAddr) || len(g.types) == 0 || len(g.types) > 256 ||
 		len(g.strs) == 0 || len(g.sites) == 0 {
 		return "array lengths"
+	}
+	if len(g.lineAt) > (n+lineEvery-1)/lineEvery {
+		return "line offsets"
+	}
+	for k := range g.lineAt {
+		if g.lineAt[k] < 0 || k > 0 && g.lineAt[k] <= g.lineAt[k-1] {
+			return "line offsets"
+		}
 	}
 	if msg := rows(g.refStart, len(g.refs), "reference bounds"); msg != "" {
 		return msg
