@@ -847,6 +847,10 @@ func TestUIHeapWaste(t *testing.T) {
 		CopyBytes   uint64 `json:"copy_bytes"`
 		EmptyArrays uint64 `json:"empty_arrays"`
 		EmptySite   string `json:"empty_site"`
+		Oversized   uint64 `json:"oversized_arrays"`
+		OverLength  uint64 `json:"oversized_length"`
+		OverBytes   uint64 `json:"oversized_bytes"`
+		OverSite    string `json:"oversized_site"`
 	}
 	p.WaitReport(t, &rep, 60*time.Second)
 	s := startUI(t, dump)
@@ -860,6 +864,13 @@ func TestUIHeapWaste(t *testing.T) {
 		StringsWasted uint64         `json:"strings_wasted"`
 		Empty         []wire.DiffRow `json:"empty"`
 		EmptySites    []wire.DiffRow `json:"empty_sites"`
+		Oversized     []struct {
+			Object               struct{ Type, Class string }
+			Length, Bytes, Spare uint64
+		}
+		OversizedSpare uint64         `json:"oversized_spare"`
+		OverClasses    []wire.DiffRow `json:"oversized_classes"`
+		OverSites      []wire.DiffRow `json:"oversized_sites"`
 	}
 	s.get(t, "/api/heap/waste?f=0&n=10", &w)
 	// The program's Strings, and perhaps the one its report built.
@@ -881,12 +892,34 @@ func TestUIHeapWaste(t *testing.T) {
 	if byClass < rep.EmptyArrays || bySite != rep.EmptyArrays {
 		t.Errorf("empty Arrays: %d in all, %d at %s; the program made %d there (%+v)", byClass, bySite, rep.EmptySite, rep.EmptyArrays, w.EmptySites)
 	}
+	// The oversized Arrays: each needs its slot and 8 bytes an element,
+	// the rest of the memsize the program measured is spare. Nothing else
+	// the program made at that line is an Array.
+	want := rep.OverBytes - rep.Oversized*(40+8*rep.OverLength)
+	var atSite *wire.DiffRow
+	for k, r := range w.OverSites {
+		if r.Site == rep.OverSite {
+			atSite = &w.OverSites[k]
+		}
+	}
+	if atSite == nil || atSite.Class != "Array" || atSite.Count != rep.Oversized || atSite.Bytes != want {
+		t.Errorf("oversized Arrays at %s: %+v; the program made %d of %d elements, %d bytes spare by its memsizes (%+v)", rep.OverSite, atSite, rep.Oversized, rep.OverLength, want, w.OverSites)
+	}
+	t.Logf("oversized by class: %+v", w.OverClasses)
+	if len(w.Oversized) != 10 || w.OversizedSpare < want {
+		t.Errorf("%d oversized collections listed, %d bytes spare in all; want 10, at least %d", len(w.Oversized), w.OversizedSpare, want)
+	}
+	for _, o := range w.Oversized {
+		if o.Object.Type != "ARRAY" || o.Length != rep.OverLength || o.Spare != o.Bytes-(40+8*o.Length) {
+			t.Errorf("oversized %+v: want the program's Arrays of %d elements", o, rep.OverLength)
+		}
+	}
 	// Opened again, from the index the first server wrote (which keeps
 	// the waste found as the dump was first opened): the same answer.
 	again := startUI(t, dump)
 	again.waitLoaded(t)
 	kept := w
-	kept.Strings, kept.Empty, kept.EmptySites = nil, nil, nil
+	kept.Strings, kept.Empty, kept.EmptySites, kept.Oversized, kept.OverClasses, kept.OverSites = nil, nil, nil, nil, nil, nil
 	again.get(t, "/api/heap/waste?f=0&n=10", &kept)
 	if !reflect.DeepEqual(kept, w) {
 		t.Errorf("the waste opened again from the index: %+v; first %+v", kept, w)
@@ -895,6 +928,10 @@ func TestUIHeapWaste(t *testing.T) {
 	visit(t, ctx, s, "#/heap/0/waste", "heap-waste")
 	if rows := cells(t, ctx, "#dup-strings"); len(rows) == 0 || !strings.Contains(rows[0][0], rep.Value) || rows[0][1] != commas(w.Strings[0].Count) {
 		t.Errorf("the page's duplicate Strings: %q", rows)
+	}
+	// The page lists 50 (its default), the largest first.
+	if rows := cells(t, ctx, "#oversized"); len(rows) != 50 || rows[0][3] != commas(rep.OverLength) || rows[0][5] != commas(w.Oversized[0].Spare) {
+		t.Errorf("the page's oversized collections: %q", rows)
 	}
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)

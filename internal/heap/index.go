@@ -10,7 +10,7 @@ import (
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
-const indexVersion = 4
+const indexVersion = 5
 
 // indexHead is an index's first part: a Graph's small fields, the
 // DomTree's totals and the lengths of the large arrays, which follow it

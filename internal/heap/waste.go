@@ -108,3 +108,82 @@ func EmptyCollections(g *Graph) (byClass, bySite []DiffRow) {
 	}
 	return byClass, bySite
 }
+
+// Oversized is an Array or Hash whose memory is mostly room its elements
+// do not use: an Array keeps its buffer at its largest after reject!,
+// select!, keep_if, slice! or delete_if (Ruby shrinks it on pop, not on
+// those), and on 3.3 and earlier a Hash keeps its table after most of its
+// keys were deleted or it was cleared.
+type Oversized struct {
+	// Object is the collection; Length its elements (Array) or entries
+	// (Hash); Bytes its memsize; Spare what Bytes holds beyond what
+	// Length elements need (collectionNeed).
+	Object       int
+	Length       uint64
+	Bytes, Spare uint64
+}
+
+// Per-element bytes a collection needs, and the rule for too much: an
+// Array's element is a pointer; a Hash's entry a hash, a key and a value,
+// its bins beside them. A collection is oversized when its memsize is at
+// least oversizeFactor times what its elements need with the object's
+// slot, and that leaves at least oversizeMin bytes: what Ruby's own
+// growth leaves (an Array grown by push holds up to 1.5 times its
+// length; a Hash of 17 entries holds 992 bytes on 3.4) stays below.
+const (
+	arrayElementBytes = 8
+	hashEntryBytes    = 32
+	slotBytes         = 40
+	oversizeFactor    = 4
+	oversizeMin       = 1024
+)
+
+// collectionSpare returns the bytes object i holds beyond what its
+// elements need, when it is an oversized Array or Hash (see Oversized).
+func (g *Graph) collectionSpare(i int, array, hash int) (length, spare uint64, ok bool) {
+	var per uint64
+	switch int(g.typ[i]) {
+	case array:
+		per = arrayElementBytes
+	case hash:
+		per = hashEntryBytes
+	default:
+		return 0, 0, false
+	}
+	length = uint64(g.detail[i])
+	need := slotBytes + per*length
+	m := g.Memsize(i)
+	if m < oversizeFactor*need || m-need < oversizeMin {
+		return 0, 0, false
+	}
+	return length, m - need, true
+}
+
+// OversizedCollections returns the n oversized Arrays and Hashes of g with
+// the most spare bytes, and all of them counted by class and type and by
+// allocation site (each row's Bytes are the spare bytes), and the spare
+// bytes in all.
+func OversizedCollections(g *Graph, n int) (top []Oversized, byClass, bySite []DiffRow, spare uint64) {
+	array, hash := slices.Index(g.types, "ARRAY"), slices.Index(g.types, "HASH")
+	c := newGroupCounter()
+	for i := range g.typ {
+		length, s, ok := g.collectionSpare(i, array, hash)
+		if !ok {
+			continue
+		}
+		spare += s
+		c.add(g, i, s)
+		top = append(top, Oversized{Object: i, Length: length, Bytes: g.Memsize(i), Spare: s})
+	}
+	slices.SortFunc(top, func(x, y Oversized) int {
+		return cmp.Or(cmp.Compare(y.Spare, x.Spare), cmp.Compare(x.Object, y.Object))
+	})
+	if len(top) > n {
+		top = slices.Clip(top[:n])
+	}
+	byClass = sortedRows(c.byClass)
+	if c.sitesKnown > 0 {
+		bySite = sortedRows(c.bySite)
+	}
+	return top, byClass, bySite, spare
+}

@@ -25,7 +25,9 @@ import (
 )
 
 // Number is what an array holds.
-type Number interface{ uint8 | uint32 | uint64 | int64 }
+type Number interface {
+	uint8 | uint32 | uint64 | int64
+}
 
 // align is the boundary every part of a stream starts at.
 const align = 8

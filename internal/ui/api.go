@@ -649,9 +649,18 @@ type dupString struct {
 	Example heapObject `json:"example"`
 }
 
+// oversized is a row of the Waste view's oversized collections.
+type oversized struct {
+	Object heapObject `json:"object"`
+	Length uint64     `json:"length"`
+	Bytes  uint64     `json:"bytes"`
+	Spare  uint64     `json:"spare"`
+}
+
 // apiWaste: memory a dump spends for nothing: the values held by several
-// Strings each (the n that waste the most), and the empty Arrays and
-// Hashes by class and by allocation site.
+// Strings each (the n that waste the most), the empty Arrays and Hashes
+// by class and by allocation site, and the oversized ones (the n with the
+// most spare bytes, and all by class and by site).
 func apiWaste(f *file, q *query) (any, error) {
 	n := q.num("n", 50, 1, maxLimit)
 	if q.err != nil {
@@ -664,13 +673,23 @@ func apiWaste(f *file, q *query) (any, error) {
 	for k, d := range dups {
 		rows[k] = dupString{Value: d.Value, Cut: d.Cut, Count: d.Count, Bytes: d.Bytes, Wasted: d.Wasted, Example: ix.object(d.Example)}
 	}
+	over := w.oversized[:min(n, len(w.oversized))]
+	overRows := make([]oversized, len(over))
+	for k, o := range over {
+		overRows[k] = oversized{Object: ix.object(o.Object), Length: o.Length, Bytes: o.Bytes, Spare: o.Spare}
+	}
 	return struct {
 		dumpSummary
-		Strings       []dupString    `json:"strings"`
-		StringsWasted uint64         `json:"strings_wasted"`
-		Empty         []wire.DiffRow `json:"empty"`
-		EmptySites    []wire.DiffRow `json:"empty_sites,omitempty"`
-	}{f.summary(), rows, w.wasted, wire.NewDiffRows(w.emptyByClass), wire.NewDiffRows(w.emptyBySite)}, nil
+		Strings        []dupString    `json:"strings"`
+		StringsWasted  uint64         `json:"strings_wasted"`
+		Empty          []wire.DiffRow `json:"empty"`
+		EmptySites     []wire.DiffRow `json:"empty_sites,omitempty"`
+		Oversized      []oversized    `json:"oversized"`
+		OversizedSpare uint64         `json:"oversized_spare"`
+		OverClasses    []wire.DiffRow `json:"oversized_classes"`
+		OverSites      []wire.DiffRow `json:"oversized_sites,omitempty"`
+	}{f.summary(), rows, w.wasted, wire.NewDiffRows(w.emptyByClass), wire.NewDiffRows(w.emptyBySite),
+		overRows, w.spare, wire.NewDiffRows(w.overByClass), wire.NewDiffRows(w.overBySite)}, nil
 }
 
 func (s *Server) flameSVG(w http.ResponseWriter, r *http.Request) {

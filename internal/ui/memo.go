@@ -18,6 +18,9 @@ type heapWaste struct {
 	dups                      []heap.DupString // the maxLimit largest
 	wasted                    uint64
 	emptyByClass, emptyBySite []heap.DiffRow
+	oversized                 []heap.Oversized // the maxLimit largest
+	overByClass, overBySite   []heap.DiffRow
+	spare                     uint64
 }
 
 // startWaste begins finding g's waste in the background, while the
@@ -30,6 +33,7 @@ func startWaste(g *heap.Graph) *heapWaste {
 		defer close(w.done)
 		w.dups, w.wasted = heap.DuplicateStrings(g, maxLimit)
 		w.emptyByClass, w.emptyBySite = heap.EmptyCollections(g)
+		w.oversized, w.overByClass, w.overBySite, w.spare = heap.OversizedCollections(g, maxLimit)
 	}()
 	return w
 }
@@ -40,12 +44,16 @@ type wasteRecord struct {
 	Dups                      []heap.DupString
 	Wasted                    uint64
 	EmptyByClass, EmptyBySite []heap.DiffRow
+	Oversized                 []heap.Oversized
+	OverByClass, OverBySite   []heap.DiffRow
+	Spare                     uint64
 }
 
 // record returns w, found, as the index of g keeps it.
 func (w *heapWaste) record(g *heap.Graph) wasteRecord {
 	<-w.done
-	return wasteRecord{Objects: g.Len(), Dups: w.dups, Wasted: w.wasted, EmptyByClass: w.emptyByClass, EmptyBySite: w.emptyBySite}
+	return wasteRecord{Objects: g.Len(), Dups: w.dups, Wasted: w.wasted, EmptyByClass: w.emptyByClass, EmptyBySite: w.emptyBySite,
+		Oversized: w.oversized, OverByClass: w.overByClass, OverBySite: w.overBySite, Spare: w.spare}
 }
 
 // wasteOf returns the waste of g an index kept, nil when it is not of g.
@@ -58,7 +66,13 @@ func wasteOf(rec wasteRecord, g *heap.Graph) *heapWaste {
 			return nil
 		}
 	}
-	w := &heapWaste{done: make(chan struct{}), dups: rec.Dups, wasted: rec.Wasted, emptyByClass: rec.EmptyByClass, emptyBySite: rec.EmptyBySite}
+	for _, o := range rec.Oversized {
+		if o.Object < 0 || o.Object >= g.Len() {
+			return nil
+		}
+	}
+	w := &heapWaste{done: make(chan struct{}), dups: rec.Dups, wasted: rec.Wasted, emptyByClass: rec.EmptyByClass, emptyBySite: rec.EmptyBySite,
+		oversized: rec.Oversized, overByClass: rec.OverByClass, overBySite: rec.OverBySite, spare: rec.Spare}
 	close(w.done)
 	return w
 }

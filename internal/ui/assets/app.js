@@ -448,6 +448,9 @@ const views = {
     const emptyCols = by => [...(by === "site" ? [{ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" }] : []),
       { label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
       { label: "Empty", num: true, cell: r => num(r.count) }, { label: "Bytes", num: true, cell: r => num(r.bytes) }];
+    const overCols = by => [...(by === "site" ? [{ label: "Allocation site", cell: r => r.site || "(unknown)", cls: "fn" }] : []),
+      { label: "Class", cell: r => r.class || "(none)" }, { label: "Type", cell: r => r.type },
+      { label: "Oversized", num: true, cell: r => num(r.count) }, { label: "Spare bytes", num: true, cell: r => num(r.bytes) }];
     show(gen, "ready", heapTabs(f, "waste"), dumpHead(d),
       el("h2", {}, `Duplicate Strings: ${bytes(d.strings_wasted)} wasted`),
       el("p", { class: "hint" }, "Values held by several Strings, each in its own memory: keeping one (freeze it, or String#-@) saves the rest. A long value is known by its first bytes and its size (marked …)."),
@@ -461,7 +464,22 @@ const views = {
       d.strings.length >= n ? el("p", {}, el("a", { href: hashFor(`/heap/${f}/waste`, { n: Math.min(Number(n) * 2, 1000) }) }, "more")) : null,
       el("h2", {}, "Empty Arrays and Hashes"),
       d.empty.length ? table(emptyCols("class"), d.empty, { id: "empty" }) : el("p", {}, "None."),
-      d.empty_sites && d.empty_sites.length ? [el("h2", {}, "… by allocation site"), table(emptyCols("site"), d.empty_sites.slice(0, 50), { id: "empty-sites" })] : null);
+      d.empty_sites && d.empty_sites.length ? [el("h2", {}, "… by allocation site"), table(emptyCols("site"), d.empty_sites.slice(0, 50), { id: "empty-sites" })] : null,
+      el("h2", {}, `Oversized Arrays and Hashes: ${bytes(d.oversized_spare)} spare`),
+      el("p", { class: "hint" }, "Collections whose memory is mostly room their elements do not use: an Array keeps its buffer at its largest after reject!, select!, keep_if, delete_if or slice!; on Ruby 3.3 and earlier a Hash keeps its table after most of its keys were deleted. A copy (dup) is right-sized. Spare: the bytes beyond what the elements need."),
+      d.oversized.length ? [
+        table([
+          { label: "Object", cell: r => objLink(f, r.object) },
+          { label: "Class", cell: r => r.object.class || "(none)" },
+          { label: "Type", cell: r => r.object.type },
+          { label: "Length", num: true, cell: r => num(r.length) },
+          { label: "Bytes", num: true, cell: r => num(r.bytes) },
+          { label: "Spare", num: true, cell: r => num(r.spare) },
+        ], d.oversized, { id: "oversized" }),
+        d.oversized.length >= n ? el("p", {}, el("a", { href: hashFor(`/heap/${f}/waste`, { n: Math.min(Number(n) * 2, 1000) }) }, "more")) : null,
+        el("h2", {}, "… by class"), table(overCols("class"), d.oversized_classes.slice(0, 50), { id: "oversized-classes" }),
+        d.oversized_sites && d.oversized_sites.length ? [el("h2", {}, "… by allocation site"), table(overCols("site"), d.oversized_sites.slice(0, 50), { id: "oversized-sites" })] : null,
+      ] : el("p", {}, "None."));
   },
 
   async "profile/sandwich"(gen, f, p) {
