@@ -751,6 +751,9 @@ func TestUIHeapPivots(t *testing.T) {
 		AppSite    string `json:"app_site"`
 		GemStrings uint64 `json:"gem_strings"`
 		AppObjects uint64 `json:"app_objects"`
+		Later      uint64 `json:"later_objects"`
+		LaterGen   uint64 `json:"later_generation"`
+		AppGen     uint64 `json:"app_generation"`
 	}
 	p.WaitReport(t, &rep, 60*time.Second)
 	plain, _ := heapGraphDump(t, dir)
@@ -759,6 +762,7 @@ func TestUIHeapPivots(t *testing.T) {
 	type row struct {
 		ID                int
 		Site, Gem, Class  string
+		Generation        *uint64
 		Type              string
 		Count             uint64
 		Shallow, Retained uint64
@@ -807,9 +811,33 @@ func TestUIHeapPivots(t *testing.T) {
 	if r, ok := find(rows, func(r row) bool { return r.Gem == "(app)" }); !ok || r.Count < rep.AppObjects {
 		t.Errorf("by gem: the app's row %+v (found %v), want at least its %d Objects", r, ok, rep.AppObjects)
 	}
+	// By GC generation: the 1,500 Objects made after a GC are in the row
+	// of the generation Ruby gives them, apart from the 2,000 made before
+	// it; the objects Ruby made before tracing began have a row of their
+	// own, first by name (the order of allocation).
+	var ov struct{ Page struct{ Rows []row } }
+	s.get(t, "/api/heap/overview?f=0&limit=1000&by=generation&sort=name", &ov)
+	overview("generation")
+	gens := ov.Page.Rows
+	if len(gens) < 3 || gens[0].Generation != nil || gens[0].Count == 0 {
+		t.Errorf("by generation, by name: want the objects before tracing first, then the generations: %+v", gens[:min(3, len(gens))])
+	}
+	if r, ok := find(gens, func(r row) bool { return r.Generation != nil && *r.Generation == rep.LaterGen }); !ok || r.Count < rep.Later || rep.LaterGen == rep.AppGen {
+		t.Errorf("by generation: generation %d's row %+v (found %v), want at least the %d Objects Ruby made then (the 2,000 before in generation %d)", rep.LaterGen, r, ok, rep.Later, rep.AppGen)
+	} else {
+		var objs struct{ Page struct{ Total int } }
+		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=generation&group=%d&limit=1", r.ID), &objs)
+		if uint64(objs.Page.Total) != r.Count {
+			t.Errorf("by generation: the row of %d objects drills down to %d", r.Count, objs.Page.Total)
+		}
+	}
 	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/overview?by=generation&sort=name", "heap-overview-generation")
+	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "(before tracing)") || !strings.Contains(text, fmt.Sprintf("generation %d", rep.LaterGen)) {
+		t.Errorf("the page by generation:\n%.2000s", text)
+	}
 	visit(t, ctx, s, "#/heap/0/overview?by=gem", "heap-overview-gem")
-	if links := eval[[]string](t, ctx, `[...document.querySelectorAll("#pivots a")].map(a => a.innerText)`); strings.Join(links, ",") != "class,type,allocation site,gem" {
+	if links := eval[[]string](t, ctx, `[...document.querySelectorAll("#pivots a")].map(a => a.innerText)`); strings.Join(links, ",") != "class,type,allocation site,gem,GC generation" {
 		t.Errorf("the page's groupings: %q", links)
 	}
 	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "fakegem-1.2.3") || !strings.Contains(text, "(app)") {

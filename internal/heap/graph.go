@@ -47,6 +47,10 @@ type Graph struct {
 	text      []byte   // string prefixes: length byte (high bit: cut) then bytes
 	sites     []Site
 	order     []uint32 // object numbers by ascending address; nil when the file is in that order
+	// gen is each object's GC generation at its allocation (the GC's
+	// count then), noGeneration where the dump does not say (allocated
+	// before allocation tracing began).
+	gen []uint32
 	// lineAt[k] is the byte offset in the dump of the line of object
 	// k*lineEvery (Line reads an object's line from the nearest one)
 	lineAt []int64
@@ -190,6 +194,11 @@ func Load(r io.Reader, name string) (*Graph, error) {
 			site = lastSiteIdx
 		}
 		g.site = append(g.site, site)
+		gen := uint32(noGeneration)
+		if site != 0 {
+			gen = uint32(min(rec.Generation, noGeneration-1))
+		}
+		g.gen = append(g.gen, gen)
 
 		var detail uint32
 		switch rec.Type {
@@ -508,6 +517,17 @@ func (g *Graph) NumRefs() int { return len(g.refs) }
 func (g *Graph) Site(i int) (Site, bool) {
 	s := g.site[i]
 	return g.sites[s], s != 0
+}
+
+// noGeneration is Graph.gen's value for an object without a generation.
+const noGeneration = math.MaxUint32
+
+// Generation returns the GC generation at which object i was allocated
+// (GC.count then), when the dump says: objects allocated while
+// allocation tracing was on (ObjectSpace.trace_object_allocations).
+func (g *Graph) Generation(i int) (uint64, bool) {
+	v := g.gen[i]
+	return uint64(v), v != noGeneration
 }
 
 // HasSites tells whether any object has an allocation site.

@@ -10,7 +10,7 @@ import (
 
 // indexVersion is the version of the form WriteIndex writes; ReadIndex
 // refuses any other.
-const indexVersion = 5
+const indexVersion = 6
 
 // indexHead is an index's first part: a Graph's small fields, the
 // DomTree's totals and the lengths of the large arrays, which follow it
@@ -87,6 +87,7 @@ func WriteIndex(w *rawfile.Writer, g *Graph, d *DomTree, r *Reverse, c *Children
 	rawfile.Put(w, c.kids)
 	rawfile.Put(w, g.text)
 	rawfile.Put(w, g.lineAt)
+	rawfile.Put(w, g.gen)
 	if err := w.Err(); err != nil {
 		return fmt.Errorf("writing heap index: %w", err)
 	}
@@ -143,6 +144,7 @@ func ReadIndex(r *rawfile.Reader) (*Graph, *DomTree, *Reverse, *Children, error)
 	kids.kids = rawfile.Take[uint32](r, h.NumKids)
 	g.text = rawfile.Take[uint8](r, h.TextBytes)
 	g.lineAt = rawfile.Take[int64](r, h.NumLines)
+	g.gen = rawfile.Take[uint32](r, n)
 	if err := r.Err(); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("reading heap index: %w", err)
 	}

@@ -326,7 +326,7 @@ func apiOverview(f *file, q *query) (any, error) {
 		case "count":
 			return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.ID, b.ID))
 		case "name":
-			return cmp.Or(cmp.Compare(a.Gem, b.Gem), cmp.Compare(a.Site, b.Site), cmp.Compare(a.Class, b.Class), cmp.Compare(a.Type, b.Type), cmp.Compare(a.ID, b.ID))
+			return cmp.Or(compareGen(a.Generation, b.Generation), cmp.Compare(a.Gem, b.Gem), cmp.Compare(a.Site, b.Site), cmp.Compare(a.Class, b.Class), cmp.Compare(a.Type, b.Type), cmp.Compare(a.ID, b.ID))
 		}
 		return cmp.Or(cmp.Compare(b.Retained, a.Retained), cmp.Compare(b.Shallow, a.Shallow), cmp.Compare(a.ID, b.ID))
 	})
@@ -339,9 +339,22 @@ func apiOverview(f *file, q *query) (any, error) {
 	}{f.summary(), by, sortBy, f.heap.bySite != nil, paged(rows, offset, limit, func(r overviewRow) overviewRow { return r })}, nil
 }
 
+// compareGen orders generations: none (before tracing began) first.
+func compareGen(a, b *uint64) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return -1
+	case b == nil:
+		return 1
+	}
+	return cmp.Compare(*a, *b)
+}
+
 // pivots are the overview's groupings: by class (and type), by type, by
-// allocation site (and class and type) and by gem.
-var pivots = []string{"class", "type", "site", "gem"}
+// allocation site (and class and type), by gem and by GC generation.
+var pivots = []string{"class", "type", "site", "gem", "generation"}
 
 // pivot returns the groups of pivot by of the dump named name, or why
 // there are none.
@@ -349,14 +362,17 @@ func (ix *heapIndex) pivot(name, by string) (*groups, error) {
 	switch by {
 	case "type":
 		return ix.byType, nil
-	case "site", "gem":
+	case "site", "gem", "generation":
 		if ix.bySite == nil {
 			return nil, fmt.Errorf("%s has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start to group by %s", name, by)
 		}
-		if by == "site" {
+		switch by {
+		case "site":
 			return ix.bySite, nil
+		case "gem":
+			return ix.byGem, nil
 		}
-		return ix.byGem, nil
+		return ix.byGen, nil
 	}
 	return ix.byClass, nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -39,6 +40,8 @@ type heapIndex struct {
 	// bySite groups by allocation site, class name and type, byGem by the
 	// gem of the site (heap.Gem); both nil when the dump has no sites.
 	bySite, byGem *groups
+	// byGen groups by the GC generation of the allocation (with sites).
+	byGen *groups
 
 	// wasteMemo is the Waste view's findings (waste).
 	wasteMemo *heapWaste
@@ -62,14 +65,17 @@ type groups struct {
 // retained size of the set: an object inside another of the same group
 // counts once).
 type groupRow struct {
-	Site          string `json:"site,omitempty"`
-	Gem           string `json:"gem,omitempty"`
-	Class         string `json:"class,omitempty"`
-	Type          string `json:"type"`
-	Count         uint64 `json:"count"`
-	Shallow       uint64 `json:"shallow"`
-	Retained      uint64 `json:"retained"`
-	RetainedCount uint64 `json:"retained_count"`
+	Site string `json:"site,omitempty"`
+	Gem  string `json:"gem,omitempty"`
+	// Generation is the GC generation the objects were allocated in
+	// (GC.count then); nil for those allocated before tracing began.
+	Generation    *uint64 `json:"generation,omitempty"`
+	Class         string  `json:"class,omitempty"`
+	Type          string  `json:"type"`
+	Count         uint64  `json:"count"`
+	Shallow       uint64  `json:"shallow"`
+	Retained      uint64  `json:"retained"`
+	RetainedCount uint64  `json:"retained_count"`
 }
 
 // indexMagic begins every index file; the dump's identity follows.
@@ -187,7 +193,7 @@ func buildHeap(f *os.File, path string) (*heapIndex, error) {
 // answers from the rows kept, without a pass over the graph.
 
 // indexHead is the index's part after the graph: the dump's waste and the
-// rows of each pivot (byClass, byType, then bySite and byGem when the
+// rows of each pivot (byClass, byType, then bySite, byGem and byGen when the
 // dump has sites).
 type indexHead struct {
 	Objects int // the dump's, checked when read back
@@ -242,7 +248,7 @@ func readIndex(r *rawfile.Reader, key dumpKey) (*heapIndex, error) {
 	}
 	var h indexHead
 	r.Gob(&h)
-	if r.Err() != nil || h.Objects != g.Len() || !(len(h.Pivots) == 2 || len(h.Pivots) == 4 && g.HasSites()) {
+	if r.Err() != nil || h.Objects != g.Len() || !(len(h.Pivots) == 2 || len(h.Pivots) == 5 && g.HasSites()) {
 		return nil, errors.New("index without its rows")
 	}
 	w := wasteOf(h.Waste, g)
@@ -262,8 +268,8 @@ func readIndex(r *rawfile.Reader, key dumpKey) (*heapIndex, error) {
 		all[k] = gs
 	}
 	ix.byClass, ix.byType = all[0], all[1]
-	if len(all) == 4 {
-		ix.bySite, ix.byGem = all[2], all[3]
+	if len(all) == 5 {
+		ix.bySite, ix.byGem, ix.byGen = all[2], all[3], all[4]
 	}
 	return ix, nil
 }
@@ -340,7 +346,7 @@ func writeIndexFile(p string, key dumpKey, ix *heapIndex) error {
 func (ix *heapIndex) pivots() []*groups {
 	all := []*groups{ix.byClass, ix.byType}
 	if ix.bySite != nil {
-		all = append(all, ix.bySite, ix.byGem)
+		all = append(all, ix.bySite, ix.byGem, ix.byGen)
 	}
 	return all
 }
@@ -397,6 +403,18 @@ func newHeapIndex(g *heap.Graph, d *heap.DomTree, w *heapWaste) *heapIndex {
 			return gem
 		}
 		ix.byGem = makeGroups(g, gemOf, func(i int) groupRow { return groupRow{Gem: gemOf(i)} })
+		genOf := func(i int) uint64 {
+			if v, ok := g.Generation(i); ok {
+				return v
+			}
+			return math.MaxUint64
+		}
+		ix.byGen = makeGroups(g, genOf, func(i int) groupRow {
+			if v, ok := g.Generation(i); ok {
+				return groupRow{Generation: &v}
+			}
+			return groupRow{}
+		})
 	}
 	edges.Wait()
 	all := ix.pivots()

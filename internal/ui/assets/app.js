@@ -94,6 +94,9 @@ function table(cols, rows, opts) {
   return el("table", { id: (opts && opts.id) || "rows" }, el("thead", {}, head), el("tbody", {}, body));
 }
 
+// genName names an overview row by GC generation.
+function genName(r) { return r.generation === undefined ? "(before tracing)" : "generation " + r.generation; }
+
 function objLink(f, o) { return el("a", { href: hashFor(`/heap/${f}/object`, { addr: o.address }), class: "addr" }, o.address); }
 
 const objectCols = f => [
@@ -214,9 +217,10 @@ const views = {
     const cols = [];
     const drill = (r, text) => el("a", { href: hashFor(`/heap/${f}/objects`, { by, group: r.id }) }, text);
     if (by === "gem") cols.push({ label: "Gem", sort: "name", cell: r => drill(r, r.gem) });
+    if (by === "generation") cols.push({ label: "GC generation", sort: "name", num: true, cell: r => drill(r, genName(r)) });
     if (by === "site") cols.push({ label: "Allocation site", sort: "name", cls: "fn", cell: r => drill(r, r.site) });
     if (by === "class" || by === "site") cols.push({ label: "Class", sort: by === "class" ? "name" : undefined, cell: r => by === "class" ? drill(r, r.class || "(none)") : r.class || "(none)" });
-    if (by !== "gem") cols.push({ label: "Type", sort: by === "type" ? "name" : undefined, cell: r => by === "type" ? drill(r, r.type) : r.type });
+    if (by !== "gem" && by !== "generation") cols.push({ label: "Type", sort: by === "type" ? "name" : undefined, cell: r => by === "type" ? drill(r, r.type) : r.type });
     cols.push(
       { label: "Count", num: true, sort: "count", cell: r => num(r.count) },
       { label: "Shallow bytes", num: true, sort: "shallow", cell: r => num(r.shallow) },
@@ -224,9 +228,10 @@ const views = {
       { label: "Retained count", num: true, cell: r => num(r.retained_count) });
     show(gen, "ready", heapTabs(f, "overview"), dumpHead(d),
       el("p", { class: "pivot", id: "pivots" }, "Group by: ",
-        (d.has_sites ? ["class", "type", "site", "gem"] : ["class", "type"]).map((p, k) =>
-          [k ? " · " : "", el("a", { href: hashFor(base, { by: p, sort }), class: by === p ? "on" : "" }, p === "site" ? "allocation site" : p)]),
-        d.has_sites ? null : el("span", { class: "hint" }, " (by allocation site and gem: dump after ObjectSpace.trace_object_allocations_start)")),
+        (d.has_sites ? ["class", "type", "site", "gem", "generation"] : ["class", "type"]).map((p, k) =>
+          [k ? " · " : "", el("a", { href: hashFor(base, { by: p, sort }), class: by === p ? "on" : "" }, p === "site" ? "allocation site" : p === "generation" ? "GC generation" : p)]),
+        d.has_sites ? null : el("span", { class: "hint" }, " (by allocation site, gem and GC generation: dump after ObjectSpace.trace_object_allocations_start)")),
+      by === "generation" ? el("p", { class: "hint" }, "The GC generation of an object is GC.count when it was allocated: objects of old generations that are still here were kept; sort by name for the order of allocation.") : null,
       table(cols, d.page.rows, { sorted: sort, sortHref: s => hashFor(base, { by, sort: s }) }),
       pager(d.page, limit, base, { by, sort }, "offset"));
   },
@@ -235,7 +240,7 @@ const views = {
     const by = p.by || "class", group = p.group || 0, offset = +p.offset || 0, limit = 100;
     const d = await api("heap/objects", { f, by, group, offset, limit });
     const g = d.group;
-    const name = [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
+    const name = by === "generation" ? genName(g) : [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
     setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [name]);
     show(gen, "ready", heapTabs(f, ""), dumpHead(d),
       el("h2", {}, `${name}: ${num(g.count)} objects, ${num(g.shallow)} bytes, retaining ${num(g.retained)} bytes`),
@@ -321,7 +326,7 @@ const views = {
     const by = p.by || "class", group = p.group || 0;
     const d = await api("heap/merged", { f, by, group });
     const g = d.group;
-    const name = [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
+    const name = by === "generation" ? genName(g) : [g.gem, g.site, g.class, g.type].filter(x => x).join(" ");
     setCrumbs(["files", "#/"], [d.file, hashFor(`/heap/${f}/overview`, { by })], [name, hashFor(`/heap/${f}/objects`, { by, group })], ["merged paths"]);
     const node = n => el("li", {},
       el("span", { class: "count" }, num(n.targets)), " ",
