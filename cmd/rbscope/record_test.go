@@ -207,12 +207,22 @@ func TestRecordVariants(t *testing.T) {
 		for _, va := range testruby.Variants(t, rb)[1:] {
 			ran++
 			t.Run(rb.Name+"/"+va.Name, func(t *testing.T) {
-				p, _ := startSplit(t, rb, va.Env, "30")
-				out, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "200", "--duration", "2s", "-f", "collapsed", "-o", "-")
-				if code != 0 {
-					t.Fatalf("exit %d: %s", code, stderr)
+				p, _ := startSplit(t, rb, va.Env, "60")
+				// Windows of 2 s until there are 60 samples in the chains
+				// (at most 5): a busy machine may give the program little
+				// CPU in one.
+				var out, stderr string
+				var shares map[string]float64
+				var total int
+				for try := 0; try < 5 && total < 60; try++ {
+					o, e, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "200", "--duration", "2s", "-f", "collapsed", "-o", "-")
+					if code != 0 {
+						t.Fatalf("exit %d: %s", code, e)
+					}
+					out += strings.TrimSuffix(o, "\n") + "\n"
+					stderr = e
+					shares, total = chainShares(t, out)
 				}
-				shares, total := chainShares(t, out)
 				t.Logf("%d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%; %s", total, shares["chain_a"], shares["chain_b"], shares["chain_c"], strings.TrimSpace(stderr))
 				for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
 					if shares[c] == 0 || !strings.Contains(out, "Object#"+c+" (") {
@@ -468,7 +478,19 @@ func TestRecordInterrupted(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Interrupted once the program has had 0.5 s of CPU by its own
+	// clocks (at most 30 s): a busy machine may give it little.
+	start := splitCPU(t, p, 1)
+	for seq, deadline := 2, time.Now().Add(30*time.Second); time.Now().Before(deadline); seq++ {
+		time.Sleep(200 * time.Millisecond)
+		now, used := splitCPU(t, p, seq), 0.0
+		for c, v := range now {
+			used += v - start[c]
+		}
+		if used >= 0.5 {
+			break
+		}
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("rbscope after SIGINT: %v: %s", err, stderr.String())
