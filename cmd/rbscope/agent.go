@@ -43,7 +43,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringArrayVar(&s.pids, "pid", s.pids, "profile this process only (repeatable); default: every Ruby process of the host")
 	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
 	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
-	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks take half the time); --realtime=false to keep it at normal priority")
+	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks use half of a CPU); --realtime=false to keep it at normal priority")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"golang.org/x/sys/unix"
 	"runtime"
 	"time"
 
@@ -24,18 +25,18 @@ import (
 // The sampling thread alone is moved, never rbscope's other threads (all
 // of them real-time on one CPU starve the Go runtime's own: a recording
 // never ended), and it leaves real time for good when its ticks take more
-// than half of the time (realtimeBudget): a sampler that busy belongs with
+// than half of a CPU (realtimeBudget): a sampler that busy belongs with
 // the other tasks.
 type rtSampler struct {
 	thread *realtime.Thread
 	// window is when the current second of accounting began and work the
-	// time the ticks took in it.
+	// CPU time the ticks used in it.
 	window time.Time
 	work   time.Duration
 }
 
-// realtimeBudget is the share of the time the sampling thread may spend in
-// its ticks and stay real-time.
+// realtimeBudget is the share of a CPU the sampling thread's ticks may use
+// and the thread stay real-time.
 const realtimeBudget = 0.5
 
 // enterRealtime moves the calling goroutine's OS thread to real-time
@@ -57,14 +58,33 @@ func enterRealtime(want bool) *rtSampler {
 // on tells whether the sampling thread is real-time.
 func (r *rtSampler) on() bool { return r.thread != nil }
 
-// charge counts the tick that began at tickAt and leaves real time when
-// the last second's ticks took more than realtimeBudget of it.
-func (r *rtSampler) charge(tickAt time.Time) {
+// cpu returns the CPU time the sampling thread has used, while it is
+// real-time (zero otherwise: nothing is charged then).
+func (r *rtSampler) cpu() time.Duration {
+	if r.thread == nil {
+		return 0
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// charge counts a tick that used the CPU time used (cpu's difference
+// across it), and leaves real time when the last second's ticks used more
+// than realtimeBudget of it. CPU time, not the time the tick took: a tick
+// that waited (queued behind another real-time thread, such as a second
+// rbscope's sampler, or blocked in a read) took nothing from other tasks,
+// and counting its waits made a sampler among others leave real time on
+// a busy machine (ticks of 914 ms a second, beside a CI run's own
+// real-time samplers).
+func (r *rtSampler) charge(used time.Duration) {
 	if r.thread == nil {
 		return
 	}
 	now := time.Now()
-	r.work += now.Sub(tickAt)
+	r.work += used
 	if span := now.Sub(r.window); span >= time.Second {
 		if float64(r.work) > realtimeBudget*float64(span) {
 			r.leave()

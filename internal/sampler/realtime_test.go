@@ -9,8 +9,8 @@ import (
 )
 
 // TestRealtimeBudget: the sampling thread stays real-time while its ticks
-// take less than half of the time, and goes back to normal scheduling,
-// for good, once a second of them took more.
+// use less than half of a CPU, and goes back to normal scheduling, for
+// good, once a second of them used more; its own CPU clock counts.
 func TestRealtimeBudget(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("real-time scheduling needs root here")
@@ -27,15 +27,23 @@ func TestRealtimeBudget(t *testing.T) {
 		t.Fatalf("enterRealtime(true) as root: on %v, policy %d", r.on(), policy())
 	}
 	r.window = time.Now().Add(-time.Second)
-	r.charge(time.Now().Add(-300 * time.Millisecond))
+	r.charge(300 * time.Millisecond)
 	if !r.on() || policy() != unix.SCHED_FIFO {
 		t.Fatalf("left real time after ticks of 30%% of a second")
 	}
 	r.window = time.Now().Add(-time.Second)
-	r.charge(time.Now().Add(-600 * time.Millisecond))
+	r.charge(600 * time.Millisecond)
 	if r.on() || policy() != 0 { // SCHED_OTHER
 		t.Fatalf("after ticks of 60%% of a second: on %v, policy %d", r.on(), policy())
 	}
+	r = enterRealtime(true)
+	c0 := r.cpu()
+	for r.cpu()-c0 < 20*time.Millisecond {
+	}
+	if used := r.cpu() - c0; used < 20*time.Millisecond || used > time.Second {
+		t.Errorf("the thread's CPU clock counted %v of a 20 ms spin", used)
+	}
+	r.leave()
 	if off := enterRealtime(false); off.on() {
 		t.Fatal("enterRealtime(false) moved the thread")
 	}

@@ -763,7 +763,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
 		}
-		tickAt := time.Now()
+		tickCPU := rt.cpu()
 		clock.next()
 		if s.opts.PerProcess {
 			s.takeAdded()
@@ -829,7 +829,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			lastProgress = time.Now()
 			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
 		}
-		rt.charge(tickAt)
+		rt.charge(rt.cpu() - tickCPU)
 	}
 }
 
