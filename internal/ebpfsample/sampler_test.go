@@ -29,6 +29,33 @@ func sampleFor(t testing.TB, s *Sampler, d time.Duration) {
 	}
 }
 
+// sampleCPU runs s until process pid has had cpu of CPU time by the
+// kernel's account (at most 30 s): the BPF sampler samples a thread only
+// while it runs, and a busy machine may give the target little CPU in a
+// second (a CI run at load average 20 gave 11 samples of a second at
+// 499 Hz).
+func sampleCPU(t testing.TB, s *Sampler, pid int, cpu time.Duration) {
+	t.Helper()
+	used := func() time.Duration {
+		var ts unix.Timespec
+		// The process's CPU-time clock (clock_getcpuclockid's).
+		if err := unix.ClockGettime(int32((^pid)<<3|2), &ts); err != nil {
+			t.Fatalf("CPU time of pid %d: %v", pid, err)
+		}
+		return time.Duration(ts.Nano())
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := used()
+	for deadline := time.Now().Add(30 * time.Second); used()-start < cpu && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openOrSkip loads the sampler on pid, skipping the test where BPF or
 // perf events are not allowed.
 func openOrSkip(t *testing.T, pid int, vm *rubyvm.VM, opts Options) *Sampler {
@@ -97,7 +124,7 @@ func TestDeepStackAgrees(t *testing.T) {
 				}
 			}
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			sampleFor(t, s, time.Second)
+			sampleCPU(t, s, rep.PID, 300*time.Millisecond)
 			got := map[string]int{}
 			total, deep := 0, 0
 			n, err := s.Drain(func(smp *Sample) {
@@ -216,7 +243,7 @@ func TestChurnNeverTorn(t *testing.T) {
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm := attachVM(t, rep.PID)
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			sampleFor(t, s, time.Second)
+			sampleCPU(t, s, rep.PID, 300*time.Millisecond)
 			total, leafA, leafB, gc := 0, 0, 0, 0
 			var torn []string
 			_, err := s.Drain(func(smp *Sample) {
@@ -300,7 +327,7 @@ func TestThreadsAndTruncation(t *testing.T) {
 			}
 			for _, maxFrames := range []int{0, 2} {
 				s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499, MaxFrames: maxFrames})
-				sampleFor(t, s, time.Second)
+				sampleCPU(t, s, rep.PID, 300*time.Millisecond)
 				byThread := map[string]int{}
 				total, bad := 0, 0
 				mainRan := 0
