@@ -118,9 +118,16 @@ func visitWant(t *testing.T, ctx context.Context, s *uiServer, frag, name, want 
 		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("view").innerText`))
 		t.Errorf("%s: %s", frag, text)
 	}
+	saveScreenshot(t, ctx, name)
+}
+
+// saveScreenshot saves what the tab shows as name.png, in the directory
+// screenshotsEnv names or else the test's own.
+func saveScreenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
-		t.Fatalf("screenshot of %s: %v", frag, err)
+		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	dir := os.Getenv(screenshotsEnv)
 	if dir == "" {

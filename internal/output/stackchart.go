@@ -124,6 +124,8 @@ text.axis { font-size: 10px; fill: #555; }
 text.thread { font-weight: bold; }
 g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 g.f.on rect { stroke: #000; stroke-width: 1.5; }
+#range rect { fill: rgba(26, 95, 180, 0.18); stroke: #1a5fb4; stroke-width: 1; pointer-events: none; }
+#range text { font-size: 11px; fill: #1a5fb4; font-weight: bold; pointer-events: none; }
 </style>
 `, fgWidth, height, fgWidth, height, fgFontSize)
 	against := ""
@@ -150,7 +152,10 @@ g.f.on rect { stroke: #000; stroke-width: 1.5; }
 		bw.printf(`<text class="axis" x="%.1f" y="%.0f" style="text-anchor: %s">%s s</text><line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#ddd"/>`+"\n",
 			x, scAxisY, anchor, strconv.FormatFloat(from.Seconds()+span*float64(k)/10, 'f', digits, 64), x, scAxisY+3, x, height-fgBottom)
 	}
-	bw.printf(`<g id="frames" data-from="%g" data-to="%g">`+"\n", from.Seconds(), to.Seconds())
+	// The frames' time and the pixels it spans, for a range dragged
+	// across the chart.
+	bw.printf(`<g id="frames" data-from="%g" data-to="%g" data-x0="%g" data-x1="%g" data-y0="%g" data-y1="%g">`+"\n",
+		from.Seconds(), to.Seconds(), fgPad, fgWidth-fgPad, scAxisY+3, height-fgBottom)
 }
 
 // scDiff is what a stack chart compared with another recording colours
@@ -222,16 +227,73 @@ func duration(d time.Duration) string {
 // stackChartJS makes the chart answer the pointer: the hovered box's
 // title on the details line; a click selects a box and, in a frame of the
 // same origin (rbscope ui's page), posts its function and time to the
-// page.
+// page. Dragging across the chart (4 pixels or more, else it is a click)
+// draws the range of time with its length and, framed, posts the range
+// to the page on release; Esc drops a drag under way, or, framed, asks
+// the page to clear its range.
 const stackChartJS = `
-var details, selected = null;
+var details, selected = null, drag = null, swallow = false;
 function init(evt) {
   details = document.getElementById("details");
   Array.prototype.slice.call(document.querySelectorAll("g.f")).forEach(function (g) {
     var title = g.querySelector("title").textContent;
     g.addEventListener("mouseover", function () { details.textContent = title; });
     g.addEventListener("mouseout", function () { details.textContent = selected ? selected.querySelector("title").textContent : " "; });
-    g.addEventListener("click", function () { select(g, title); });
+    g.addEventListener("click", function () { if (!swallow) select(g, title); });
+  });
+  var svg = document.documentElement, frames = document.getElementById("frames");
+  var num = function (a) { return parseFloat(frames.getAttribute(a)); };
+  var x0 = num("data-x0"), x1 = num("data-x1"), y0 = num("data-y0"), y1 = num("data-y1"), t0 = num("data-from"), t1 = num("data-to");
+  var at = function (e) { var m = svg.getScreenCTM(); return (e.clientX - m.e) / m.a; };
+  var clamp = function (x) { return Math.max(x0, Math.min(x1, x)); };
+  var time = function (x) { return t0 + (x - x0) / (x1 - x0) * (t1 - t0); };
+  var length = function (s) { return s < 1 ? (s * 1000).toFixed(1) + " ms" : s.toFixed(3) + " s"; };
+  var ns = "http://www.w3.org/2000/svg";
+  svg.addEventListener("mousedown", function (e) {
+    var x = at(e);
+    if (e.button !== 0 || x < x0 || x > x1) return;
+    e.preventDefault();
+    drag = { cx: e.clientX, x: x, moved: false, g: null, a: 0, b: 0 };
+  });
+  window.addEventListener("mousemove", function (e) {
+    if (!drag || (!drag.moved && Math.abs(e.clientX - drag.cx) < 4)) return;
+    drag.moved = true;
+    var x = at(e);
+    drag.a = clamp(Math.min(drag.x, x));
+    drag.b = clamp(Math.max(drag.x, x));
+    if (!drag.g) {
+      var old = document.getElementById("range");
+      if (old) old.parentNode.removeChild(old);
+      drag.g = document.createElementNS(ns, "g");
+      drag.g.setAttribute("id", "range");
+      drag.g.appendChild(document.createElementNS(ns, "rect"));
+      drag.g.appendChild(document.createElementNS(ns, "text"));
+      svg.appendChild(drag.g);
+    }
+    var r = drag.g.firstChild, t = drag.g.lastChild, from = time(drag.a), to = time(drag.b);
+    r.setAttribute("x", drag.a); r.setAttribute("y", y0); r.setAttribute("width", drag.b - drag.a); r.setAttribute("height", y1 - y0);
+    t.setAttribute("x", drag.a + 3); t.setAttribute("y", y0 + 11);
+    t.textContent = from.toFixed(3) + "\u2013" + to.toFixed(3) + " s: " + length(to - from);
+    drag.g.setAttribute("data-from", from); drag.g.setAttribute("data-to", to);
+  });
+  window.addEventListener("mouseup", function () {
+    var d = drag;
+    drag = null;
+    if (!d || !d.moved) return;
+    swallow = true; // the click that follows the release is the drag's
+    setTimeout(function () { swallow = false; }, 0);
+    if (d.b > d.a && window.parent !== window) {
+      window.parent.postMessage({ rbscope: "stackchart", range: true, from: time(d.a), to: time(d.b) }, location.origin);
+    }
+  });
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape") return;
+    if (drag) {
+      if (drag.g) drag.g.parentNode.removeChild(drag.g);
+      drag = null;
+    } else if (window.parent !== window) {
+      window.parent.postMessage({ rbscope: "stackchart", escape: true }, location.origin);
+    }
   });
 }
 function select(g, title) {

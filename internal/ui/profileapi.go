@@ -501,9 +501,11 @@ type timelineThread struct {
 // apiTimeline: a track per thread over the recording, cut in stretches
 // of equal time, with what each thread's samples were doing in each;
 // against a recording before, the function each stretch stands for and
-// the change of its share.
+// the change of its share. With zoom=1 the stretches cut the time window
+// of the transforms (time:FROM-TO) instead of the whole recording.
 func apiTimeline(f *file, q *query) (any, error) {
 	n := q.num("stretches", 200, 10, 2000)
+	zoom := q.oneOf("zoom", "0", "0", "1") == "1"
 	pv, err := f.view(q)
 	if err != nil {
 		return nil, err
@@ -530,6 +532,19 @@ func apiTimeline(f *file, q *query) (any, error) {
 	for _, s := range p.Timeline {
 		span = max(span, s.Time+1)
 	}
+	// The stretches cut [lo, lo+span): the whole recording, or zoomed,
+	// the window its transforms keep (view has read them).
+	var lo time.Duration
+	if zoom {
+		ts, _ := profile.ParseTransforms(q.str("t", ""))
+		from, to := profile.Window(ts)
+		if to == 0 || to > span {
+			to = span
+		}
+		if from < to {
+			lo, span = from, to-from
+		}
+	}
 	type key struct{ pid, tid int }
 	idx := map[key]int{}
 	threads := []timelineThread{}
@@ -541,7 +556,7 @@ func apiTimeline(f *file, q *query) (any, error) {
 			idx[k] = i
 			threads = append(threads, timelineThread{Thread: s.Thread, TID: s.TID, PID: s.PID, Run: make([]int, n), GC: make([]int, n), GVL: make([]int, n)})
 		}
-		b := stretchOf(s.Time, span, n)
+		b := stretchOf(s.Time-lo, span, n)
 		switch state[s.Stack] {
 		case 1:
 			threads[i].GC[b]++
@@ -553,6 +568,8 @@ func apiTimeline(f *file, q *query) (any, error) {
 	}
 	out := struct {
 		profileSummary
+		// The stretches cut the time from From for Span seconds.
+		From    float64          `json:"from_seconds"`
 		Span    float64          `json:"span_seconds"`
 		Threads []timelineThread `json:"threads"`
 		// Against a recording before: its figures, and the change of
@@ -560,7 +577,7 @@ func apiTimeline(f *file, q *query) (any, error) {
 		// for, as each recording's function table gives it.
 		Before  *profileSummary         `json:"before,omitempty"`
 		Changes map[string]*shareChange `json:"changes,omitempty"`
-	}{profileSummary: f.summaryOf(pv), Span: span.Seconds(), Threads: threads}
+	}{profileSummary: f.summaryOf(pv), From: lo.Seconds(), Span: span.Seconds(), Threads: threads}
 	bv, err := baseline(q)
 	if err != nil || bv == nil {
 		return out, err
@@ -572,7 +589,7 @@ func apiTimeline(f *file, q *query) (any, error) {
 	for fn, a := range after {
 		change[fn] = a - before[fn]
 	}
-	for i, fns := range stretchFunctions(p, len(threads), n, span, func(s profile.Sample) int { return idx[key{s.PID, s.TID}] }, change) {
+	for i, fns := range stretchFunctions(p, len(threads), n, lo, span, func(s profile.Sample) int { return idx[key{s.PID, s.TID}] }, change) {
 		threads[i].Fn = fns
 		for _, fn := range fns {
 			if _, ok := out.Changes[fn]; fn != "" && !ok {
@@ -583,22 +600,23 @@ func apiTimeline(f *file, q *query) (any, error) {
 	return out, nil
 }
 
-// stretchOf is the stretch of the n over span that time t falls in.
+// stretchOf is the stretch of the n over span that time t (since the
+// first stretch's start) falls in.
 func stretchOf(t, span time.Duration, n int) int {
-	return min(int(int64(t)*int64(n)/int64(max(span, 1))), n-1)
+	return max(0, min(int(int64(t)*int64(n)/int64(max(span, 1))), n-1))
 }
 
 // stretchFunctions returns, for each of the timeline's threads (thread
-// gives a sample's) and each of its n stretches over span, the function
+// gives a sample's) and each of its n stretches over span from lo, the function
 // of its samples' stacks whose share changed the most against the
 // recording before, by change[function] times the samples it is in: the
 // function that did most of the stretch's part in the change ("" for a
 // stretch without samples; of two alike, the first by name).
-func stretchFunctions(p *profile.Profile, threads, n int, span time.Duration, thread func(profile.Sample) int, change map[string]float64) [][]string {
+func stretchFunctions(p *profile.Profile, threads, n int, lo, span time.Duration, thread func(profile.Sample) int, change map[string]float64) [][]string {
 	type cell struct{ thread, stretch, stack int }
 	counts := map[cell]int{}
 	for _, s := range p.Timeline {
-		counts[cell{thread(s), stretchOf(s.Time, span, n), s.Stack}]++
+		counts[cell{thread(s), stretchOf(s.Time-lo, span, n), s.Stack}]++
 	}
 	// Each stack's functions, each once however deep it recurses.
 	fns := make([][]string, len(p.Stacks))

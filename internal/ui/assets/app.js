@@ -573,10 +573,10 @@ const views = {
   },
 
   async "profile/timeline"(gen, f, p) {
-    const t = p.t || "", n = 200, before = p.before;
-    const d = await api("profile/timeline", { f, t, stretches: n, ...(before !== undefined ? { before } : {}) });
+    const t = p.t || "", n = 200, before = p.before, zoom = p.zoom === "1" ? "1" : undefined;
+    const d = await api("profile/timeline", { f, t, stretches: n, ...(zoom ? { zoom } : {}), ...(before !== undefined ? { before } : {}) });
     setCrumbs(["files", "#/"], [d.file, hashFor(`/profile/${f}/functions`, { t })], ["timeline"]);
-    const step = d.span_seconds / n;
+    const lo = d.from_seconds, step = d.span_seconds / n;
     const most = Math.max(1, ...d.threads.flatMap(th => th.run.map((r, k) => r + th.gc[k] + th.gvl[k])));
     const rows = d.threads.map(th => el("div", { class: "track" },
       el("div", { class: "track-name" }, `${th.thread || "thread"} (tid ${th.tid})`),
@@ -586,8 +586,9 @@ const views = {
         // Against a recording before, a stretch stands for the function
         // of its samples that did the most of the change, on its colour.
         const fn = th.fn ? th.fn[k] : "", c = fn ? d.changes[fn] : null;
-        const a = el("a", { class: "cell " + what, href: hashFor(`/profile/${f}/timeline`, { before, t: [...transforms(p), `time:${(k * step).toFixed(3)}-${((k + 1) * step).toFixed(3)}`].join("\n") }),
-          title: `${(k * step).toFixed(2)}–${((k + 1) * step).toFixed(2)} s: ${r} running, ${th.gc[k]} in GC, ${th.gvl[k]} waiting for the GVL` +
+        const a0 = lo + k * step, a1 = lo + (k + 1) * step;
+        const a = el("a", { class: "cell " + what, draggable: "false", href: hashFor(`/profile/${f}/timeline`, { before, zoom, t: [...transforms(p), `time:${a0.toFixed(3)}-${a1.toFixed(3)}`].join("\n") }),
+          title: `${a0.toFixed(2)}–${a1.toFixed(2)} s: ${r} running, ${th.gc[k]} in GC, ${th.gvl[k]} waiting for the GVL` +
             (c ? `; changed the most: ${fn}, in ${pct(c.after_pct)} of the samples, ${pct(c.before_pct)} before, ${(c.change > 0 ? "+" : "") + c.change.toFixed(2)} points` : "") });
         if (c) {
           a.dataset.fn = fn;
@@ -602,13 +603,31 @@ const views = {
     const form = el("form", { class: "pivot", id: "range-form" }, "Keep the samples from ", from, " to ", to, " seconds in every view ", el("button", { type: "submit" }, "apply"));
     form.addEventListener("submit", e => {
       e.preventDefault();
-      location.hash = hashFor(`/profile/${f}/timeline`, { before, t: [...transforms(p), `time:${Number(from.value) || 0}-${to.value}`].join("\n") });
+      location.hash = hashFor(`/profile/${f}/timeline`, { before, zoom, t: [...transforms(p), `time:${Number(from.value) || 0}-${to.value}`].join("\n") });
     });
+    const timeline = el("div", { id: "timeline" }, rows);
+    const range = timeRange(p);
+    // The time kept, drawn over the whole recording (zoomed, it is all
+    // of the timeline).
+    if (range && !zoom && rows.length) {
+      const end = range.to === null ? lo + d.span_seconds : range.to;
+      timeline.append(selection("selection-kept", (range.from - lo) / d.span_seconds, (end - lo) / d.span_seconds, range.from, end));
+    }
+    const cellsOf = () => timeline.querySelector(".track-cells");
+    if (rows.length) {
+      dragSelect(timeline, cellsOf, x => lo + x * d.span_seconds, (a, b) => {
+        location.hash = hashFor(`/profile/${f}/timeline`, { before, zoom, t: withRange(p, a, b) });
+      });
+    }
+    const zoomBar = range ? el("p", { class: "pivot", id: "zoom-bar" }, zoom
+      ? [`The timeline shows ${secs(lo, d.span_seconds)}–${secs(lo + d.span_seconds, d.span_seconds)} s. `, el("a", { href: hashFor(`/profile/${f}/timeline`, { before, t }), id: "zoom-out" }, "show the whole recording")]
+      : [el("a", { href: hashFor(`/profile/${f}/timeline`, { before, t, zoom: 1 }), id: "zoom-in" }, "zoom into the selection")]) : null;
     show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p), await againstPick(f, "timeline", p), againstHead(d),
       el("p", { class: "hint" }, d.before
-        ? `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: each on the colour of the change of the share of the samples of the function in it that changed the most (by the change times its samples there). A stretch narrows every view to it.`
-        : `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples. A stretch narrows every view to it.`),
-      el("div", { id: "timeline" }, rows), form);
+        ? `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: each on the colour of the change of the share of the samples of the function in it that changed the most (by the change times its samples there).`
+        : `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples.`,
+        " Drag across the tracks to keep that time in every view (Esc clears it); a stretch clicked keeps its own."),
+      zoomBar, timeline, form);
   },
 
   async "profile/stack"(gen, f, p) {
@@ -620,9 +639,14 @@ const views = {
     const pivot = el("p", { class: "pivot" }, "Boxes: ",
       el("a", { href: hashFor(`/profile/${f}/stack`, { t, before }), class: lines ? "" : "on" }, "a function each"), " · ",
       el("a", { href: hashFor(`/profile/${f}/stack`, { t, before, lines: 1 }), class: lines ? "on" : "", id: "lines-link" }, "a line each"));
-    const pick = el("p", { class: "pivot", id: "chart-pick" }, "Click a box to focus on its function or narrow every view to its time.");
+    const pick = el("p", { class: "pivot", id: "chart-pick" }, "Click a box to focus on its function or narrow every view to its time; drag across the chart to keep that time in every view and zoom into it (Esc clears it).");
     onChartPick = e => {
       if (gen !== generation || e.source !== frame.contentWindow) return;
+      if (e.data.escape) { clearRange(); return; }
+      if (e.data.range) {
+        location.hash = hashFor(`/profile/${f}/stack`, { ...p, t: withRange(p, e.data.from, e.data.to) });
+        return;
+      }
       const { fn, title, from, to } = e.data;
       const narrow = hashFor(`/profile/${f}/stack`, { ...p, t: [...transforms(p), `time:${from.toFixed(6)}-${to.toFixed(6)}`].join("\n") });
       pick.replaceChildren(el("span", { class: "fn", id: "chart-picked" }, title), " ", transformLinks(f, "stack", p, fn), " ",
@@ -708,10 +732,124 @@ function transformsBar(f, viewName, p) {
   const ts = transforms(p);
   if (!ts.length) return null;
   const keep = q => ({ ...p, t: q.join("\n") });
+  const range = timeRange(p);
   return el("p", { class: "pivot", id: "transforms" }, "Transforms: ",
     ts.map((x, k) => [k ? " · " : "", x.replace(":", " "), " ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep(ts.filter((_, j) => j !== k))), title: "take it off" }, "✕")]),
-    " · ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep([])) }, "none"));
+    " · ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep([])) }, "none"),
+    range ? [" · ", el("span", { id: "range" }, `time kept: ${secs(range.from, range.to === null ? undefined : range.to - range.from)}–${range.to === null ? "the end" : secs(range.to, range.to - range.from) + " s, " + span(range.to - range.from)}`), " ",
+      el("a", { href: hashFor(`/profile/${f}/${viewName}`, { ...p, offset: undefined, zoom: undefined, t: withRange(p, null) }), id: "range-clear", title: "keep all the time (Esc)" }, "clear")] : null);
 }
+
+// timeRange is the time the time windows of p's transforms keep,
+// { from, to } in seconds (to null: to the end), or null without one.
+function timeRange(p) {
+  let from = null, to = null;
+  for (const x of transforms(p)) {
+    const m = /^time:([^-]*)-(.*)$/.exec(x);
+    if (!m) continue;
+    const a = Number(m[1]), b = m[2] === "" ? null : Number(m[2]);
+    from = from === null ? a : Math.max(from, a);
+    if (b !== null) to = to === null ? b : Math.min(to, b);
+  }
+  return from === null ? null : { from, to };
+}
+
+// withRange is p's transforms with their time windows replaced by one
+// from from to to seconds (none when from is null), as the t parameter
+// writes them.
+function withRange(p, from, to) {
+  const rest = transforms(p).filter(x => !x.startsWith("time:"));
+  if (from !== null) rest.push(`time:${secs(from, to - from)}-${secs(to, to - from)}`);
+  return rest.join("\n");
+}
+
+// secs writes a time in seconds to the millisecond, or, as a bound of a
+// range shorter than a second (within), to a thousandth of the range (to
+// the microsecond at most).
+function secs(v, within) {
+  const digits = within > 0 && within < 1 ? Math.min(6, Math.ceil(-Math.log10(within)) + 3) : 3;
+  return Math.max(0, v).toFixed(digits);
+}
+
+// span writes a length of time as people read it: ms under a second.
+function span(v) { return v < 1 ? (v * 1000).toFixed(1) + " ms" : v.toFixed(3) + " s"; }
+
+// clearRange takes the time windows off the profile view shown, and its
+// zoom.
+function clearRange() {
+  const r = route();
+  if (r.parts[0] !== "profile" || r.parts.length < 3 || !timeRange(r.params)) return;
+  location.hash = hashFor("/" + r.parts.join("/"), { ...r.params, offset: undefined, zoom: undefined, t: withRange(r.params, null) });
+}
+
+// minDrag is how far, in pixels, the pointer moves pressed before it
+// drags out a time range rather than clicks.
+const minDrag = 4;
+
+// dragging is the drag under way, with what cancels it; null without one.
+let dragging = null;
+
+// selection draws a span of time over a timeline, from fraction a to
+// fraction b of its tracks' width, labelled from..to seconds.
+function selection(id, a, b, from, to) {
+  const box = el("div", { class: "selection", id }, el("span", { class: "selection-label" }, `${secs(from, to - from)}–${secs(to, to - from)} s: ${span(to - from)}`));
+  box.style.setProperty("--a", String(Math.max(0, Math.min(1, a))));
+  box.style.setProperty("--b", String(Math.max(0, Math.min(1, b))));
+  box.dataset.from = String(from);
+  box.dataset.to = String(to);
+  return box;
+}
+
+// dragSelect lets the pointer drag across area's tracks, whose cells
+// ruler() spans, to pick a span of time: timeAt turns a fraction of the
+// ruler's width into seconds; pick gets the range on release. A press
+// released before moving minDrag pixels stays a click.
+function dragSelect(area, ruler, timeAt, pick) {
+  area.addEventListener("mousedown", e => {
+    const r = ruler();
+    if (e.button !== 0 || !r) return;
+    const box = r.getBoundingClientRect();
+    if (e.clientX < box.left || e.clientX > box.right) return;
+    e.preventDefault(); // neither drags the stretch's link nor selects text
+    const x0 = e.clientX;
+    let moved = false, shown = null, a = 0, b = 0;
+    const frac = x => Math.max(0, Math.min(1, (x - box.left) / box.width));
+    const move = ev => {
+      if (!moved && Math.abs(ev.clientX - x0) < minDrag) return;
+      moved = true;
+      a = frac(Math.min(x0, ev.clientX));
+      b = frac(Math.max(x0, ev.clientX));
+      const next = selection("selection", a, b, timeAt(a), timeAt(b));
+      if (shown) shown.replaceWith(next); else area.append(next);
+      shown = next;
+    };
+    const stop = () => {
+      window.removeEventListener("mousemove", move);
+      window.removeEventListener("mouseup", up);
+      dragging = null;
+    };
+    const up = ev => {
+      stop();
+      if (!moved) return;
+      // The click that follows the release is the drag's, not a
+      // stretch's.
+      const swallow = c => { c.preventDefault(); c.stopPropagation(); };
+      window.addEventListener("click", swallow, { capture: true, once: true });
+      setTimeout(() => window.removeEventListener("click", swallow, { capture: true }), 0);
+      if (b > a) pick(timeAt(a), timeAt(b));
+    };
+    window.addEventListener("mousemove", move);
+    window.addEventListener("mouseup", up);
+    dragging = { cancel() { stop(); if (shown) shown.remove(); } };
+  });
+}
+
+// Esc drops a drag under way, or else the time range of the view.
+document.addEventListener("keydown", e => {
+  if (e.key !== "Escape" || (e.target.closest && e.target.closest("input, textarea, select"))) return;
+  if (dragging) { dragging.cancel(); return; }
+  clearRange();
+});
 
 // transformLinks offers focus, drop and merge on function fn.
 function transformLinks(f, viewName, p, fn) {
