@@ -38,7 +38,9 @@ const (
 // lines, and how long it lasted; clicking one selects it and, when the
 // chart is framed by rbscope ui's page, tells the page (a message with its
 // function and time) so that it offers to focus on it or narrow the time
-// to it. With o.Baseline, each box is coloured by the change of its
+// to it. Dragging across the chart draws a range of time with its length
+// and, framed by the page, tells the page the range, which keeps it in
+// every view. With o.Baseline, each box is coloured by the change of its
 // function's share of the samples (TotalShares) from o.Baseline's to p's,
 // as the differential flame graph colours a frame (ChangeColor), and its
 // title gives both shares and the change.
