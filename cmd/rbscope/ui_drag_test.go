@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,9 +134,12 @@ func pageSamples(t *testing.T, ctx context.Context) int {
 // the mouse is drawn with its length while dragging and, released, kept in
 // the URL; every other view keeps the samples of that time, as many as the
 // API gives for it and as the recording holds in it; Esc and the clear
-// link take it off, the zoom shows it alone. A click on a stretch still
-// narrows to that stretch. A range dragged across the stack chart zooms
-// the chart into it, and a click on a box still offers its function.
+// link take it off, the zoom shows it alone, each of its stretches holding
+// the recording's samples of its time. A click on a stretch, or a press
+// that moves less than the least drag, still narrows to that stretch. A
+// range dragged across the stack chart's axis zooms the chart into it, a
+// click on a box still offers its function, and Esc in the chart clears
+// the range.
 func TestUITimelineDrag(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	p := testruby.Start(t, rb, "gvl_spin.rb", nil, "30")
@@ -249,10 +253,29 @@ func TestUITimelineDrag(t *testing.T) {
 		Samples int
 		From    float64 `json:"from_seconds"`
 		Span    float64 `json:"span_seconds"`
+		Threads []struct{ Run, GC, GVL []int }
 	}
 	s.get(t, "/api/profile/timeline?f=0&stretches=200&zoom=1&t="+url.QueryEscape(ts), &zoomed)
 	if math.Abs(zoomed.From-from) > 1e-6 || math.Abs(zoomed.From+zoomed.Span-to) > 1e-6 || zoomed.Samples != api {
 		t.Errorf("zoomed into %.3f..%.3f s: the timeline spans %.3f s from %.3f, %d samples (the range %d)", from, to, zoomed.Span, zoomed.From, zoomed.Samples, api)
+	}
+	// Each of the zoomed timeline's 200 stretches holds the samples the
+	// recording took in its 200th of the range.
+	lo, hi := time.Duration(from*float64(time.Second)), time.Duration(to*float64(time.Second))
+	want, got := make([]int, 200), make([]int, 200)
+	recordedSamples(t, raw, func(s profile.Sample, _ []string) []string {
+		if s.Time >= lo && s.Time < hi {
+			want[int64(s.Time-lo)*200/int64(hi-lo)]++
+		}
+		return nil
+	})
+	for _, th := range zoomed.Threads {
+		for k := range got {
+			got[k] += th.Run[k] + th.GC[k] + th.GVL[k]
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the zoomed timeline's stretches hold %v samples, the recording %v", got, want)
 	}
 	if got := eval[string](t, ctx, `document.querySelector("#timeline .cell").title`); !strings.HasPrefix(got, fmt.Sprintf("%.2f–", from)) {
 		t.Errorf("zoomed into %.3f s.., the first stretch is %q", from, got)
@@ -265,13 +288,24 @@ func TestUITimelineDrag(t *testing.T) {
 		t.Errorf("after clear: %s", frag)
 	}
 
-	// A click on a stretch, with no move, still narrows to that stretch.
-	visit(t, ctx, s, "#/profile/0/timeline", "timeline-before-click")
-	cx := box["left"] + 0.4*box["width"]
-	href := eval[string](t, ctx, fmt.Sprintf(`document.elementFromPoint(%f, %f).getAttribute("href")`, cx, y))
-	click(t, ctx, cx, y)
-	if frag = waitView(t, ctx, "time"); frag != href {
-		t.Errorf("a click on the stretch %s went to %s", href, frag)
+	// A click on a stretch, with no move, still narrows to that stretch;
+	// so does a press that moves less than the least drag (2 pixels
+	// within a stretch).
+	for _, move := range []float64{0, 2} {
+		visit(t, ctx, s, "#/profile/0/timeline", "timeline-before-click")
+		cell := eval[map[string]float64](t, ctx, fmt.Sprintf(`(() => { const r = document.elementFromPoint(%f, %f).getBoundingClientRect(); return { x: r.left + r.width / 2, w: r.width }; })()`, box["left"]+0.4*box["width"], y))
+		if cell["w"] < 2*move+1 {
+			t.Fatalf("a stretch is %.1f pixels wide", cell["w"])
+		}
+		href := eval[string](t, ctx, fmt.Sprintf(`document.elementFromPoint(%f, %f).getAttribute("href")`, cell["x"], y))
+		if move == 0 {
+			click(t, ctx, cell["x"], y)
+		} else {
+			drag(t, ctx, cell["x"]-move/2, y, cell["x"]+move/2, nil)
+		}
+		if frag = waitView(t, ctx, "time"); frag != href {
+			t.Errorf("a click on the stretch %s (moving %g pixels) went to %s", href, move, frag)
+		}
 	}
 
 	// The stack chart: a range dragged across its time axis zooms the
@@ -314,6 +348,12 @@ func TestUITimelineDrag(t *testing.T) {
 	}
 	if h := eval[string](t, ctx, `location.hash`); h != frag {
 		t.Errorf("a click on a box moved the page from %s to %s", frag, h)
+	}
+	// Esc pressed in the chart (when a browser gives the frame the focus)
+	// takes the range off the page; the page's own Esc is checked above.
+	eval[bool](t, ctx, chart+`.contentDocument.dispatchEvent(new KeyboardEvent("keydown", { key: "Escape", bubbles: true }))`)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { const v = document.getElementById("view"); return location.hash === "#/profile/0/stack" && v.dataset.route === location.hash && v.dataset.state === "ready"; })()`, chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Errorf("Esc in the stack chart left the page at %s: %v", eval[string](t, ctx, `location.hash`), err)
 	}
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
