@@ -181,10 +181,33 @@ func TestUITimelineDrag(t *testing.T) {
 		return fp.Samples
 	}
 
+	// The range to drag across: from before the samples of a time a
+	// quarter into the recording's tick times to before those of a time
+	// three quarters in (from the first to the last when those are close),
+	// so that it keeps some of the samples and not all, however sparse a
+	// busy machine left the ticks.
+	var ticks []time.Duration
+	recordedSamples(t, raw, func(s profile.Sample, _ []string) []string {
+		if !slices.Contains(ticks, s.Time) {
+			ticks = append(ticks, s.Time)
+		}
+		return nil
+	})
+	slices.Sort(ticks)
+	if len(ticks) < 2 {
+		t.Fatalf("setup: the recording's samples were taken at %d times", len(ticks))
+	}
+	early, late := ticks[len(ticks)/4].Seconds(), ticks[len(ticks)*3/4].Seconds()
+	if (late-early)/whole.Span < 0.05 {
+		early, late = ticks[0].Seconds(), ticks[len(ticks)-1].Seconds()
+	}
+
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/profile/0/timeline", "timeline-drag-before")
 	box := eval[map[string]float64](t, ctx, `(() => { const r = document.querySelector("#timeline .track-cells").getBoundingClientRect(); return { left: r.left, width: r.width, top: r.top, height: r.height }; })()`)
-	x0, x1, y := box["left"]+0.25*box["width"], box["left"]+0.6*box["width"], box["top"]+box["height"]/2
+	// 1.5 pixels before each time, in the timeline's pixels.
+	fracA, fracB := early/whole.Span-1.5/box["width"], late/whole.Span-1.5/box["width"]
+	x0, x1, y := box["left"]+fracA*box["width"], box["left"]+fracB*box["width"], box["top"]+box["height"]/2
 	var during string
 	drag(t, ctx, x0, y, x1, func() {
 		// While the button is down: the range is drawn with its length,
@@ -204,8 +227,8 @@ func TestUITimelineDrag(t *testing.T) {
 	// The range is where the pointer went, to a pixel's time (and the
 	// millisecond it is written to).
 	pixel := whole.Span/box["width"] + 0.001
-	if math.Abs(from-0.25*whole.Span) > 2*pixel || math.Abs(to-0.6*whole.Span) > 2*pixel {
-		t.Errorf("dragged across 25%%..60%% of %.3f s, the URL keeps %.3f..%.3f s", whole.Span, from, to)
+	if math.Abs(from-fracA*whole.Span) > 2*pixel || math.Abs(to-fracB*whole.Span) > 2*pixel {
+		t.Errorf("dragged across %.1f%%..%.1f%% of %.3f s, the URL keeps %.4f..%.4f s", 100*fracA, 100*fracB, whole.Span, from, to)
 	}
 	if !shows(during, from, to) {
 		t.Errorf("while dragging the range shows %q, the range kept %g..%g s", during, from, to)
@@ -318,7 +341,10 @@ func TestUITimelineDrag(t *testing.T) {
 		return { left: r.left + f.clientLeft + m.e, top: r.top + f.clientTop + m.f, scale: m.a, x0: n("data-x0"), x1: n("data-x1"), y0: n("data-y0"), t0: n("data-from"), t1: n("data-to") }; })()`)
 	at := func(frac float64) float64 { return geo["left"] + geo["scale"]*(geo["x0"]+frac*(geo["x1"]-geo["x0"])) }
 	ay := geo["top"] + geo["scale"]*(geo["y0"]-6) // on the axis's labels
-	drag(t, ctx, at(0.2), ay, at(0.5), func() {
+	span := geo["t1"] - geo["t0"]
+	perPixel := span / (geo["x1"] - geo["x0"]) / geo["scale"]
+	fracA, fracB = (early-1.5*perPixel-geo["t0"])/span, (late-1.5*perPixel-geo["t0"])/span
+	drag(t, ctx, at(fracA), ay, at(fracB), func() {
 		if got := eval[string](t, ctx, chart+`.contentDocument.getElementById("range") ? `+chart+`.contentDocument.getElementById("range").textContent : ""`); !strings.Contains(got, " s: ") {
 			t.Errorf("while dragging across the stack chart it shows %q", got)
 		}
@@ -327,10 +353,9 @@ func TestUITimelineDrag(t *testing.T) {
 	frag = waitView(t, ctx, "time")
 	saveScreenshot(t, ctx, "stack-dragged")
 	ts, from, to, ok = timeWindow(t, frag)
-	span := geo["t1"] - geo["t0"]
-	pixel = span/(geo["x1"]-geo["x0"])/geo["scale"] + 0.001
-	if !ok || !strings.HasPrefix(frag, "#/profile/0/stack?") || math.Abs(from-(geo["t0"]+0.2*span)) > 2*pixel || math.Abs(to-(geo["t0"]+0.5*span)) > 2*pixel {
-		t.Errorf("dragged across 20%%..50%% of the stack chart's %.3f..%.3f s: %s", geo["t0"], geo["t1"], frag)
+	pixel = perPixel + 0.001
+	if !ok || !strings.HasPrefix(frag, "#/profile/0/stack?") || math.Abs(from-(geo["t0"]+fracA*span)) > 2*pixel || math.Abs(to-(geo["t0"]+fracB*span)) > 2*pixel {
+		t.Errorf("dragged across %.1f%%..%.1f%% of the stack chart's %.3f..%.3f s: %s", 100*fracA, 100*fracB, geo["t0"], geo["t1"], frag)
 	}
 	if got := eval[float64](t, ctx, `parseFloat(`+chart+`.contentDocument.getElementById("frames").getAttribute("data-from"))`); math.Abs(got-from) > 1e-6 {
 		t.Errorf("the stack chart of the range %.6f.. draws from %.6f s", from, got)
