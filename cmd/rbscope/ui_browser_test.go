@@ -140,7 +140,7 @@ func saveScreenshot(t *testing.T, ctx context.Context, name string) {
 
 var screenshots struct {
 	sync.Mutex
-	dir map[string]string
+	dir map[*testing.T]string // by test: a name comes again with -count
 }
 
 // screenshotDir is one temporary directory per test for its screenshots.
@@ -148,13 +148,13 @@ func screenshotDir(t *testing.T) string {
 	screenshots.Lock()
 	defer screenshots.Unlock()
 	if screenshots.dir == nil {
-		screenshots.dir = map[string]string{}
+		screenshots.dir = map[*testing.T]string{}
 	}
-	if d, ok := screenshots.dir[t.Name()]; ok {
+	if d, ok := screenshots.dir[t]; ok {
 		return d
 	}
 	d := t.TempDir()
-	screenshots.dir[t.Name()] = d
+	screenshots.dir[t] = d
 	return d
 }
 
