@@ -154,6 +154,13 @@ type proc struct {
 	// (onCPUNow); noClocks is set when the kernel refuses them.
 	clocks   map[int]*target.CPUClock
 	noClocks bool
+	// watches are the switch watches of the threads seen runnable
+	// (onCPUNow), which tell without a system call whether a thread is
+	// on a CPU; noWatches is set when the kernel refuses them.
+	watches   map[int]*threadWatch
+	noWatches bool
+	// onCPUScratch holds onCPUNow's lists of TIDs, kept between ticks.
+	onCPUScratch [3][]int
 	// noGC is set when the Ruby's layout lacks the GC's flags.
 	noGC bool
 	// tickAt is when the current tick began (stepAside).
@@ -362,9 +369,15 @@ func (p *proc) prepareNative() {
 }
 
 // onCPUNow narrows running, the threads the kernel calls runnable, to
-// those on a CPU at this moment: their CPU time moves between two readings
-// of their counters (target.CPUClock) a few microseconds apart. It returns
-// how many it removed. A runnable thread that waits for a CPU (on a busy
+// those on a CPU at this moment. A thread's switch watch
+// (target.SwitchWatch) tells that without a system call: its last context
+// switch put it on a CPU, or took it off. A thread not switched since its
+// watch was opened (a thread that spins), or one without a watch, is on a
+// CPU when its CPU time moves between two readings of its counter
+// (target.CPUClock) a few microseconds apart; that verdict is kept until
+// the thread's next switch, as reading the counter of a thread on another
+// CPU costs about 10µs (the kernel interrupts that CPU). It returns how
+// many it removed. A runnable thread that waits for a CPU (on a busy
 // machine) stands where the kernel preempted it, and the kernel preempts
 // mostly at system calls and in long stretches without one: counting it
 // tick after tick would charge its wait to those places (a loaded 2-CPU
@@ -377,21 +390,51 @@ func (p *proc) prepareNative() {
 // threads for the ticks to come (ownCPUs), so that looking takes no CPU
 // from p.
 func (p *proc) onCPUNow(running, tasks map[int]bool) int {
-	tids := make([]int, 0, len(running))
+	all, still, count := p.onCPUScratch[0][:0], p.onCPUScratch[1][:0], p.onCPUScratch[2][:0]
+	p.closeWatches(tasks)
 	for tid := range running {
-		tids = append(tids, tid)
-	}
-	t0 := p.cpuTimes(tids, tasks, p.scratchClocks(0))
-	if t0 == nil {
-		return 0
-	}
-	t1 := p.cpuTimes(tids, tasks, p.scratchClocks(1))
-	var still []int
-	for tid, t := range t1 {
-		if v, ok := t0[tid]; ok && v == t {
+		all = append(all, tid)
+		w := p.watch(tid)
+		if w == nil {
+			count = append(count, tid)
+			continue
+		}
+		state, _, seq := w.w.Last()
+		switch {
+		case state == target.SwitchedIn:
+			continue
+		case state == target.SwitchedOutPreempted || state == target.SwitchedOut:
 			still = append(still, tid)
+			continue
+		case w.known && w.seq == seq:
+			if !w.onCPU {
+				still = append(still, tid)
+			}
+			continue
+		}
+		w.seq, w.known = seq, false
+		count = append(count, tid)
+	}
+	if len(count) > 0 {
+		if t0 := p.cpuTimes(count, tasks, p.scratchClocks(0)); t0 != nil {
+			t1 := p.cpuTimes(count, tasks, p.scratchClocks(1))
+			for _, tid := range count {
+				v, ok := t0[tid]
+				standing := ok && v == t1[tid]
+				if standing {
+					still = append(still, tid)
+				}
+				// The counters' verdict holds while the thread is not
+				// switched: no switch came while they were read.
+				if w := p.watches[tid]; w != nil && ok {
+					if _, _, seq := w.w.Last(); seq == w.seq {
+						w.known, w.onCPU = true, !standing
+					}
+				}
+			}
 		}
 	}
+	p.onCPUScratch = [3][]int{all, still, count}
 	if len(still) > 0 {
 		still = p.stepAside(still, tasks)
 	}
@@ -399,8 +442,8 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 		delete(running, tid)
 	}
 	if p.keepOff && p.tasks != nil {
-		cpus := make([]int, 0, len(tids))
-		for _, tid := range tids {
+		cpus := make([]int, 0, len(all))
+		for _, tid := range all {
 			if c, ok := p.tasks.LastCPU(tid); ok {
 				cpus = append(cpus, c)
 			}
@@ -408,6 +451,50 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 		own.keepOff(cpus)
 	}
 	return len(still)
+}
+
+// threadWatch is a SwitchWatch of one thread of the process (onCPUNow),
+// and, for a thread its watch has seen no switch of, what its CPU-time
+// counter said: known says onCPU holds the counter's verdict, taken while
+// the watch's sequence stood at seq, which stays true as long as it does.
+type threadWatch struct {
+	w            *target.SwitchWatch
+	seq          uint64
+	known, onCPU bool
+}
+
+// watch returns the switch watch of thread tid, opening it on first need;
+// nil where the kernel refuses watches, or when maxClocks are open.
+func (p *proc) watch(tid int) *threadWatch {
+	if w, ok := p.watches[tid]; ok || p.noWatches {
+		return w
+	}
+	if p.watches == nil {
+		p.watches = map[int]*threadWatch{}
+	}
+	if len(p.watches) >= maxClocks {
+		return nil
+	}
+	sw, err := p.live.WatchSwitches(tid)
+	if err != nil {
+		if len(p.watches) == 0 && !errors.Is(err, unix.ESRCH) {
+			p.noWatches = true // not allowed here: the counters alone
+		}
+		return nil
+	}
+	w := &threadWatch{w: sw}
+	p.watches[tid] = w
+	return w
+}
+
+// closeWatches closes the switch watches of threads no longer in alive.
+func (p *proc) closeWatches(alive map[int]bool) {
+	for tid, w := range p.watches {
+		if !alive[tid] {
+			w.w.Close()
+			delete(p.watches, tid)
+		}
+	}
 }
 
 // stepAside returns which of still, threads whose CPU time stood still,
@@ -559,6 +646,7 @@ func (p *proc) close() {
 		c.Close()
 	}
 	p.clocks = nil
+	p.closeWatches(nil)
 	if p.vm != nil {
 		p.vm.Close()
 	}
