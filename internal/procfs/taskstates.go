@@ -43,7 +43,21 @@ type TaskStates struct {
 	// this read took (LastCPU).
 	sched map[int]*schedMark
 	cpus  map[int]int
+	// switches, when set, tells when a thread was last switched
+	// (UseSwitches).
+	switches SwitchSeq
 }
+
+// SwitchSeq returns a number that changes with every context switch of
+// thread tid (target.SwitchWatch.Last), or ok false where it cannot tell.
+type SwitchSeq func(tid int) (seq uint64, ok bool)
+
+// UseSwitches makes reads take a thread's stat line only when the thread
+// has been switched since its last one was taken, as f tells: a thread
+// not switched since is where it was (on a CPU, waiting for one, or
+// asleep; one woken since but not yet on a CPU counts as asleep, as in
+// stillAsleep), and costs no system call.
+func (t *TaskStates) UseSwitches(f SwitchSeq) { t.switches = f }
 
 // schedMark is what a thread's schedstat said at the last read: its run
 // time and its count of turns on a CPU, and the state its stat line then
@@ -53,6 +67,10 @@ type schedMark struct {
 	ran, turns uint64
 	known      bool
 	state      byte // the state its last stat line gave
+	// seq is the thread's switch sequence (UseSwitches) when its last
+	// stat line was taken, if seqKnown.
+	seq      uint64
+	seqKnown bool
 }
 
 // ErrGone is what Read returns once the process has exited: its task
@@ -81,7 +99,6 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 		t.dir = fd
 	}
 	all, running = t.all, t.running
-	clear(t.cpus)
 	if t.listed {
 		if ok, gone := t.reread(); gone {
 			return nil, nil, fmt.Errorf("pid %d: %w", t.pid, ErrGone)
@@ -90,6 +107,7 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 		}
 	}
 	t.listed = false
+	clear(t.cpus)
 	if _, err := unix.Seek(t.dir, 0, 0); err != nil {
 		return nil, nil, fmt.Errorf("list threads of pid %d: %w", t.pid, err)
 	}
@@ -141,7 +159,7 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 			t.cpus[tid] = st.Processor
 		}
 		if m := t.sched[tid]; m != nil {
-			m.known = false // the next read takes its stat line again
+			m.known, m.seqKnown = false, false // the next read takes its stat line again
 		}
 	}
 	if zombies == len(all) {
@@ -173,7 +191,18 @@ func (t *TaskStates) reread() (ok, gone bool) {
 			return false, false
 		}
 		m := t.mark(tid)
-		if t.stillAsleep(m) {
+		switch seq, ok := t.switchSeq(tid, m); {
+		case ok && m.seqKnown && seq == m.seq && m.state != 'Z' && m.state != 'X':
+			// Not switched since its last stat line: as it was then. (A
+			// zombie is read again: its end is no switch.)
+			if m.state == 'R' {
+				t.running[tid] = true
+			}
+			continue
+		case ok:
+			m.seq, m.seqKnown = seq, true // taken before the stat line
+		case t.stillAsleep(m):
+			delete(t.cpus, tid) // LastCPU reads it anew
 			if m.state == 'Z' || m.state == 'X' {
 				zombies++
 			}
@@ -181,6 +210,9 @@ func (t *TaskStates) reread() (ok, gone bool) {
 		}
 		st, ok := t.readStat(fd)
 		if !ok {
+			if m != nil {
+				m.seqKnown = false
+			}
 			return false, false
 		}
 		t.cpus[tid] = st.Processor
@@ -195,6 +227,19 @@ func (t *TaskStates) reread() (ok, gone bool) {
 		}
 	}
 	return true, zombies == len(t.all)
+}
+
+// switchSeq returns thread tid's switch sequence (UseSwitches), where
+// reads use them and m, its mark, can keep it.
+func (t *TaskStates) switchSeq(tid int, m *schedMark) (uint64, bool) {
+	if t.switches == nil || m == nil {
+		return 0, false
+	}
+	seq, ok := t.switches(tid)
+	if !ok {
+		m.seqKnown = false
+	}
+	return seq, ok
 }
 
 // mark returns thread tid's schedstat mark, opening its file on first
@@ -325,9 +370,9 @@ func (t *TaskStates) readStat(fd int) (st Stat, ok bool) {
 }
 
 // LastCPU reads the CPU thread tid is on, or last ran on (field 39 of its
-// stat, "processor"), as the last Read saw it when that read took the
-// thread's stat line, and anew otherwise; ok is false if the thread is
-// gone.
+// stat, "processor"), as the last stat line a Read took of it says, when
+// the thread has not been switched since (UseSwitches) or that Read was
+// the last, and anew otherwise; ok is false if the thread is gone.
 func (t *TaskStates) LastCPU(tid int) (cpu int, ok bool) {
 	if c, seen := t.cpus[tid]; seen && c >= 0 {
 		return c, true

@@ -391,7 +391,6 @@ func (p *proc) prepareNative() {
 // from p.
 func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 	all, still, count := p.onCPUScratch[0][:0], p.onCPUScratch[1][:0], p.onCPUScratch[2][:0]
-	p.closeWatches(tasks)
 	for tid := range running {
 		all = append(all, tid)
 		w := p.watch(tid)
@@ -403,7 +402,7 @@ func (p *proc) onCPUNow(running, tasks map[int]bool) int {
 		switch {
 		case state == target.SwitchedIn:
 			continue
-		case state == target.SwitchedOutPreempted || state == target.SwitchedOut:
+		case state == target.SwitchedOutPreempted || state == target.SwitchedOut || state == target.ThreadExited:
 			still = append(still, tid)
 			continue
 		case w.known && w.seq == seq:
@@ -485,6 +484,23 @@ func (p *proc) watch(tid int) *threadWatch {
 	w := &threadWatch{w: sw}
 	p.watches[tid] = w
 	return w
+}
+
+// switchSeq is the switch sequence of thread tid (procfs.SwitchSeq), from
+// its switch watch. A watch of a thread that has exited is closed: its TID
+// may name another thread, which the next call opens one of.
+func (p *proc) switchSeq(tid int) (uint64, bool) {
+	w := p.watch(tid)
+	if w == nil {
+		return 0, false
+	}
+	state, _, seq := w.w.Last()
+	if state == target.ThreadExited {
+		w.w.Close()
+		delete(p.watches, tid)
+		return 0, false
+	}
+	return seq, true
 }
 
 // closeWatches closes the switch watches of threads no longer in alive.
@@ -988,8 +1004,10 @@ func (s *Sampler) sample(p *proc) {
 		var err error
 		if p.tasks == nil {
 			p.tasks = procfs.NewTaskStates(p.pid)
+			p.tasks.UseSwitches(p.switchSeq)
 		}
 		running, tasks, err = p.tasks.Read()
+		p.closeWatches(tasks)
 		p.busy = err == nil && len(running) > 0
 		if err != nil {
 			// The thread states say when the process has exited: no

@@ -23,8 +23,14 @@ const (
 	// could still run: it waits for a CPU.
 	SwitchedOutPreempted
 	// SwitchedOut: the thread left its CPU to wait for something (sleep,
-	// a lock, I/O) or to exit; woken since, it waits for a CPU.
+	// a lock, I/O); woken since, it waits for a CPU.
 	SwitchedOut
+	// ThreadExited: the thread has exited (its last switch is not
+	// recorded); its TID may name another thread by now.
+	ThreadExited
+	// SwitchOther: the last record is another event of the thread (it
+	// started a thread): its state is not known.
+	SwitchOther
 )
 
 // SwitchWatch follows one thread's context switches as the kernel records
@@ -62,8 +68,10 @@ func (l *Live) WatchSwitches(tid int) (*SwitchWatch, error) {
 		// No samples: the switch records alone, each with the sample ID
 		// below.
 		Sample_type: unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU,
+		// Task records say when the thread exits, which no switch
+		// record does.
 		Bits: unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | unix.PerfBitContextSwitch |
-			unix.PerfBitSampleIDAll | unix.PerfBitWriteBackward,
+			unix.PerfBitTask | unix.PerfBitSampleIDAll | unix.PerfBitWriteBackward,
 	}
 	attr.Size = uint32(unsafe.Sizeof(attr))
 	fd, err := unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
@@ -92,31 +100,39 @@ func (l *Live) WatchSwitches(tid int) (*SwitchWatch, error) {
 }
 
 // Last returns what the thread's last switch says of it, the CPU of that
-// switch (-1 with SwitchNone), and seq, which changes with every switch
-// recorded (0 before the first). It makes no system call.
+// switch (-1 unless switched), and seq, which changes with every record
+// (0 before the first). It makes no system call.
 func (w *SwitchWatch) Last() (state SwitchState, cpu int, seq uint64) {
 	size := uint64(len(w.data))
+	word := func(off uint64) uint64 { // the ring wraps around its end
+		var b [8]byte
+		for i := range b {
+			b[i] = w.data[(off+uint64(i))&(size-1)]
+		}
+		return binary.LittleEndian.Uint64(b[:])
+	}
 	for try := 0; try < 4; try++ {
 		head := atomic.LoadUint64(&w.page.Data_head)
 		if head == 0 {
 			return SwitchNone, -1, 0
 		}
-		off := head & (size - 1)
-		if off+switchRecordLen > size {
-			return SwitchNone, -1, head // not a record this watch asked for
+		hdr := word(head)
+		typ, misc, n := uint32(hdr), uint16(hdr>>32), uint64(hdr>>48)
+		c := -1
+		if typ == unix.PERF_RECORD_SWITCH && n == switchRecordLen {
+			c = int(int32(word(head + 24)))
 		}
-		rec := w.data[off : off+switchRecordLen]
-		typ, misc, n := binary.LittleEndian.Uint32(rec), binary.LittleEndian.Uint16(rec[4:]), binary.LittleEndian.Uint16(rec[6:])
-		c := int(binary.LittleEndian.Uint32(rec[24:]))
 		// The kernel writes a record and then moves the head: a head that
 		// moved by less than the ring while the record was read left it
 		// whole (newer records go below it).
-		if moved := head - atomic.LoadUint64(&w.page.Data_head); moved > size-switchRecordLen {
+		if moved := head - atomic.LoadUint64(&w.page.Data_head); moved > size-min(max(n, switchRecordLen), size) {
 			continue
 		}
 		switch {
+		case typ == unix.PERF_RECORD_EXIT:
+			return ThreadExited, -1, head
 		case typ != unix.PERF_RECORD_SWITCH || n != switchRecordLen:
-			return SwitchNone, -1, head
+			return SwitchOther, -1, head
 		case misc&unix.PERF_RECORD_MISC_SWITCH_OUT == 0:
 			return SwitchedIn, c, head
 		case misc&unix.PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0:
@@ -125,7 +141,7 @@ func (w *SwitchWatch) Last() (state SwitchState, cpu int, seq uint64) {
 			return SwitchedOut, c, head
 		}
 	}
-	return SwitchNone, -1, atomic.LoadUint64(&w.page.Data_head)
+	return SwitchOther, -1, atomic.LoadUint64(&w.page.Data_head)
 }
 
 // Close releases the watch.
