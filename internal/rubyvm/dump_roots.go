@@ -16,7 +16,7 @@ func (v *VM) vmStackValues(th uint64) []uint64 {
 	if err != nil {
 		return nil
 	}
-	st, err := v.readStackBounds(ec)
+	st, err := v.readStackBounds(ec, nil)
 	if err != nil {
 		return nil
 	}

@@ -74,20 +74,25 @@ type VM struct {
 	ids          map[uint64]string
 	classNames   map[uint64]string
 	iseqs        map[uint64]*iseqInfo
-	lines        map[[2]uint64]int    // (iseq, pc) -> line
-	labels       map[[2]uint64]string // (iseq, method owner) -> label
-	owners       map[uint64]uint64    // ep[me_cref] of a local environment -> its method's owner
-	cfuncs       map[uint64]string    // ep[me_cref] of a C frame -> label
-	names        nameCache            // thread names, by their String
-	walk         walkCache            // where the last walk found the threads
-	idScratch    idScratch            // the buffers of threads' second reads
-	stackBufs    [2][]byte            // a stack's control frames and value stack, as read
-	objspaceOff  int64                // offset of rb_vm_t.objspace, once checked (0: not yet)
-	objspaceAddr uint64               // the objspace, once GC has read it (it lives as long as the VM)
-	tidOff       uint64               // offset of the TID in the C library's struct pthread (0: none)
-	tidOffMusl   bool                 // tidOff is musl's (whose struct pthread starts with its address)
-	tidOffLooked bool                 // pthreadTIDOffset has run
-	fsBases      map[uint64]int       // a core's threads by fs_base (tidByFSBase)
+	lines        map[[2]uint64]int     // (iseq, pc) -> line
+	labels       map[[2]uint64]string  // (iseq, method owner) -> label
+	owners       map[uint64]uint64     // ep[me_cref] of a local environment -> its method's owner
+	cfuncs       map[uint64]string     // ep[me_cref] of a C frame -> label
+	names        nameCache             // thread names, by their String
+	walk         walkCache             // where the last walk found the threads
+	idScratch    idScratch             // the buffers of threads' second reads
+	stackBufs    [2][]byte             // a stack's control frames and value stack, as read
+	hints        map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
+	frameBatch   batch                 // readFrames's batched read
+	envBufs      [][]byte              // the buffers of environments read with the frames
+	envPre       []envData             // environments read with the frames of the walk under way
+	envMiss      []envAt               // environments the walk under way read outside its value stack
+	objspaceOff  int64                 // offset of rb_vm_t.objspace, once checked (0: not yet)
+	objspaceAddr uint64                // the objspace, once GC has read it (it lives as long as the VM)
+	tidOff       uint64                // offset of the TID in the C library's struct pthread (0: none)
+	tidOffMusl   bool                  // tidOff is musl's (whose struct pthread starts with its address)
+	tidOffLooked bool                  // pthreadTIDOffset has run
+	fsBases      map[uint64]int        // a core's threads by fs_base (tidByFSBase)
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
@@ -267,6 +272,7 @@ func (v *VM) ForgetCaches() {
 	v.cfuncs = map[uint64]string{}
 	v.names = nameCache{}
 	v.walk = walkCache{}
+	v.hints = map[uint64]*stackHint{}
 }
 
 // Close releases the process's image and its use of the Build.
@@ -445,7 +451,7 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 	if err != nil {
 		return fmt.Errorf("layout check (Ruby %s, %s): reading the main thread's execution context: %w", v.Version, L.Source, err)
 	}
-	st, err := v.readStackBounds(ec)
+	st, err := v.readStackBounds(ec, nil)
 	if err != nil {
 		return fmt.Errorf("layout check (Ruby %s, %s) failed: %w", v.Version, L.Source, err)
 	}

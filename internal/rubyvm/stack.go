@@ -71,11 +71,27 @@ type readConfig struct {
 	execBoundaries bool
 	frameBudget    int
 	framesRead     int
+	gc             *GCRead
 }
 
 // WithExecBoundaries makes the read mark each Frame.ExecEnds (one more
 // word of each frame's environment read).
 func WithExecBoundaries() ReadOption { return func(c *readConfig) { c.execBoundaries = true } }
+
+// GCRead is the collector's phase as a read of the threads found it
+// (WithGCPhase), or why it could not be read (Err; the phase is then
+// GCIdle).
+type GCRead struct {
+	Phase GCPhase
+	Err   error
+}
+
+// errGCNotRead is WithGCPhase's error when no thread was found.
+var errGCNotRead = errors.New("the GC's flags were not read: no thread found")
+
+// WithGCPhase makes ReadThreads read the collector's phase into r (GC),
+// with what it reads of the threads, at no cost of its own.
+func WithGCPhase(r *GCRead) ReadOption { return func(c *readConfig) { c.gc = r } }
 
 // WithFrameBudget bounds how many control frames the stacks of one read
 // take together, when n is above zero (a crash report reads a hostile
@@ -104,23 +120,27 @@ func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
 //
 // A sampler calls it on every tick, so it reads little: one batched read
 // of the VM's, its ractors' and its threads' fields where the threads are
-// those of the last read (walkThreads), and one for what the threads point
-// at (native threads' TIDs, names).
+// those of the last read (walkThreads), one for what the threads point
+// at (native threads' TIDs, names, execution contexts, and the GC's flags
+// WithGCPhase), and one a stack (readFrames).
 func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thread, error) {
 	defer v.withReadOptions(opts)()
+	if g := v.read.gc; g != nil {
+		*g = GCRead{Err: errGCNotRead} // unless the threads are found
+	}
 	w, err := v.walkThreads()
 	var out []Thread
 	for gi, g := range w.groups {
 		if gi >= len(w.addrs) {
 			break
 		}
-		ths, ecs := v.threads(w.addrs[gi], w.blocks[gi])
+		ths, ecs, ecBlocks := v.threads(w.addrs[gi], w.blocks[gi], gi == 0)
 		for i := range ths {
 			t := &ths[i]
 			t.Main = t.Addr == w.main
 			t.GVL = t.Addr == g.gvlOwner
 			if t.Error == "" && withStack != nil && withStack(*t) {
-				frames, err := v.stack(ecs[i])
+				frames, err := v.stack(ecs[i], ecBlocks[i])
 				t.Frames = frames
 				if err != nil {
 					t.Error = err.Error()
@@ -152,7 +172,7 @@ func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool, opts ...ReadO
 		t.Frames, t.Error = nil, ""
 		ec, err := v.m.u64(at(t.Addr, v.Layout.ThreadEC))
 		if err == nil {
-			t.Frames, err = v.stack(ec)
+			t.Frames, err = v.stack(ec, nil)
 		}
 		if err != nil {
 			t.Error = err.Error()
@@ -351,25 +371,45 @@ func (v *VM) thread(th uint64) (Thread, uint64) {
 	if err != nil {
 		return Thread{Addr: th, Error: err.Error()}, 0
 	}
-	ths, ecs := v.threads([]uint64{th}, [][]byte{b})
+	ths, ecs, _ := v.threads([]uint64{th}, [][]byte{b}, false)
 	return ths[0], ecs[0]
 }
 
+// The ranges of threads' batched second read, per thread.
+const (
+	rangeTID  = iota // a native thread's TID
+	rangeName        // the name's String
+	rangeEC          // the execution context's stack fields
+	rangesPerThread
+)
+
+// ecBlockLen is how much of an execution context readStackBounds reads.
+func (v *VM) ecBlockLen() int {
+	L := v.Layout
+	return int(max(L.ECVMStack, L.ECVMStackSize, L.ECCFP) + 8)
+}
+
 // threads decodes the rb_thread_t blocks of addrs (threadBlocks) and
-// returns the threads with the addresses of their execution contexts. What
-// the threads point at, their native threads' TIDs and their names, is read
-// for all of them in one batched read.
-func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
+// returns the threads with the addresses of their execution contexts and
+// those contexts' stack fields as read (nil where unread), for stack. What
+// the threads point at, their native threads' TIDs, their names and their
+// execution contexts, is read for all of them in one batched read; with
+// gc, the collector's flags too, when the read asks for them
+// (WithGCPhase). The blocks returned are valid until the next call.
+func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint64, [][]byte) {
 	L := v.Layout
 	ths := make([]Thread, len(addrs))
 	ecs := make([]uint64, len(addrs))
-	// The second reads: [2i] a native thread's TID, [2i+1] a name, into
-	// buffers kept between reads (a sampler reads at every tick).
+	ecBlocks := make([][]byte, len(addrs))
+	// The second reads, into buffers kept between reads (a sampler reads
+	// at every tick): rangesPerThread a thread, and the GC's flags last.
 	sc := &v.idScratch
 	sc.grow(len(addrs))
 	raddrs, bufs, ok, nts, names := sc.addrs, sc.bufs, sc.ok, sc.nts, sc.names
+	gcRange := len(addrs) * rangesPerThread
 	for i, b := range blocks {
 		t := &ths[i]
+		r := i * rangesPerThread
 		t.Addr, t.Self = addrs[i], le64(b, L.ThreadSelf)
 		ecs[i] = le64(b, L.ThreadEC)
 		switch {
@@ -380,20 +420,43 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 			t.TID = v.ownTID(int(int32(le32(b, L.ThreadTID))))
 		case L.ThreadNT >= 0 && L.NativeThreadTID >= 0:
 			if nts[i] = le64(b, L.ThreadNT); nts[i] != 0 {
-				raddrs[2*i], bufs[2*i] = at(nts[i], L.NativeThreadTID), sc.buf(2*i, 4)
+				raddrs[r+rangeTID], bufs[r+rangeTID] = at(nts[i], L.NativeThreadTID), sc.buf(r+rangeTID, 4)
 			}
 		}
 		t.Status = v.threadStatus(b)
 		if names[i] = le64(b, L.ThreadName); v.isHeapObject(names[i]) {
-			raddrs[2*i+1], bufs[2*i+1] = names[i], sc.buf(2*i+1, v.names.readLen(names[i], strHeaderLen(L)))
+			raddrs[r+rangeName], bufs[r+rangeName] = names[i], sc.buf(r+rangeName, v.names.readLen(names[i], strHeaderLen(L)))
+		}
+		if ecs[i] != 0 {
+			raddrs[r+rangeEC], bufs[r+rangeEC] = ecs[i], sc.buf(r+rangeEC, v.ecBlockLen())
+		}
+	}
+	var gcErr error
+	if g := v.read.gc; gc && g != nil {
+		var addr uint64
+		var n int
+		if addr, n, gcErr = v.GCFlags(); gcErr == nil {
+			raddrs[gcRange], bufs[gcRange] = addr, sc.buf(gcRange, n)
 		}
 	}
 	target.ReadBatch(v.m.t, raddrs, bufs, ok)
+	if g := v.read.gc; gc && g != nil {
+		switch {
+		case gcErr != nil:
+			*g = GCRead{Phase: GCIdle, Err: gcErr}
+		case !ok[gcRange]:
+			phase, err := v.GC() // read alone, for its error
+			*g = GCRead{Phase: phase, Err: err}
+		default:
+			*g = GCRead{Phase: v.GCPhaseFrom(bufs[gcRange])}
+		}
+	}
 	for i, b := range blocks {
 		t := &ths[i]
+		r := i * rangesPerThread
 		if nts[i] != 0 {
-			if ok[2*i] {
-				t.TID = v.ownTID(int(int32(le32(bufs[2*i], 0))))
+			if ok[r+rangeTID] {
+				t.TID = v.ownTID(int(int32(le32(bufs[r+rangeTID], 0))))
 			}
 			if t.TID <= 0 && L.NativeThreadPthread >= 0 {
 				// A thread just born has not written its tid yet; its
@@ -406,11 +469,14 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte) ([]Thread, []uint64) {
 		if t.TID <= 0 && L.ThreadTID >= 0 && L.ThreadPthread >= 0 {
 			t.TID = v.tidOfPthread(le64(b, L.ThreadPthread)) // as above (3.1's own tid)
 		}
-		if len(bufs[2*i+1]) > 0 && ok[2*i+1] {
-			t.Name = v.threadName(names[i], bufs[2*i+1])
+		if len(bufs[r+rangeName]) > 0 && ok[r+rangeName] {
+			t.Name = v.threadName(names[i], bufs[r+rangeName])
+		}
+		if len(bufs[r+rangeEC]) > 0 && ok[r+rangeEC] {
+			ecBlocks[i] = bufs[r+rangeEC]
 		}
 	}
-	return ths, ecs
+	return ths, ecs, ecBlocks
 }
 
 // grown returns *buf resized to n bytes, reallocated only to grow.
@@ -430,14 +496,16 @@ type idScratch struct {
 	nts, names []uint64
 }
 
-// grow readies the buffers for n threads, every range empty.
+// grow readies the buffers for n threads and the GC's flags, every range
+// empty.
 func (sc *idScratch) grow(n int) {
-	if len(sc.nts) < n {
-		sc.addrs, sc.bufs, sc.ok = make([]uint64, 2*n), make([][]byte, 2*n), make([]bool, 2*n)
-		sc.keep = make([][]byte, 2*n)
+	ranges := n*rangesPerThread + 1
+	if len(sc.addrs) < ranges {
+		sc.addrs, sc.bufs, sc.ok = make([]uint64, ranges), make([][]byte, ranges), make([]bool, ranges)
+		sc.keep = make([][]byte, ranges)
 		sc.nts, sc.names = make([]uint64, n), make([]uint64, n)
 	}
-	sc.addrs, sc.bufs, sc.ok = sc.addrs[:2*n], sc.bufs[:2*n], sc.ok[:2*n]
+	sc.addrs, sc.bufs, sc.ok = sc.addrs[:ranges], sc.bufs[:ranges], sc.ok[:ranges]
 	sc.nts, sc.names = sc.nts[:n], sc.names[:n]
 	clear(sc.addrs)
 	clear(sc.bufs)
@@ -475,15 +543,18 @@ type stackBounds struct {
 }
 
 // readStackBounds reads an execution context's VM stack and checks that its
-// control frame pointer lies inside it, on a frame boundary.
-func (v *VM) readStackBounds(ec uint64) (stackBounds, error) {
+// control frame pointer lies inside it, on a frame boundary. b, when not
+// nil, holds the context's stack fields as already read (ecBlockLen bytes).
+func (v *VM) readStackBounds(ec uint64, b []byte) (stackBounds, error) {
 	L := v.Layout
 	if ec == 0 {
 		return stackBounds{}, fmt.Errorf("thread has no execution context: %w", ErrGarbage)
 	}
-	b, err := v.m.read(ec, int(max(L.ECVMStack, L.ECVMStackSize, L.ECCFP)+8))
-	if err != nil {
-		return stackBounds{}, err
+	if len(b) < v.ecBlockLen() {
+		var err error
+		if b, err = v.m.read(ec, v.ecBlockLen()); err != nil {
+			return stackBounds{}, err
+		}
 	}
 	st := stackBounds{vmStack: le64(b, L.ECVMStack), cfp: le64(b, L.ECCFP)}
 	words := le64(b, L.ECVMStackSize)
@@ -497,10 +568,11 @@ func (v *VM) readStackBounds(ec uint64) (stackBounds, error) {
 	return st, nil
 }
 
-// stack reads the Ruby frames of an execution context, innermost first.
-func (v *VM) stack(ec uint64) ([]Frame, error) {
+// stack reads the Ruby frames of an execution context, innermost first;
+// ecBlock, when not nil, is the context's stack fields as already read.
+func (v *VM) stack(ec uint64, ecBlock []byte) ([]Frame, error) {
 	L := v.Layout
-	st, err := v.readStackBounds(ec)
+	st, err := v.readStackBounds(ec, ecBlock)
 	if err != nil {
 		return nil, err
 	}
@@ -524,22 +596,11 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 			return nil, fmt.Errorf("%w: %d frames not read", ErrFrameBudget, cut)
 		}
 	}
-	// Both reads go into buffers kept between reads (a sampler reads at
-	// every tick): nothing returned points into them.
-	raw := grown(&v.stackBufs[0], int(n)*int(L.CFPSize))
-	if err := target.ReadFull(v.m.t, raw, st.cfp); err != nil {
+	raw, err := v.readFrames(st, n)
+	if err != nil {
 		return nil, err
 	}
-	// The frames' environments mostly lie in the value stack below them,
-	// up to the innermost frame's sp: read that once, not a word at a time.
-	v.env = valueStack{}
-	if sp := cfpSP(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
-		b := grown(&v.stackBufs[1], int(sp-st.vmStack))
-		if err := target.ReadFull(v.m.t, b, st.vmStack); err == nil {
-			v.env = valueStack{base: st.vmStack, b: b}
-		}
-	}
-	defer func() { v.env = valueStack{} }()
+	defer v.endWalk(st.vmStack)
 	frames := make([]Frame, 0, n)
 	var errs int
 	var firstErr error
@@ -576,6 +637,121 @@ func (v *VM) stack(ec uint64) ([]Frame, error) {
 	}
 	return frames, nil
 }
+
+// readFrames reads n control frames from st.cfp, and with them, in the
+// same batched read, what the walk of their environments will want: the
+// value stack below them up to the innermost frame's sp, where most
+// environments lie (read once, not a word at a time), and the
+// environments outside it (on the heap) that the last walk of this stack
+// read one by one. Neither is known before the frames are read, so the
+// read takes what the last walk of the stack needed (stackHint) and reads
+// again only what falls outside: a thread sampled again and again mostly
+// stands at about the same depth. The reads go into buffers kept between
+// reads (a sampler reads at every tick): nothing returned points into
+// them. It sets v.env and v.envPre for the walk; endWalk ends it.
+func (v *VM) readFrames(st stackBounds, n uint64) ([]byte, error) {
+	L := v.Layout
+	raw := grown(&v.stackBufs[0], int(n)*int(L.CFPSize))
+	h := v.hints[st.vmStack]
+	if h == nil {
+		if v.hints == nil || len(v.hints) >= maxStackHints {
+			v.hints = map[uint64]*stackHint{}
+		}
+		h = &stackHint{}
+		v.hints[st.vmStack] = h
+	}
+	guess := min(h.valueStack, st.cfp-st.vmStack, maxValueStackRead)
+	if L.CFPSP < 0 {
+		guess = 0 // no sp to check the guess against
+	}
+	b := &v.frameBatch
+	b.addrs = append(b.addrs[:0], st.cfp, st.vmStack)
+	b.bufs = append(b.bufs[:0], raw, grown(&v.stackBufs[1], int(guess)))
+	v.envPre = v.envPre[:0]
+	for i, e := range h.envs {
+		if i >= len(v.envBufs) {
+			v.envBufs = append(v.envBufs, nil)
+		}
+		buf := grown(&v.envBufs[i], e.n)
+		v.envPre = append(v.envPre, envData{addr: e.addr, b: buf})
+		b.addrs, b.bufs = append(b.addrs, e.addr), append(b.bufs, buf)
+	}
+	for len(b.ok) < len(b.bufs) {
+		b.ok = append(b.ok, false)
+	}
+	b.ok = b.ok[:len(b.bufs)]
+	target.ReadBatch(v.m.t, b.addrs, b.bufs, b.ok)
+	if !b.ok[0] {
+		// Read alone, for its error.
+		if err := target.ReadFull(v.m.t, raw, st.cfp); err != nil {
+			return nil, err
+		}
+	}
+	for i := range v.envPre {
+		v.envPre[i].ok = b.ok[2+i]
+	}
+	v.env, v.envMiss = valueStack{}, v.envMiss[:0]
+	if sp := cfpSP(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
+		need := sp - st.vmStack
+		vs := b.bufs[1] // as much as the batch read
+		if !b.ok[1] || need > uint64(len(vs)) {
+			vs = grown(&v.stackBufs[1], int(need))
+			if target.ReadFull(v.m.t, vs, st.vmStack) != nil {
+				vs = nil
+			}
+		}
+		if vs != nil {
+			v.env = valueStack{base: st.vmStack, b: vs[:need]}
+		}
+		h.valueStack = (need + valueStackSlack + 511) &^ 511
+	}
+	return raw, nil
+}
+
+// endWalk ends the walk of the stack at vmStack: the environments it read
+// one by one are those the next walk of that stack reads with its frames.
+func (v *VM) endWalk(vmStack uint64) {
+	if h := v.hints[vmStack]; h != nil {
+		h.envs = append(h.envs[:0], v.envMiss...)
+	}
+	v.env, v.envPre, v.envMiss = valueStack{}, v.envPre[:0], v.envMiss[:0]
+}
+
+// stackHint is what the last walk of a VM stack (by its lowest address)
+// read: how much of its value stack, and the environments outside it.
+type stackHint struct {
+	valueStack uint64
+	envs       []envAt
+}
+
+// envAt is a range of an environment a walk read from the target.
+type envAt struct {
+	addr uint64
+	n    int
+}
+
+// envData is an environment read with the frames (readFrames).
+type envData struct {
+	addr uint64
+	b    []byte
+	ok   bool
+}
+
+// batch is the ranges of a batched read, kept between reads.
+type batch struct {
+	addrs []uint64
+	bufs  [][]byte
+	ok    []bool
+}
+
+// Bounds of the hints readFrames keeps: stacks (threads, fibers) hinted
+// at, environments a stack, and how much more of a value stack than the
+// last walk needed a read takes.
+const (
+	maxStackHints   = 1024
+	maxHintEnvs     = 16
+	valueStackSlack = 1024
+)
 
 // finishes tells whether the control frame at the start of cf was pushed
 // with VM_FRAME_FLAG_FINISH: the first frame of a call of the exec loop.
@@ -786,7 +962,29 @@ func (v *VM) envRead(addr uint64, n int) ([]byte, error) {
 	if e := v.env; addr >= e.base && addr-e.base+uint64(n) <= uint64(len(e.b)) {
 		return e.b[addr-e.base : addr-e.base+uint64(n)], nil
 	}
+	// Read with the frames, as the last walk of this stack needed it.
+	for _, e := range v.envPre {
+		if e.ok && addr >= e.addr && addr-e.addr+uint64(n) <= uint64(len(e.b)) {
+			v.hintEnv(e.addr, len(e.b))
+			return e.b[addr-e.addr : addr-e.addr+uint64(n)], nil
+		}
+	}
+	v.hintEnv(addr, n)
 	return v.m.read(addr, n)
+}
+
+// hintEnv notes that the walk under way needed n bytes at addr outside its
+// value stack, for the next walk of the stack to read with its frames.
+func (v *VM) hintEnv(addr uint64, n int) {
+	if v.env.b == nil || len(v.envMiss) >= maxHintEnvs {
+		return // no walk of a stack under way, or enough noted
+	}
+	for _, e := range v.envMiss {
+		if e.addr == addr && e.n >= n {
+			return
+		}
+	}
+	v.envMiss = append(v.envMiss, envAt{addr: addr, n: n})
 }
 
 // cfpSP is the sp of the control frame at the start of raw, or 0 when the

@@ -51,7 +51,7 @@ func (v *VM) plausibleVMPtr(addr uint64) bool {
 	if err != nil {
 		return false
 	}
-	st, err := v.readStackBounds(ec)
+	st, err := v.readStackBounds(ec, nil)
 	if err != nil {
 		return false
 	}
