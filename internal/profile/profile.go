@@ -5,9 +5,10 @@
 package profile
 
 import (
+	"encoding/binary"
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -104,6 +105,10 @@ type Profile struct {
 
 	frameIDs map[Frame]int
 	stackIDs map[string]int
+	// ids and key are Add's scratch: a stack already seen costs no
+	// allocation.
+	ids []int
+	key []byte
 }
 
 // NewProfile returns an empty profile for a recording at rate Hz.
@@ -149,27 +154,28 @@ func (p *Profile) Add(frames []Frame, count int) int {
 			p.frameIDs[f] = i
 		}
 		for i, st := range p.Stacks {
-			p.stackIDs[stackKey(st.Frames)] = i
+			p.stackIDs[string(appendStackKey(nil, st.Frames))] = i
 		}
 	}
-	ids := make([]int, len(frames))
-	for i, f := range frames {
+	ids := p.ids[:0]
+	for _, f := range frames {
 		id, ok := p.frameIDs[f]
 		if !ok {
 			id = len(p.Frames)
 			p.Frames = append(p.Frames, f)
 			p.frameIDs[f] = id
 		}
-		ids[i] = id
+		ids = append(ids, id)
 	}
-	k := stackKey(ids)
-	si, ok := p.stackIDs[k]
+	p.ids = ids
+	p.key = appendStackKey(p.key[:0], ids)
+	si, ok := p.stackIDs[string(p.key)] // no allocation to look up
 	if ok {
 		p.Stacks[si].Count += count
 	} else {
 		si = len(p.Stacks)
-		p.stackIDs[k] = si
-		p.Stacks = append(p.Stacks, Stack{Frames: ids, Count: count})
+		p.stackIDs[string(p.key)] = si
+		p.Stacks = append(p.Stacks, Stack{Frames: slices.Clone(ids), Count: count})
 	}
 	p.Samples += count
 	return si
@@ -196,14 +202,13 @@ func (p *Profile) Relabel(kind Kind, rename func(label string) string) {
 	}
 }
 
-// stackKey is the map key of a stack of frame indexes.
-func stackKey(ids []int) string {
-	var key strings.Builder
+// appendStackKey appends the map key of a stack of frame indexes to key:
+// each index as a varint.
+func appendStackKey(key []byte, ids []int) []byte {
 	for _, id := range ids {
-		key.WriteString(strconv.Itoa(id))
-		key.WriteByte(',')
+		key = binary.AppendUvarint(key, uint64(id))
 	}
-	return key.String()
+	return key
 }
 
 // FunctionStat is a function's self and total sample counts.

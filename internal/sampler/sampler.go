@@ -195,8 +195,11 @@ type proc struct {
 	unwinder *stacks.Unwinder
 	native   map[int][]unwind.Frame
 	// readOpts are the options of the stack reads (the exec loop's
-	// boundaries, with native frames).
+	// boundaries, with native frames); gcOpts are those and the GC's
+	// phase read into gcRead (nonblocking reads).
 	readOpts []rubyvm.ReadOption
+	gcOpts   []rubyvm.ReadOption
+	gcRead   rubyvm.GCRead
 }
 
 // gateSays is what the agent's gate (Sampler.gate) found of a process at
@@ -689,6 +692,8 @@ type Sampler struct {
 
 	// rt is the sampling thread's real-time scheduling (Run).
 	rt *rtSampler
+	// frames is addSamples's scratch.
+	frames []profile.Frame
 }
 
 // NewSet makes a sampler of no process yet, for Options.PerProcess: Add
@@ -1048,8 +1053,16 @@ func (s *Sampler) sample(p *proc) {
 	gc := rubyvm.GCIdle
 	switch {
 	case s.opts.Nonblocking:
-		threads, err = p.vm.ReadThreads(wanted, p.readOpts...)
-		gc = p.gcPhase(threads)
+		if p.noGC {
+			threads, err = p.vm.ReadThreads(wanted, p.readOpts...)
+			break
+		}
+		// The GC's flags come with the threads, in the same read.
+		if len(p.gcOpts) != len(p.readOpts)+1 {
+			p.gcOpts = append(slices.Clip(p.readOpts), rubyvm.WithGCPhase(&p.gcRead))
+		}
+		threads, err = p.vm.ReadThreads(wanted, p.gcOpts...)
+		gc = p.gcPhaseRead(threads)
 	case running == nil:
 		// With Idle every Ruby thread is read, so every Ruby thread stops;
 		// only the stacks are read while they stand still. Threads that
@@ -1105,7 +1118,7 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		if len(th.Frames) == 0 {
 			continue // a thread not yet running Ruby code
 		}
-		frames := make([]profile.Frame, 0, len(th.Frames)+2)
+		frames := s.frames[:0] // Add copies what it keeps
 		if s.opts.Subprocesses {
 			frames = append(frames, profile.Frame{Kind: profile.KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
 		}
@@ -1131,6 +1144,7 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
 		}
 		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
+		s.frames = frames
 	}
 }
 
@@ -1335,6 +1349,22 @@ func (p *proc) gcPhase(ths []rubyvm.Thread) rubyvm.GCPhase {
 		return rubyvm.GCIdle
 	}
 	return phase
+}
+
+// gcPhaseRead is gcPhase for threads read WithGCPhase(&p.gcRead): the
+// phase that read found.
+func (p *proc) gcPhaseRead(ths []rubyvm.Thread) rubyvm.GCPhase {
+	holder := false
+	for _, th := range ths {
+		holder = holder || th.GVL
+	}
+	if errors.Is(p.gcRead.Err, layout.ErrFeatureMissing) {
+		p.noGC = true
+	}
+	if !holder || p.gcRead.Err != nil {
+		return rubyvm.GCIdle
+	}
+	return p.gcRead.Phase
 }
 
 // readAllPaused reads the thread list and the stacks of the threads wanted
