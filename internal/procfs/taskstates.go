@@ -180,7 +180,7 @@ func (t *TaskStates) Read() (running, all map[int]bool, err error) {
 func (t *TaskStates) reread() (ok, gone bool) {
 	// The task directory's link count is the count of threads plus two.
 	var dir unix.Stat_t
-	if err := unix.Fstat(t.dir, &dir); err != nil || int(dir.Nlink)-2 != len(t.all) {
+	if err := fstatRaw(t.dir, &dir); err != nil || int(dir.Nlink)-2 != len(t.all) {
 		return false, false
 	}
 	clear(t.running)
@@ -464,6 +464,15 @@ func RunDelay(pid, tid int) (delay time.Duration, ok bool) {
 	}
 	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
 	return time.Duration(ns), err == nil && ns >= 0
+}
+
+// fstatRaw is fstat made as a raw system call, as preadRaw is.
+func fstatRaw(fd int, st *unix.Stat_t) error {
+	_, _, errno := unix.RawSyscall(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // preadRaw reads a procfs file from its start with a raw system call: a
