@@ -83,10 +83,12 @@ type VM struct {
 	idScratch    idScratch             // the buffers of threads' second reads
 	stackBufs    [2][]byte             // a stack's control frames and value stack, as read
 	hints        map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
+	aheadBatch   batch                 // readBatchAhead's batched read
 	frameBatch   batch                 // readFrames's batched read
 	envBufs      [][]byte              // the buffers of environments read with the frames
 	envPre       []envData             // environments read with the frames of the walk under way
 	envMiss      []envAt               // environments the walk under way read outside its value stack
+	ra           readAhead             // what a ReadThreads call reads with its walk of the threads
 	objspaceOff  int64                 // offset of rb_vm_t.objspace, once checked (0: not yet)
 	objspaceAddr uint64                // the objspace, once GC has read it (it lives as long as the VM)
 	tidOff       uint64                // offset of the TID in the C library's struct pthread (0: none)
@@ -273,6 +275,7 @@ func (v *VM) ForgetCaches() {
 	v.names = nameCache{}
 	v.walk = walkCache{}
 	v.hints = map[uint64]*stackHint{}
+	v.ra = readAhead{}
 }
 
 // Close releases the process's image and its use of the Build.

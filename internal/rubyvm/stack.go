@@ -125,6 +125,8 @@ func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
 // WithGCPhase), and one a stack (readFrames).
 func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thread, error) {
 	defer v.withReadOptions(opts)()
+	v.ra.begin()
+	defer v.ra.end()
 	if g := v.read.gc; g != nil {
 		*g = GCRead{Err: errGCNotRead} // unless the threads are found
 	}
@@ -439,7 +441,7 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 			raddrs[gcRange], bufs[gcRange] = addr, sc.buf(gcRange, n)
 		}
 	}
-	target.ReadBatch(v.m.t, raddrs, bufs, ok)
+	v.readBatchAhead(raddrs, bufs, ok, true)
 	if g := v.read.gc; gc && g != nil {
 		switch {
 		case gcErr != nil:
@@ -672,23 +674,25 @@ func (v *VM) readFrames(st stackBounds, n uint64) ([]byte, error) {
 		if i >= len(v.envBufs) {
 			v.envBufs = append(v.envBufs, nil)
 		}
-		buf := grown(&v.envBufs[i], e.n)
-		v.envPre = append(v.envPre, envData{addr: e.addr, b: buf})
-		b.addrs, b.bufs = append(b.addrs, e.addr), append(b.bufs, buf)
+		b.addrs, b.bufs = append(b.addrs, e.addr), append(b.bufs, grown(&v.envBufs[i], e.n))
 	}
 	for len(b.ok) < len(b.bufs) {
 		b.ok = append(b.ok, false)
 	}
 	b.ok = b.ok[:len(b.bufs)]
-	target.ReadBatch(v.m.t, b.addrs, b.bufs, b.ok)
+	// The next call of ReadThreads reads the frames ahead, a few more
+	// than now (a thread may be deeper by then).
+	v.ra.note(max(st.vmStack, st.cfp-frameSlack*uint64(L.CFPSize)), int(st.end-max(st.vmStack, st.cfp-frameSlack*uint64(L.CFPSize))))
+	v.readBatchAhead(b.addrs, b.bufs, b.ok, false)
+	raw = b.bufs[0]
+	for i, e := range h.envs {
+		v.envPre = append(v.envPre, envData{addr: e.addr, b: b.bufs[2+i], ok: b.ok[2+i]})
+	}
 	if !b.ok[0] {
 		// Read alone, for its error.
 		if err := target.ReadFull(v.m.t, raw, st.cfp); err != nil {
 			return nil, err
 		}
-	}
-	for i := range v.envPre {
-		v.envPre[i].ok = b.ok[2+i]
 	}
 	v.env, v.envMiss = valueStack{}, v.envMiss[:0]
 	if sp := cfpSP(raw, L.CFPSP); sp > st.vmStack && sp-st.vmStack <= maxValueStackRead {
@@ -704,15 +708,57 @@ func (v *VM) readFrames(st stackBounds, n uint64) ([]byte, error) {
 			v.env = valueStack{base: st.vmStack, b: vs[:need]}
 		}
 		h.valueStack = (need + valueStackSlack + 511) &^ 511
+		v.ra.note(st.vmStack, int(min(h.valueStack, st.cfp-st.vmStack, maxValueStackRead)))
 	}
 	return raw, nil
 }
 
+// frameSlack is how many more control frames than a walk read the next
+// call of ReadThreads reads ahead.
+const frameSlack = 16
+
+// readBatchAhead reads the ranges of addrs into bufs as target.ReadBatch
+// does, but takes each range that was read ahead (readAhead) from there,
+// its buffer replaced by those bytes, and reads only the others; with note,
+// it notes every range for the next call to read ahead.
+func (v *VM) readBatchAhead(addrs []uint64, bufs [][]byte, ok []bool, note bool) {
+	b := &v.aheadBatch
+	b.addrs, b.bufs, b.idx = b.addrs[:0], b.bufs[:0], b.idx[:0]
+	for i := range bufs {
+		if ok[i] = len(bufs[i]) == 0; ok[i] {
+			continue
+		}
+		if note {
+			v.ra.note(addrs[i], len(bufs[i]))
+		}
+		if d, hit := v.ra.take(addrs[i], len(bufs[i])); hit {
+			bufs[i], ok[i] = d, true
+			continue
+		}
+		b.addrs, b.bufs, b.idx = append(b.addrs, addrs[i]), append(b.bufs, bufs[i]), append(b.idx, i)
+	}
+	if len(b.bufs) == 0 {
+		return
+	}
+	for len(b.ok) < len(b.bufs) {
+		b.ok = append(b.ok, false)
+	}
+	b.ok = b.ok[:len(b.bufs)]
+	target.ReadBatch(v.m.t, b.addrs, b.bufs, b.ok)
+	for j, i := range b.idx {
+		ok[i] = b.ok[j]
+	}
+}
+
 // endWalk ends the walk of the stack at vmStack: the environments it read
-// one by one are those the next walk of that stack reads with its frames.
+// one by one are those the next walk of that stack reads with its frames,
+// and the next call of ReadThreads reads ahead.
 func (v *VM) endWalk(vmStack uint64) {
 	if h := v.hints[vmStack]; h != nil {
 		h.envs = append(h.envs[:0], v.envMiss...)
+		for _, e := range h.envs {
+			v.ra.note(e.addr, e.n)
+		}
 	}
 	v.env, v.envPre, v.envMiss = valueStack{}, v.envPre[:0], v.envMiss[:0]
 }
@@ -737,11 +783,13 @@ type envData struct {
 	ok   bool
 }
 
-// batch is the ranges of a batched read, kept between reads.
+// batch is the ranges of a batched read, kept between reads (idx: where
+// each came from, for readBatchAhead).
 type batch struct {
 	addrs []uint64
 	bufs  [][]byte
 	ok    []bool
+	idx   []int
 }
 
 // Bounds of the hints readFrames keeps: stacks (threads, fibers) hinted

@@ -122,7 +122,11 @@ func (v *VM) speculate() (walked, bool) {
 		v.walk.spec = r
 	}
 	r := v.walk.spec
-	target.ReadBatch(v.m.t, r.addrs, r.bufs, r.ok)
+	// The ranges the last call read after its walk are read with it.
+	addrs, bufs, oks := v.ra.batch(r.addrs, r.bufs)
+	target.ReadBatch(v.m.t, addrs, bufs, oks)
+	copy(r.ok, oks)
+	v.ra.read(len(r.ok), false)
 	for _, o := range r.ok {
 		if !o {
 			return walked{}, false
@@ -168,5 +172,6 @@ func (v *VM) speculate() (walked, bool) {
 			return walked{}, false
 		}
 	}
+	v.ra.read(len(r.ok), true)
 	return w, true
 }
