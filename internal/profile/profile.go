@@ -137,11 +137,23 @@ func (p *Profile) KeepTimeline() {
 }
 
 // AddSample records one sample of one thread taken at t: its stack, root
-// first, counts once, and the sample joins the timeline when kept.
-func (p *Profile) AddSample(frames []Frame, t time.Time, pid, tid int, thread string) {
+// first, counts once, and the sample joins the timeline when kept. It
+// returns the stack's index in Stacks.
+func (p *Profile) AddSample(frames []Frame, t time.Time, pid, tid int, thread string) (stack int) {
 	si := p.Add(frames, 1)
 	if p.Timeline != nil {
 		p.Timeline = append(p.Timeline, Sample{Time: t.Sub(p.Start), PID: pid, TID: tid, Thread: thread, Stack: si})
+	}
+	return si
+}
+
+// AddStackSample is AddSample of a stack already in Stacks, by its index
+// (what AddSample returned for it): one sample more of it.
+func (p *Profile) AddStackSample(stack int, t time.Time, pid, tid int, thread string) {
+	p.Stacks[stack].Count++
+	p.Samples++
+	if p.Timeline != nil {
+		p.Timeline = append(p.Timeline, Sample{Time: t.Sub(p.Start), PID: pid, TID: tid, Thread: thread, Stack: stack})
 	}
 }
 

@@ -141,6 +141,9 @@ type proc struct {
 	// wallStacks are the stacks the last wall-clock sample read, by
 	// thread (sampleWall).
 	wallStacks map[uint64]wallStack
+	// lastStacks are the stacks of each thread's last sample, by TID
+	// (addSamples).
+	lastStacks map[int]*lastStack
 	// title is the process's command line as last read (processTitle).
 	title string
 	// mainTID is the main thread's TID in Ruby's books as last seen, and
@@ -1143,9 +1146,42 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		case (s.opts.GVL || all) && waitsForGVL(th):
 			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
 		}
-		prof.AddSample(frames, now, p.pid, tidOf(th), ThreadName(th))
 		s.frames = frames
+		// A thread sampled where it was sampled last (a hot loop) counts
+		// one more of that stack, found without looking up its frames.
+		tid := tidOf(th)
+		if last := p.lastStacks[tid]; last != nil && last.prof == prof && slices.Equal(last.frames, frames) {
+			prof.AddStackSample(last.stack, now, p.pid, tid, ThreadName(th))
+			continue
+		}
+		si := prof.AddSample(frames, now, p.pid, tid, ThreadName(th))
+		p.rememberStack(prof, tid, frames, si)
 	}
+}
+
+// lastStack is the stack of a thread's last sample: its frames as given to
+// prof, and their index in prof's Stacks.
+type lastStack struct {
+	prof   *profile.Profile
+	frames []profile.Frame
+	stack  int
+}
+
+// maxLastStacks bounds the threads whose last stacks a process keeps.
+const maxLastStacks = 256
+
+// rememberStack keeps frames, the stack of thread tid's sample that prof
+// has as its stack si, for the thread's next sample (addSamples).
+func (p *proc) rememberStack(prof *profile.Profile, tid int, frames []profile.Frame, si int) {
+	if p.lastStacks == nil || len(p.lastStacks) >= maxLastStacks {
+		p.lastStacks = map[int]*lastStack{}
+	}
+	last := p.lastStacks[tid]
+	if last == nil {
+		last = &lastStack{}
+		p.lastStacks[tid] = last
+	}
+	last.prof, last.frames, last.stack = prof, append(last.frames[:0], frames...), si
 }
 
 // wallStack is a thread's stack as its last wall-clock sample read it, and
