@@ -84,6 +84,7 @@ type VM struct {
 	stackBufs    [2][]byte             // a stack's control frames and value stack, as read
 	hints        map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
 	aheadBatch   batch                 // readBatchAhead's batched read
+	framePool    [][]Frame             // the Frames of reads WithReusedFrames
 	frameBatch   batch                 // readFrames's batched read
 	envBufs      [][]byte              // the buffers of environments read with the frames
 	envPre       []envData             // environments read with the frames of the walk under way

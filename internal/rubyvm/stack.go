@@ -72,11 +72,19 @@ type readConfig struct {
 	frameBudget    int
 	framesRead     int
 	gc             *GCRead
+	reuseFrames    bool
+	stacks         int // stacks read so far, with reuseFrames
 }
 
 // WithExecBoundaries makes the read mark each Frame.ExecEnds (one more
 // word of each frame's environment read).
 func WithExecBoundaries() ReadOption { return func(c *readConfig) { c.execBoundaries = true } }
+
+// WithReusedFrames makes the read return each thread's Frames in a slice
+// the VM keeps and fills again at its next read with this option: the
+// caller must be done with them by then. A sampler that copies what it
+// keeps reads without allocating them.
+func WithReusedFrames() ReadOption { return func(c *readConfig) { c.reuseFrames = true } }
 
 // GCRead is the collector's phase as a read of the threads found it
 // (WithGCPhase), or why it could not be read (Err; the phase is then
@@ -603,7 +611,21 @@ func (v *VM) stack(ec uint64, ecBlock []byte) ([]Frame, error) {
 		return nil, err
 	}
 	defer v.endWalk(st.vmStack)
-	frames := make([]Frame, 0, n)
+	// At most n frames: the appends below never grow the slice.
+	var frames []Frame
+	if r := &v.read; r.reuseFrames {
+		// Into a slice of the VM's, one for each stack of the read.
+		for len(v.framePool) <= r.stacks {
+			v.framePool = append(v.framePool, nil)
+		}
+		if uint64(cap(v.framePool[r.stacks])) < n {
+			v.framePool[r.stacks] = make([]Frame, 0, n)
+		}
+		frames = v.framePool[r.stacks][:0]
+		r.stacks++
+	} else {
+		frames = make([]Frame, 0, n)
+	}
 	var errs int
 	var firstErr error
 	// The bottom-most control frame is the VM's dummy top frame, which

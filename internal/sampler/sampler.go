@@ -198,11 +198,15 @@ type proc struct {
 	unwinder *stacks.Unwinder
 	native   map[int][]unwind.Frame
 	// readOpts are the options of the stack reads (the exec loop's
-	// boundaries, with native frames); gcOpts are those and the GC's
-	// phase read into gcRead (nonblocking reads).
-	readOpts []rubyvm.ReadOption
-	gcOpts   []rubyvm.ReadOption
-	gcRead   rubyvm.GCRead
+	// boundaries, with native frames); nbOpts are those of nonblocking
+	// reads: readOpts, frames in the VM's slices, and the GC's phase read
+	// into gcRead unless noGC (nbOptsGC), made for readOpts of nbOptsFor
+	// options.
+	readOpts  []rubyvm.ReadOption
+	nbOpts    []rubyvm.ReadOption
+	nbOptsFor int
+	nbOptsGC  bool
+	gcRead    rubyvm.GCRead
 }
 
 // gateSays is what the agent's gate (Sampler.gate) found of a process at
@@ -1056,16 +1060,19 @@ func (s *Sampler) sample(p *proc) {
 	gc := rubyvm.GCIdle
 	switch {
 	case s.opts.Nonblocking:
-		if p.noGC {
-			threads, err = p.vm.ReadThreads(wanted, p.readOpts...)
-			break
+		// The GC's flags come with the threads, in the same read; the
+		// frames, which addSamples copies, in the VM's slices.
+		if p.nbOptsFor != len(p.readOpts) || p.nbOptsGC == p.noGC {
+			p.nbOpts = append(slices.Clip(p.readOpts), rubyvm.WithReusedFrames())
+			if !p.noGC {
+				p.nbOpts = append(p.nbOpts, rubyvm.WithGCPhase(&p.gcRead))
+			}
+			p.nbOptsFor, p.nbOptsGC = len(p.readOpts), !p.noGC
 		}
-		// The GC's flags come with the threads, in the same read.
-		if len(p.gcOpts) != len(p.readOpts)+1 {
-			p.gcOpts = append(slices.Clip(p.readOpts), rubyvm.WithGCPhase(&p.gcRead))
+		threads, err = p.vm.ReadThreads(wanted, p.nbOpts...)
+		if !p.noGC {
+			gc = p.gcPhaseRead(threads)
 		}
-		threads, err = p.vm.ReadThreads(wanted, p.gcOpts...)
-		gc = p.gcPhaseRead(threads)
 	case running == nil:
 		// With Idle every Ruby thread is read, so every Ruby thread stops;
 		// only the stacks are read while they stand still. Threads that
