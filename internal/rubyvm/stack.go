@@ -107,15 +107,17 @@ func WithGCPhase(r *GCRead) ReadOption { return func(c *readConfig) { c.gc = r }
 // in its error (ErrFrameBudget).
 func WithFrameBudget(n int) ReadOption { return func(c *readConfig) { c.frameBudget = n } }
 
-// withReadOptions sets the options of the read that is starting; the
-// returned function ends it.
-func (v *VM) withReadOptions(opts []ReadOption) func() {
+// withReadOptions sets the options of the read that is starting;
+// endRead ends it.
+func (v *VM) withReadOptions(opts []ReadOption) {
 	v.read = readConfig{}
 	for _, o := range opts {
 		o(&v.read)
 	}
-	return func() { v.read = readConfig{} }
 }
+
+// endRead ends the read that withReadOptions started.
+func (v *VM) endRead() { v.read = readConfig{} }
 
 // Threads walks every ractor's threads and returns their stacks.
 func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
@@ -132,7 +134,8 @@ func (v *VM) Threads(opts ...ReadOption) ([]Thread, error) {
 // at (native threads' TIDs, names, execution contexts, and the GC's flags
 // WithGCPhase), and one a stack (readFrames).
 func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thread, error) {
-	defer v.withReadOptions(opts)()
+	v.withReadOptions(opts)
+	defer v.endRead()
 	v.ra.begin()
 	defer v.ra.end()
 	if g := v.read.gc; g != nil {
@@ -157,7 +160,11 @@ func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thr
 				}
 			}
 		}
-		out = append(out, ths...)
+		if out == nil {
+			out = ths // one group, most often: no copy
+		} else {
+			out = append(out, ths...)
+		}
 	}
 	if err != nil && len(w.groups) > 0 {
 		err = fmt.Errorf("listing threads: %w", err)
@@ -173,7 +180,8 @@ func (v *VM) ReadThreads(withStack func(Thread) bool, opts ...ReadOption) ([]Thr
 // stand still. A thread that has ended since it was listed must not be
 // passed: its memory may be freed.
 func (v *VM) ReadStacks(ths []Thread, withStack func(Thread) bool, opts ...ReadOption) {
-	defer v.withReadOptions(opts)()
+	v.withReadOptions(opts)
+	defer v.endRead()
 	for i := range ths {
 		t := &ths[i]
 		if !withStack(*t) {
@@ -405,16 +413,16 @@ func (v *VM) ecBlockLen() int {
 // the threads point at, their native threads' TIDs, their names and their
 // execution contexts, is read for all of them in one batched read; with
 // gc, the collector's flags too, when the read asks for them
-// (WithGCPhase). The blocks returned are valid until the next call.
+// (WithGCPhase). The contexts and blocks returned are valid until the next
+// call.
 func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint64, [][]byte) {
 	L := v.Layout
 	ths := make([]Thread, len(addrs))
-	ecs := make([]uint64, len(addrs))
-	ecBlocks := make([][]byte, len(addrs))
 	// The second reads, into buffers kept between reads (a sampler reads
 	// at every tick): rangesPerThread a thread, and the GC's flags last.
 	sc := &v.idScratch
 	sc.grow(len(addrs))
+	ecs, ecBlocks := sc.ecs, sc.ecBlocks
 	raddrs, bufs, ok, nts, names := sc.addrs, sc.bufs, sc.ok, sc.nts, sc.names
 	gcRange := len(addrs) * rangesPerThread
 	for i, b := range blocks {
@@ -504,6 +512,8 @@ type idScratch struct {
 	bufs, keep [][]byte
 	ok         []bool
 	nts, names []uint64
+	ecs        []uint64
+	ecBlocks   [][]byte
 }
 
 // grow readies the buffers for n threads and the GC's flags, every range
@@ -514,13 +524,16 @@ func (sc *idScratch) grow(n int) {
 		sc.addrs, sc.bufs, sc.ok = make([]uint64, ranges), make([][]byte, ranges), make([]bool, ranges)
 		sc.keep = make([][]byte, ranges)
 		sc.nts, sc.names = make([]uint64, n), make([]uint64, n)
+		sc.ecs, sc.ecBlocks = make([]uint64, n), make([][]byte, n)
 	}
 	sc.addrs, sc.bufs, sc.ok = sc.addrs[:ranges], sc.bufs[:ranges], sc.ok[:ranges]
-	sc.nts, sc.names = sc.nts[:n], sc.names[:n]
+	sc.nts, sc.names, sc.ecs, sc.ecBlocks = sc.nts[:n], sc.names[:n], sc.ecs[:n], sc.ecBlocks[:n]
 	clear(sc.addrs)
 	clear(sc.bufs)
 	clear(sc.nts)
 	clear(sc.names)
+	clear(sc.ecs)
+	clear(sc.ecBlocks)
 }
 
 // buf returns range i's buffer of n bytes, reusing the one kept for it.

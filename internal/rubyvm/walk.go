@@ -36,6 +36,7 @@ type specRead struct {
 	vs     span
 	rss    []span
 	blocks [][][]byte
+	groups []threadGroup // the walk's groups (speculate)
 }
 
 // specReadOf lays out the batched read of c's addresses.
@@ -133,14 +134,15 @@ func (v *VM) speculate() (walked, bool) {
 		}
 	}
 	vs, rss, bufs := r.vs, r.rss, r.bufs
-	w := walked{addrs: c.threads, blocks: r.blocks}
+	// The groups go into a slice kept between walks.
+	w := walked{addrs: c.threads, blocks: r.blocks, groups: r.groups[:0]}
 	if binary.LittleEndian.Uint64(bufs[0]) != c.vm {
 		return walked{}, false
 	}
 	w.main = vs.u64(L.VMRactorMainThread)
 	next := L.ListNodeNext
 	if L.VMRactorSet < 0 {
-		w.groups = []threadGroup{v.vmGroup(c.vm, vs)}
+		w.groups = append(w.groups, v.vmGroup(c.vm, vs))
 	} else {
 		// The ractors, in list order from the VM's list head back to it.
 		head := at(c.vm, L.VMRactorSet)
@@ -157,6 +159,7 @@ func (v *VM) speculate() (walked, bool) {
 			return walked{}, false
 		}
 	}
+	r.groups = w.groups
 	if len(w.groups) != len(c.threads) {
 		return walked{}, false
 	}

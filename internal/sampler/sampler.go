@@ -144,6 +144,8 @@ type proc struct {
 	// lastStacks are the stacks of each thread's last sample, by TID
 	// (addSamples).
 	lastStacks map[int]*lastStack
+	// tick is what the current tick's functions ask (tickFuncs).
+	tick tick
 	// title is the process's command line as last read (processTitle).
 	title string
 	// mainTID is the main thread's TID in Ruby's books as last seen, and
@@ -1040,21 +1042,10 @@ func (s *Sampler) sample(p *proc) {
 			}
 		}
 	}
-	// The TID rbscope should see for a Ruby thread: a forked child's main
-	// thread keeps its parent's TID in Ruby's books.
-	tidOf := func(th rubyvm.Thread) int {
-		if th.Main && th.TID != p.pid && (tasks != nil && !tasks[th.TID] || tasks == nil && p.foreignMain(th.TID)) {
-			return p.pid
-		}
-		return th.TID
-	}
 	if s.opts.Native {
 		p.prepareNative()
 	}
-	gvlWaiter := func(th rubyvm.Thread) bool { return s.opts.GVL && waitsForGVL(th) }
-	wanted := func(th rubyvm.Thread) bool {
-		return (running == nil || running[tidOf(th)] || gvlWaiter(th)) && (s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th))
-	}
+	tidOf, gvlWaiter, wanted := p.tickFuncs(s, running, tasks)
 	var threads []rubyvm.Thread
 	var err error
 	gc := rubyvm.GCIdle
@@ -1164,6 +1155,40 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		si := prof.AddSample(frames, now, p.pid, tid, ThreadName(th))
 		p.rememberStack(prof, tid, frames, si)
 	}
+}
+
+// tick is what the functions of a tick of one process (tickFuncs) ask:
+// the sampler's options and the thread states the tick read.
+type tick struct {
+	s              *Sampler
+	running, tasks map[int]bool
+	// The functions, made once (a function value made at each tick
+	// would be allocated at each tick).
+	tidOf            func(rubyvm.Thread) int
+	gvlWaiter, wants func(rubyvm.Thread) bool
+}
+
+// tickFuncs returns the functions of this tick of p, which read running
+// and tasks (nil with Options.Idle): tidOf, the TID rbscope should see for
+// a Ruby thread (a forked child's main thread keeps its parent's TID in
+// Ruby's books); gvlWaiter, whether a thread waiting for the GVL is
+// sampled as such (Options.GVL); and wanted, whether a thread is sampled.
+func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(rubyvm.Thread) int, gvlWaiter, wanted func(rubyvm.Thread) bool) {
+	t := &p.tick
+	t.s, t.running, t.tasks = s, running, tasks
+	if t.tidOf == nil {
+		t.tidOf = func(th rubyvm.Thread) int {
+			if th.Main && th.TID != p.pid && (t.tasks != nil && !t.tasks[th.TID] || t.tasks == nil && p.foreignMain(th.TID)) {
+				return p.pid
+			}
+			return th.TID
+		}
+		t.gvlWaiter = func(th rubyvm.Thread) bool { return t.s.opts.GVL && waitsForGVL(th) }
+		t.wants = func(th rubyvm.Thread) bool {
+			return (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th)) && (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th))
+		}
+	}
+	return t.tidOf, t.gvlWaiter, t.wants
 }
 
 // lastStack is the stack of a thread's last sample: its frames as given to
