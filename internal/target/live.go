@@ -34,6 +34,10 @@ type Live struct {
 	// (see LocalTID).
 	ns nsTIDs
 
+	// batchMu guards batchBuf, ReadBatch's buffer of coalesced ranges.
+	batchMu  sync.Mutex
+	batchBuf []byte
+
 	mu     sync.Mutex
 	tracer *tracer
 	paused map[int]int // seized TID -> signal to deliver on detach
