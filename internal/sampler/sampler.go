@@ -177,7 +177,10 @@ type proc struct {
 	clock     *target.ThreadsClock
 	noClock   bool
 	lastClock uint64
-	idleTicks int
+	// clockNow and clockLast are the last two readings of each thread's
+	// clock (readClock; switchLook).
+	clockNow, clockLast []uint64
+	idleTicks           int
 	// tracerRT is set while p's tracer thread is real-time, as the
 	// sampling thread is (readPaused).
 	tracerRT bool
@@ -251,7 +254,7 @@ func (p *proc) firstLook(everyTicks int) gateSays {
 			return gateRead
 		}
 	}
-	now, err := p.clock.Read()
+	now, err := p.readClock()
 	if err != nil {
 		return gateRead
 	}
@@ -264,14 +267,83 @@ func (p *proc) firstLook(everyTicks int) gateSays {
 	if !moved {
 		return gateSkip
 	}
-	return gateMaybe
+	return p.switchLook()
+}
+
+// readClock reads the clock of each thread the process's clock was opened
+// on into p.clockNow, keeping the last reading in p.clockLast, and returns
+// their sum.
+func (p *proc) readClock() (uint64, error) {
+	n := len(p.clock.TIDs())
+	if len(p.clockNow) != n {
+		p.clockNow, p.clockLast = make([]uint64, n), make([]uint64, n)
+	}
+	p.clockNow, p.clockLast = p.clockLast, p.clockNow
+	return p.clock.ReadEach(p.clockNow)
+}
+
+// switchLook settles a process whose threads ran since the last tick by
+// their last context switches (target.SwitchWatch: records the kernel
+// writes into a ring rbscope maps, read with no system call): one that is
+// on a CPU, or was taken off one while it could still run (preempted, by
+// rbscope's own waking thread or by another task), makes the tick read
+// the process as a sampler without the gate does, where the thread states
+// and stepAside tell the two preemptions apart; when every thread left its
+// CPU of its own accord (to sleep or wait), none is on one. A thread whose
+// clock moved with no switch of its own since the last look ran through a
+// thread it created after the clock was opened, which has no watch; that,
+// a thread not yet switched since its watch was opened, or a process
+// without watches leaves the question to the gate's second look
+// (gateMaybe). On a quiet host this spares the gate's nap at nearly every
+// tick of a process that wakes between ticks.
+func (p *proc) switchLook() gateSays {
+	if p.noWatches {
+		return gateMaybe
+	}
+	says := gateSkip
+	maybe := func() {
+		if says != gateRead {
+			says = gateMaybe
+		}
+	}
+	for i, tid := range p.clock.TIDs() {
+		// A thread whose clock stood still did not run since the last
+		// tick, so it is not on a CPU now: its watch is opened only once
+		// it runs (an exited thread's never is).
+		moved := p.clockNow[i] != p.clockLast[i]
+		w, ok := p.watches[tid]
+		if !ok && !moved {
+			continue
+		}
+		if !ok {
+			if w = p.watch(tid); w == nil {
+				maybe()
+				continue
+			}
+		}
+		state, _, seq := w.w.Last()
+		switched := seq != w.gateSeq
+		w.gateSeq = seq
+		switch {
+		case !moved:
+		case state == target.SwitchedIn || state == target.SwitchedOutPreempted:
+			says = gateRead
+		case state == target.SwitchedOut && switched:
+		default:
+			maybe()
+		}
+	}
+	if says == gateRead {
+		p.idleTicks = 0
+	}
+	return says
 }
 
 // lookAgain reads the clock of a process whose threads ran since the last
 // tick once more, after the gate's nap: moved since the first reading, a
 // thread runs.
 func (p *proc) lookAgain() gateSays {
-	again, err := p.clock.Read()
+	again, err := p.readClock()
 	if err != nil {
 		return gateRead
 	}
@@ -472,6 +544,9 @@ type threadWatch struct {
 	w            *target.SwitchWatch
 	seq          uint64
 	known, onCPU bool
+	// gateSeq is the watch's sequence at the gate's last look
+	// (switchLook).
+	gateSeq uint64
 }
 
 // watch returns the switch watch of thread tid, opening it on first need;

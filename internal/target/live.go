@@ -681,8 +681,9 @@ func (c *CPUClock) Close() error { return unix.Close(c.fd) }
 // anything else. A reading is one raw system call per thread opened on,
 // and allocates nothing.
 type ThreadsClock struct {
-	fds []int
-	buf [8]byte
+	fds  []int
+	tids []int // the thread each of fds was opened on
+	buf  [8]byte
 }
 
 // maxThreadsClocks bounds the counters (open files) a ThreadsClock holds:
@@ -721,6 +722,7 @@ func (l *Live) ThreadsClock(tids []int) (*ThreadsClock, error) {
 			}
 			opened[tid] = true
 			c.fds = append(c.fds, fd)
+			c.tids = append(c.tids, tid)
 		}
 		// A thread created by one not yet opened on, before it was, is
 		// no child of a counter: list again until none is missing.
@@ -759,12 +761,35 @@ func (c *ThreadsClock) Read() (uint64, error) {
 	return sum, nil
 }
 
+// TIDs returns the threads the clock was opened on, in the order of
+// ReadEach's counts (do not modify).
+func (c *ThreadsClock) TIDs() []int { return c.tids }
+
+// ReadEach reads the clock of each thread it was opened on (its own time
+// and that of the threads it created since) into each[i], in TIDs' order,
+// and returns their sum; each must have len(TIDs()) elements.
+func (c *ThreadsClock) ReadEach(each []uint64) (uint64, error) {
+	var sum uint64
+	for i, fd := range c.fds {
+		n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&c.buf[0])), 8)
+		if errno != 0 {
+			return 0, fmt.Errorf("perf counter read: %w", errno)
+		}
+		if n != 8 {
+			return 0, fmt.Errorf("perf counter read of %d bytes", n)
+		}
+		each[i] = binary.LittleEndian.Uint64(c.buf[:])
+		sum += each[i]
+	}
+	return sum, nil
+}
+
 // Close releases the counters.
 func (c *ThreadsClock) Close() {
 	for _, fd := range c.fds {
 		unix.Close(fd)
 	}
-	c.fds = nil
+	c.fds, c.tids = nil, nil
 }
 
 // tracer runs ptrace requests on one locked OS thread, as Linux requires
