@@ -749,16 +749,25 @@ func (l *Live) ThreadsClock(tids []int) (*ThreadsClock, error) {
 func (c *ThreadsClock) Read() (uint64, error) {
 	var sum uint64
 	for _, fd := range c.fds {
-		n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&c.buf[0])), 8)
-		if errno != 0 {
-			return 0, fmt.Errorf("perf counter read: %w", errno)
+		n, err := c.readFD(fd)
+		if err != nil {
+			return 0, err
 		}
-		if n != 8 {
-			return 0, fmt.Errorf("perf counter read of %d bytes", n)
-		}
-		sum += binary.LittleEndian.Uint64(c.buf[:])
+		sum += n
 	}
 	return sum, nil
+}
+
+// readFD reads the count of one of the clock's counters.
+func (c *ThreadsClock) readFD(fd int) (uint64, error) {
+	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&c.buf[0])), 8)
+	if errno != 0 {
+		return 0, fmt.Errorf("perf counter read: %w", errno)
+	}
+	if n != 8 {
+		return 0, fmt.Errorf("perf counter read of %d bytes", n)
+	}
+	return binary.LittleEndian.Uint64(c.buf[:]), nil
 }
 
 // TIDs returns the threads the clock was opened on, in the order of
@@ -771,15 +780,12 @@ func (c *ThreadsClock) TIDs() []int { return c.tids }
 func (c *ThreadsClock) ReadEach(each []uint64) (uint64, error) {
 	var sum uint64
 	for i, fd := range c.fds {
-		n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&c.buf[0])), 8)
-		if errno != 0 {
-			return 0, fmt.Errorf("perf counter read: %w", errno)
+		n, err := c.readFD(fd)
+		if err != nil {
+			return 0, err
 		}
-		if n != 8 {
-			return 0, fmt.Errorf("perf counter read of %d bytes", n)
-		}
-		each[i] = binary.LittleEndian.Uint64(c.buf[:])
-		sum += each[i]
+		each[i] = n
+		sum += n
 	}
 	return sum, nil
 }
