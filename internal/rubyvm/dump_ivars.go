@@ -274,10 +274,11 @@ func (d *dumper) immediate(val uint64) (string, bool) {
 	case val == uint64(L.Qtrue):
 		return "true", true
 	case val&uint64(L.FixnumFlag) != 0:
-		return strconv.FormatInt(int64(val)>>1, 10), true
+		n, _ := d.v.fixnum(val)
+		return strconv.FormatInt(n, 10), true
 	case L.FlonumMask > 0 && val&uint64(L.FlonumMask) == uint64(L.FlonumFlag):
 		return rubyFloat(flonum(val)), true
-	case val&0xff == uint64(L.SymbolFlag):
+	case val&(1<<uint64(L.SpecialShift)-1) == uint64(L.SymbolFlag): // RUBY_STATIC_SYM_P
 		name, err := d.ivarName(val >> uint64(L.SpecialShift))
 		if err != nil {
 			return "", false
@@ -289,7 +290,7 @@ func (d *dumper) immediate(val uint64) (string, bool) {
 
 // flonum decodes a Flonum VALUE (rb_float_flonum_value).
 func flonum(v uint64) float64 {
-	if v == 0x8000000000000002 {
+	if v == 0x8000000000000002 { // 0.0, which the encoding below cannot hold
 		return 0
 	}
 	t := (2 - v>>63) | v&^3
