@@ -114,8 +114,21 @@ puts "ready"; t.join; puts "joined"; $stdin.gets; x = 0; loop { x += 1 }`)
 		}
 	}
 
+	// A thread's state in /proc changes before it leaves its CPU (it sets
+	// it, then calls the scheduler), so a reading right after the change
+	// may still find the thread on its CPU: each check below waits, for a
+	// while, for the record it expects.
+	settle := func(ok func(SwitchState, uint64) bool) (SwitchState, int, uint64) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			state, cpu, seq := w.Last()
+			if ok(state, seq) || time.Now().After(deadline) {
+				return state, cpu, seq
+			}
+		}
+	}
+
 	waitState(func(s byte) bool { return s == 'S' }, "asleep")
-	state, _, seq0 := w.Last()
+	state, _, seq0 := settle(func(s SwitchState, _ uint64) bool { return s == SwitchNone || s == SwitchedOut })
 	if state != SwitchNone && state != SwitchedOut {
 		t.Errorf("blocked in a read: state %d, want %d (not switched) or %d (left its CPU)", state, SwitchNone, SwitchedOut)
 	}
@@ -134,7 +147,7 @@ puts "ready"; t.join; puts "joined"; $stdin.gets; x = 0; loop { x += 1 }`)
 		t.Fatal(err)
 	}
 	waitState(func(s byte) bool { return s == 'T' }, "stopped")
-	state, _, seq2 := w.Last()
+	state, _, seq2 := settle(func(s SwitchState, seq uint64) bool { return s == SwitchedOut && seq != seq1 })
 	if state != SwitchedOut || seq2 == seq1 {
 		t.Errorf("stopped: state %d, sequence %d (before %d); want %d (left its CPU), a new sequence", state, seq2, seq1, SwitchedOut)
 	}
