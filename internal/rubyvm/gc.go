@@ -40,25 +40,19 @@ func (p GCPhase) String() string {
 // needs the census's layout (the objspace); without it, it returns
 // layout.ErrFeatureMissing.
 func (v *VM) GC() (GCPhase, error) {
-	if err := v.Supports(layout.FeatureCensus); err != nil {
+	base, err := v.objspaceBase()
+	if err != nil {
 		return GCIdle, err
 	}
-	if v.objspaceAddr == 0 {
-		objspace, err := v.objspace()
-		if err != nil {
-			return GCIdle, err
-		}
-		v.objspaceAddr = objspace
-	}
 	L := v.Layout
-	during, err := v.bits(v.objspaceAddr, L.ObjspaceDuringGCBit, 1)
+	during, err := v.bits(base, L.ObjspaceDuringGCBit, 1)
 	if err != nil {
 		return GCIdle, fmt.Errorf("reading the GC's flags: %w", err)
 	}
 	if during == 0 {
 		return GCIdle, nil
 	}
-	mode, err := v.bits(v.objspaceAddr, L.ObjspaceModeBit, L.ObjspaceModeBits)
+	mode, err := v.bits(base, L.ObjspaceModeBit, L.ObjspaceModeBits)
 	if err != nil {
 		return GCIdle, fmt.Errorf("reading the GC's mode: %w", err)
 	}
@@ -70,6 +64,23 @@ func (v *VM) GC() (GCPhase, error) {
 	default:
 		return GCOther, nil
 	}
+}
+
+// objspaceBase returns the address of the collector's objspace, read once
+// (it lives as long as the VM). It needs the census's layout; without it,
+// it returns layout.ErrFeatureMissing.
+func (v *VM) objspaceBase() (uint64, error) {
+	if err := v.Supports(layout.FeatureCensus); err != nil {
+		return 0, err
+	}
+	if v.objspaceAddr == 0 {
+		objspace, err := v.objspace()
+		if err != nil {
+			return 0, err
+		}
+		v.objspaceAddr = objspace
+	}
+	return v.objspaceAddr, nil
 }
 
 // bits reads the n-bit field (n < 32) that starts bit bits after base.

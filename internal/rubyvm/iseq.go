@@ -30,6 +30,7 @@ type iseqInfo struct {
 	infoPos   uint64 // insns_info.positions (NULL once the succinct table exists)
 	infoSize  uint64 // insns_info.size
 	succTable uint64 // insns_info.succ_index_table
+	young     bool   // the iseq was young when read (cachegen.go)
 }
 
 // iseq reads (and caches) an instruction sequence's location and line table.
@@ -114,6 +115,9 @@ func (v *VM) iseq(addr uint64) (*iseqInfo, error) {
 		info.firstLine = int(n)
 	}
 	v.iseqs[addr] = info
+	if info.young = young(L, flags); info.young {
+		v.noteYoung(cacheIseq, addr, 0)
+	}
 	return info, nil
 }
 

@@ -259,6 +259,10 @@ func (v *VM) className(klass uint64) string {
 	}
 	name := v.classNameUncached(klass, 0)
 	v.classNames[klass] = name
+	// An anonymous class may be named later (assigned to a constant).
+	if name == "" || v.youngAt(klass) {
+		v.noteYoung(cacheClassName, klass, 0)
+	}
 	return name
 }
 

@@ -90,6 +90,7 @@ type VM struct {
 	envPre       []envData             // environments read with the frames of the walk under way
 	envMiss      []envAt               // environments the walk under way read outside its value stack
 	ra           readAhead             // what a ReadThreads call reads with its walk of the threads
+	gen          cacheGen              // what the caches of objects were learned under (cachegen.go)
 	objspaceOff  int64                 // offset of rb_vm_t.objspace, once checked (0: not yet)
 	objspaceAddr uint64                // the objspace, once GC has read it (it lives as long as the VM)
 	tidOff       uint64                // offset of the TID in the C library's struct pthread (0: none)
@@ -263,16 +264,13 @@ func (v *VM) withVersionSource(err error) error {
 }
 
 // ForgetCaches drops what was learned about instruction sequences, lines,
-// methods and names. Long-running readers (the sampler) call it now and then
-// so that memory the GC freed and reused is read afresh.
+// methods, names and where the threads lie. A read of the threads keeps
+// the caches of objects by itself (cachegen.go); this empties all, for a
+// layout changed under them.
 func (v *VM) ForgetCaches() {
 	v.ids = map[uint64]string{}
-	v.classNames = map[uint64]string{}
-	v.iseqs = map[uint64]*iseqInfo{}
-	v.lines = map[[2]uint64]int{}
-	v.labels = map[[2]uint64]string{}
-	v.owners = map[uint64]uint64{}
-	v.cfuncs = map[uint64]string{}
+	v.forgetObjects()
+	v.gen.read = false
 	v.names = nameCache{}
 	v.walk = walkCache{}
 	v.hints = map[uint64]*stackHint{}

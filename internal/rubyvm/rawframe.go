@@ -2,8 +2,6 @@ package rubyvm
 
 import (
 	"fmt"
-
-	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
 // DecodeControlFrame decodes one control frame whose iseq, pc and ep
@@ -55,15 +53,9 @@ const maxGCFlagsBytes = 16
 // and mode) lie in the target, as bytes for another reader to copy at one
 // moment and GCPhaseFrom to decode. It needs what GC needs.
 func (v *VM) GCFlags() (addr uint64, n int, err error) {
-	if err := v.Supports(layout.FeatureCensus); err != nil {
+	base, err := v.objspaceBase()
+	if err != nil {
 		return 0, 0, err
-	}
-	if v.objspaceAddr == 0 {
-		objspace, err := v.objspace()
-		if err != nil {
-			return 0, 0, err
-		}
-		v.objspaceAddr = objspace
 	}
 	L := v.Layout
 	lo := min(L.ObjspaceDuringGCBit, L.ObjspaceModeBit) / 8
@@ -71,7 +63,7 @@ func (v *VM) GCFlags() (addr uint64, n int, err error) {
 	if L.ObjspaceDuringGCBit < 0 || L.ObjspaceModeBit < 0 || L.ObjspaceModeBits <= 0 || L.ObjspaceModeBits >= 32 || hi-lo > maxGCFlagsBytes {
 		return 0, 0, fmt.Errorf("GC flags at bits %d and %d: %w", L.ObjspaceDuringGCBit, L.ObjspaceModeBit, ErrGarbage)
 	}
-	return v.objspaceAddr + uint64(lo), int(hi - lo), nil
+	return base + uint64(lo), int(hi - lo), nil
 }
 
 // GCPhaseFrom decodes the collector's phase, as GC reads it, from a copy

@@ -419,7 +419,8 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 	L := v.Layout
 	ths := make([]Thread, len(addrs))
 	// The second reads, into buffers kept between reads (a sampler reads
-	// at every tick): rangesPerThread a thread, and the GC's flags last.
+	// at every tick): rangesPerThread a thread, then the GC's flags and
+	// its counts (checkCaches).
 	sc := &v.idScratch
 	sc.grow(len(addrs))
 	ecs, ecBlocks := sc.ecs, sc.ecBlocks
@@ -457,7 +458,16 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 			raddrs[gcRange], bufs[gcRange] = addr, sc.buf(gcRange, n)
 		}
 	}
+	countsRange := gcRange + 1
+	countsAddr, countsLen, counts := v.gcCounts()
+	if counts && gc {
+		raddrs[countsRange], bufs[countsRange] = countsAddr, sc.buf(countsRange, countsLen)
+	}
 	v.readBatchAhead(raddrs, bufs, ok, true)
+	if gc {
+		// Before any stack is read through the caches.
+		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
+	}
 	if g := v.read.gc; gc && g != nil {
 		switch {
 		case gcErr != nil:
@@ -516,10 +526,10 @@ type idScratch struct {
 	ecBlocks   [][]byte
 }
 
-// grow readies the buffers for n threads and the GC's flags, every range
-// empty.
+// grow readies the buffers for n threads, the GC's flags and its counts,
+// every range empty.
 func (sc *idScratch) grow(n int) {
-	ranges := n*rangesPerThread + 1
+	ranges := n*rangesPerThread + 2
 	if len(sc.addrs) < ranges {
 		sc.addrs, sc.bufs, sc.ok = make([]uint64, ranges), make([][]byte, ranges), make([]bool, ranges)
 		sc.keep = make([][]byte, ranges)
@@ -873,6 +883,9 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 				return Frame{}, false, err
 			}
 			v.lines[key] = line
+			if info.young {
+				v.noteYoung(cacheLine, iseq, pc)
+			}
 		}
 		// Without its owner (an environment that cannot be read) the
 		// frame keeps its path and line, under the bare label.
@@ -887,6 +900,9 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 				return Frame{}, false, err
 			}
 			v.labels[lkey] = label
+			if info.young || v.ownerYoung(owner) {
+				v.noteYoung(cacheLabel, iseq, owner)
+			}
 		}
 		return Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line}, true, nil
 	}
@@ -928,6 +944,9 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	label := v.methodLabel(le64(b, L.MEOwner), name)
 	if name != "?" {
 		v.cfuncs[meCref] = label
+		if v.youngAt(meCref) || v.ownerYoung(le64(b, L.MEOwner)) {
+			v.noteYoung(cacheCFunc, meCref, 0)
+		}
 	}
 	return Frame{Kind: KindCFunc, Label: label}, true, nil
 }
@@ -961,11 +980,17 @@ func (v *VM) frameOwner(ep uint64) (uint64, error) {
 			}
 			if local {
 				v.owners[meCref] = owner
+				if v.youngAt(meCref) {
+					v.noteYoung(cacheOwner, meCref, 0)
+				}
 			}
 			return owner, nil
 		}
 		if local {
 			v.owners[meCref] = 0 // a cref: code outside any method
+			if v.youngAt(meCref) {
+				v.noteYoung(cacheOwner, meCref, 0)
+			}
 			return 0, nil
 		}
 		if ep = word(L.EnvIndexSpecval) &^ uint64(L.EnvGuardMask); ep == 0 { // VM_ENV_PREV_EP

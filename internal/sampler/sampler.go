@@ -33,9 +33,9 @@ import (
 // MaxRate is the highest sampling rate accepted, in Hz.
 const MaxRate = 1000
 
-// cacheLifetime is how long names learned from a target's memory are
-// trusted before being read again (the GC may free and reuse the memory).
-const cacheLifetime = 5 * time.Second
+// titleInterval is how often the titles of the processes followed
+// (Subprocesses) are read again.
+const titleInterval = 5 * time.Second
 
 // Options control a recording.
 type Options struct {
@@ -949,7 +949,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	rt := enterRealtime(s.opts.Realtime)
 	defer rt.leave()
 	s.rt = rt
-	lastScan, lastProgress, lastForget, lastFlush := time.Now(), time.Now(), time.Now(), time.Now()
+	lastScan, lastProgress, lastTitles, lastFlush := time.Now(), time.Now(), time.Now(), time.Now()
 	for {
 		if !clock.wait(ctx.Done(), end, rt.on()) {
 			s.flushProcesses(true)
@@ -962,18 +962,17 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			s.takeAdded()
 		}
 		prof.Ticks++
-		if time.Since(lastForget) > cacheLifetime {
+		// What the VMs learned of objects is theirs to keep or drop
+		// (rubyvm's cachegen.go).
+		if s.opts.Subprocesses && time.Since(lastTitles) > titleInterval {
 			for _, p := range s.procs {
-				if p.vm != nil {
-					p.vm.ForgetCaches()
-				}
-				if s.opts.Subprocesses && !p.gone {
+				if !p.gone {
 					if t := processTitle(p.pid); t != "" {
 						p.title = t // kept for when it has exited
 					}
 				}
 			}
-			lastForget = time.Now()
+			lastTitles = time.Now()
 		}
 		if s.gated() {
 			s.gate()

@@ -337,9 +337,15 @@ type Layout struct {
 	ObjspaceModeBits    int64 `dwarf:"bits:rb_objspace.flags.mode" need:"census"`
 	GCModeMarking       int64 `dwarf:"enum:gc_mode_marking" need:"census"`
 	GCModeSweeping      int64 `dwarf:"enum:gc_mode_sweeping" need:"census"`
-	HeapPageSlotSize    int64 `dwarf:"off:heap_page.slot_size,optional" need:"census"`
-	HeapPageTotalSlots  int64 `dwarf:"off:heap_page.total_slots" need:"census"`
-	HeapPageStart       int64 `dwarf:"off:heap_page.start" need:"census"`
+	// The collector's counts (objspace->profile): every collection, and
+	// the major ones. What a reader learned of objects (an iseq, a method
+	// entry, a class) holds while they stand: an old object is freed or
+	// moved only by a major collection, a young one by any.
+	ObjspaceGCCount      int64 `dwarf:"off:rb_objspace.profile.count,optional" need:"census"`
+	ObjspaceMajorGCCount int64 `dwarf:"off:rb_objspace.profile.major_gc_count,optional" need:"census"`
+	HeapPageSlotSize     int64 `dwarf:"off:heap_page.slot_size,optional" need:"census"`
+	HeapPageTotalSlots   int64 `dwarf:"off:heap_page.total_slots" need:"census"`
+	HeapPageStart        int64 `dwarf:"off:heap_page.start" need:"census"`
 
 	RStringLen           int64 `dwarf:"off:RString.len,optional"`
 	RStringHeapLen       int64 `dwarf:"off:RString.as.heap.len,optional"`
@@ -493,36 +499,39 @@ type Layout struct {
 	LastOpID      int64 `dwarf:"enum:tLAST_OP_ID"`
 
 	// enum ruby_value_type, ruby_fl_type, ruby_special_consts
-	TMask        int64 `dwarf:"enum:RUBY_T_MASK"`
-	TNone        int64 `dwarf:"enum:RUBY_T_NONE"`
-	TObject      int64 `dwarf:"enum:RUBY_T_OBJECT"`
-	TClass       int64 `dwarf:"enum:RUBY_T_CLASS"`
-	TModule      int64 `dwarf:"enum:RUBY_T_MODULE"`
-	TFloat       int64 `dwarf:"enum:RUBY_T_FLOAT"`
-	TString      int64 `dwarf:"enum:RUBY_T_STRING"`
-	TRegexp      int64 `dwarf:"enum:RUBY_T_REGEXP"`
-	TArray       int64 `dwarf:"enum:RUBY_T_ARRAY"`
-	THash        int64 `dwarf:"enum:RUBY_T_HASH"`
-	TStruct      int64 `dwarf:"enum:RUBY_T_STRUCT"`
-	TBignum      int64 `dwarf:"enum:RUBY_T_BIGNUM"`
-	TFile        int64 `dwarf:"enum:RUBY_T_FILE"`
-	TData        int64 `dwarf:"enum:RUBY_T_DATA"`
-	TMatch       int64 `dwarf:"enum:RUBY_T_MATCH"`
-	TComplex     int64 `dwarf:"enum:RUBY_T_COMPLEX"`
-	TRational    int64 `dwarf:"enum:RUBY_T_RATIONAL"`
-	TNil         int64 `dwarf:"enum:RUBY_T_NIL"`
-	TTrue        int64 `dwarf:"enum:RUBY_T_TRUE"`
-	TFalse       int64 `dwarf:"enum:RUBY_T_FALSE"`
-	TSymbol      int64 `dwarf:"enum:RUBY_T_SYMBOL"`
-	TFixnum      int64 `dwarf:"enum:RUBY_T_FIXNUM"`
-	TUndef       int64 `dwarf:"enum:RUBY_T_UNDEF"`
-	TImemo       int64 `dwarf:"enum:RUBY_T_IMEMO"`
-	TNode        int64 `dwarf:"enum:RUBY_T_NODE"`
-	TIClass      int64 `dwarf:"enum:RUBY_T_ICLASS"`
-	TZombie      int64 `dwarf:"enum:RUBY_T_ZOMBIE"`
-	TMoved       int64 `dwarf:"enum:RUBY_T_MOVED"`
-	FlUShift     int64 `dwarf:"enum:RUBY_FL_USHIFT"`
-	FlSingleton  int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
+	TMask       int64 `dwarf:"enum:RUBY_T_MASK"`
+	TNone       int64 `dwarf:"enum:RUBY_T_NONE"`
+	TObject     int64 `dwarf:"enum:RUBY_T_OBJECT"`
+	TClass      int64 `dwarf:"enum:RUBY_T_CLASS"`
+	TModule     int64 `dwarf:"enum:RUBY_T_MODULE"`
+	TFloat      int64 `dwarf:"enum:RUBY_T_FLOAT"`
+	TString     int64 `dwarf:"enum:RUBY_T_STRING"`
+	TRegexp     int64 `dwarf:"enum:RUBY_T_REGEXP"`
+	TArray      int64 `dwarf:"enum:RUBY_T_ARRAY"`
+	THash       int64 `dwarf:"enum:RUBY_T_HASH"`
+	TStruct     int64 `dwarf:"enum:RUBY_T_STRUCT"`
+	TBignum     int64 `dwarf:"enum:RUBY_T_BIGNUM"`
+	TFile       int64 `dwarf:"enum:RUBY_T_FILE"`
+	TData       int64 `dwarf:"enum:RUBY_T_DATA"`
+	TMatch      int64 `dwarf:"enum:RUBY_T_MATCH"`
+	TComplex    int64 `dwarf:"enum:RUBY_T_COMPLEX"`
+	TRational   int64 `dwarf:"enum:RUBY_T_RATIONAL"`
+	TNil        int64 `dwarf:"enum:RUBY_T_NIL"`
+	TTrue       int64 `dwarf:"enum:RUBY_T_TRUE"`
+	TFalse      int64 `dwarf:"enum:RUBY_T_FALSE"`
+	TSymbol     int64 `dwarf:"enum:RUBY_T_SYMBOL"`
+	TFixnum     int64 `dwarf:"enum:RUBY_T_FIXNUM"`
+	TUndef      int64 `dwarf:"enum:RUBY_T_UNDEF"`
+	TImemo      int64 `dwarf:"enum:RUBY_T_IMEMO"`
+	TNode       int64 `dwarf:"enum:RUBY_T_NODE"`
+	TIClass     int64 `dwarf:"enum:RUBY_T_ICLASS"`
+	TZombie     int64 `dwarf:"enum:RUBY_T_ZOMBIE"`
+	TMoved      int64 `dwarf:"enum:RUBY_T_MOVED"`
+	FlUShift    int64 `dwarf:"enum:RUBY_FL_USHIFT"`
+	FlSingleton int64 `dwarf:"enum:RUBY_FL_SINGLETON"`
+	// The flag bits all set on an old object (the age bits before 3.3,
+	// a bit of its own since).
+	FlPromoted   int64 `dwarf:"enum:RUBY_FL_PROMOTED,optional"`
 	FlFreeze     int64 `dwarf:"enum:RUBY_FL_FREEZE" need:"dump"`
 	FlEltsShared int64 `dwarf:"enum:RUBY_ELTS_SHARED"`
 	// RArraySharedRootUser is n of RARRAY_SHARED_ROOT_FLAG = FL_USERn

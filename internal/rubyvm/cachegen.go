@@ -1,0 +1,182 @@
+package rubyvm
+
+import (
+	"time"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+)
+
+// What the VM learns of objects in the target (an iseq's location and
+// lines, the label of a frame, a method entry's owner or name, a class's
+// name) is kept by the objects' addresses, and holds while the objects
+// stand where they were. Only the garbage collector frees or moves them,
+// and the collector counts its runs (objspace->profile): an old object is
+// freed or moved only by a major collection, a young one by any. So a
+// read of the threads also reads the two counts, and then
+//
+//   - a major collection since the last read empties every cache of objects;
+//   - a minor one drops the entries that rest on a young object (cacheGen
+//     lists them as they are made);
+//   - otherwise everything is kept, for as long as the process runs, up to
+//     maxCachedEntries.
+//
+// A Ruby whose layout lacks the counts (or whose objspace cannot be read)
+// has its caches of objects emptied every cacheLifetime instead.
+
+// cacheLifetime is how long what was learned of objects is kept when the
+// collector's counts cannot be read.
+const cacheLifetime = 5 * time.Second
+
+// maxCachedEntries bounds the entries of the caches of objects and names
+// together (a long-running sampler of a large application, an agent with
+// one VM per process: some 5 MB each at most): past it, they are emptied.
+const maxCachedEntries = 50_000
+
+// maxGCCountsBytes bounds the span of the collector's two counts.
+const maxGCCountsBytes = 256
+
+// cacheKind names one cache of objects.
+type cacheKind uint8
+
+const (
+	cacheIseq      cacheKind = iota // VM.iseqs
+	cacheLine                       // VM.lines
+	cacheLabel                      // VM.labels
+	cacheOwner                      // VM.owners
+	cacheCFunc                      // VM.cfuncs
+	cacheClassName                  // VM.classNames
+)
+
+// youngEntry is an entry that rests on a young object: the next
+// collection of any kind may free the object.
+type youngEntry struct {
+	kind cacheKind
+	key  [2]uint64
+}
+
+// cacheGen is what the caches of objects were learned under.
+type cacheGen struct {
+	// count and major are the collector's counts at the last read; read
+	// is false until one (the caches are emptied at the first).
+	count, major uint64
+	read         bool
+	// young lists the entries made since the last collection that rest
+	// on a young object.
+	young []youngEntry
+	// emptied is when the caches were last emptied.
+	emptied time.Time
+}
+
+// forgetObjects empties the caches of objects.
+func (v *VM) forgetObjects() {
+	v.classNames = map[uint64]string{}
+	v.iseqs = map[uint64]*iseqInfo{}
+	v.lines = map[[2]uint64]int{}
+	v.labels = map[[2]uint64]string{}
+	v.owners = map[uint64]uint64{}
+	v.cfuncs = map[uint64]string{}
+	v.gen.young = v.gen.young[:0]
+	v.gen.emptied = time.Now()
+}
+
+// cachedEntries is how many entries the caches of objects and names hold.
+func (v *VM) cachedEntries() int {
+	return len(v.ids) + len(v.classNames) + len(v.iseqs) + len(v.lines) + len(v.labels) + len(v.owners) + len(v.cfuncs)
+}
+
+// gcCounts returns where the collector's counts lie in the target (one
+// range that holds both), for a read of the threads to read with its own.
+func (v *VM) gcCounts() (addr uint64, n int, ok bool) {
+	L := v.Layout
+	if L.ObjspaceGCCount <= 0 || L.ObjspaceMajorGCCount <= 0 {
+		return 0, 0, false
+	}
+	lo, hi := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount), max(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)+8
+	if hi-lo > maxGCCountsBytes {
+		return 0, 0, false
+	}
+	base, err := v.objspaceBase()
+	if err != nil {
+		return 0, 0, false
+	}
+	return base + uint64(lo), int(hi - lo), true
+}
+
+// checkCaches keeps, drops or empties the caches of objects by the
+// collector's counts as read (b, from the range gcCounts names; ok false
+// when they could not be read).
+func (v *VM) checkCaches(b []byte, ok bool) {
+	g := &v.gen
+	if v.cachedEntries() > maxCachedEntries {
+		v.ids = map[uint64]string{}
+		v.forgetObjects()
+		g.read = false
+	}
+	if !ok {
+		if time.Since(g.emptied) > cacheLifetime {
+			v.forgetObjects()
+		}
+		g.read = false
+		return
+	}
+	L := v.Layout
+	lo := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)
+	count, major := le64(b, L.ObjspaceGCCount-lo), le64(b, L.ObjspaceMajorGCCount-lo)
+	switch {
+	case !g.read || major != g.major:
+		v.forgetObjects()
+	case count != g.count:
+		v.dropYoung()
+	}
+	g.count, g.major, g.read = count, major, true
+}
+
+// dropYoung drops the entries that rest on a young object.
+func (v *VM) dropYoung() {
+	for _, e := range v.gen.young {
+		switch e.kind {
+		case cacheIseq:
+			delete(v.iseqs, e.key[0])
+		case cacheLine:
+			delete(v.lines, e.key)
+		case cacheLabel:
+			delete(v.labels, e.key)
+		case cacheOwner:
+			delete(v.owners, e.key[0])
+		case cacheCFunc:
+			delete(v.cfuncs, e.key[0])
+		case cacheClassName:
+			delete(v.classNames, e.key[0])
+		}
+	}
+	v.gen.young = v.gen.young[:0]
+}
+
+// noteYoung records an entry just made that rests on a young object.
+func (v *VM) noteYoung(kind cacheKind, k0, k1 uint64) {
+	v.gen.young = append(v.gen.young, youngEntry{kind: kind, key: [2]uint64{k0, k1}})
+}
+
+// young says whether the object with these flags is young (the next
+// collection may free it); every object is, on a layout that does not
+// say.
+func young(L *layout.Layout, flags uint64) bool {
+	return L.FlPromoted <= 0 || flags&uint64(L.FlPromoted) != uint64(L.FlPromoted)
+}
+
+// youngAt says whether the object at addr is young; an object that
+// cannot be read is.
+func (v *VM) youngAt(addr uint64) bool {
+	if addr == 0 || !v.isHeapObject(addr) {
+		return false // not an object: nothing the collector frees
+	}
+	_, flags, err := v.objType(addr)
+	return err != nil || young(v.Layout, flags)
+}
+
+// ownerYoung says whether what a label takes from a method's owner may
+// change at the next collection: the owner is young, or anonymous (a
+// class may be named later, by a constant).
+func (v *VM) ownerYoung(owner uint64) bool {
+	return owner != 0 && (v.youngAt(owner) || v.className(owner) == "")
+}
