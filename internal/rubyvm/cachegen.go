@@ -112,6 +112,15 @@ func (v *VM) checkCaches(b []byte, ok bool) {
 		v.forgetObjects()
 		g.read = false
 	}
+	var count, major uint64
+	if ok {
+		L := v.Layout
+		lo := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)
+		count, major = le64(b, L.ObjspaceGCCount-lo), le64(b, L.ObjspaceMajorGCCount-lo)
+		// Counts that go back are not the counts (a layout off for this
+		// build): as if unread.
+		ok = major <= count && !(g.read && count < g.count)
+	}
 	if !ok {
 		if time.Since(g.emptied) > cacheLifetime {
 			v.forgetObjects()
@@ -119,9 +128,6 @@ func (v *VM) checkCaches(b []byte, ok bool) {
 		g.read = false
 		return
 	}
-	L := v.Layout
-	lo := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)
-	count, major := le64(b, L.ObjspaceGCCount-lo), le64(b, L.ObjspaceMajorGCCount-lo)
 	switch {
 	case !g.read || major != g.major:
 		v.forgetObjects()
