@@ -85,6 +85,7 @@ type VM struct {
 	hints        map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
 	aheadBatch   batch                 // readBatchAhead's batched read
 	framePool    [][]Frame             // the Frames of reads WithReusedFrames
+	threadPool   []Thread              // the first group's Threads of reads WithReusedFrames
 	frameBatch   batch                 // readFrames's batched read
 	envBufs      [][]byte              // the buffers of environments read with the frames
 	envPre       []envData             // environments read with the frames of the walk under way

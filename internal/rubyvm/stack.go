@@ -80,10 +80,10 @@ type readConfig struct {
 // word of each frame's environment read).
 func WithExecBoundaries() ReadOption { return func(c *readConfig) { c.execBoundaries = true } }
 
-// WithReusedFrames makes the read return each thread's Frames in a slice
-// the VM keeps and fills again at its next read with this option: the
-// caller must be done with them by then. A sampler that copies what it
-// keeps reads without allocating them.
+// WithReusedFrames makes the read return the threads, and each thread's
+// Frames, in slices the VM keeps and fills again at its next read with
+// this option: the caller must be done with them by then. A sampler that
+// copies what it keeps reads without allocating them.
 func WithReusedFrames() ReadOption { return func(c *readConfig) { c.reuseFrames = true } }
 
 // GCRead is the collector's phase as a read of the threads found it
@@ -411,13 +411,21 @@ func (v *VM) ecBlockLen() int {
 // returns the threads with the addresses of their execution contexts and
 // those contexts' stack fields as read (nil where unread), for stack. What
 // the threads point at, their native threads' TIDs, their names and their
-// execution contexts, is read for all of them in one batched read; with
-// gc, the collector's flags too, when the read asks for them
-// (WithGCPhase). The contexts and blocks returned are valid until the next
-// call.
-func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint64, [][]byte) {
+// execution contexts, is read for all of them in one batched read; for
+// the first group (first), the collector's flags too when the read asks
+// for them (WithGCPhase), and its counts (checkCaches). The contexts and
+// blocks returned are valid until the next call.
+func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []uint64, [][]byte) {
 	L := v.Layout
-	ths := make([]Thread, len(addrs))
+	var ths []Thread
+	if v.read.reuseFrames && first {
+		// The first group's threads, in the slice ReadThreads returns
+		// when there is one group (most often).
+		v.threadPool = grownThreads(v.threadPool, len(addrs))
+		ths = v.threadPool
+	} else {
+		ths = make([]Thread, len(addrs))
+	}
 	// The second reads, into buffers kept between reads (a sampler reads
 	// at every tick): rangesPerThread a thread, then the GC's flags and
 	// its counts (checkCaches).
@@ -451,7 +459,7 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 		}
 	}
 	var gcErr error
-	if g := v.read.gc; gc && g != nil {
+	if g := v.read.gc; first && g != nil {
 		var addr uint64
 		var n int
 		if addr, n, gcErr = v.GCFlags(); gcErr == nil {
@@ -460,15 +468,15 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 	}
 	countsRange := gcRange + 1
 	countsAddr, countsLen, counts := v.gcCounts()
-	if counts && gc {
+	if counts && first {
 		raddrs[countsRange], bufs[countsRange] = countsAddr, sc.buf(countsRange, countsLen)
 	}
 	v.readBatchAhead(raddrs, bufs, ok, true)
-	if gc {
+	if first {
 		// Before any stack is read through the caches.
 		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
 	}
-	if g := v.read.gc; gc && g != nil {
+	if g := v.read.gc; first && g != nil {
 		switch {
 		case gcErr != nil:
 			*g = GCRead{Phase: GCIdle, Err: gcErr}
@@ -505,6 +513,17 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, gc bool) ([]Thread, []uint
 		}
 	}
 	return ths, ecs, ecBlocks
+}
+
+// grownThreads returns ths resized to n zero Threads, reallocated only to
+// grow.
+func grownThreads(ths []Thread, n int) []Thread {
+	if cap(ths) < n {
+		return make([]Thread, n)
+	}
+	ths = ths[:n]
+	clear(ths)
+	return ths
 }
 
 // grown returns *buf resized to n bytes, reallocated only to grow.

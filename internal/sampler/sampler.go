@@ -956,7 +956,6 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			prof.Duration = time.Since(prof.Start)
 			return s.nameProcesses(prof)
 		}
-		tickCPU := rt.cpu()
 		clock.next()
 		if s.opts.PerProcess {
 			s.takeAdded()
@@ -1021,7 +1020,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			lastProgress = time.Now()
 			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
 		}
-		rt.charge(rt.cpu() - tickCPU)
+		rt.tick()
 	}
 }
 
@@ -1139,27 +1138,7 @@ func (s *Sampler) sample(p *proc) {
 			gc = p.gcPhaseRead(threads)
 		}
 	case running == nil:
-		// With Idle every Ruby thread is read, so every Ruby thread stops;
-		// only the stacks are read while they stand still. Threads that
-		// are not Ruby's are left alone: stopping Ruby's timer thread 100
-		// times a second restarts its wait each time, and on 3.3+ the
-		// thread holding the GVL then never has its time slice end.
-		if threads, err = p.vm.ReadThreads(nil); err == nil {
-			tids := []int{}
-			for _, th := range threads {
-				if tid := tidOf(th); tid > 0 && !slices.Contains(tids, tid) {
-					tids = append(tids, tid)
-				}
-			}
-			err = p.live.WhilePaused(tids, func(s *target.Stopped) error {
-				p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return s.Threads[tidOf(th)] && wanted(th) }, p.readOpts...)
-				gc = p.gcPhase(threads)
-				p.unwindStopped(s, tids)
-				return nil
-			})
-		} else {
-			threads, err = s.readAllPaused(p, nil, wanted)
-		}
+		threads, gc, err = s.readIdlePaused(p, tidOf, wanted)
 	default:
 		threads, gc, err = s.readPaused(p, running, tasks, wanted, gvlWaiter, tidOf)
 	}
@@ -1468,6 +1447,35 @@ var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
 // sampler adds them: for other samplers' profiles (record --ebpf). The
 // slice is shared: append it, never change it.
 func GCFrames(phase rubyvm.GCPhase) []profile.Frame { return gcFrames[phase] }
+
+// readIdlePaused reads every Ruby thread of p (Options.Idle), so every
+// Ruby thread stops; only the stacks are read while they stand still.
+// Threads that are not Ruby's are left alone: stopping Ruby's timer thread
+// 100 times a second restarts its wait each time, and on 3.3+ the thread
+// holding the GVL then never has its time slice end. (A method of its
+// own: the closures would move sample's variables to the heap at every
+// tick.)
+func (s *Sampler) readIdlePaused(p *proc, tidOf func(rubyvm.Thread) int, wanted func(rubyvm.Thread) bool) ([]rubyvm.Thread, rubyvm.GCPhase, error) {
+	gc := rubyvm.GCIdle
+	threads, err := p.vm.ReadThreads(nil)
+	if err != nil {
+		threads, err = s.readAllPaused(p, nil, wanted)
+		return threads, gc, err
+	}
+	tids := []int{}
+	for _, th := range threads {
+		if tid := tidOf(th); tid > 0 && !slices.Contains(tids, tid) {
+			tids = append(tids, tid)
+		}
+	}
+	err = p.live.WhilePaused(tids, func(st *target.Stopped) error {
+		p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return st.Threads[tidOf(th)] && wanted(th) }, p.readOpts...)
+		gc = p.gcPhase(threads)
+		p.unwindStopped(st, tids)
+		return nil
+	})
+	return threads, gc, err
+}
 
 // gcPhase reads what the GC is doing when one of ths, just read, holds
 // the GVL (the GC runs on that thread); GCIdle otherwise, and always once

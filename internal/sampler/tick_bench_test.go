@@ -20,34 +20,77 @@ const (
 	targetSampleTickMicros = 20
 )
 
-// benchTick runs the sampler's tick on one process of
-// testdata/bench_deep.rb, 50 frames deep, asleep or spinning at the bottom.
-func benchTick(b *testing.B, mode string, target float64) {
-	rb := testruby.Rubies(b)[0]
-	p := testruby.Start(b, rb, "bench_deep.rb", nil, "50", mode)
+// agentTick starts testdata/bench_deep.rb, 50 frames deep, asleep or
+// spinning at the bottom, and returns one tick of the agent's sampler on
+// it (the gate, then the sample), after ten ticks that open its files and
+// fill its caches, and the process as the sampler holds it.
+func agentTick(tb testing.TB, mode string) (func(), *proc) {
+	rb := testruby.Rubies(tb)[0]
+	p := testruby.Start(tb, rb, "bench_deep.rb", nil, "50", mode)
 	var rep struct {
 		PID int `json:"pid"`
 	}
-	p.WaitReport(b, &rep, 30*time.Second)
+	p.WaitReport(tb, &rep, 30*time.Second)
 	// The agent's sampler: a set of processes, a profile each.
 	s, err := NewSet(Options{Rate: 100, Nonblocking: true, PerProcess: true})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer s.Close()
+	tb.Cleanup(s.Close)
 	if _, err := s.Add(rep.PID); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	s.takeAdded()
 	pr := s.procs[rep.PID]
-	// A tick of the loop (Run): the gate, then the sample.
 	tick := func() {
 		s.gate()
 		s.sample(pr)
 	}
-	for i := 0; i < 10; i++ { // files opened, caches filled
+	for i := 0; i < 10; i++ {
 		tick()
 	}
+	return tick, pr
+}
+
+// TestTickAllocs: a tick of the agent's sampler allocates nothing, whether
+// it finds the process idle or takes a sample of a thread running 50 frames
+// deep (testing.AllocsPerRun, over ticks that took a sample).
+func TestTickAllocs(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		tick, _ := agentTick(t, "sleep")
+		if n := testing.AllocsPerRun(200, tick); n != 0 {
+			t.Errorf("an idle tick allocates %.1f times", n)
+		}
+	})
+	t.Run("running", func(t *testing.T) {
+		tick, pr := agentTick(t, "spin")
+		// A tick that finds the thread waiting for a CPU takes no
+		// sample: each run ticks until one is taken.
+		sampled := func() {
+			for n := pr.prof.Samples; pr.prof.Samples == n; {
+				tick()
+			}
+		}
+		// A sample at a place of the loop not sampled before adds a
+		// stack to the profile, which allocates: the runs are measured
+		// again until none did (the loop has a few places).
+		for try := 0; ; try++ {
+			stacks := len(pr.prof.Stacks)
+			n := testing.AllocsPerRun(200, sampled)
+			if n == 0 {
+				break
+			}
+			if len(pr.prof.Stacks) == stacks || try == 20 {
+				t.Fatalf("a tick that takes a sample of 50 frames allocates %.2f times (the profile's stacks: %d, then %d)", n, stacks, len(pr.prof.Stacks))
+			}
+		}
+	})
+}
+
+// benchTick runs the sampler's tick (agentTick) and reports its cost
+// beside target.
+func benchTick(b *testing.B, mode string, target float64) {
+	tick, pr := agentTick(b, mode)
 	// The tick's own CPU time, which a busy machine does not inflate as it
 	// does the wall time: the goroutine keeps its OS thread.
 	runtime.LockOSThread()
