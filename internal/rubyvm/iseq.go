@@ -163,12 +163,30 @@ func (v *VM) line(info *iseqInfo, pc uint64) (int, error) {
 		return 0, fmt.Errorf("line table index %d of %d: %w", index, info.infoSize, ErrGarbage)
 	}
 	L := v.Layout
-	n, err := v.m.u32(info.infoBody + index*uint64(L.InsnInfoSize) + uint64(L.InsnInfoLineNo))
+	lineAt := func(i uint64) (int, error) {
+		n, err := v.m.u32(info.infoBody + i*uint64(L.InsnInfoSize) + uint64(L.InsnInfoLineNo))
+		return int(int32(n)), err
+	}
+	line, err := lineAt(index)
+	// Ruby 2.7 gives a few instructions line 0 (the nop that ends a block,
+	// where `next` lands): such an instruction is on the line of the one
+	// before it (a sample of a block's loop fell there 1 time in 2,000).
+	for back := 0; err == nil && line == 0 && index > 0 && back < maxLineLookBack; back++ {
+		index--
+		line, err = lineAt(index)
+	}
 	if err != nil {
 		return 0, err
 	}
-	return int(int32(n)), nil
+	if line == 0 {
+		return info.firstLine, nil
+	}
+	return line, nil
 }
+
+// maxLineLookBack bounds how many line-table entries before an
+// instruction's own line looks at for one with a line.
+const maxLineLookBack = 8
 
 // positionIndex finds the last insns_info entry whose position is <= pos in
 // the plain positions array (kept by Rubies built with VM checks).
