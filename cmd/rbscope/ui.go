@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,8 @@ import (
 
 func newUICmd() *cobra.Command {
 	var listen, cacheDir, crashConfig string
+	var cacheMaxAge time.Duration
+	var cacheMaxMB int64
 	c := &cobra.Command{
 		Use:   "ui [FILE...]",
 		Short: "Look at heap dumps and raw recordings in a local web page",
@@ -24,7 +27,9 @@ the crash store (rbscope crash install's), and the Ruby processes of the
 host that this user may read: their stacks, heap dumps and 10-second
 recordings are taken from the page by the same code as rbscope stack, heap
 dump and record (each action a POST with the page's CSRF token; dumps and
-recordings kept under the cache directory, 0600). rbscope prints one URL,
+recordings kept under the cache directory, 0600, and removed once older
+than --cache-max-age, the oldest first while it holds more than
+--cache-max-mb, never one that is open). rbscope prints one URL,
 with a random token every request needs, and serves until interrupted.
 
 A dump is indexed on first open (its graph, dominator tree and retained
@@ -54,7 +59,11 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 			if err != nil {
 				return fmt.Errorf("cannot listen on %s: %w", listen, err)
 			}
-			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr, Live: uiLive{}}
+			if cacheMaxAge < 0 || cacheMaxMB < 0 {
+				return usageError{fmt.Errorf("--cache-max-age %v, --cache-max-mb %d: want 0 (no limit) or more (see '%s --help')", cacheMaxAge, cacheMaxMB, c.CommandPath())}
+			}
+			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr, Live: uiLive{},
+				CacheLimits: ui.CacheLimits{MaxAge: cacheMaxAge, MaxBytes: cacheMaxMB << 20}}
 			if cfg, err := crash.LoadConfig(crashConfig); err == nil {
 				o.CrashDir = cfg.Dir
 			} else {
@@ -72,5 +81,7 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on (port 0: a random one)")
 	c.Flags().StringVar(&crashConfig, "crash-config", crash.DefaultConfigPath, "crash handler config file, naming the crash store the page lists")
 	c.Flags().StringVar(&cacheDir, "cache-dir", "", "where indexes of dumps in unwritable directories and dropped files go (default: the user's cache directory/rbscope)")
+	c.Flags().DurationVar(&cacheMaxAge, "cache-max-age", 14*24*time.Hour, "remove what the cache directory keeps (dumps and recordings taken from the page, dropped files, indexes) once older than this; 0: never")
+	c.Flags().Int64Var(&cacheMaxMB, "cache-max-mb", 20<<10, "remove the oldest of what the cache directory keeps while it holds more than this many MiB; 0: no limit")
 	return c
 }

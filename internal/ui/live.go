@@ -120,6 +120,7 @@ func (s *Server) liveWrite(w http.ResponseWriter, pid int, kind, ext string, wri
 		return
 	}
 	f := s.add(path, filepath.Base(path))
+	s.sweepCache()
 	go s.load(f)
 	writeJSON(w, http.StatusOK, f.info())
 }

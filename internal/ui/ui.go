@@ -37,6 +37,9 @@ type Options struct {
 	// CacheDir holds the indexes of dumps whose directory is not
 	// writable, and the files dropped on the page (created 0700).
 	CacheDir string
+	// CacheLimits bound what CacheDir keeps, applied at start and after
+	// each file the page adds there.
+	CacheLimits CacheLimits
 	// ListenHost is the host --listen named, accepted in Host headers
 	// besides the loopback names ("" for none).
 	ListenHost string
@@ -102,6 +105,7 @@ func New(ln net.Listener, o Options) (*Server, error) {
 	for _, p := range o.Files {
 		s.add(p, p)
 	}
+	s.sweepCache()
 	s.routes()
 	return s, nil
 }
@@ -283,7 +287,9 @@ func (s *Server) upload(name string, body io.Reader) (*file, error) {
 		os.Remove(out.Name())
 		return nil, err
 	}
-	return s.add(out.Name(), base), nil
+	f := s.add(out.Name(), base)
+	s.sweepCache()
+	return f, nil
 }
 
 // profileView is a loaded recording with what its views read.
