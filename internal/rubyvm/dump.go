@@ -286,6 +286,9 @@ type dumper struct {
 	lastPage int // the page slotAt found last
 	opt      DumpOptions
 	stats    DumpStats
+	// subclassSteps is what the dump's walks of subclass lists may still
+	// take together (subclasses).
+	subclassSteps int64
 
 	buf       []byte              // JSON not yet written
 	refs      []uint64            // references of the current object
@@ -332,6 +335,12 @@ func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
 	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
 		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, noName: map[uint64]bool{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.init()
+	// Each class or iclass is on one list (its superclass's or its
+	// module's): the walks together take at most one step an object.
+	d.subclassSteps = 1 << 16
+	for _, pg := range pages {
+		d.subclassSteps += max(pg.total, 0)
+	}
 	return d
 }
 
@@ -1213,9 +1222,15 @@ func (d *dumper) rstruct(slot []byte, flags, memsize uint64) (uint64, error) {
 
 // class appends a CLASS, MODULE or ICLASS's superclass, name and the
 // references decoded (see HeapDump).
-func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error {
+func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err error) {
 	L := d.L
 	v := d.v
+	var subErr error // the subclass walk's, which the rest does not wait for
+	defer func() {
+		if err == nil {
+			err = subErr
+		}
+	}()
 	super := le64(slot, L.RClassSuper)
 	singleton := flags&uint64(L.FlSingleton) != 0
 	ext, err := v.classExt(addr)
@@ -1255,7 +1270,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) error 
 	}
 	d.methodTable(slot, ext)
 	d.classCaches(ext)
-	d.subclasses(ext)
+	subErr = d.subclasses(ext)
 	if ext == 0 {
 		return nil // 3.1: a class without extension marks only its superclass
 	}

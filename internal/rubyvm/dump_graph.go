@@ -2,6 +2,7 @@ package rubyvm
 
 import (
 	"encoding/binary"
+	"errors"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
@@ -807,32 +808,47 @@ func (d *dumper) finalizers() []uint64 {
 	return vals
 }
 
-// maxSubclasses bounds the subclass list walked for one class.
-const maxSubclasses = 1 << 20
-
 // subclasses adds a class's subclasses (and the iclasses of the classes
 // that include a module) as weak references: the list does not keep them.
-func (d *dumper) subclasses(ext uint64) {
+// A list that loops ends where the walk comes back to an entry (Brent's
+// method: a mark moved to the walk's place at every power of two steps);
+// and the walks of the whole dump take at most d.subclassSteps steps, so
+// that lists made up in a process's memory cannot hold the dump for the
+// length of each list times the classes.
+func (d *dumper) subclasses(ext uint64) error {
 	L := d.L
 	if ext == 0 || L.ClassExtSubclasses < 0 || L.SubclassKlass < 0 || L.SubclassNext < 0 {
-		return
+		return nil
 	}
 	first, err := d.word(at(ext, L.ClassExtSubclasses))
 	if err != nil {
-		return
+		return nil
 	}
 	size := int(max(L.SubclassKlass, L.SubclassNext) + 8)
-	for e, n := first, 0; e != 0 && e&7 == 0 && n < maxSubclasses; n++ {
+	mark, power, steps := uint64(0), 1, 0
+	for e := first; e != 0 && e&7 == 0 && e != mark; {
+		if d.subclassSteps <= 0 {
+			return errSubclassBudget
+		}
+		d.subclassSteps--
 		entry, err := d.read(e, size)
 		if err != nil {
-			return
+			return nil
 		}
 		if k := le64(entry, L.SubclassKlass); k != d.klass && d.live(k) { // 3.1+: the head entry has none
 			d.weak = append(d.weak, k)
 		}
+		if steps++; steps == power {
+			mark, power, steps = e, power*2, 0
+		}
 		e = le64(entry, L.SubclassNext)
 	}
+	return nil
 }
+
+// errSubclassBudget stops the subclass walks of a dump whose lists,
+// together, are longer than its heap has objects.
+var errSubclassBudget = errors.New("subclass lists longer than the heap has objects: the rest of them left out")
 
 // maxGlobalList bounds the registered addresses read.
 const maxGlobalList = 1 << 20
