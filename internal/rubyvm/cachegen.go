@@ -21,7 +21,8 @@ import (
 //     maxCachedEntries.
 //
 // A Ruby whose layout lacks the counts (or whose objspace cannot be read)
-// has its caches of objects emptied every cacheLifetime instead.
+// has its caches of objects emptied every cacheLifetime instead. A core's
+// are kept: its memory does not change.
 
 // cacheLifetime is how long what was learned of objects is kept when the
 // collector's counts cannot be read.
@@ -88,7 +89,7 @@ func (v *VM) cachedEntries() int {
 // range that holds both), for a read of the threads to read with its own.
 func (v *VM) gcCounts() (addr uint64, n int, ok bool) {
 	L := v.Layout
-	if L.ObjspaceGCCount <= 0 || L.ObjspaceMajorGCCount <= 0 {
+	if !v.live || L.ObjspaceGCCount <= 0 || L.ObjspaceMajorGCCount <= 0 {
 		return 0, 0, false
 	}
 	lo, hi := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount), max(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)+8

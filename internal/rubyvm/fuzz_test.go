@@ -44,7 +44,7 @@ func (f *fuzzMemory) Close() error                       { return nil }
 // its VM pointer and symbol table at the start.
 func fuzzVM(base uint64, data []byte, fam string) *VM {
 	fm := &fuzzMemory{base: base, mem: data}
-	v := &VM{T: fm, Layout: layouts.For(fam), m: mem{t: fm}, vmPtrAddr: base, objspaceAddr: base + 16,
+	v := &VM{T: fm, Layout: layouts.For(fam), m: mem{t: fm}, vmPtrAddr: base,
 		located: map[string]uint64{"ruby_global_symbols": base + 8}}
 	v.ForgetCaches()
 	return v

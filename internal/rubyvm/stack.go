@@ -472,8 +472,9 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 		raddrs[countsRange], bufs[countsRange] = countsAddr, sc.buf(countsRange, countsLen)
 	}
 	v.readBatchAhead(raddrs, bufs, ok, true)
-	if first {
-		// Before any stack is read through the caches.
+	if first && v.live {
+		// Before any stack is read through the caches. (A core's memory
+		// does not change: nothing to check.)
 		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
 	}
 	if g := v.read.gc; first && g != nil {
