@@ -166,6 +166,9 @@ type proc struct {
 	noWatches bool
 	// onCPUScratch holds onCPUNow's lists of TIDs, kept between ticks.
 	onCPUScratch [3][]int
+	// asideScratch and asideDelay are stepAside's, kept between ticks.
+	asideScratch [2][]int
+	asideDelay   map[int]time.Duration
 	// noGC is set when the Ruby's layout lacks the GC's flags.
 	noGC bool
 	// tickAt is when the current tick began (stepAside).
@@ -622,7 +625,9 @@ func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
 	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0); e != 0 || p.tasks == nil {
 		return still
 	}
-	var waiting, mine []int
+	// Into buffers kept between ticks: a tick allocates nothing.
+	waiting, mine := p.asideScratch[0][:0], p.asideScratch[1][:0]
+	defer func() { p.asideScratch = [2][]int{waiting[:0], mine[:0]} }()
 	for _, tid := range still {
 		if c, ok := p.tasks.LastCPU(tid); ok && c == int(cpu) {
 			mine = append(mine, tid)
@@ -642,7 +647,11 @@ func (p *proc) stepAside(still []int, tasks map[int]bool) []int {
 	if elsewhere.Count() == 0 {
 		return waiting // rbscope always takes the target's CPU to look
 	}
-	delay := map[int]time.Duration{}
+	if p.asideDelay == nil {
+		p.asideDelay = map[int]time.Duration{}
+	}
+	delay := p.asideDelay
+	clear(delay)
 	for _, tid := range mine {
 		if d, ok := procfs.RunDelay(p.pid, tid); ok {
 			delay[tid] = d
