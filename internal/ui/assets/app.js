@@ -792,7 +792,10 @@ let dragging = null;
 // selection draws a span of time over a timeline, from fraction a to
 // fraction b of its tracks' width, labelled from..to seconds.
 function selection(id, a, b, from, to) {
-  const box = el("div", { class: "selection", id }, el("span", { class: "selection-label" }, `${secs(from, to - from)}–${secs(to, to - from)} s: ${span(to - from)}`));
+  // The length is that of the bounds as written, so that the three
+  // numbers agree (0.489–1.498 s: 1.009 s, not 1.010).
+  const f = secs(from, to - from), t = secs(to, to - from);
+  const box = el("div", { class: "selection", id }, el("span", { class: "selection-label" }, `${f}–${t} s: ${span(Number(t) - Number(f))}`));
   box.style.setProperty("--a", String(Math.max(0, Math.min(1, a))));
   box.style.setProperty("--b", String(Math.max(0, Math.min(1, b))));
   box.dataset.from = String(from);
