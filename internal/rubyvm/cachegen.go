@@ -89,7 +89,7 @@ func (v *VM) cachedEntries() int {
 // range that holds both), for a read of the threads to read with its own.
 func (v *VM) gcCounts() (addr uint64, n int, ok bool) {
 	L := v.Layout
-	if !v.live || L.ObjspaceGCCount <= 0 || L.ObjspaceMajorGCCount <= 0 {
+	if L.ObjspaceGCCount <= 0 || L.ObjspaceMajorGCCount <= 0 {
 		return 0, 0, false
 	}
 	lo, hi := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount), max(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)+8
@@ -159,9 +159,12 @@ func (v *VM) dropYoung() {
 	v.gen.young = v.gen.young[:0]
 }
 
-// noteYoung records an entry just made that rests on a young object.
+// noteYoung records an entry just made that rests on a young object (of
+// a live process: a core's entries are never dropped).
 func (v *VM) noteYoung(kind cacheKind, k0, k1 uint64) {
-	v.gen.young = append(v.gen.young, youngEntry{kind: kind, key: [2]uint64{k0, k1}})
+	if v.live {
+		v.gen.young = append(v.gen.young, youngEntry{kind: kind, key: [2]uint64{k0, k1}})
+	}
 }
 
 // young says whether the object with these flags is young (the next
@@ -172,9 +175,10 @@ func young(L *layout.Layout, flags uint64) bool {
 }
 
 // youngAt says whether the object at addr is young; an object that
-// cannot be read is.
+// cannot be read is. In a core nothing is (no collection will run), and
+// nothing is read to say so.
 func (v *VM) youngAt(addr uint64) bool {
-	if addr == 0 || !v.isHeapObject(addr) {
+	if !v.live || addr == 0 || !v.isHeapObject(addr) {
 		return false // not an object: nothing the collector frees
 	}
 	_, flags, err := v.objType(addr)

@@ -116,7 +116,21 @@ func TestCachesFollowTheCollector(t *testing.T) {
 				t.Error("no collection ran, yet the young iseq was dropped")
 			}
 
-			counts = next("minor")
+			// Ruby makes a collection asked for as minor a major one when
+			// it wants one: then the iseqs are read again (the young one
+			// is still young: it has survived fewer than three) and a
+			// minor one asked for again.
+			for try := 0; ; try++ {
+				major := counts.Major
+				if counts = next("minor"); counts.Major == major {
+					break
+				}
+				if try == 2 {
+					t.Fatalf("three collections asked for as minor were all major (GC.stat: %+v)", counts)
+				}
+				read(true)
+				sameCounts("after a major collection", counts)
+			}
 			read(false)
 			sameCounts("after a minor collection", counts)
 			if _, _, ok := vm.CachedIseq("old_wait"); !ok {

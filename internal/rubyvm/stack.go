@@ -466,15 +466,18 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 			raddrs[gcRange], bufs[gcRange] = addr, sc.buf(gcRange, n)
 		}
 	}
-	countsRange := gcRange + 1
-	countsAddr, countsLen, counts := v.gcCounts()
-	if counts && first {
-		raddrs[countsRange], bufs[countsRange] = countsAddr, sc.buf(countsRange, countsLen)
+	// A core's memory does not change: its caches need no check.
+	countsRange, counts := gcRange+1, false
+	if first && v.live {
+		var addr uint64
+		var n int
+		if addr, n, counts = v.gcCounts(); counts {
+			raddrs[countsRange], bufs[countsRange] = addr, sc.buf(countsRange, n)
+		}
 	}
 	v.readBatchAhead(raddrs, bufs, ok, true)
 	if first && v.live {
-		// Before any stack is read through the caches. (A core's memory
-		// does not change: nothing to check.)
+		// Before any stack is read through the caches.
 		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
 	}
 	if g := v.read.gc; first && g != nil {

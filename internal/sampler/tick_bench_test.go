@@ -67,7 +67,10 @@ func TestTickAllocs(t *testing.T) {
 		// A tick that finds the thread waiting for a CPU takes no
 		// sample: each run ticks until one is taken.
 		sampled := func() {
-			for n := pr.prof.Samples; pr.prof.Samples == n; {
+			for n, ticks := pr.prof.Samples, 0; pr.prof.Samples == n; ticks++ {
+				if ticks == 1_000_000 {
+					t.Fatal("no sample of the spinning thread in a million ticks")
+				}
 				tick()
 			}
 		}

@@ -744,20 +744,6 @@ func (l *Live) ThreadsClock(tids []int) (*ThreadsClock, error) {
 	return c, nil
 }
 
-// Read returns the process's threads' time on a CPU so far, in
-// nanoseconds.
-func (c *ThreadsClock) Read() (uint64, error) {
-	var sum uint64
-	for _, fd := range c.fds {
-		n, err := c.readFD(fd)
-		if err != nil {
-			return 0, err
-		}
-		sum += n
-	}
-	return sum, nil
-}
-
 // readFD reads the count of one of the clock's counters.
 func (c *ThreadsClock) readFD(fd int) (uint64, error) {
 	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&c.buf[0])), 8)
