@@ -70,31 +70,49 @@ func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
 	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
 		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
 	}
-	// The program compares the kernel's TIDs with those rbscope's /proc
-	// gives Ruby's threads: one and the same only in the host's PID
-	// namespace.
+	live, vm, s, err := open(pid, opts.VM, Options{Frequency: int(math.Round(opts.Rate))})
+	if err != nil {
+		return nil, err
+	}
+	return &Recorder{pid: pid, opts: opts, live: live, vm: vm, s: s}, nil
+}
+
+// checkPlace says whether rbscope runs where the BPF sampler can: the
+// program compares the kernel's TIDs with those rbscope's /proc gives
+// Ruby's threads, one and the same only in the host's PID namespace.
+func checkPlace() error {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/pid", &st); err == nil && st.Ino != initPIDNamespace {
-		return nil, fmt.Errorf("%w: rbscope runs in a PID namespace of its own (a container's), and the BPF program sees the host's thread IDs: run rbscope in the host's PID namespace (docker run --pid=host; Kubernetes hostPID: true), or record without --ebpf", ErrUnsupported)
+		return fmt.Errorf("%w: rbscope runs in a PID namespace of its own (a container's), and the BPF program sees the host's thread IDs: run rbscope in the host's PID namespace (docker run --pid=host; Kubernetes hostPID: true), or run without --ebpf", ErrUnsupported)
+	}
+	return nil
+}
+
+// open attaches to pid, finds its Ruby VM and loads the BPF sampler on it
+// (not started). A refusal by the kernel comes back as ErrNotAllowed or
+// ErrUnsupported, with what to do.
+func open(pid int, vmOpts rubyvm.Options, opts Options) (*target.Live, *rubyvm.VM, *Sampler, error) {
+	if err := checkPlace(); err != nil {
+		return nil, nil, nil, err
 	}
 	live, err := target.Attach(pid)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	// The recorder handles Ctrl-C itself; it never stops the target.
+	// The BPF sampler never stops the target: Ctrl-C needs no guard.
 	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, opts.VM)
+	vm, err := rubyvm.OpenWith(live, vmOpts)
 	if err != nil {
 		live.Close()
-		return nil, err
+		return nil, nil, nil, err
 	}
-	s, err := New(pid, vm, Options{Frequency: int(math.Round(opts.Rate))})
+	s, err := New(pid, vm, opts)
 	if err != nil {
 		vm.Close()
 		live.Close()
-		return nil, explain(err)
+		return nil, nil, nil, explain(err)
 	}
-	return &Recorder{pid: pid, opts: opts, live: live, vm: vm, s: s}, nil
+	return live, vm, s, nil
 }
 
 // explain turns the kernel's refusal of the sampler into what to do.
@@ -108,9 +126,9 @@ func explain(err error) error {
 	}
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-		return fmt.Errorf("%w (%s): run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or record without --ebpf", ErrNotAllowed, said)
+		return fmt.Errorf("%w (%s): run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or run without --ebpf", ErrNotAllowed, said)
 	case errors.Is(err, unix.ENOSYS) || errors.Is(err, ebpf.ErrNotSupported):
-		return fmt.Errorf("%w (%s): this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL); record without --ebpf", ErrUnsupported, said)
+		return fmt.Errorf("%w (%s): this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL); run without --ebpf", ErrUnsupported, said)
 	}
 	return fmt.Errorf("loading the BPF sampler: %w", err)
 }
@@ -204,23 +222,29 @@ loop:
 // whose stack could not be read or sent.
 func (r *Recorder) count(prof *profile.Profile, c Counters) {
 	prof.Ticks = int(c.Runs)
-	prof.Errors = int(c.ECFault + c.BadBounds + c.FramesRead + c.RingFull)
+	prof.Errors = int(c.errors())
 }
 
 // drain adds the samples in the ring buffer to prof.
 func (r *Recorder) drain(prof *profile.Profile) error {
-	_, err := r.s.Drain(func(smp *Sample) {
+	_, err := drainInto(r.s, prof, r.pid, r.opts.Threads)
+	return err
+}
+
+// drainInto adds the samples in s's ring buffer to prof, each under a
+// root frame naming its thread with threads, and returns how many it read.
+func drainInto(s *Sampler, prof *profile.Profile, pid int, threads bool) (int, error) {
+	return s.Drain(func(smp *Sample) {
 		if len(smp.Frames) == 0 {
 			return // a thread not yet running Ruby code
 		}
-		thread := r.s.ThreadName(smp.TID)
+		thread := s.ThreadName(smp.TID)
 		root := ""
-		if r.opts.Threads {
+		if threads {
 			root = thread
 		}
-		prof.AddSample(ProfileFrames(smp, root), smp.Time, r.pid, smp.TID, thread)
+		prof.AddSample(ProfileFrames(smp, root), smp.Time, pid, smp.TID, thread)
 	})
-	return err
 }
 
 // ProfileFrames returns the stack of smp as a profile keeps it, root

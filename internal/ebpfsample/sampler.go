@@ -85,6 +85,11 @@ type Counters struct {
 	Truncated  uint64 // samples cut at MaxFrames
 }
 
+// errors counts the runs whose stack could not be read or sent.
+func (c Counters) errors() uint64 {
+	return c.ECFault + c.BadBounds + c.FramesRead + c.RingFull
+}
+
 // Sampler is the BPF sampler of one Ruby process.
 type Sampler struct {
 	pid     int
@@ -323,8 +328,11 @@ func (s *Sampler) RefreshThreads() (int, error) {
 // fn with each (its Frames are reused by the next call); it returns how
 // many it read.
 func (s *Sampler) Drain(fn func(*Sample)) (int, error) {
-	s.reader.SetDeadline(time.Now())
 	n := 0
+	if s.reader.AvailableBytes() == 0 {
+		return n, nil // no system call for an empty ring
+	}
+	s.reader.SetDeadline(time.Now())
 	for {
 		err := s.reader.ReadInto(&s.rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
