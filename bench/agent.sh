@@ -8,7 +8,11 @@
 # % of one core) and peak RSS, baseline and now, their ratio, and the
 # targets: 10 processes at most 1% of a core, 50 at most 4% and 48 MB.
 # The agent pushes to a server that does not answer: its queue and retries
-# are part of the cost.
+# are part of the cost. A second table gives `agent --ebpf` (the BPF
+# sampler) beside this build's user-space sampler on the same processes:
+# the agent's own CPU and RSS, and its BPF programs' run time (which the
+# kernel spends in the CPUs' clock interrupts, in other tasks' time; it
+# turns kernel.bpf_stats_enabled on for the run).
 #
 # Then, as a preforking server runs, one Ruby forks BENCH_WORKERS (50)
 # workers (testdata/bench_workers.rb) and the agent profiles the master and
@@ -21,7 +25,8 @@
 # Environment: BENCH_COUNTS="10 50 200", BENCH_SECONDS=20, BENCH_WORKERS=50
 # (0 skips the forked workers), BENCH_METRICS_PORT=19464, RUBY=/usr/bin/ruby,
 # RBSCOPE_BIN=bin/rbscope (the binary measured), BENCH_BASELINE=2495828 (the
-# commit built as the baseline; empty skips it)
+# commit built as the baseline; empty skips it), BENCH_EBPF=1 (0 skips the
+# rows of agent --ebpf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,6 +37,7 @@ SECONDS_EACH=${BENCH_SECONDS:-20}
 RUBY=${RUBY:-/usr/bin/ruby}
 BIN=${RBSCOPE_BIN:-$ROOT/bin/rbscope}
 BASELINE=${BENCH_BASELINE-2495828}
+EBPF=${BENCH_EBPF:-1}
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 die() { echo "bench/agent.sh: $*" >&2; exit 1; }
 [[ -x $RUBY ]] || die "no Ruby at $RUBY (set RUBY)"
@@ -60,20 +66,33 @@ if [[ -n $BASELINE ]]; then
 fi
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
-# measure BIN N: runs the agent of BIN on the N processes running and
-# prints "CPU% RSS-MB".
+# bpfns prints the run time, in ns, of the BPF programs process $1 holds
+# (the kernel counts it while kernel.bpf_stats_enabled is 1).
+bpfns() { cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^run_time_ns:/ { s += $2 } END { printf "%d", s }'; }
+# measure BIN N [FLAGS...]: runs the agent of BIN (with FLAGS) on the N
+# processes running and prints "CPU% RSS-MB BPF%": its own CPU, its peak
+# RSS, and the run time of its BPF programs (with --ebpf), which the
+# kernel spends in the CPUs' clock interrupts, in other tasks' time.
 measure() {
-  "$1" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s 2>/dev/null &
+  local bin=$1
+  shift 2
+  "$bin" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s "$@" 2>"$WORK/measure.log" &
   AGENT=$!
   sleep 6 # discovery and attach
-  local t0 s0 t1 s1 rss
-  t0=$(ticks "$AGENT"); s0=$(date +%s.%N)
+  if ! kill -0 "$AGENT" 2>/dev/null; then
+    AGENT=
+    echo "- - -"
+    return
+  fi
+  local t0 s0 b0 t1 s1 b1 rss
+  t0=$(ticks "$AGENT"); s0=$(date +%s.%N); b0=$(bpfns "$AGENT")
   sleep "$SECONDS_EACH"
-  t1=$(ticks "$AGENT"); s1=$(date +%s.%N)
+  t1=$(ticks "$AGENT"); s1=$(date +%s.%N); b1=$(bpfns "$AGENT")
   rss=$(awk '/VmHWM/ { print $2 }' "/proc/$AGENT/status")
   kill "$AGENT"; wait "$AGENT" 2>/dev/null || true; AGENT=
-  awk -v t="$((t1 - t0))" -v hz="$hz" -v a="$s0" -v b="$s1" -v rss="$rss" 'BEGIN { printf "%.2f %.1f", 100 * t / hz / (b - a), rss / 1024 }'
+  awk -v t="$((t1 - t0))" -v hz="$hz" -v a="$s0" -v b="$s1" -v rss="$rss" -v ns="$((b1 - b0))" 'BEGIN { printf "%.2f %.1f %.3f", 100 * t / hz / (b - a), rss / 1024, 100 * ns / 1e9 / (b - a) }'
 }
+EBPF_ROWS=()
 printf '%-10s %14s %10s %8s %14s %10s %s\n' processes "baseline CPU%" "now CPU%" ratio "baseline MB" "now MB" target
 for n in $COUNTS; do
   pause=0.01
@@ -83,14 +102,22 @@ for n in $COUNTS; do
     PIDS+=($!)
   done
   sleep 1
-  base="- -"
-  [[ -n $BASEBIN ]] && base=$(measure "$BASEBIN")
-  now=$(measure "$BIN")
+  base="- - -"
+  [[ -n $BASEBIN ]] && base=$(measure "$BASEBIN" "$n")
+  now=$(measure "$BIN" "$n")
+  ebpf="- - -"
+  if [[ $EBPF == 1 ]]; then
+    stats=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)
+    echo 1 >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
+    ebpf=$(measure "$BIN" "$n" --ebpf)
+    echo "$stats" >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
+  fi
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   PIDS=()
-  read -r bcpu brss <<<"$base"
-  read -r ncpu nrss <<<"$now"
+  read -r bcpu brss _ <<<"$base"
+  read -r ncpu nrss _ <<<"$now"
+  read -r ecpu erss ebpf_prog <<<"$ebpf"
   awk -v n="$n" -v bc="$bcpu" -v nc="$ncpu" -v br="$brss" -v nr="$nrss" 'BEGIN {
     ratio = (bc == "-" || nc == 0) ? "-" : sprintf("%.1fx", bc / nc)
     target = "-"
@@ -98,7 +125,21 @@ for n in $COUNTS; do
     if (n == 50) target = (nc <= 4.0 && nr <= 48 ? "MET" : "MISSED") " (<= 4% CPU, <= 48 MB)"
     if (n >= 200) target = "keeps up at " nc "% of a core"
     printf "%-10d %14s %10.2f %8s %14s %10.1f %s\n", n, bc, nc, ratio, br, nr, target }'
+  EBPF_ROWS+=("$(awk -v n="$n" -v nc="$ncpu" -v ec="$ecpu" -v er="$erss" -v bp="$ebpf_prog" 'BEGIN {
+    if (ec == "-") { printf "%-10d %10.2f %10s (agent --ebpf exited: it needs root in the host PID namespace)", n, nc, "-"; exit }
+    all = ec + bp
+    target = "-"
+    if (n == 10) target = (all <= 1.0 ? "MET" : "MISSED") " (<= 1% CPU)"
+    if (n == 50) target = (all <= 4.0 && er <= 48 ? "MET" : "MISSED") " (<= 4% CPU, <= 48 MB)"
+    if (n >= 200) target = "keeps up at " all "% of a core"
+    printf "%-10d %10.2f %10.2f %10.3f %10.2f %8s %8.1f %s", n, nc, ec, bp, all, (all > 0 ? sprintf("%.1fx", nc / all) : "-"), er, target }')")
 done
+if [[ $EBPF == 1 ]]; then
+  echo
+  echo "agent --ebpf (the BPF sampler) beside the user-space sampler of this build: the agent's CPU, its BPF programs' run time (in the CPUs' clock interrupts, other tasks' time), their sum against the targets"
+  printf '%-10s %10s %10s %10s %10s %8s %8s %s\n' processes "now CPU%" "ebpf CPU%" "BPF prog%" "ebpf all%" ratio "ebpf MB" target
+  for r in "${EBPF_ROWS[@]}"; do echo "$r"; done
+fi
 
 (( WORKERS > 0 )) || exit 0
 # metric NAME prints the agent's metric NAME (a whole number), or nothing.
@@ -113,21 +154,29 @@ for _ in $(seq 300); do
 done
 [[ -s $WORK/workers ]] || die "the $WORKERS workers did not start within 15 s"
 mapfile -t workers <"$WORK/workers"
-"$BIN" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s --metrics-addr "127.0.0.1:$PORT" 2>"$WORK/agent.log" &
-AGENT=$!
-sleep 6 # discovery and attach
-heap=0 procs=0
-for ((s = 0; s < SECONDS_EACH; s++)); do
-  h=$(metric go_memstats_heap_inuse_bytes)
-  [[ -n $h ]] && (( h > heap )) && heap=$h
-  p=$(metric rbscope_agent_processes)
-  [[ -n $p ]] && (( p > procs )) && procs=$p
-  sleep 1
-done
-kill -0 "$AGENT" 2>/dev/null || die "the agent exited: $(cat "$WORK/agent.log")"
-rss=$(awk '/VmHWM/ { print $2 }' "/proc/$AGENT/status")
-kill "$AGENT"; wait "$AGENT" 2>/dev/null || true; AGENT=
-(( heap > 0 )) || die "no go_memstats_heap_inuse_bytes from the agent's metrics: $(cat "$WORK/agent.log")"
-(( procs == ${#workers[@]} + 1 )) || die "the agent profiled $procs processes, not the master and its ${#workers[@]} workers: $(cat "$WORK/agent.log")"
-printf 'one Ruby (%s) and %d forked workers, %d s: agent peak RSS %.1f MB, Go heap in use (max) %.1f MB\n' \
-  "$("$RUBY" -e 'print RUBY_VERSION')" "${#workers[@]}" "$SECONDS_EACH" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$(awk -v b="$heap" 'BEGIN { print b / 1048576 }')"
+# workers_memory [FLAGS...] profiles the master and its workers with the
+# agent (and FLAGS) and prints its peak RSS and Go heap.
+workers_memory() {
+  "$BIN" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s --metrics-addr "127.0.0.1:$PORT" "$@" 2>"$WORK/agent.log" &
+  AGENT=$!
+  sleep 6 # discovery and attach
+  heap=0 procs=0
+  for ((s = 0; s < SECONDS_EACH; s++)); do
+    h=$(metric go_memstats_heap_inuse_bytes)
+    [[ -n $h ]] && (( h > heap )) && heap=$h
+    p=$(metric rbscope_agent_processes)
+    [[ -n $p ]] && (( p > procs )) && procs=$p
+    sleep 1
+  done
+  kill -0 "$AGENT" 2>/dev/null || die "the agent exited: $(cat "$WORK/agent.log")"
+  rss=$(awk '/VmHWM/ { print $2 }' "/proc/$AGENT/status")
+  kill "$AGENT"; wait "$AGENT" 2>/dev/null || true; AGENT=
+  (( heap > 0 )) || die "no go_memstats_heap_inuse_bytes from the agent's metrics: $(cat "$WORK/agent.log")"
+  (( procs == ${#workers[@]} + 1 )) || die "the agent profiled $procs processes, not the master and its ${#workers[@]} workers: $(cat "$WORK/agent.log")"
+  printf 'one Ruby (%s) and %d forked workers, %d s: agent%s peak RSS %.1f MB, Go heap in use (max) %.1f MB\n' \
+    "$("$RUBY" -e 'print RUBY_VERSION')" "${#workers[@]}" "$SECONDS_EACH" "${1:+ $1}" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$(awk -v b="$heap" 'BEGIN { print b / 1048576 }')"
+}
+workers_memory
+if [[ $EBPF == 1 ]]; then
+  workers_memory --ebpf
+fi

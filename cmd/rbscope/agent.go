@@ -29,7 +29,7 @@ type agentSettings struct {
 	tags, pids, profiles                                  []string
 	interval                                              time.Duration
 	rate                                                  float64
-	pause, realtime                                       bool
+	pause, realtime, ebpf                                 bool
 }
 
 // defineAgentFlags defines the agent's flags on fs, into s, with s's
@@ -44,6 +44,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
 	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
 	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks use half of a CPU); --realtime=false to keep it at normal priority")
+	fs.BoolVar(&s.ebpf, "ebpf", s.ebpf, "sample with the BPF sampler (experimental): the Ruby frame walk runs in the kernel on each CPU's clock and the agent wakes 20 times a second, whatever the rate and the number of processes; CPU profiles only; needs root (CAP_BPF, CAP_PERFMON) in the host's PID namespace")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
@@ -81,7 +82,7 @@ func (s agentSettings) withConfig(path string) (agentSettings, error) {
 
 // config checks the settings and makes the agent's configuration.
 func (s agentSettings) config() (agent.Config, error) {
-	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime,
+	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime, EBPF: s.ebpf,
 		TenantID: s.tenantID, BasicAuthUser: s.basicAuthUser, UploadInterval: s.interval, Tags: map[string]string{}}
 	if cfg.Server == "" {
 		return cfg, usageError{fmt.Errorf("--server URL is required (see 'rbscope agent --help')")}
@@ -135,6 +136,12 @@ func (s agentSettings) config() (agent.Config, error) {
 		default:
 			return cfg, usageError{fmt.Errorf("--profile %q: give cpu, wall or cpu,wall", p)}
 		}
+	}
+	if cfg.EBPF && cfg.Wall {
+		return cfg, usageError{fmt.Errorf("--profile wall cannot be used with --ebpf: the BPF sampler sees threads only while they run; drop --ebpf for wall-clock profiles")}
+	}
+	if cfg.EBPF && cfg.Pause {
+		return cfg, usageError{fmt.Errorf("--pause cannot be used with --ebpf: the BPF sampler reads threads as they run; drop one of them")}
 	}
 	cfg.Log = os.Stderr
 	cfg.VM = vmOptions
@@ -207,7 +214,11 @@ profiling with it (--metrics-addr keeps its first value).`,
 				if c.Context().Err() != nil {
 					return nil
 				}
-				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v\n", cfg.Server, cfg.UploadInterval)
+				with := ""
+				if cfg.EBPF {
+					with = " (BPF sampler)"
+				}
+				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v%s\n", cfg.Server, cfg.UploadInterval, with)
 				runCtx, stop := context.WithCancel(c.Context())
 				done := make(chan struct{})
 				var runErr error

@@ -528,3 +528,106 @@ func TestAgentWallProfile(t *testing.T) {
 		t.Errorf("the CPU profile holds %d samples of compute and %d of nap: sleep is not CPU time", cpu[0], cpu[1])
 	}
 }
+
+// TestAgentEBPF is TestRecordKnownSplit for agent --ebpf: the CPU profiles
+// the agent pushes of the split workload give each chain the share of the
+// samples that the program measured of its own CPU time, within the same
+// tolerance, beside two CPU spinners, alone and sharing one CPU with a
+// further spinning process; they carry the labels the user-space sampler's
+// do. Options the BPF sampler cannot honour are refused (exit 2).
+func TestAgentEBPF(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	for _, tc := range []struct{ flag, want string }{
+		{"--pause", "--pause cannot be used with --ebpf"},
+		{"--profile=cpu,wall", "--profile wall cannot be used with --ebpf"},
+	} {
+		_, stderr, code := rbscope(t, "agent", "--ebpf", "--server", "http://127.0.0.1:9", tc.flag)
+		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("agent --ebpf %s: exit %d, stderr %q; want exit 2 and one line saying %q", tc.flag, code, stderr, tc.want)
+		}
+	}
+	testruby.Spinners(t, 2)
+	srv := &fakePyroscope{t: t}
+	srv.start()
+	defer srv.stop()
+	version, _ := exec.Command(rb.Bin, "-e", "print RUBY_VERSION").Output()
+	for _, shared := range []bool{false, true} {
+		var agentCmd *exec.Cmd
+		agentErr := &lockedBuffer{}
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		metricsAddr := ln.Addr().String()
+		ln.Close()
+		checkKnownSplit(t, rb, shared, "agent --ebpf", func(pid int) string {
+			if agentCmd == nil {
+				agentCmd = exec.Command(rbscopeBin, "agent", "--ebpf", "--server", "http://"+srv.addr, "--pid", strconv.Itoa(pid),
+					"--upload-interval", "1s", "--rate", "1000", "--metrics-addr", metricsAddr)
+				agentCmd.Stderr = agentErr
+				if err := agentCmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				exited := make(chan error, 1)
+				go func() { exited <- agentCmd.Wait() }()
+				t.Cleanup(func() { agentCmd.Process.Kill(); <-exited })
+				// The first profile: the sampler is loaded and running.
+				first := time.Now()
+				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					select {
+					case <-exited:
+						if s := agentErr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
+							t.Skipf("agent --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(s))
+						}
+						t.Fatalf("the agent exited: %s", agentErr.String())
+					default:
+					}
+					if rs := srv.since(first); len(rs) > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no profile within 60 s; agent:\n%s", agentErr.String())
+					}
+				}
+				if !strings.Contains(agentErr.String(), "(BPF sampler)") {
+					t.Errorf("the agent does not say it samples with the BPF sampler:\n%s", agentErr.String())
+				}
+			}
+			// The profiles of one 3-second window, as collapsed stacks of
+			// the chains' counts.
+			from := time.Now()
+			time.Sleep(3 * time.Second)
+			var out strings.Builder
+			for _, r := range srv.since(from) {
+				if r.labels["pid"] != strconv.Itoa(pid) {
+					continue
+				}
+				want := map[string]string{"__name__": "process_cpu", "service_name": "split", "process.runtime.name": "ruby", "process.runtime.version": string(version)}
+				for k, v := range want {
+					if r.labels[k] != v {
+						t.Errorf("label %s = %q, want %q (labels %v)", k, r.labels[k], v, r.labels)
+					}
+				}
+				for _, c := range []string{"chain_a", "chain_b", "chain_c"} {
+					fmt.Fprintf(&out, "Object#%s (pushed) %d\n", c, r.counts["Object#"+c])
+				}
+			}
+			return out.String()
+		})
+		if agentCmd == nil {
+			continue
+		}
+		// checkKnownSplit killed the workload: the agent lets it go.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			resp, err := http.Get("http://" + metricsAddr + "/metrics")
+			if err != nil {
+				t.Fatalf("metrics: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "rbscope_agent_processes 0") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent still counts the killed workload 30 s on:\n%s\nagent:\n%s", grepLines(string(b), "rbscope_agent"), agentErr.String())
+			}
+		}
+	}
+}

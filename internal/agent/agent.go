@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/discover"
+	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
@@ -49,6 +50,12 @@ type Config struct {
 	// the task on its CPU ends its turn, and its samples bunch up where
 	// the targets were preempted.
 	Realtime bool
+	// EBPF samples with the BPF sampler (ebpfsample.Set): the Ruby frame
+	// walk runs in the kernel on each CPU's clock, and the agent wakes 20
+	// times a second whatever the rate and the processes. It makes CPU
+	// profiles only, never pauses, and needs root (CAP_BPF, CAP_PERFMON)
+	// in the host's PID namespace.
+	EBPF bool
 	// CPU and Wall choose the profiles pushed for each process: CPU time
 	// (the threads on a CPU; process_cpu) and wall-clock time (every
 	// thread, whatever it does; wall). Neither set means CPU.
@@ -98,13 +105,21 @@ type Agent struct {
 	uploads  *queue
 	hostname string
 
-	// sampler samples every process in one loop, with a profile each.
-	sampler *sampler.Sampler
+	// sampler samples every process in one loop, with a profile each
+	// (a *sampler.Sampler, or an *ebpfsample.Set with EBPF).
+	sampler processSampler
 
 	mu      sync.Mutex
 	running map[int]running    // processes being sampled, by pid
 	refused map[process]string // processes not to try again, and why
 	said    map[string]bool    // notice kinds already said
+}
+
+// processSampler samples the processes added to it until its Run ends,
+// handing each one's profiles to Agent.flushed.
+type processSampler interface {
+	// Add starts sampling pid and returns its Ruby version.
+	Add(pid int) (rubyVersion string, err error)
 }
 
 // running is a process being sampled: its labels.
@@ -135,23 +150,13 @@ func New(cfg Config, metrics *Metrics) *Agent {
 // Run profiles until ctx is done, then flushes what it holds to the
 // server for at most flushTimeout, and returns nil; an error says the
 // agent could not start (its options). Every process is sampled by one
-// loop on one goroutine (sampler.NewSet), with a profile each.
+// loop on one goroutine (sampler.NewSet; ebpfsample.NewSet with EBPF),
+// with a profile each.
 func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
-	s, err := sampler.NewSet(sampler.Options{
-		Rate:         a.cfg.Rate,
-		Nonblocking:  !a.cfg.Pause,
-		Realtime:     a.cfg.Realtime,
-		FlushEvery:   a.cfg.UploadInterval,
-		VM:           a.cfg.VM,
-		PerProcess:   true,
-		Wall:         a.cfg.Wall,
-		FlushProcess: a.flushed,
-		Failed:       a.failed,
-	})
+	run, err := a.newSampler()
 	if err != nil {
 		return err
 	}
-	a.sampler = s
 	up := newUploader(a.cfg, a.metrics, a.say)
 	upCtx, stopUploads := context.WithCancel(context.Background())
 	uploaded := make(chan struct{})
@@ -165,7 +170,7 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		s.Run(ctx) // pushes what each process collected since its last flush
+		run(ctx) // pushes what each process collected since its last flush
 	}()
 	scan := time.NewTicker(scanInterval)
 	defer scan.Stop()
@@ -186,6 +191,45 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 		case <-scan.C:
 		}
 	}
+}
+
+// newSampler makes the agent's sampler (a.sampler) and returns its Run.
+func (a *Agent) newSampler() (func(context.Context), error) {
+	if a.cfg.EBPF {
+		if a.cfg.Pause || a.cfg.Wall {
+			return nil, errors.New("the BPF sampler makes CPU profiles of running processes only: neither pauses nor wall-clock profiles")
+		}
+		s, err := ebpfsample.NewSet(ebpfsample.SetOptions{
+			Rate:       a.cfg.Rate,
+			FlushEvery: a.cfg.UploadInterval,
+			VM:         a.cfg.VM,
+			FlushProcess: func(pid int, cpu *profile.Profile, done bool) {
+				a.flushed(pid, cpu, nil, done)
+			},
+			Failed: a.failed,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.sampler = s
+		return s.Run, nil
+	}
+	s, err := sampler.NewSet(sampler.Options{
+		Rate:         a.cfg.Rate,
+		Nonblocking:  !a.cfg.Pause,
+		Realtime:     a.cfg.Realtime,
+		FlushEvery:   a.cfg.UploadInterval,
+		VM:           a.cfg.VM,
+		PerProcess:   true,
+		Wall:         a.cfg.Wall,
+		FlushProcess: a.flushed,
+		Failed:       a.failed,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.sampler = s
+	return func(ctx context.Context) { s.Run(ctx) }, nil
 }
 
 // scanSafe is startNew, a panic in it said once and the scan tried again
@@ -331,7 +375,8 @@ func (a *Agent) refuse(p discover.Process, err error) {
 		return // gone: its PID may name a Ruby process later
 	}
 	permanent := errors.Is(err, rubyvm.ErrNotRuby) || errors.Is(err, rubyvm.ErrUnsupported) ||
-		errors.Is(err, target.ErrPermission) || errors.Is(err, errPanic)
+		errors.Is(err, target.ErrPermission) || errors.Is(err, errPanic) ||
+		errors.Is(err, ebpfsample.ErrNotAllowed) || errors.Is(err, ebpfsample.ErrUnsupported)
 	if permanent {
 		a.mu.Lock()
 		a.refused[process{p.PID, p.Start}] = err.Error()
@@ -346,6 +391,8 @@ func (a *Agent) refuse(p discover.Process, err error) {
 		a.say("panic", "rbscope agent: skipping pid %d (other processes go on): %v", pid, err)
 	case errors.Is(err, rubyvm.ErrUnsupported):
 		a.say("unsupported", "rbscope agent: skipping pid %d (other processes of unsupported versions are skipped silently): %v", pid, err)
+	case errors.Is(err, ebpfsample.ErrNotAllowed) || errors.Is(err, ebpfsample.ErrUnsupported):
+		a.say("ebpf", "rbscope agent: skipping pid %d (other processes refused so too are skipped silently): %v", pid, err)
 	default:
 		a.say("attach:"+errorKind(err), "rbscope agent: cannot attach to pid %d yet: %v (tried again at each scan; said once)", pid, err)
 	}

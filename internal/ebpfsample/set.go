@@ -1,0 +1,290 @@
+package ebpfsample
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+
+	"github.com/rbscope/rbscope/internal/procfs"
+	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/target"
+)
+
+// SetOptions say how a Set samples its processes (agent --ebpf): the part
+// of sampler.Options with PerProcess that the BPF sampler can honour.
+type SetOptions struct {
+	// Rate is the samples a second of a thread on a CPU (1 to
+	// sampler.MaxRate).
+	Rate float64
+	// FlushEvery is how often each process's profile is handed to
+	// FlushProcess, and a new one started.
+	FlushEvery time.Duration
+	// FlushProcess is called every FlushEvery with each process's CPU
+	// profile since the last call, and once more with done set when the
+	// process has exited or Run ends.
+	FlushProcess func(pid int, cpu *profile.Profile, done bool)
+	// Failed is called when sampling a process failed for good (its
+	// ring buffer unreadable, a bug): the process is dropped, its
+	// profile since the last flush lost, and the others go on.
+	Failed func(pid int, err error)
+	// VM are the options for finding each process's Ruby VM.
+	VM rubyvm.Options
+}
+
+// Set samples any number of processes with the BPF sampler, each with a
+// program and a ring buffer of its own, and keeps a CPU profile per
+// process. Nothing of it wakes per sample: Run wakes 20 times a second
+// to drain the rings, whatever the rate and however many processes, and
+// a process none of whose threads ran since the last wake-up costs no
+// system call: only the program's runs on the CPUs' clocks, in the
+// kernel. That is what makes it cheaper than the
+// user-space sampler for many mostly idle processes (bench/agent.sh).
+type Set struct {
+	opts SetOptions
+
+	mu    sync.Mutex
+	added []*member
+
+	members map[int]*member
+}
+
+// member is one process of a Set.
+type member struct {
+	pid  int
+	live *target.Live
+	vm   *rubyvm.VM
+	s    *Sampler
+	prof *profile.Profile
+	// counted are the program's counters at the last flush: a profile's
+	// ticks and errors are the difference.
+	counted Counters
+	// noThread is the program's count of runs on unlisted threads at the
+	// last thread list: when it moves, a new thread ran.
+	noThread uint64
+}
+
+// A Set's processes are drained every setDrainEvery, and each sample
+// copies at most setMaxStack bytes of value stack (the environments
+// deeper are read as the sample is drained): so a process's ring buffer,
+// which the agent maps twice (its resident memory is twice the ring's),
+// stays small with many processes.
+const (
+	setDrainEvery = 50 * time.Millisecond
+	setMaxStack   = 4 << 10
+)
+
+// setRingBytes is the ring buffer of a process sampled at rate: room for
+// two threads on a CPU for setDrainEvery at 8 KiB a sample (setMaxStack,
+// 128 frames and the header: most samples are far smaller), a power of
+// two from 64 KiB to 4 MiB. At 100 Hz that is 128 KiB, 256 KiB of the
+// agent's resident memory a process. A fuller ring drops samples, counted
+// as errors.
+func setRingBytes(rate float64) int {
+	want := int(rate * 2 * setDrainEvery.Seconds() * (8 << 10))
+	n := 64 << 10
+	for n < want && n < 4<<20 {
+		n <<= 1
+	}
+	return n
+}
+
+// NewSet checks that the BPF sampler can run here (the kernel's BPF ring
+// buffers and perf event programs, rbscope's place and rights) and
+// returns an empty set; Add adds processes, Run samples them.
+func NewSet(opts SetOptions) (*Set, error) {
+	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
+		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
+	}
+	if opts.FlushEvery <= 0 {
+		return nil, errors.New("a set of BPF samplers needs a flush interval")
+	}
+	if err := checkPlace(); err != nil {
+		return nil, err
+	}
+	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+		return nil, explain(err)
+	}
+	if err := features.HaveProgramType(ebpf.PerfEvent); err != nil {
+		return nil, explain(err)
+	}
+	return &Set{opts: opts, members: map[int]*member{}}, nil
+}
+
+// Add attaches to pid, loads and starts its sampler, and returns its Ruby
+// version; Run takes it in at its next wake-up.
+func (s *Set) Add(pid int) (rubyVersion string, err error) {
+	live, vm, smp, err := open(pid, s.opts.VM, Options{Frequency: int(math.Round(s.opts.Rate)), RingBytes: setRingBytes(s.opts.Rate), MaxStack: setMaxStack})
+	if err != nil {
+		return "", err
+	}
+	m := &member{pid: pid, live: live, vm: vm, s: smp, prof: profile.NewProfile(s.opts.Rate)}
+	if err := smp.Start(); err != nil {
+		m.close()
+		return "", fmt.Errorf("starting the BPF sampler: %w", err)
+	}
+	m.prof.Start = time.Now()
+	s.mu.Lock()
+	s.added = append(s.added, m)
+	s.mu.Unlock()
+	return vm.Version, nil
+}
+
+// Run samples until ctx is done, then hands every process's profile to
+// FlushProcess as done and lets them go.
+func (s *Set) Run(ctx context.Context) {
+	tick := time.NewTicker(setDrainEvery)
+	defer tick.Stop()
+	lastCheck, lastFlush := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			s.takeAdded()
+			for _, m := range s.members {
+				s.safely(m, func() error {
+					_ = m.s.Stop()
+					if _, err := m.drain(); err != nil {
+						return err
+					}
+					s.flush(m, true)
+					return nil
+				})
+				m.close()
+			}
+			clear(s.members)
+			return
+		case <-tick.C:
+		}
+		s.takeAdded()
+		check := time.Since(lastCheck) >= refreshEvery
+		if check {
+			lastCheck = time.Now()
+		}
+		flush := time.Since(lastFlush) >= s.opts.FlushEvery
+		if flush {
+			lastFlush = time.Now()
+		}
+		for _, m := range s.members {
+			s.safely(m, func() error { return s.visit(m, check, flush) })
+		}
+	}
+}
+
+// visit drains process m's ring into its profile and draws its clocks'
+// next periods; with check, it sees whether m has exited (then its
+// profile is flushed as done and m let go) and lists its threads again;
+// with flush, it hands m's profile over.
+func (s *Set) visit(m *member, check, flush bool) error {
+	n, err := m.drain()
+	if err != nil {
+		return err
+	}
+	if check && procfs.Exited(m.pid) {
+		s.flush(m, true)
+		m.close()
+		delete(s.members, m.pid)
+		return nil
+	}
+	// A new phase matters only to a thread that runs: a process that
+	// was not sampled since the last look keeps its clocks, and costs no
+	// system call (each is an interrupt of the event's CPU).
+	if n > 0 {
+		if err := m.s.Jitter(); err != nil {
+			return err
+		}
+	}
+	if check {
+		// A list read as threads come and go can be torn: the next
+		// check tries again.
+		if c, err := m.s.Counters(); err == nil && c.NoThread != m.noThread {
+			if _, err := m.s.RefreshThreads(); err == nil {
+				m.noThread = c.NoThread
+			}
+		}
+	}
+	if flush {
+		s.flush(m, false)
+	}
+	return nil
+}
+
+// safely runs f on process m; an error or a panic (a bug) drops m, said
+// through Failed, and the other processes go on.
+func (s *Set) safely(m *member, f func() error) {
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("internal error sampling: %v", r)
+			}
+		}()
+		return f()
+	}()
+	if err == nil {
+		return
+	}
+	if s.opts.Failed != nil {
+		s.opts.Failed(m.pid, err)
+	}
+	m.close()
+	delete(s.members, m.pid)
+}
+
+// takeAdded moves the processes Add attached into the loop's set.
+func (s *Set) takeAdded() {
+	s.mu.Lock()
+	added := s.added
+	s.added = nil
+	s.mu.Unlock()
+	for _, m := range added {
+		if old := s.members[m.pid]; old != nil {
+			old.close() // its PID was another process's, gone since
+		}
+		s.members[m.pid] = m
+	}
+}
+
+// flush hands m's profile to FlushProcess, its ticks and errors those the
+// program counted since the last flush, and starts it a new one.
+func (s *Set) flush(m *member, done bool) {
+	p := m.prof
+	p.Duration = time.Since(p.Start)
+	if c, err := m.s.Counters(); err == nil {
+		p.Ticks = int(c.Runs - m.counted.Runs)
+		p.Errors = int(c.errors() - m.counted.errors())
+		m.counted = c
+	}
+	if s.opts.FlushProcess != nil {
+		s.opts.FlushProcess(m.pid, p, done)
+	}
+	m.prof = profile.NewProfile(s.opts.Rate)
+	m.prof.Start = time.Now()
+}
+
+// drain adds the samples in m's ring buffer to its profile and returns
+// how many it read.
+func (m *member) drain() (int, error) {
+	return drainInto(m.s, m.prof, m.pid, false)
+}
+
+// close unloads m's sampler and lets the process go.
+func (m *member) close() {
+	if m.s != nil {
+		m.s.Close()
+		m.s = nil
+	}
+	if m.vm != nil {
+		m.vm.Close()
+		m.vm = nil
+	}
+	if m.live != nil {
+		m.live.Close()
+		m.live = nil
+	}
+}
