@@ -313,7 +313,9 @@ func (a *Agent) start(p discover.Process) {
 		a.mu.Lock()
 		delete(a.running, pid)
 		a.mu.Unlock()
-		a.refuse(p, err)
+		if !errors.Is(err, ebpfsample.ErrEnded) { // the agent is stopping
+			a.refuse(p, err)
+		}
 		return
 	}
 	withVersion := make(map[string]string, len(labels)+1)

@@ -44,8 +44,14 @@ type RecordOptions struct {
 // sampler into a profile.Profile, the model the user-space sampler fills
 // (sampler.Sampler), for the same output formats.
 type Recorder struct {
-	pid  int
+	attached
 	opts RecordOptions
+}
+
+// attached is a process the BPF sampler was loaded on: what open made,
+// which close lets go.
+type attached struct {
+	pid  int
 	live *target.Live
 	vm   *rubyvm.VM
 	s    *Sampler
@@ -70,11 +76,11 @@ func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
 	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
 		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
 	}
-	live, vm, s, err := open(pid, opts.VM, Options{Frequency: int(math.Round(opts.Rate))})
+	a, err := open(pid, opts.VM, Options{Frequency: int(math.Round(opts.Rate))})
 	if err != nil {
 		return nil, err
 	}
-	return &Recorder{pid: pid, opts: opts, live: live, vm: vm, s: s}, nil
+	return &Recorder{attached: a, opts: opts}, nil
 }
 
 // checkPlace says whether rbscope runs where the BPF sampler can: the
@@ -91,28 +97,28 @@ func checkPlace() error {
 // open attaches to pid, finds its Ruby VM and loads the BPF sampler on it
 // (not started). A refusal by the kernel comes back as ErrNotAllowed or
 // ErrUnsupported, with what to do.
-func open(pid int, vmOpts rubyvm.Options, opts Options) (*target.Live, *rubyvm.VM, *Sampler, error) {
+func open(pid int, vmOpts rubyvm.Options, opts Options) (attached, error) {
 	if err := checkPlace(); err != nil {
-		return nil, nil, nil, err
+		return attached{}, err
 	}
 	live, err := target.Attach(pid)
 	if err != nil {
-		return nil, nil, nil, err
+		return attached{}, err
 	}
 	// The BPF sampler never stops the target: Ctrl-C needs no guard.
 	live.NoSignalGuard = true
 	vm, err := rubyvm.OpenWith(live, vmOpts)
 	if err != nil {
 		live.Close()
-		return nil, nil, nil, err
+		return attached{}, err
 	}
 	s, err := New(pid, vm, opts)
 	if err != nil {
 		vm.Close()
 		live.Close()
-		return nil, nil, nil, explain(err)
+		return attached{}, explain(err)
 	}
-	return live, vm, s, nil
+	return attached{pid: pid, live: live, vm: vm, s: s}, nil
 }
 
 // explain turns the kernel's refusal of the sampler into what to do.
@@ -277,17 +283,20 @@ func (s *Sampler) ThreadName(tid int) string {
 }
 
 // Close unloads the sampler and lets the target go; Run calls it.
-func (r *Recorder) Close() {
-	if r.s != nil {
-		r.s.Close()
-		r.s = nil
+func (r *Recorder) Close() { r.close() }
+
+// close unloads the sampler and lets the process go.
+func (a *attached) close() {
+	if a.s != nil {
+		a.s.Close()
+		a.s = nil
 	}
-	if r.vm != nil {
-		r.vm.Close()
-		r.vm = nil
+	if a.vm != nil {
+		a.vm.Close()
+		a.vm = nil
 	}
-	if r.live != nil {
-		r.live.Close()
-		r.live = nil
+	if a.live != nil {
+		a.live.Close()
+		a.live = nil
 	}
 }

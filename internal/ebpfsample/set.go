@@ -15,7 +15,6 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // SetOptions say how a Set samples its processes (agent --ebpf): the part
@@ -52,16 +51,16 @@ type Set struct {
 
 	mu    sync.Mutex
 	added []*member
+	// ended says Run has taken its last processes: Add lets a process
+	// go at once.
+	ended bool
 
 	members map[int]*member
 }
 
 // member is one process of a Set.
 type member struct {
-	pid  int
-	live *target.Live
-	vm   *rubyvm.VM
-	s    *Sampler
+	attached
 	prof *profile.Profile
 	// counted are the program's counters at the last flush: a profile's
 	// ticks and errors are the difference.
@@ -121,21 +120,28 @@ func NewSet(opts SetOptions) (*Set, error) {
 // Add attaches to pid, loads and starts its sampler, and returns its Ruby
 // version; Run takes it in at its next wake-up.
 func (s *Set) Add(pid int) (rubyVersion string, err error) {
-	live, vm, smp, err := open(pid, s.opts.VM, Options{Frequency: int(math.Round(s.opts.Rate)), RingBytes: setRingBytes(s.opts.Rate), MaxStack: setMaxStack})
+	a, err := open(pid, s.opts.VM, Options{Frequency: int(math.Round(s.opts.Rate)), RingBytes: setRingBytes(s.opts.Rate), MaxStack: setMaxStack})
 	if err != nil {
 		return "", err
 	}
-	m := &member{pid: pid, live: live, vm: vm, s: smp, prof: profile.NewProfile(s.opts.Rate)}
-	if err := smp.Start(); err != nil {
+	m := &member{attached: a, prof: profile.NewProfile(s.opts.Rate)}
+	if err := m.s.Start(); err != nil {
 		m.close()
 		return "", fmt.Errorf("starting the BPF sampler: %w", err)
 	}
 	m.prof.Start = time.Now()
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		m.close() // its program would run on until rbscope exits
+		return "", ErrEnded
+	}
 	s.added = append(s.added, m)
-	s.mu.Unlock()
-	return vm.Version, nil
+	return m.vm.Version, nil
 }
+
+// ErrEnded is returned by Add once Run is ending.
+var ErrEnded = errors.New("the BPF sampler's set has stopped")
 
 // Run samples until ctx is done, then hands every process's profile to
 // FlushProcess as done and lets them go.
@@ -146,7 +152,7 @@ func (s *Set) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			s.takeAdded()
+			s.takeAdded(true)
 			for _, m := range s.members {
 				s.safely(m, func() error {
 					_ = m.s.Stop()
@@ -162,7 +168,7 @@ func (s *Set) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		s.takeAdded()
+		s.takeAdded(false)
 		check := time.Since(lastCheck) >= refreshEvery
 		if check {
 			lastCheck = time.Now()
@@ -236,11 +242,13 @@ func (s *Set) safely(m *member, f func() error) {
 	delete(s.members, m.pid)
 }
 
-// takeAdded moves the processes Add attached into the loop's set.
-func (s *Set) takeAdded() {
+// takeAdded moves the processes Add attached into the loop's set; with
+// end, it is the last time, and Add takes no more.
+func (s *Set) takeAdded(end bool) {
 	s.mu.Lock()
 	added := s.added
 	s.added = nil
+	s.ended = s.ended || end
 	s.mu.Unlock()
 	for _, m := range added {
 		if old := s.members[m.pid]; old != nil {
@@ -271,20 +279,4 @@ func (s *Set) flush(m *member, done bool) {
 // how many it read.
 func (m *member) drain() (int, error) {
 	return drainInto(m.s, m.prof, m.pid, false)
-}
-
-// close unloads m's sampler and lets the process go.
-func (m *member) close() {
-	if m.s != nil {
-		m.s.Close()
-		m.s = nil
-	}
-	if m.vm != nil {
-		m.vm.Close()
-		m.vm = nil
-	}
-	if m.live != nil {
-		m.live.Close()
-		m.live = nil
-	}
 }

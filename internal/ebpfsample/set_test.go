@@ -16,9 +16,9 @@ import (
 // TestSetKeepsProcessesApart: a Set samples two processes, each burning
 // CPU in a method named after it, each with a program of its own. Each
 // one's profiles hold its own method and never the other's; when one is
-// killed,
-// its last profile comes as done and the other goes on being sampled; at
-// the end, the other's comes as done too.
+// killed, its last profile comes as done and the other goes on being
+// sampled; at the end, the other's comes as done too, and Add takes no
+// more.
 func TestSetKeepsProcessesApart(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	pids, cmds := map[string]int{}, map[string]*exec.Cmd{}
@@ -108,6 +108,9 @@ func TestSetKeepsProcessesApart(t *testing.T) {
 	waitFor("alpha sampled after beta's end", func() bool { return own[alpha] >= alphaThen+20 })
 	cancel()
 	<-ran
+	if _, err := set.Add(alpha); !errors.Is(err, ErrEnded) {
+		t.Errorf("Add after Run ended: %v, want ErrEnded", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if !done[alpha] {
