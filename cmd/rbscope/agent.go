@@ -218,7 +218,10 @@ profiling with it (--metrics-addr keeps its first value).`,
 				if cfg.EBPF {
 					with = " (BPF sampler)"
 				}
-				fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v%s\n", cfg.Server, cfg.UploadInterval, with)
+				server, interval := cfg.Server, cfg.UploadInterval
+				cfg.Started = func() {
+					fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v%s\n", server, interval, with)
+				}
 				runCtx, stop := context.WithCancel(c.Context())
 				done := make(chan struct{})
 				var runErr error

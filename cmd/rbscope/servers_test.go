@@ -531,6 +531,7 @@ func TestForkingServers(t *testing.T) {
 			t.Run("record-subprocesses", func(t *testing.T) { s.recordFollowsRespawn(t) })
 			t.Run("alloc", func(t *testing.T) { s.allocOnWorker(t) })
 			t.Run("agent", func(t *testing.T) { s.agentLabelsWorkers(t) })
+			t.Run("agent-ebpf", func(t *testing.T) { s.agentLabelsWorkers(t, "--ebpf") })
 			t.Run("exec+heap", func(t *testing.T) { s.execAndHeapOnWorker(t) })
 		})
 	}
@@ -686,8 +687,9 @@ func (s *server) allocOnWorker(t *testing.T) {
 // agentLabelsWorkers runs the agent with --match on the server's marker
 // under load: it finds the master and both workers (its metrics count
 // three processes) and pushes each worker's profile, holding the
-// application's hot method, labelled with the worker's pid and title.
-func (s *server) agentLabelsWorkers(t *testing.T) {
+// application's hot method, labelled with the worker's pid and title; with
+// flags (--ebpf) too, skipped where the BPF sampler cannot run.
+func (s *server) agentLabelsWorkers(t *testing.T, flags ...string) {
 	workers := s.waitWorkers(t, 2, nil)
 	stop := s.load(3, "/spin?ms=5")
 	defer stop()
@@ -695,15 +697,31 @@ func (s *server) agentLabelsWorkers(t *testing.T) {
 	srv.start()
 	defer srv.stop()
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", s.marker,
-		"--upload-interval", "1s", "--rate", "50", "--metrics-addr", metricsAddr)
+	agentCmd := exec.Command(rbscopeBin, append([]string{"agent", "--server", "http://" + srv.addr, "--match", s.marker,
+		"--upload-interval", "1s", "--rate", "50", "--metrics-addr", metricsAddr}, flags...)...)
 	agentErr := &lockedBuffer{}
 	agentCmd.Stderr = agentErr
 	if err := agentCmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { agentCmd.Process.Kill(); agentCmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { agentCmd.Wait(); close(exited) }()
+	defer func() { agentCmd.Process.Kill(); <-exited }()
 	start := time.Now()
+	// Running: it says where it pushes once it has started sampling.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentErr.String(), "pushing to"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-exited:
+			if e := agentErr.String(); strings.Contains(e, "not allowed here") || strings.Contains(e, "cannot run here") {
+				t.Skipf("agent %v cannot run here: %s", flags, strings.TrimSpace(e))
+			}
+			t.Fatalf("the agent %v exited: %s", flags, agentErr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent %v did not start in 30 s: %s", flags, agentErr.String())
+		}
+	}
 	srv.waitFor(start, "profiles of both workers, each labelled with its title", func(rs []received) bool {
 		ok := map[int]bool{}
 		for _, w := range workers {

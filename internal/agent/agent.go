@@ -66,6 +66,9 @@ type Config struct {
 	BasicAuthUser, BasicAuthPassword string
 	// Log receives the agent's one-line notices (each kind once).
 	Log io.Writer
+	// Started, if set, is called once Run has made its sampler: the
+	// options were taken (before, Run can still fail on them).
+	Started func()
 	// VM are the options for finding each process's Ruby VM. The agent
 	// sets VM.Builds when it is nil, so that the processes of one Ruby
 	// image (the workers of a server) share what is read of it.
@@ -156,6 +159,9 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 	run, err := a.newSampler()
 	if err != nil {
 		return err
+	}
+	if a.cfg.Started != nil {
+		a.cfg.Started()
 	}
 	up := newUploader(a.cfg, a.metrics, a.say)
 	upCtx, stopUploads := context.WithCancel(context.Background())

@@ -68,6 +68,8 @@ type member struct {
 	// noThread is the program's count of runs on unlisted threads at the
 	// last thread list: when it moves, a new thread ran.
 	noThread uint64
+	// listed is when the threads were last listed.
+	listed time.Time
 }
 
 // A Set's processes are drained every setDrainEvery, and each sample
@@ -79,6 +81,13 @@ const (
 	setDrainEvery = 50 * time.Millisecond
 	setMaxStack   = 4 << 10
 )
+
+// setListEvery is how often a process's threads are listed again when no
+// new one ran: the list is where the VM reads the collector's counts, by
+// which it keeps or drops what it learned of the process's objects
+// (rubyvm's cachegen.go), and the frames decoded from environments on the
+// heap are forgotten.
+const setListEvery = 5 * time.Second
 
 // setRingBytes is the ring buffer of a process sampled at rate: room for
 // two threads on a CPU for setDrainEvery at 8 KiB a sample (setMaxStack,
@@ -124,7 +133,7 @@ func (s *Set) Add(pid int) (rubyVersion string, err error) {
 	if err != nil {
 		return "", err
 	}
-	m := &member{attached: a, prof: profile.NewProfile(s.opts.Rate)}
+	m := &member{attached: a, prof: profile.NewProfile(s.opts.Rate), listed: time.Now()}
 	if err := m.s.Start(); err != nil {
 		m.close()
 		return "", fmt.Errorf("starting the BPF sampler: %w", err)
@@ -185,7 +194,8 @@ func (s *Set) Run(ctx context.Context) {
 
 // visit drains process m's ring into its profile and draws its clocks'
 // next periods; with check, it sees whether m has exited (then its
-// profile is flushed as done and m let go) and lists its threads again;
+// profile is flushed as done and m let go) and lists its threads again
+// when a new one ran or setListEvery has passed;
 // with flush, it hands m's profile over.
 func (s *Set) visit(m *member, check, flush bool) error {
 	n, err := m.drain()
@@ -209,9 +219,10 @@ func (s *Set) visit(m *member, check, flush bool) error {
 	if check {
 		// A list read as threads come and go can be torn: the next
 		// check tries again.
-		if c, err := m.s.Counters(); err == nil && c.NoThread != m.noThread {
+		c, err := m.s.Counters()
+		if err == nil && c.NoThread != m.noThread || time.Since(m.listed) >= setListEvery {
 			if _, err := m.s.RefreshThreads(); err == nil {
-				m.noThread = c.NoThread
+				m.noThread, m.listed = c.NoThread, time.Now()
 			}
 		}
 	}
