@@ -47,7 +47,11 @@ fi
 PIDS=()
 AGENT=
 WORK=$(mktemp -d)
+# STATS is kernel.bpf_stats_enabled as it was before the run turned it on
+# (empty: untouched), put back however the run ends.
+STATS=
 cleanup() {
+  [[ -n $STATS ]] && echo "$STATS" >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
   [[ -n $AGENT ]] && kill "$AGENT" 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -107,10 +111,10 @@ for n in $COUNTS; do
   now=$(measure "$BIN" "$n")
   ebpf="- - -"
   if [[ $EBPF == 1 ]]; then
-    stats=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)
+    [[ -z $STATS ]] && STATS=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)
     echo 1 >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
     ebpf=$(measure "$BIN" "$n" --ebpf)
-    echo "$stats" >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
+    echo "$STATS" >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || true
   fi
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true

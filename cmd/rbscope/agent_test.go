@@ -615,19 +615,29 @@ func TestAgentEBPF(t *testing.T) {
 			continue
 		}
 		// checkKnownSplit killed the workload: the agent lets it go.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			resp, err := http.Get("http://" + metricsAddr + "/metrics")
-			if err != nil {
-				t.Fatalf("metrics: %v", err)
-			}
+		waitProcesses(t, metricsAddr, 0, 30*time.Second, "after the workload was killed", agentErr)
+	}
+}
+
+// waitProcesses waits up to d for the agent's metrics at addr to count n
+// processes, and else fails the test, saying when (what) and what the
+// agent said.
+func waitProcesses(t *testing.T, addr string, n int, d time.Duration, what string, agentErr *lockedBuffer) {
+	t.Helper()
+	want := fmt.Sprintf("rbscope_agent_processes %d\n", n)
+	last := ""
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if strings.Contains(string(b), "rbscope_agent_processes 0") {
-				break
+			if last = grepLines(string(b), "rbscope_agent_processes"); strings.Contains(string(b), want) {
+				return
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the agent still counts the killed workload 30 s on:\n%s\nagent:\n%s", grepLines(string(b), "rbscope_agent"), agentErr.String())
-			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the agent does not count %d processes within %v:\n%s\nagent:\n%s", what, n, d, last, agentErr.String())
 		}
 	}
 }

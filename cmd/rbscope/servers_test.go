@@ -735,19 +735,7 @@ func (s *server) agentLabelsWorkers(t *testing.T, flags ...string) {
 		}
 		return len(ok) == len(workers)
 	})
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Contains(string(b), "rbscope_agent_processes 3\n") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the agent does not count the master and its two workers:\n%s\nstderr:\n%s", grepLines(string(b), "rbscope_agent_processes"), agentErr.String())
-			}
-		}
-	}
+	waitProcesses(t, metricsAddr, 3, 60*time.Second, "the master and its two workers", agentErr)
 	titles := map[string]bool{}
 	for _, r := range srv.since(start) {
 		titles[r.labels["pid"]+" "+r.labels["process.title"]] = true
