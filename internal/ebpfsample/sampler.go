@@ -404,6 +404,9 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 			}
 		}
 		switch {
+		case d.err != nil && s.vm.MayBeHalfPushed(i):
+			// A frame the VM was still writing: the thread is in its
+			// caller.
 		case d.err != nil:
 			smp.Unreadable++
 			s.frames = append(s.frames, rubyvm.Frame{Kind: rubyvm.KindUnreadable, Label: "??"})

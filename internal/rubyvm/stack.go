@@ -683,6 +683,9 @@ func (v *VM) stack(ec uint64, ecBlock []byte) ([]Frame, error) {
 	for i := uint64(0); i < last; i++ {
 		cf := raw[i*uint64(L.CFPSize):]
 		f, ok, err := v.frame(cf)
+		if err != nil && v.MayBeHalfPushed(int(i)) {
+			continue
+		}
 		finish := v.read.execBoundaries && v.finishes(cf)
 		if err != nil {
 			errs++
@@ -881,6 +884,19 @@ func (v *VM) finishes(cf []byte) bool {
 	return err == nil && int64(le64(b, 0))&L.FrameFlagFinish != 0
 }
 
+// MayBeHalfPushed reports whether the control frame i frames from the
+// innermost (0) may be one the VM is still writing, as a thread can be
+// caught at any instruction. On a Ruby that makes a new frame the
+// thread's current one before it fills it in (Layout.CFPPublishedFirst),
+// the innermost frame holds, for a few instructions, what an earlier
+// frame left in its slot. Such a frame that does not decode is left out
+// of the stack, not shown as unreadable: the thread is in its caller,
+// making the call. (One that decodes shows the earlier frame; that is not
+// told apart.)
+func (v *VM) MayBeHalfPushed(i int) bool {
+	return i == 0 && v.Layout.CFPPublishedFirst != 0
+}
+
 // ErrFrameBudget means a read stopped at its frame budget (WithFrameBudget).
 var ErrFrameBudget = errors.New("frame budget spent")
 
@@ -911,8 +927,12 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			}
 		}
 		// Without its owner (an environment that cannot be read) the
-		// frame keeps its path and line, under the bare label.
-		owner, _ := v.frameOwner(ep)
+		// frame keeps its path and line, under the bare label; an
+		// environment that cannot be its own makes the frame unreadable.
+		owner, err := v.frameOwner(ep)
+		if errors.Is(err, errForeignEnv) {
+			return Frame{}, false, err
+		}
 		if info.cTrace {
 			return Frame{Kind: KindCFunc, Label: v.methodLabel(owner, info.label)}, true, nil
 		}
@@ -974,6 +994,22 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	return Frame{Kind: KindCFunc, Label: label}, true, nil
 }
 
+// errForeignEnv means a Ruby frame whose environment is not a Ruby
+// frame's (a C function's, or no frame's): one caught half pushed (see
+// MayBeHalfPushed), or garbage.
+var errForeignEnv = fmt.Errorf("a Ruby frame whose environment is not a Ruby frame's: %w", ErrGarbage)
+
+// rubyFrameMagic reports whether magic (an environment's flags under
+// VM_FRAME_MAGIC_MASK) is the type of a frame that runs an iseq.
+func (v *VM) rubyFrameMagic(magic int64) bool {
+	L := v.Layout
+	switch magic {
+	case L.FrameMagicMethod, L.FrameMagicBlock, L.FrameMagicClass, L.FrameMagicTop, L.FrameMagicEval, L.FrameMagicRescue:
+		return true
+	}
+	return false
+}
+
 // frameOwner returns the owner of the method a Ruby frame runs in, found
 // as rb_vm_frame_method_entry finds it: the first method entry on the way
 // from the frame's environment to its local one; 0 for code outside any
@@ -991,6 +1027,9 @@ func (v *VM) frameOwner(ep uint64) (uint64, error) {
 			return 0, err
 		}
 		word := func(i int64) uint64 { return le64(env, (i-lo)*8) }
+		if depth == 0 && !v.rubyFrameMagic(int64(word(L.EnvIndexFlags))&L.FrameMagicMask) {
+			return 0, errForeignEnv
+		}
 		local := int64(word(L.EnvIndexFlags))&L.EnvFlagLocal != 0
 		meCref := word(L.EnvIndexMECref)
 		if owner, ok := v.owners[meCref]; ok && local {

@@ -103,6 +103,13 @@ type Layout struct {
 	CFPSelf int64 `dwarf:"off:rb_control_frame_struct.self"`
 	CFPEP   int64 `dwarf:"off:rb_control_frame_struct.ep"`
 
+	// CFPPublishedFirst is 1 where vm_push_frame makes the new control
+	// frame the thread's current one (ec->cfp) before it writes the
+	// frame's fields (2.7; 3.1 and later write the frame first): a
+	// thread caught in that window has an innermost frame that still
+	// holds what an earlier frame left in its slot.
+	CFPPublishedFirst int64 `macro:"0,2.7=1"`
+
 	// environment data below ep (vm_core.h macros)
 	EnvIndexMECref  int64 `macro:"-2"`
 	EnvIndexSpecval int64 `macro:"-1"`

@@ -47,6 +47,7 @@ func init() {
 		CFPIseq:                16,
 		CFPSelf:                24,
 		CFPEP:                  32,
+		CFPPublishedFirst:      0,
 		EnvIndexMECref:         -2,
 		EnvIndexSpecval:        -1,
 		EnvIndexFlags:          0,
