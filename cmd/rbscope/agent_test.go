@@ -641,3 +641,82 @@ func waitProcesses(t *testing.T, addr string, n int, d time.Duration, what strin
 		}
 	}
 }
+
+// TestAgentFollowsHotRestart: a server's hot restart (Puma's SIGUSR2:
+// exec in place) leaves another program at the PID the agent samples,
+// with none of its reads failing to say so. The agent, with either
+// sampler, lets the old program go and profiles the new one: a profile of
+// the PID with the new program's method comes, and none after it with the
+// old program's.
+func TestAgentFollowsHotRestart(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	srv := &fakePyroscope{t: t}
+	srv.start()
+	defer srv.stop()
+	for _, sampler := range []string{"user-space", "ebpf"} {
+		t.Run(sampler, func(t *testing.T) {
+			work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
+			out, _ := work.StdoutPipe()
+			if err := work.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { work.Process.Kill(); work.Wait() }()
+			bufio.NewReader(out).ReadString('\n')
+			pid := strconv.Itoa(work.Process.Pid)
+			ln, _ := net.Listen("tcp", "127.0.0.1:0")
+			metricsAddr := ln.Addr().String()
+			ln.Close()
+			args := []string{"agent", "--server", "http://" + srv.addr, "--pid", pid, "--upload-interval", "1s", "--rate", "100", "--metrics-addr", metricsAddr}
+			if sampler == "ebpf" {
+				args = append(args, "--ebpf")
+			}
+			agentCmd := exec.Command(rbscopeBin, args...)
+			agentErr := &lockedBuffer{}
+			agentCmd.Stderr = agentErr
+			if err := agentCmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- agentCmd.Wait() }()
+			defer func() { agentCmd.Process.Kill(); <-exited }()
+			holding := func(since time.Time, fn string) []received {
+				var rs []received
+				for _, r := range srv.since(since) {
+					if r.labels["pid"] == pid && r.functions[fn] {
+						rs = append(rs, r)
+					}
+				}
+				return rs
+			}
+			waitHolding := func(since time.Time, fn string) received {
+				t.Helper()
+				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+					select {
+					case <-exited:
+						if s := agentErr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
+							t.Skipf("agent --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(s))
+						}
+						t.Fatalf("the agent exited: %s", agentErr.String())
+					default:
+					}
+					if rs := holding(since, fn); len(rs) > 0 {
+						return rs[0]
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no profile of pid %s holding %s within 60 s; agent:\n%s", pid, fn, agentErr.String())
+					}
+				}
+			}
+			start := time.Now()
+			waitHolding(start, "Object#work_before")
+			if err := work.Process.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			after := waitHolding(start, "Object#work_after")
+			if old := holding(after.at, "Object#work_before"); len(old) > 0 {
+				t.Errorf("%d profiles of the old program after the new one's first (labels %v)", len(old), old[0].labels)
+			}
+			waitProcesses(t, metricsAddr, 1, 30*time.Second, "after the restart", agentErr)
+		})
+	}
+}

@@ -215,6 +215,11 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 		stopChild(child)
 		return fmt.Errorf("record --ebpf: the sampler failed after %d samples: %w", prof.Samples, err)
 	}
+	if child == nil && !opts.Subprocesses && ctx.Err() == nil && (opts.Duration == 0 || prof.Duration < opts.Duration) && !procfs.Exited(pid) {
+		// Ended early, and the PID lives: it runs another program now
+		// (an exec, as a server's hot restart does).
+		fmt.Fprintf(os.Stderr, "rbscope: pid %d ran another program (exec) after %s; the recording stops there (record the new program with: rbscope record -p %d)\n", pid, prof.Duration.Round(10*time.Millisecond), pid)
+	}
 	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
 	if err := format.Write(w, prof, oo); err != nil {
 		stopChild(child)

@@ -603,3 +603,89 @@ func fifoThreads(pid int) int {
 	}
 	return n
 }
+
+// TestRecordStopsAtExec: a target that runs another program in its place
+// (a server's hot restart: exec, the same PID) ends the recording there,
+// with either sampler, saying so in one line; the profile holds none of the
+// new program's frames. Before, the recording went on to its end reading
+// the new program's memory at the old program's addresses.
+func TestRecordStopsAtExec(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	for _, sampler := range []string{"user-space", "ebpf"} {
+		t.Run(sampler, func(t *testing.T) {
+			work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
+			out, _ := work.StdoutPipe()
+			if err := work.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { work.Process.Kill(); work.Wait() }()
+			bufio.NewReader(out).ReadString('\n')
+			args := []string{"record", "-p", strconv.Itoa(work.Process.Pid), "--duration", "120s", "-f", "collapsed", "-o", "-"}
+			if sampler == "ebpf" {
+				args = append(args, "--ebpf")
+			}
+			rec := exec.Command(rbscopeBin, args...)
+			var stdout, stderr strings.Builder
+			rec.Stdout, rec.Stderr = &stdout, &stderr
+			if err := rec.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- rec.Wait() }()
+			defer func() { rec.Process.Kill(); <-done }()
+			// Once rbscope samples (it holds the main thread's stat file,
+			// which the user-space sampler opens at its first sample, or
+			// the perf events of the BPF sampler), the target execs.
+			pid := work.Process.Pid
+			sampling := func(link string) bool {
+				return link == fmt.Sprintf("/proc/%d/task/%d/stat", pid, pid) || link == "anon_inode:[perf_event]"
+			}
+			for deadline := time.Now().Add(60 * time.Second); !holdsFile(rec.Process.Pid, sampling); time.Sleep(20 * time.Millisecond) {
+				select {
+				case <-done:
+					done <- nil
+					if s := stderr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
+						t.Skipf("record --ebpf cannot run here: %s", strings.TrimSpace(s))
+					}
+					t.Fatalf("record ended before it attached: %s", stderr.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("record did not attach within 60 s: %s", stderr.String())
+				}
+			}
+			if err := work.Process.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				done <- nil
+				if err != nil {
+					t.Fatalf("record: %v: %s", err, stderr.String())
+				}
+			case <-time.After(100 * time.Second):
+				t.Fatalf("record did not stop within 100 s of the exec: %s", stderr.String())
+			}
+			t.Log(strings.TrimSpace(stderr.String()))
+			if !strings.Contains(stderr.String(), "ran another program (exec)") {
+				t.Errorf("record does not say the target exec'd: %s", stderr.String())
+			}
+			if strings.Contains(stdout.String(), "work_after") {
+				t.Errorf("the profile holds the new program's frames:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// holdsFile reports whether process pid has a file descriptor open whose
+// link (/proc/PID/fd/N) is one that match accepts.
+func holdsFile(pid int, match func(link string) bool) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && match(l) {
+			return true
+		}
+	}
+	return false
+}

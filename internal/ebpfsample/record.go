@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
@@ -109,16 +108,30 @@ func open(pid int, vmOpts rubyvm.Options, opts Options) (attached, error) {
 	live.NoSignalGuard = true
 	vm, err := rubyvm.OpenWith(live, vmOpts)
 	if err != nil {
+		err = goneOr(live, err)
 		live.Close()
 		return attached{}, err
 	}
 	s, err := New(pid, vm, opts)
 	if err != nil {
+		err = goneOr(live, explain(err))
 		vm.Close()
 		live.Close()
-		return attached{}, explain(err)
+		return attached{}, err
 	}
 	return attached{pid: pid, live: live, vm: vm, s: s}, nil
+}
+
+// goneOr is err, the failure of an attach, unless the process is the
+// cause: it exited or ran another program (exec) while rbscope read it,
+// and then that is the error (target.ErrExited or ErrReplaced).
+func goneOr(live *target.Live, err error) error {
+	if live.Gone() {
+		if same := live.CheckSame(); same != nil {
+			return same
+		}
+	}
+	return err
 }
 
 // explain turns the kernel's refusal of the sampler into what to do.
@@ -191,7 +204,7 @@ loop:
 		if err = r.s.Jitter(); err != nil {
 			break
 		}
-		if procfs.Exited(r.pid) {
+		if r.live.Gone() {
 			break
 		}
 		c, cerr := r.s.Counters()

@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 
-	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
@@ -202,7 +201,7 @@ func (s *Set) visit(m *member, check, flush bool) error {
 	if err != nil {
 		return err
 	}
-	if check && procfs.Exited(m.pid) {
+	if check && m.live.Gone() {
 		s.flush(m, true)
 		m.close()
 		delete(s.members, m.pid)

@@ -942,8 +942,12 @@ func (s *Sampler) Close() {
 	}
 }
 
+// goneCheckEvery is how often Run asks each process whether it is still
+// the one attached to (target.Live.Gone).
+const goneCheckEvery = time.Second
+
 // Run samples until ctx is done, the duration passes or every target has
-// exited, and returns what it collected (never nil).
+// exited (or exec'd), and returns what it collected (never nil).
 func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	defer s.Close()
 	prof := s.profile
@@ -958,7 +962,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 	rt := enterRealtime(s.opts.Realtime)
 	defer rt.leave()
 	s.rt = rt
-	lastScan, lastProgress, lastTitles, lastFlush := time.Now(), time.Now(), time.Now(), time.Now()
+	lastScan, lastProgress, lastTitles, lastFlush, lastGoneCheck := time.Now(), time.Now(), time.Now(), time.Now(), time.Now()
 	for {
 		if !clock.wait(ctx.Done(), end, rt.on()) {
 			s.flushProcesses(true)
@@ -985,6 +989,13 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 		if s.gated() {
 			s.gate()
 		}
+		// A process may end with no failed read to say so: after an exec
+		// (a server's hot restart) its PID and threads run another
+		// program. Each is asked once a second (target.Live.Gone).
+		checkGone := time.Since(lastGoneCheck) >= goneCheckEvery
+		if checkGone {
+			lastGoneCheck = time.Now()
+		}
 		alive := 0
 		for pid, p := range s.procs {
 			if p.gone {
@@ -996,7 +1007,11 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 			if p.wall != nil {
 				p.wall.Ticks++
 			}
-			s.sampleSafe(p)
+			if checkGone && p.live.Gone() {
+				p.gone = true
+			} else {
+				s.sampleSafe(p)
+			}
 			if !p.gone {
 				alive++
 				continue
@@ -1108,7 +1123,7 @@ func (s *Sampler) sample(p *proc) {
 		if err != nil {
 			// The thread states say when the process has exited: no
 			// check of its own at every tick.
-			p.gone = errors.Is(err, procfs.ErrGone) || procfs.Exited(p.pid)
+			p.gone = errors.Is(err, procfs.ErrGone) || p.live.Gone()
 			if !p.gone {
 				prof.Errors++
 			}
@@ -1152,7 +1167,7 @@ func (s *Sampler) sample(p *proc) {
 		threads, gc, err = s.readPaused(p, running, tasks, wanted, gvlWaiter, tidOf)
 	}
 	if err != nil {
-		if p.gone = procfs.Exited(p.pid); !p.gone {
+		if p.gone = p.live.Gone(); !p.gone {
 			prof.Errors++
 		}
 		return

@@ -128,6 +128,48 @@ func TestCallRefusedWhenSegvIgnored(t *testing.T) {
 	}
 }
 
+// TestGoneAfterExit: Gone is false while the process lives and true once
+// it has exited, as a zombie not yet reaped too.
+func TestGoneAfterExit(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "read x")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	tg, err := target.Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if tg.Gone() {
+		t.Fatal("Gone while the process runs")
+	}
+	io.WriteString(stdin, "go\n")
+	for deadline := time.Now().Add(30 * time.Second); !tg.Gone(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not Gone 30 s after the process was told to exit (state %q)", procState(cmd.Process.Pid))
+		}
+	}
+	// Not reaped yet: Gone said so of a zombie, not of a PID now free.
+	if st := procState(cmd.Process.Pid); st != "Z" {
+		t.Errorf("Gone, but the process is %q, not a zombie", st)
+	}
+}
+
+// procState is the state letter of pid's stat line ("" when it cannot be
+// read).
+func procState(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		return string(b[i+2])
+	}
+	return ""
+}
+
 // TestWriteRefusedAfterExec: a process (running as nobody when the test
 // runs as root) that re-executes its own executable after rbscope attached
 // is another program at the same PID. Writes used to land in the new
@@ -179,6 +221,9 @@ func TestWriteRefusedAfterExec(t *testing.T) {
 	if err != nil {
 		t.Fatalf("setup: a write before the exec: %v", err)
 	}
+	if tg.Gone() {
+		t.Error("Gone before the exec")
+	}
 	io.WriteString(stdin, "go\n")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -195,6 +240,9 @@ func TestWriteRefusedAfterExec(t *testing.T) {
 	after := stack()
 	if err := tg.CheckSame(); !errors.Is(err, target.ErrReplaced) {
 		t.Errorf("CheckSame after the exec: %v, want %v", err, target.ErrReplaced)
+	}
+	if !tg.Gone() {
+		t.Error("not Gone after the exec")
 	}
 	// The session may or may not start (the exec'd program is another
 	// one); if it does, neither a write nor a borrowed call may happen.

@@ -115,6 +115,26 @@ func (l *Live) CheckSame() error {
 	return nil
 }
 
+// Gone reports whether the process rbscope attached to is no longer
+// there to read: it exited, or ran execve (a server's hot restart: the
+// same PID, another program, whose memory the VM read at Attach no longer
+// describes), or exited and its PID now names another process. It is
+// cheap enough for a sampler to ask every second: one read of the address
+// space pinned at Attach, which reads as end of file once no process uses
+// it. Where that could not be opened, the stat line says: a zombie, or a
+// start time not the one recorded at Attach (an exec then goes unseen).
+func (l *Live) Gone() bool {
+	if l.id.mem != nil {
+		// A live address space answers EIO at address 0 (never mapped);
+		// the system call itself, as os.File would wrap that error.
+		var b [1]byte
+		n, err := unix.Pread(int(l.id.mem.Fd()), b[:], 0)
+		return n == 0 && err == nil
+	}
+	st, err := procfs.ReadStat(l.pid, 0)
+	return err != nil || st.State == 'Z' || st.State == 'X' || st.Start() != l.id.start
+}
+
 // startTime is when the process started (field 22 of /proc/PID/stat).
 func startTime(pid int) (time.Duration, error) {
 	st, err := procfs.ReadStat(pid, 0)
