@@ -40,7 +40,8 @@ func newRecordCmd() *cobra.Command {
 starts (-- ruby app.rb ...) at a fixed rate, and write a flame graph, speedscope
 or pprof profile, collapsed stacks or a summary.
 
-Recording ends on Ctrl-C, after --duration, or when the target exits, and the
+Recording ends on Ctrl-C, after --duration, or when the target exits or runs
+another program in its place (exec, as a server's hot restart does), and the
 output is always written. Samples that cannot be read (a thread dying
 mid-read, memory changing under --nonblocking) are counted and skipped.
 By default only threads the kernel reports as running are sampled; --idle
