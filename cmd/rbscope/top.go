@@ -119,19 +119,20 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	for {
 		select {
 		case <-done:
-			exited := procfs.Exited(pid)
-			if exited || ctx.Err() == nil {
-				if interactive {
-					fmt.Print("\x1b[?25h\x1b[?1049l")
-				}
-			}
+			var why string
 			switch {
-			case exited:
-				fmt.Fprintf(os.Stderr, "rbscope: pid %d exited\n", pid)
+			case procfs.Exited(pid):
+				why = fmt.Sprintf("pid %d exited", pid)
 			case ctx.Err() == nil:
 				// The sampler let go of a process that lives: it runs
 				// another program now (an exec).
-				fmt.Fprintf(os.Stderr, "rbscope: pid %d ran another program (exec); watch it with: rbscope top -p %d\n", pid, pid)
+				why = fmt.Sprintf("pid %d ran another program (exec); watch it with: rbscope top -p %d", pid, pid)
+			}
+			if why != "" {
+				if interactive {
+					fmt.Print("\x1b[?25h\x1b[?1049l")
+				}
+				fmt.Fprintln(os.Stderr, "rbscope: "+why)
 			}
 			return nil
 		case p := <-updates:

@@ -3,7 +3,6 @@ package target
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"syscall"
 	"time"
@@ -85,16 +84,11 @@ func (l *Live) unpin() {
 // in use (no exec, no exit), and the start time and executable are the
 // ones recorded then. It returns ErrExited when the process is gone.
 func (l *Live) CheckSame() error {
-	if l.id.mem != nil {
-		// Address 0 is never mapped: a live address space answers EIO, one
-		// no process uses any more (after an exec or an exit) end of file.
-		var b [1]byte
-		if _, err := l.id.mem.ReadAt(b[:], 0); errors.Is(err, io.EOF) {
-			if procfs.Exited(l.pid) {
-				return fmt.Errorf("pid %d: %w", l.pid, ErrExited)
-			}
-			return fmt.Errorf("pid %d: %w", l.pid, ErrReplaced)
+	if gone, pinned := l.pinnedSpaceGone(); pinned && gone {
+		if procfs.Exited(l.pid) {
+			return fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 		}
+		return fmt.Errorf("pid %d: %w", l.pid, ErrReplaced)
 	}
 	start, err := startTime(l.pid)
 	if err != nil {
@@ -124,15 +118,25 @@ func (l *Live) CheckSame() error {
 // it. Where that could not be opened, the stat line says: a zombie, or a
 // start time not the one recorded at Attach (an exec then goes unseen).
 func (l *Live) Gone() bool {
-	if l.id.mem != nil {
-		// A live address space answers EIO at address 0 (never mapped);
-		// the system call itself, as os.File would wrap that error.
-		var b [1]byte
-		n, err := unix.Pread(int(l.id.mem.Fd()), b[:], 0)
-		return n == 0 && err == nil
+	if gone, pinned := l.pinnedSpaceGone(); pinned {
+		return gone
 	}
 	st, err := procfs.ReadStat(l.pid, 0)
 	return err != nil || st.State == 'Z' || st.State == 'X' || st.Start() != l.id.start
+}
+
+// pinnedSpaceGone reports whether no process uses the address space
+// pinned at Attach any more (after an exit or an exec); pinned is false
+// where none could be pinned. Address 0 is never mapped: a live address
+// space answers EIO there, one no process uses end of file. The system
+// call itself, as os.File would allocate to wrap the EIO.
+func (l *Live) pinnedSpaceGone() (gone, pinned bool) {
+	if l.id.mem == nil {
+		return false, false
+	}
+	var b [1]byte
+	n, err := unix.Pread(int(l.id.mem.Fd()), b[:], 0)
+	return n == 0 && err == nil, true
 }
 
 // startTime is when the process started (field 22 of /proc/PID/stat).
