@@ -68,11 +68,11 @@ func TestStackAtEveryInstruction(t *testing.T) {
 				}
 				got := main.Frames
 				depth := len(got)
-				if checkRawInnermost(t, tg, vm, main, got) {
-					halfPushed++
-				}
 				if depth < 3 || depth > len(want) {
 					t.Fatalf("a stack of %d frames: %s", depth, labels(got))
+				}
+				if checkRawInnermost(t, tg, vm, main, got) {
+					halfPushed++
 				}
 				for i, f := range got {
 					w := want[len(want)-depth+i]
