@@ -573,9 +573,7 @@ func TestAgentEBPF(t *testing.T) {
 				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 					select {
 					case <-exited:
-						if s := agentErr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
-							t.Skipf("agent --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(s))
-						}
+						skipIfEBPFRefused(t, "agent --ebpf", agentErr.String())
 						t.Fatalf("the agent exited: %s", agentErr.String())
 					default:
 					}
@@ -655,13 +653,7 @@ func TestAgentFollowsHotRestart(t *testing.T) {
 	defer srv.stop()
 	for _, sampler := range []string{"user-space", "ebpf"} {
 		t.Run(sampler, func(t *testing.T) {
-			work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
-			out, _ := work.StdoutPipe()
-			if err := work.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { work.Process.Kill(); work.Wait() }()
-			bufio.NewReader(out).ReadString('\n')
+			work := startHotRestart(t, rb)
 			pid := strconv.Itoa(work.Process.Pid)
 			ln, _ := net.Listen("tcp", "127.0.0.1:0")
 			metricsAddr := ln.Addr().String()
@@ -693,9 +685,7 @@ func TestAgentFollowsHotRestart(t *testing.T) {
 				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 					select {
 					case <-exited:
-						if s := agentErr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
-							t.Skipf("agent --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(s))
-						}
+						skipIfEBPFRefused(t, "agent --ebpf", agentErr.String())
 						t.Fatalf("the agent exited: %s", agentErr.String())
 					default:
 					}

@@ -18,6 +18,17 @@ import (
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
+// skipIfEBPFRefused skips the test when stderr, what an rbscope command
+// that ended said, is the BPF sampler's refusal (not root, no CAP_BPF, a
+// kernel without BPF, a container's PID namespace): what the user sees
+// then is TestRecordEBPFNotAllowed's. what names the command.
+func skipIfEBPFRefused(t *testing.T, what, stderr string) {
+	t.Helper()
+	if strings.Contains(stderr, "not allowed here") || strings.Contains(stderr, "cannot run here") {
+		t.Skipf("%s cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", what, strings.TrimSpace(stderr))
+	}
+}
+
 // ebpfOrSkip runs record --ebpf with args and returns its output, skipping
 // the test where the kernel or rbscope's place refuses the BPF sampler
 // (not root, no CAP_BPF, a kernel without BPF, a container's PID
@@ -26,8 +37,8 @@ func ebpfOrSkip(t *testing.T, args ...string) (string, string) {
 	t.Helper()
 	args = append([]string{"record", "--ebpf"}, args...)
 	out, stderr, code := rbscope(t, args...)
-	if code == 1 && (strings.Contains(stderr, "not allowed here") || strings.Contains(stderr, "cannot run here")) {
-		t.Skipf("record --ebpf cannot run here (root with CAP_BPF and CAP_PERFMON in the host's PID namespace needed): %s", strings.TrimSpace(stderr))
+	if code == 1 {
+		skipIfEBPFRefused(t, "record --ebpf", stderr)
 	}
 	if code != 0 {
 		t.Fatalf("%v: exit %d: %s", args, code, stderr)

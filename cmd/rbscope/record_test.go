@@ -613,13 +613,7 @@ func TestRecordStopsAtExec(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	for _, sampler := range []string{"user-space", "ebpf"} {
 		t.Run(sampler, func(t *testing.T) {
-			work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
-			out, _ := work.StdoutPipe()
-			if err := work.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { work.Process.Kill(); work.Wait() }()
-			bufio.NewReader(out).ReadString('\n')
+			work := startHotRestart(t, rb)
 			args := []string{"record", "-p", strconv.Itoa(work.Process.Pid), "--duration", "120s", "-f", "collapsed", "-o", "-"}
 			if sampler == "ebpf" {
 				args = append(args, "--ebpf")
@@ -644,9 +638,7 @@ func TestRecordStopsAtExec(t *testing.T) {
 				select {
 				case <-done:
 					done <- nil
-					if s := stderr.String(); strings.Contains(s, "not allowed here") || strings.Contains(s, "cannot run here") {
-						t.Skipf("record --ebpf cannot run here: %s", strings.TrimSpace(s))
-					}
+					skipIfEBPFRefused(t, "record --ebpf", stderr.String())
 					t.Fatalf("record ended before it attached: %s", stderr.String())
 				default:
 				}
@@ -675,6 +667,25 @@ func TestRecordStopsAtExec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startHotRestart starts testdata/hot_restart.rb on rb and waits until it
+// runs; it is killed when the test ends.
+func startHotRestart(t *testing.T, rb testruby.Ruby) *exec.Cmd {
+	t.Helper()
+	work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
+	out, err := work.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := work.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { work.Process.Kill(); work.Wait() })
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("hot_restart.rb did not start: %v", err)
+	}
+	return work
 }
 
 // holdsFile reports whether process pid has a file descriptor open whose

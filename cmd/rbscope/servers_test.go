@@ -712,9 +712,7 @@ func (s *server) agentLabelsWorkers(t *testing.T, flags ...string) {
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentErr.String(), "pushing to"); time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-exited:
-			if e := agentErr.String(); strings.Contains(e, "not allowed here") || strings.Contains(e, "cannot run here") {
-				t.Skipf("agent %v cannot run here: %s", flags, strings.TrimSpace(e))
-			}
+			skipIfEBPFRefused(t, fmt.Sprintf("agent %v", flags), agentErr.String())
 			t.Fatalf("the agent %v exited: %s", flags, agentErr.String())
 		default:
 		}

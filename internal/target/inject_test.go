@@ -132,14 +132,7 @@ func TestCallRefusedWhenSegvIgnored(t *testing.T) {
 // it has exited, as a zombie not yet reaped too.
 func TestGoneAfterExit(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", "read x")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	stdin := startWithStdin(t, cmd)
 	tg, err := target.Attach(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +151,21 @@ func TestGoneAfterExit(t *testing.T) {
 	if st := procState(cmd.Process.Pid); st != "Z" {
 		t.Errorf("Gone, but the process is %q, not a zombie", st)
 	}
+}
+
+// startWithStdin starts cmd with a pipe to its standard input, which it
+// returns; cmd is killed and reaped when the test ends.
+func startWithStdin(t *testing.T, cmd *exec.Cmd) io.Writer {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return stdin
 }
 
 // procState is the state letter of pid's stat line ("" when it cannot be
@@ -180,14 +188,7 @@ func TestWriteRefusedAfterExec(t *testing.T) {
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	stdin := startWithStdin(t, cmd)
 	pid := cmd.Process.Pid
 	time.Sleep(100 * time.Millisecond)
 	tg, err := target.Attach(pid)
