@@ -559,24 +559,13 @@ func TestAgentEBPF(t *testing.T) {
 		ln.Close()
 		checkKnownSplit(t, rb, shared, "agent --ebpf", func(pid int) string {
 			if agentCmd == nil {
-				agentCmd = exec.Command(rbscopeBin, "agent", "--ebpf", "--server", "http://"+srv.addr, "--pid", strconv.Itoa(pid),
+				var exited <-chan struct{}
+				agentCmd, exited = startRbscope(t, nil, agentErr, "agent", "--ebpf", "--server", "http://"+srv.addr, "--pid", strconv.Itoa(pid),
 					"--upload-interval", "1s", "--rate", "1000", "--metrics-addr", metricsAddr)
-				agentCmd.Stderr = agentErr
-				if err := agentCmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				exited := make(chan error, 1)
-				go func() { exited <- agentCmd.Wait() }()
-				t.Cleanup(func() { agentCmd.Process.Kill(); <-exited })
 				// The first profile: the sampler is loaded and running.
 				first := time.Now()
 				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					select {
-					case <-exited:
-						skipIfEBPFRefused(t, "agent --ebpf", agentErr.String())
-						t.Fatalf("the agent exited: %s", agentErr.String())
-					default:
-					}
+					checkRuns(t, "the agent", exited, agentErr)
 					if rs := srv.since(first); len(rs) > 0 {
 						break
 					}
@@ -614,6 +603,37 @@ func TestAgentEBPF(t *testing.T) {
 		}
 		// checkKnownSplit killed the workload: the agent lets it go.
 		waitProcesses(t, metricsAddr, 0, 30*time.Second, "after the workload was killed", agentErr)
+	}
+}
+
+// startRbscope starts rbscope with args, its standard output into stdout
+// (when not nil) and its standard error into stderr; exited is closed once
+// it has ended (cmd.ProcessState is then set), and it is killed and reaped
+// when the test ends.
+func startRbscope(t *testing.T, stdout io.Writer, stderr *lockedBuffer, args ...string) (cmd *exec.Cmd, exited <-chan struct{}) {
+	t.Helper()
+	cmd = exec.Command(rbscopeBin, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd, done
+}
+
+// checkRuns ends the test when rbscope started by startRbscope has ended
+// (exited closed) while it should run: skipped where the BPF sampler was
+// refused, failed otherwise, with what it said (stderr). what names the
+// command.
+func checkRuns(t *testing.T, what string, exited <-chan struct{}, stderr *lockedBuffer) {
+	t.Helper()
+	select {
+	case <-exited:
+		skipIfEBPFRefused(t, what, stderr.String())
+		t.Fatalf("%s exited: %s", what, stderr.String())
+	default:
 	}
 }
 
@@ -662,15 +682,8 @@ func TestAgentFollowsHotRestart(t *testing.T) {
 			if sampler == "ebpf" {
 				args = append(args, "--ebpf")
 			}
-			agentCmd := exec.Command(rbscopeBin, args...)
 			agentErr := &lockedBuffer{}
-			agentCmd.Stderr = agentErr
-			if err := agentCmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- agentCmd.Wait() }()
-			defer func() { agentCmd.Process.Kill(); <-exited }()
+			_, exited := startRbscope(t, nil, agentErr, args...)
 			holding := func(since time.Time, fn string) []received {
 				var rs []received
 				for _, r := range srv.since(since) {
@@ -683,12 +696,7 @@ func TestAgentFollowsHotRestart(t *testing.T) {
 			waitHolding := func(since time.Time, fn string) received {
 				t.Helper()
 				for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-					select {
-					case <-exited:
-						skipIfEBPFRefused(t, "agent --ebpf", agentErr.String())
-						t.Fatalf("the agent exited: %s", agentErr.String())
-					default:
-					}
+					checkRuns(t, "the agent", exited, agentErr)
 					if rs := holding(since, fn); len(rs) > 0 {
 						return rs[0]
 					}

@@ -618,15 +618,9 @@ func TestRecordStopsAtExec(t *testing.T) {
 			if sampler == "ebpf" {
 				args = append(args, "--ebpf")
 			}
-			rec := exec.Command(rbscopeBin, args...)
-			var stdout, stderr strings.Builder
-			rec.Stdout, rec.Stderr = &stdout, &stderr
-			if err := rec.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- rec.Wait() }()
-			defer func() { rec.Process.Kill(); <-done }()
+			stderr := &lockedBuffer{}
+			var stdout strings.Builder // read once record has ended
+			rec, done := startRbscope(t, &stdout, stderr, args...)
 			// Once rbscope samples (it holds the main thread's stat file,
 			// which the user-space sampler opens at its first sample, or
 			// the perf events of the BPF sampler), the target execs.
@@ -635,13 +629,7 @@ func TestRecordStopsAtExec(t *testing.T) {
 				return link == fmt.Sprintf("/proc/%d/task/%d/stat", pid, pid) || link == "anon_inode:[perf_event]"
 			}
 			for deadline := time.Now().Add(60 * time.Second); !holdsFile(rec.Process.Pid, sampling); time.Sleep(20 * time.Millisecond) {
-				select {
-				case <-done:
-					done <- nil
-					skipIfEBPFRefused(t, "record --ebpf", stderr.String())
-					t.Fatalf("record ended before it attached: %s", stderr.String())
-				default:
-				}
+				checkRuns(t, "record", done, stderr)
 				if time.Now().After(deadline) {
 					t.Fatalf("record did not attach within 60 s: %s", stderr.String())
 				}
@@ -650,10 +638,9 @@ func TestRecordStopsAtExec(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case err := <-done:
-				done <- nil
-				if err != nil {
-					t.Fatalf("record: %v: %s", err, stderr.String())
+			case <-done:
+				if code := rec.ProcessState.ExitCode(); code != 0 {
+					t.Fatalf("record: exit %d: %s", code, stderr.String())
 				}
 			case <-time.After(100 * time.Second):
 				t.Fatalf("record did not stop within 100 s of the exec: %s", stderr.String())

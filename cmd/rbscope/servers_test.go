@@ -697,25 +697,13 @@ func (s *server) agentLabelsWorkers(t *testing.T, flags ...string) {
 	srv.start()
 	defer srv.stop()
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	agentCmd := exec.Command(rbscopeBin, append([]string{"agent", "--server", "http://" + srv.addr, "--match", s.marker,
-		"--upload-interval", "1s", "--rate", "50", "--metrics-addr", metricsAddr}, flags...)...)
 	agentErr := &lockedBuffer{}
-	agentCmd.Stderr = agentErr
-	if err := agentCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { agentCmd.Wait(); close(exited) }()
-	defer func() { agentCmd.Process.Kill(); <-exited }()
+	_, exited := startRbscope(t, nil, agentErr, append([]string{"agent", "--server", "http://" + srv.addr, "--match", s.marker,
+		"--upload-interval", "1s", "--rate", "50", "--metrics-addr", metricsAddr}, flags...)...)
 	start := time.Now()
 	// Running: it says where it pushes once it has started sampling.
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(agentErr.String(), "pushing to"); time.Sleep(20 * time.Millisecond) {
-		select {
-		case <-exited:
-			skipIfEBPFRefused(t, fmt.Sprintf("agent %v", flags), agentErr.String())
-			t.Fatalf("the agent %v exited: %s", flags, agentErr.String())
-		default:
-		}
+		checkRuns(t, fmt.Sprintf("agent %v", flags), exited, agentErr)
 		if time.Now().After(deadline) {
 			t.Fatalf("the agent %v did not start in 30 s: %s", flags, agentErr.String())
 		}

@@ -126,10 +126,8 @@ func open(pid int, vmOpts rubyvm.Options, opts Options) (attached, error) {
 // cause: it exited or ran another program (exec) while rbscope read it,
 // and then that is the error (target.ErrExited or ErrReplaced).
 func goneOr(live *target.Live, err error) error {
-	if live.Gone() {
-		if same := live.CheckSame(); same != nil {
-			return same
-		}
+	if same := live.CheckSame(); same != nil {
+		return same
 	}
 	return err
 }

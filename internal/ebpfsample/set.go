@@ -218,10 +218,13 @@ func (s *Set) visit(m *member, check, flush bool) error {
 	if check {
 		// A list read as threads come and go can be torn: the next
 		// check tries again.
-		c, err := m.s.Counters()
-		if err == nil && c.NoThread != m.noThread || time.Since(m.listed) >= setListEvery {
+		c, cerr := m.s.Counters()
+		if cerr == nil && c.NoThread != m.noThread || time.Since(m.listed) >= setListEvery {
 			if _, err := m.s.RefreshThreads(); err == nil {
-				m.noThread, m.listed = c.NoThread, time.Now()
+				m.listed = time.Now()
+				if cerr == nil {
+					m.noThread = c.NoThread
+				}
 			}
 		}
 	}

@@ -115,14 +115,14 @@ func (l *Live) CheckSame() error {
 // describes), or exited and its PID now names another process. It is
 // cheap enough for a sampler to ask every second: one read of the address
 // space pinned at Attach, which reads as end of file once no process uses
-// it. Where that could not be opened, the stat line says: a zombie, or a
-// start time not the one recorded at Attach (an exec then goes unseen).
+// it. Where that could not be opened, CheckSame's other checks say (the
+// start time and the executable; an exec of the same executable then goes
+// unseen).
 func (l *Live) Gone() bool {
 	if gone, pinned := l.pinnedSpaceGone(); pinned {
 		return gone
 	}
-	st, err := procfs.ReadStat(l.pid, 0)
-	return err != nil || st.State == 'Z' || st.State == 'X' || st.Start() != l.id.start
+	return l.CheckSame() != nil
 }
 
 // pinnedSpaceGone reports whether no process uses the address space
