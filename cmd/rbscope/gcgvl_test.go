@@ -141,8 +141,11 @@ func TestRecordGVLWait(t *testing.T) {
 						}
 					case "thread main":
 						mainSamples += counts[i]
-						if leaf == profile.LabelGVLWait {
-							t.Errorf("%s: the main thread, asleep in join, waits for the GVL: %s", mode, strings.Join(st, ";"))
+						// Before join, the main thread takes the GVL back
+						// after its report's File.rename, behind the
+						// spinners, which on a busy machine is seen.
+						if stack := strings.Join(st, ";"); leaf == profile.LabelGVLWait && strings.Contains(stack, "Thread#join") {
+							t.Errorf("%s: the main thread, asleep in join, waits for the GVL: %s", mode, stack)
 						}
 					}
 				}
