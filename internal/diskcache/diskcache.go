@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -135,7 +136,7 @@ func (c *Cache) Store(name string, data []byte) error {
 	if !validName(name) {
 		return fmt.Errorf("cache file name %q: %w", name, ErrUntrusted)
 	}
-	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+	if err := c.makeDir(); err != nil {
 		return err
 	}
 	if err := c.trustedDir(); err != nil {
@@ -159,6 +160,35 @@ func (c *Cache) Store(name string, data []byte) error {
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// makeDir makes the cache's directory, 0700, and what is missing of the
+// directories above it 0755: the base (/var/cache/rbscope) is shared with
+// other users of that tree (the test Rubies are built under it and must
+// stay reachable by every user), so only the kind's own directory is
+// private.
+func (c *Cache) makeDir() error {
+	var missing []string
+	for d := filepath.Dir(c.dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		missing = append(missing, d)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		// Chmod, not the umask's cut of Mkdir's mode: a umask of 077
+		// would make the base private.
+		if err := os.Chmod(missing[i], 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(c.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // trustedDir checks that the cache's directory is a directory (not a

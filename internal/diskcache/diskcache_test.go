@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -42,6 +43,32 @@ func TestRoundTrip(t *testing.T) {
 	ents, _ := os.ReadDir(c.Dir())
 	if len(ents) != 1 {
 		t.Errorf("%d files in the cache, want 1", len(ents))
+	}
+}
+
+// TestBaseStaysReachable: the directories the cache makes above its own
+// are 0755 whatever the umask (the test Rubies live beside the cache under
+// /var/cache/rbscope and must stay reachable by every user), its own
+// directory 0700.
+func TestBaseStaysReachable(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	base := filepath.Join(t.TempDir(), "var", "cache", "rbscope")
+	t.Setenv(Env, base)
+	c := Open("images")
+	if err := c.Store("abc123", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]os.FileMode{
+		filepath.Dir(filepath.Dir(base)): 0o755,
+		filepath.Dir(base):               0o755,
+		base:                             0o755,
+		c.Dir():                          0o700,
+	} {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", d, fi.Mode().Perm(), err, want)
+		}
 	}
 }
 
