@@ -47,19 +47,29 @@ type budgeted struct {
 
 // ReadAt reads while the budget lasts.
 func (b *budgeted) ReadAt(p []byte, addr uint64) (int, error) {
-	if int64(len(p)) > b.left {
-		b.spent = true
-		return 0, errReadBudget
+	if err := b.spend(int64(len(p))); err != nil {
+		return 0, err
 	}
-	b.left -= int64(len(p))
 	return b.Target.ReadAt(p, addr)
+}
+
+// spend takes n bytes from the budget, or fails with errReadBudget when
+// fewer are left; a nil budget has no end.
+func (b *budgeted) spend(n int64) error {
+	if b == nil {
+		return nil
+	}
+	if n > b.left {
+		b.spent = true
+		return errReadBudget
+	}
+	b.left -= n
+	return nil
 }
 
 // Slice passes a snapshot's slices through (they cost nothing to read).
 func (b *budgeted) Slice(addr uint64, n int) ([]byte, bool) {
-	if s, ok := b.Target.(interface {
-		Slice(addr uint64, n int) ([]byte, bool)
-	}); ok {
+	if s, ok := b.Target.(slicer); ok {
 		return s.Slice(addr, n)
 	}
 	return nil, false

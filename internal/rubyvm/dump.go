@@ -236,9 +236,7 @@ func (r chunkReader) ReadAt(p []byte, addr uint64) (int, error) {
 // returns how many pages could not be read (their bodies stay nil).
 func (d *dumper) copyPages() (skipped int) {
 	d.bodies = make([][]byte, len(d.pages))
-	sl, isSnap := d.v.m.t.(interface {
-		Slice(addr uint64, n int) ([]byte, bool)
-	})
+	sl, isSnap := d.v.m.t.(slicer)
 	for i, p := range d.pages {
 		if isSnap { // already a copy: use it in place
 			if b, ok := sl.Slice(p.start, int(p.slotSize*p.total)); ok {
@@ -349,7 +347,7 @@ func (d *dumper) init() {
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
 	d.newValue = L.DumpOmitsEmptyValue == 1
-	d.chunks.t = d.v.m.t
+	d.chunks.setTarget(d.v.m.t)
 }
 
 // shapeTree returns the address of the object shapes' tree (Ruby 3.2+),
