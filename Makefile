@@ -25,16 +25,28 @@ build:
 # ActionPack) under ab's load (apache2-utils); man-db and bash-completion,
 # which the test of the Debian package runs (man -w, the completion script);
 # Chromium runs the browser tests of rbscope ui; Graphviz's dot draws the
-# call graph of pprof's web interface, which rbscope ui mounts.
+# call graph of pprof's web interface, which rbscope ui mounts. The real
+# applications the tests run (TestRedmine, TestJekyll): Debian's Redmine
+# on SQLite (its debconf answers set first, below), Jekyll, and
+# stackprof, the in-process profiler they are compared with.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
-	graphviz
+	graphviz redmine redmine-sqlite jekyll ruby-stackprof
+
+# REDMINE_DEBCONF answers the redmine package's questions: SQLite, so that
+# its installation needs no database server.
+define REDMINE_DEBCONF
+redmine redmine/instances/default/dbconfig-install boolean true
+redmine redmine/instances/default/database-type select sqlite3
+endef
+export REDMINE_DEBCONF
 
 # deps installs the DEPS_PACKAGES that are missing.
 deps:
 	@missing=$$(for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	  if [ -n "$$missing" ]; then echo "$$REDMINE_DEBCONF" | debconf-set-selections; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they
