@@ -28,11 +28,12 @@ build:
 # call graph of pprof's web interface, which rbscope ui mounts. The real
 # applications the tests run (TestRedmine, TestJekyll): Debian's Redmine
 # on SQLite (its debconf answers set first, below), Jekyll, and
-# stackprof, the in-process profiler they are compared with.
+# stackprof, the in-process profiler they are compared with; heapy, a
+# reader of dump_all's format that rbscope's dumps must not break.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
-	graphviz redmine redmine-sqlite jekyll ruby-stackprof
+	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy
 
 # REDMINE_DEBCONF answers the redmine package's questions: SQLite, so that
 # its installation needs no database server.

@@ -214,6 +214,12 @@ holds), "global_tbl" (global variables), "global_symbols" (the symbol
 table), "finalizers" and "machine_context" (what the threads' machine
 stacks and registers point at).
 
+The first ROOT line carries "dumped_by":"rbscope", and the last line is a
+ROOT line "rbscope_end" with no references and "lines", the number of lines
+before it: 'rbscope heap' and 'rbscope ui' refuse a dump of rbscope's that
+lacks it as cut short, even when the cut fell between two lines; other
+readers take it for a root that holds nothing.
+
 The file is written under a temporary name and renamed when complete; a
 path that cannot be written is refused before the process is touched. The
 process stands still (ptrace) only while its writable memory is copied,

@@ -189,14 +189,92 @@ type heapGraphReport struct {
 	} `json:"path"`
 }
 
+// TestCutDumps: a dump of rbscope's own cut short, mid-line or at a line
+// boundary, is refused by the page and by heap top, saying so; the whole
+// dump is served. Ruby's own dump_all, cut at a line boundary, cannot be
+// told from a whole one and is served.
+func TestCutDumps(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	dir := t.TempDir()
+	p := testruby.Start(t, rb, "heap_dump.rb", nil, filepath.Join(dir, "ruby.json"))
+	var rep struct{}
+	p.WaitReport(t, &rep, 60*time.Second)
+	whole := filepath.Join(dir, "rbscope.json")
+	_, stderr, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(p.PID()), "-o", whole)
+	if code != 0 {
+		t.Fatalf("heap dump: exit %d: %s", code, stderr)
+	}
+	// Readers of dump_all's format read the whole dump, its end line a
+	// root like the others: Debian's heapy (which counts every line, ROOT
+	// and SHAPE lines too) and a reader that counts objects only.
+	m := regexp.MustCompile(`: (\d+) objects and \d+ roots`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("heap dump said %q", stderr)
+	}
+	objects, _ := strconv.Atoi(m[1])
+	b, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	needCommand(t, "heapy")
+	if out, err := exec.Command("heapy", "read", whole).CombinedOutput(); err != nil || !strings.Contains(string(out), fmt.Sprintf("Count: %d\n", bytes.Count(b, []byte("\n")))) {
+		t.Errorf("heapy read: %v, want Count: %d (every line):\n%s", err, bytes.Count(b, []byte("\n")), out)
+	}
+	skipRoots := `require "json"; n = 0; File.foreach(ARGV[0]) { |l| n += 1 unless %w[ROOT SHAPE].include?(JSON.parse(l)["type"]) }; print n`
+	if out, err := exec.Command(rb.Bin, "-e", skipRoots, whole).Output(); err != nil || string(out) != strconv.Itoa(objects) {
+		t.Errorf("a reader skipping ROOT lines counts %q objects (%v), want %d", out, err, objects)
+	}
+	cut := func(src, name string, mid bool) string {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := bytes.IndexByte(b[len(b)/2:], '\n') + len(b)/2 + 1
+		if mid {
+			n += 10
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	midLine := cut(whole, "mid.json", true)
+	atLine := cut(whole, "atline.json", false)
+	theirs := cut(filepath.Join(dir, "ruby.json"), "theirs.json", false)
+	s := startUI(t, whole, midLine, atLine, theirs)
+	files := s.waitLoaded(t)
+	if len(files) != 4 || files[0].State != "ready" || files[3].State != "ready" {
+		t.Fatalf("the whole dump and Ruby's cut at a line are served: %+v", files)
+	}
+	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`} {
+		if files[i].State != "error" || !regexp.MustCompile(want).MatchString(files[i].Error) {
+			t.Errorf("page: %+v, want an error matching %s", files[i], want)
+		}
+	}
+	for _, name := range []string{"mid.json:", "atline.json:"} {
+		if n := strings.Count(s.errors(), name); n != 1 {
+			t.Errorf("stderr names %s %d times: %s", name, n, s.errors())
+		}
+	}
+	if _, stderr, code := rbscope(t, "heap", "top", atLine); code == 0 || !strings.Contains(stderr, "cut short") {
+		t.Errorf("heap top on rbscope's dump cut at a line boundary: exit %d, %s", code, stderr)
+	}
+	if _, stderr, code := rbscope(t, "heap", "top", whole); code != 0 {
+		t.Errorf("heap top on the whole dump: exit %d, %s", code, stderr)
+	}
+}
+
 // TestUIHeapAgainstCLI holds every heap view of the page to the command
 // line's answer on the dump of a real program.
 func TestUIHeapAgainstCLI(t *testing.T) {
 	dir := t.TempDir()
 	dump, rep := heapGraphDump(t, dir)
-	bad := filepath.Join(dir, "cut.json")
+	// A dump cut mid-line (cut at a line boundary, Ruby's own dump would
+	// be a valid shorter one: TestCutDumps).
 	b, _ := os.ReadFile(dump)
-	os.WriteFile(bad, b[:len(b)/2], 0o600)
+	bad := filepath.Join(dir, "cut.json")
+	os.WriteFile(bad, b[:bytes.IndexByte(b[len(b)/2:], '\n')+len(b)/2+10], 0o600)
 	s := startUI(t, dump, bad)
 	files := s.waitLoaded(t)
 	if len(files) != 2 || files[0].State != "ready" || files[0].Kind != "heap" || !files[0].Built {

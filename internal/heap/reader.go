@@ -65,6 +65,34 @@ type Record struct {
 	// does not write), in order; read only by a Reader told to
 	// (KeepInstanceVariables).
 	InstanceVariables []Ivar
+	// DumpedBy is a ROOT line's "dumped_by" (DumpedBy on rbscope's own
+	// dumps); Lines its "lines" (on the EndRoot line).
+	DumpedBy string
+	Lines    uint64
+}
+
+// The ends of rbscope's own dumps, by which a reader tells a dump cut
+// short from a whole one even when the cut fell between two lines: the
+// first line, a ROOT line, carries "dumped_by":"rbscope"; the last is a
+// ROOT line named EndRoot, with no references, whose "lines" counts the
+// lines before it. Readers of dump_all's format take it for a root that
+// holds nothing (ROOT lines have no address and are no object).
+const (
+	// DumpedBy is the "dumped_by" of rbscope's dumps.
+	DumpedBy = "rbscope"
+	// EndRoot names the ROOT line that ends rbscope's dumps.
+	EndRoot = "rbscope_end"
+)
+
+// DumpedByField is what rbscope's writer puts in its first ROOT line.
+const DumpedByField = `, "dumped_by":"` + DumpedBy + `"`
+
+// AppendEndLine appends the line that ends a dump of rbscope's own,
+// after lines lines.
+func AppendEndLine(b []byte, lines uint64) []byte {
+	b = append(b, `{"type":"ROOT", "root":"`+EndRoot+`", "references":[], "lines":`...)
+	b = strconv.AppendUint(b, lines, 10)
+	return append(b, "}\n"...)
 }
 
 // Ivar is one instance variable: its name and its value, the address of
@@ -97,6 +125,10 @@ type Reader struct {
 	// line last read did.
 	off, last int64
 	ivars     bool
+	// records counts the records read; ours says the first was
+	// rbscope's, ended that its EndRoot line was read.
+	records     uint64
+	ours, ended bool
 }
 
 // KeepInstanceVariables makes the Reader read "instance_variables" into
@@ -129,10 +161,16 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%s line %d: %s", e.File, e.Line, e.Msg) }
 
 // Next returns the next record, or io.EOF after the last one. Blank lines
-// are skipped. A malformed line is an *Error naming the file and line.
+// are skipped. A malformed line is an *Error naming the file and line. A
+// dump of rbscope's own must end in its EndRoot line, which Next checks
+// and does not return: a dump without it, or with other lines than it
+// counts, is cut short (an *Error); so is one whose lines go on after it.
 func (r *Reader) Next() (*Record, error) {
 	for {
 		line, err := r.readLine()
+		if err == io.EOF && r.ours && !r.ended {
+			return nil, &Error{File: r.name, Line: r.line, Msg: fmt.Sprintf("cut short after %d lines: a dump rbscope wrote ends in a ROOT line %q, and this one has none (a copy that stopped early, or a full disk): dump the process again", r.records, EndRoot)}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -147,6 +185,20 @@ func (r *Reader) Next() (*Record, error) {
 		if msg := r.p.parseLine(); msg != "" {
 			return nil, &Error{File: r.name, Line: r.line, Msg: msg}
 		}
+		if r.ended {
+			return nil, &Error{File: r.name, Line: r.line, Msg: fmt.Sprintf("a line after the ROOT line %q that ends the dump: two dumps in one file?", EndRoot)}
+		}
+		if r.rec.Type == "ROOT" && r.rec.Root == EndRoot {
+			if r.rec.Lines != r.records {
+				return nil, &Error{File: r.name, Line: r.line, Msg: fmt.Sprintf("cut: the dump's last line says %d lines came before it, and %d did", r.rec.Lines, r.records)}
+			}
+			r.ended = true
+			continue
+		}
+		if r.records == 0 && r.rec.Type == "ROOT" && r.rec.DumpedBy == DumpedBy {
+			r.ours = true
+		}
+		r.records++
 		return &r.rec, nil
 	}
 }
@@ -355,7 +407,7 @@ func (p *parser) field(key []byte) string {
 		} else {
 			rec.Class = a
 		}
-	case "type", "root", "name", "real_class_name", "imemo_type", "struct", "file":
+	case "type", "root", "name", "real_class_name", "imemo_type", "struct", "file", "dumped_by":
 		s, ok, msg := p.strField(key)
 		if !ok {
 			return msg
@@ -376,6 +428,8 @@ func (p *parser) field(key []byte) string {
 			rec.Struct = v
 		case "file":
 			rec.File = v
+		case "dumped_by":
+			rec.DumpedBy = v
 		}
 	case "value":
 		s, ok, msg := p.strField(key)
@@ -384,7 +438,7 @@ func (p *parser) field(key []byte) string {
 		}
 		rec.Value = append(rec.Value[:0], s...)
 		rec.HasValue = true
-	case "memsize", "bytesize", "length", "size", "ivars", "line", "generation":
+	case "memsize", "bytesize", "length", "size", "ivars", "line", "generation", "lines":
 		if p.isNull() {
 			return ""
 		}
@@ -410,6 +464,8 @@ func (p *parser) field(key []byte) string {
 			rec.Line = n
 		case "generation":
 			rec.Generation = n
+		case "lines":
+			rec.Lines = n
 		}
 	case "references":
 		rec.References = rec.References[:0]

@@ -280,3 +280,61 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// oursDump is sampleDump as rbscope writes it: "dumped_by" in its first
+// line, its EndRoot line last.
+func oursDump() string {
+	lines := strings.Split(strings.TrimSuffix(sampleDump, "\n"), "\n")
+	lines[0] = strings.TrimSuffix(lines[0], "}") + DumpedByField + "}"
+	n := 0
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			n++
+		}
+	}
+	return strings.Join(lines, "\n") + "\n" + string(AppendEndLine(nil, uint64(n)))
+}
+
+// TestReaderTellsCutDumps: a dump of rbscope's own reads whole, without
+// its end line among the records; cut at a line boundary, short of a line
+// in the middle, or followed by more lines, it is an *Error that says so;
+// cut mid-line it is invalid JSON. Ruby's own dump cut at a line boundary
+// cannot be told from a whole one.
+func TestReaderTellsCutDumps(t *testing.T) {
+	whole := oursDump()
+	recs, err := readAll(t, whole, "ours.json")
+	if err != nil || len(recs) != 9 {
+		t.Fatalf("whole dump: %d records, %v; want 9", len(recs), err)
+	}
+	for _, r := range recs {
+		if r.Root == EndRoot {
+			t.Errorf("the end line is returned as a record: %+v", r)
+		}
+	}
+	lines := strings.SplitAfter(whole, "\n")
+	atBoundary := strings.Join(lines[:6], "")
+	midLine := whole[:len(atBoundary)+20]
+	dropped := strings.Join(append(slices.Clone(lines[:3]), lines[4:]...), "")
+	twice := whole + whole
+	for _, c := range []struct {
+		name, src, want string
+	}{
+		{"at a line boundary", atBoundary, "cut short after 5 lines"},
+		{"mid-line", midLine, "invalid JSON"},
+		{"a line dropped", dropped, "cut: the dump's last line says 9 lines came before it, and 8 did"},
+		{"two dumps", twice, "a line after the ROOT line"},
+	} {
+		_, err := readAll(t, c.src, "ours.json")
+		var he *Error
+		if !errors.As(err, &he) || !strings.Contains(he.Msg, c.want) {
+			t.Errorf("%s: %v, want an *Error saying %q", c.name, err, c.want)
+		}
+	}
+	if _, err := Load(strings.NewReader(atBoundary), "ours.json"); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Errorf("Load of a cut dump: %v", err)
+	}
+	theirs := strings.Join(strings.SplitAfter(sampleDump, "\n")[:6], "")
+	if _, err := readAll(t, theirs, "dump_all.json"); err != nil {
+		t.Errorf("Ruby's dump cut at a line boundary: %v", err)
+	}
+}

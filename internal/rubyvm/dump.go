@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/malloc"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
@@ -76,6 +77,10 @@ type DumpStats struct {
 	// alone.
 	Partial      map[string]uint64
 	PartialTotal uint64
+	// PartialTypes counts the partial objects by type; FirstPartial is
+	// the address of the first one (each has "partial" in its line).
+	PartialTypes map[string]uint64
+	FirstPartial uint64
 	// Panicked counts the partial objects whose decoder panicked (a bug
 	// rbscope recovered from; the fuzzer wants none).
 	Panicked uint64
@@ -97,7 +102,21 @@ func (st *DumpStats) Caveats() []string {
 			reasons = append(reasons, fmt.Sprintf("%d: %s", n, r))
 		}
 		sort.Strings(reasons)
-		out = append(out, fmt.Sprintf("%d objects written partially (%s)", st.PartialTotal, strings.Join(reasons, "; ")))
+		types := make([]string, 0, len(st.PartialTypes))
+		for t := range st.PartialTypes {
+			types = append(types, t)
+		}
+		sort.Slice(types, func(i, j int) bool {
+			if a, b := st.PartialTypes[types[i]], st.PartialTypes[types[j]]; a != b {
+				return a > b
+			}
+			return types[i] < types[j]
+		})
+		for i, t := range types {
+			types[i] = fmt.Sprintf("%d %s", st.PartialTypes[t], t)
+		}
+		out = append(out, fmt.Sprintf("%d objects written partially, each marked \"partial\" in its line (%s; the first at %#x) because of: %s",
+			st.PartialTotal, strings.Join(types, ", "), st.FirstPartial, strings.Join(reasons, "; ")))
 	}
 	if st.AllocatorWhy != "" {
 		out = append(out, fmt.Sprintf("the data of typed data of unknown types was not scanned (allocator %s: %s)", st.Allocator, st.AllocatorWhy))
@@ -193,6 +212,7 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 			return &d.stats, err
 		}
 	}
+	d.buf = heap.AppendEndLine(d.buf, uint64(d.stats.Roots)+d.stats.Shapes+d.stats.Objects)
 	return &d.stats, d.flush(true)
 }
 
@@ -419,6 +439,9 @@ func (d *dumper) read(addr uint64, n int) ([]byte, error) {
 	}
 	b := d.scratch[:n]
 	if err := d.chunks.read(b, addr); err != nil {
+		if errors.Is(err, errReadBudget) {
+			return nil, err
+		}
 		return nil, errTorn
 	}
 	return b, nil
@@ -565,7 +588,11 @@ func (d *dumper) rootLine(name string, refs []uint64) {
 	d.buf = append(d.buf, name...)
 	d.buf = append(d.buf, `", "references":[`...)
 	d.buf = appendAddrs(d.buf, refs)
-	d.buf = append(d.buf, "]}\n"...)
+	d.buf = append(d.buf, ']')
+	if d.stats.Roots == 0 {
+		d.buf = append(d.buf, heap.DumpedByField...)
+	}
+	d.buf = append(d.buf, "}\n"...)
 	d.stats.Roots++
 }
 
@@ -635,11 +662,15 @@ func (d *dumper) object(addr uint64, slot []byte) {
 	d.stats.Objects++
 }
 
-// partial counts an object written partially for reason.
-func (d *dumper) partial(reason string) {
+// partial counts an object of type typeName at addr written partially
+// for reason.
+func (d *dumper) partial(addr uint64, typeName, reason string) {
 	if d.stats.Partial == nil {
 		d.stats.Partial = map[string]uint64{}
+		d.stats.PartialTypes = map[string]uint64{}
+		d.stats.FirstPartial = addr
 	}
+	d.stats.PartialTypes[typeName]++
 	if _, ok := d.stats.Partial[reason]; !ok && len(d.stats.Partial) >= maxPartialReasons {
 		reason = "other reasons"
 	}
@@ -706,7 +737,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		if errors.Is(err, errTorn) {
 			reason = "its memory could not be read or did not hold together"
 		}
-		d.partial(reason)
+		d.partial(addr, tn, reason)
 		d.strField("partial", reason)
 		memsize = uint64(len(slot))
 	}
