@@ -20,22 +20,25 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rbscope/rbscope/internal/agent"
+	"github.com/rbscope/rbscope/internal/otlp"
 )
 
 // agentSettings are the agent's flags.
 type agentSettings struct {
-	server, serviceName, match, passwordFile, metricsAddr string
-	tenantID, basicAuthUser                               string
-	tags, pids, profiles                                  []string
-	interval                                              time.Duration
-	rate                                                  float64
-	pause, realtime, ebpf                                 bool
+	server, otlpEndpoint, serviceName, match string
+	passwordFile, metricsAddr                string
+	tenantID, basicAuthUser                  string
+	tags, pids, profiles                     []string
+	interval                                 time.Duration
+	rate                                     float64
+	pause, realtime, ebpf                    bool
 }
 
 // defineAgentFlags defines the agent's flags on fs, into s, with s's
 // values as defaults (so that a --config file overrides the command line).
 func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringVar(&s.server, "server", s.server, "the Pyroscope server's URL")
+	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", s.otlpEndpoint, "an OpenTelemetry receiver's OTLP/HTTP URL (a collector's, http://collector:4318): profiles go to URL"+otlp.Path+" as OTLP profiles (signal "+otlp.SignalVersion+"), beside --server or instead of it")
 	fs.StringVar(&s.serviceName, "service-name", s.serviceName, "service_name of every profile (default: from each process's command line)")
 	fs.StringArrayVar(&s.tags, "tag", s.tags, "a label key=value on every profile (repeatable)")
 	durationFlag(fs, &s.interval, "upload-interval", "", s.interval, "how long each profile covers")
@@ -82,13 +85,18 @@ func (s agentSettings) withConfig(path string) (agentSettings, error) {
 
 // config checks the settings and makes the agent's configuration.
 func (s agentSettings) config() (agent.Config, error) {
-	cfg := agent.Config{Server: s.server, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime, EBPF: s.ebpf,
+	cfg := agent.Config{Server: s.server, OTLPEndpoint: s.otlpEndpoint, Version: buildVersion().Version, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime, EBPF: s.ebpf,
 		TenantID: s.tenantID, BasicAuthUser: s.basicAuthUser, UploadInterval: s.interval, Tags: map[string]string{}}
-	if cfg.Server == "" {
-		return cfg, usageError{fmt.Errorf("--server URL is required (see 'rbscope agent --help')")}
+	if cfg.Server == "" && cfg.OTLPEndpoint == "" {
+		return cfg, usageError{fmt.Errorf("--server URL or --otlp-endpoint URL is required (see 'rbscope agent --help')")}
 	}
-	if u, err := url.Parse(cfg.Server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return cfg, usageError{fmt.Errorf("--server %q: want an http:// or https:// URL (see 'rbscope agent --help')", cfg.Server)}
+	for flag, v := range map[string]string{"--server": cfg.Server, "--otlp-endpoint": cfg.OTLPEndpoint} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, usageError{fmt.Errorf("%s %q: want an http:// or https:// URL (see 'rbscope agent --help')", flag, v)}
+		}
 	}
 	for _, t := range s.tags {
 		k, v, ok := strings.Cut(t, "=")
@@ -152,13 +160,17 @@ func newAgentCmd() *cobra.Command {
 	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}, realtime: true}
 	var configPath string
 	c := &cobra.Command{
-		Use:   "agent --server URL",
-		Short: "Profile every Ruby process of the host without end, pushing to Pyroscope",
+		Use:   "agent --server URL | --otlp-endpoint URL",
+		Short: "Profile every Ruby process of the host without end, pushing to Pyroscope or OpenTelemetry",
 		Long: `Find the Ruby processes of the host (those whose mappings hold a Ruby image,
 containers' included; found again every few seconds, so new workers join and
 exited ones leave), sample each without pausing it (--pause to stop it for
 each sample), and push one pprof profile per process per --upload-interval
-to a Pyroscope server's Push API (/ingest for an older server).
+to a Pyroscope server's Push API (/ingest for an older server), or to an
+OpenTelemetry receiver as OTLP profiles (--otlp-endpoint: OTLP/HTTP, the
+profiles signal v1development, the labels below as the resource's
+attributes, service_name as service.name, pid as process.pid, hostname as
+host.name), or to both, each through a queue of its own.
 
 Profiles carry the labels the Pyroscope Ruby gem sends: __name__=process_cpu,
 service_name, pid, hostname, process.runtime.name=ruby,
@@ -178,6 +190,7 @@ override the command line's; SIGHUP reads it again and restarts the
 profiling with it (--metrics-addr keeps its first value).`,
 		Example: `  rbscope agent --server http://pyroscope:4040
   rbscope agent --server https://profiles.example.com --service-name billing --tag env=prod --match puma
+  rbscope agent --otlp-endpoint http://otel-collector:4318
   rbscope agent --config /etc/rbscope/agent.flags --metrics-addr :9464`,
 		Annotations: map[string]string{stopsOnSignal: "yes", reloadsOnSIGHUP: "yes"},
 		Args:        noArgs,
@@ -218,7 +231,7 @@ profiling with it (--metrics-addr keeps its first value).`,
 				if cfg.EBPF {
 					with = " (BPF sampler)"
 				}
-				server, interval := cfg.Server, cfg.UploadInterval
+				server, interval := strings.Join(slices.DeleteFunc([]string{cfg.Server, cfg.OTLPEndpoint}, func(s string) bool { return s == "" }), " and "), cfg.UploadInterval
 				cfg.Started = func() {
 					fmt.Fprintf(os.Stderr, "rbscope agent: pushing to %s every %v%s\n", server, interval, with)
 				}

@@ -349,8 +349,9 @@ func TestAgentBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"agent"}, "--server URL is required"},
+		{[]string{"agent"}, "--server URL or --otlp-endpoint URL is required"},
 		{[]string{"agent", "--server", "ftp://x"}, "want an http:// or https:// URL"},
+		{[]string{"agent", "--otlp-endpoint", "x:4318"}, "--otlp-endpoint \"x:4318\": want an http:// or https:// URL"},
 		{[]string{"agent", "--server", "http://x", "--tag", "novalue"}, "--tag"},
 		{[]string{"agent", "--server", "http://x", "--match", "("}, "--match"},
 		{[]string{"agent", "--server", "http://x", "--basic-auth-user", "u"}, "go together"},

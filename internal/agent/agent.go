@@ -27,8 +27,12 @@ import (
 
 // Config is what the agent does.
 type Config struct {
-	// Server is the Pyroscope server's base URL.
-	Server string
+	// Server is the Pyroscope server's base URL; OTLPEndpoint an
+	// OpenTelemetry receiver's (OTLP/HTTP: http://collector:4318). Either
+	// or both: each gets every profile, through a queue of its own.
+	Server, OTLPEndpoint string
+	// Version is rbscope's, the instrumentation scope's version in OTLP.
+	Version string
 	// ServiceName names every process's profiles; "" derives one from each
 	// process's command line (discover.ServiceName).
 	ServiceName string
@@ -105,7 +109,8 @@ type process struct {
 type Agent struct {
 	cfg      Config
 	metrics  *Metrics
-	uploads  *queue
+	uploads  []*queue // one per sink, in the order of sinks
+	sinks    []*uploader
 	hostname string
 
 	// sampler samples every process in one loop, with a profile each
@@ -146,8 +151,18 @@ func New(cfg Config, metrics *Metrics) *Agent {
 		cfg.VM.Builds = rubyvm.NewBuildCache()
 	}
 	host, _ := os.Hostname()
-	return &Agent{cfg: cfg, metrics: metrics, uploads: newQueue(queueLength, metrics), hostname: host,
+	a := &Agent{cfg: cfg, metrics: metrics, hostname: host,
 		running: map[int]running{}, refused: map[process]string{}, said: map[string]bool{}}
+	if cfg.Server != "" {
+		a.sinks = append(a.sinks, newUploader(cfg, metrics, a.say))
+	}
+	if cfg.OTLPEndpoint != "" {
+		a.sinks = append(a.sinks, newOTLPUploader(cfg, metrics, a.say))
+	}
+	for range a.sinks {
+		a.uploads = append(a.uploads, newQueue(queueLength, metrics))
+	}
+	return a
 }
 
 // Run profiles until ctx is done, then flushes what it holds to the
@@ -163,15 +178,20 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 	if a.cfg.Started != nil {
 		a.cfg.Started()
 	}
-	up := newUploader(a.cfg, a.metrics, a.say)
 	upCtx, stopUploads := context.WithCancel(context.Background())
 	uploaded := make(chan struct{})
+	var uploading sync.WaitGroup
+	for i, up := range a.sinks {
+		uploading.Go(func() {
+			// A panic (a bug) loses the upload at hand, not the uploader:
+			// it goes on with the next, as the queue has moved past it.
+			for !up.runSafe(upCtx, a.uploads[i]) {
+			}
+		})
+	}
 	go func() {
-		defer close(uploaded)
-		// A panic (a bug) loses the upload at hand, not the uploader:
-		// it goes on with the next, as the queue has moved past it.
-		for !up.runSafe(upCtx, a.uploads) {
-		}
+		uploading.Wait()
+		close(uploaded)
 	}()
 	sampled := make(chan struct{})
 	go func() {
@@ -185,11 +205,17 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 		select {
 		case <-ctx.Done():
 			<-sampled
-			a.uploads.close()
+			for _, q := range a.uploads {
+				q.close()
+			}
 			select {
 			case <-uploaded:
 			case <-time.After(flushTimeout):
-				a.say("flush", "rbscope agent: the server did not take every profile before the flush timeout; %d dropped", a.uploads.len())
+				left := 0
+				for _, q := range a.uploads {
+					left += q.len()
+				}
+				a.say("flush", "rbscope agent: the server did not take every profile before the flush timeout; %d dropped", left)
 			}
 			stopUploads()
 			<-uploaded
@@ -493,7 +519,9 @@ func (a *Agent) push(labels map[string]string, name string, p *profile.Profile) 
 		lc[k] = v
 	}
 	lc["__name__"] = name
-	a.uploads.put(&upload{labels: lc, profile: p})
+	for _, q := range a.uploads {
+		q.put(&upload{labels: lc, profile: p})
+	}
 }
 
 // say writes a notice once per key.

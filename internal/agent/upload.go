@@ -28,22 +28,46 @@ const (
 	uploadTimeout = 10 * time.Second
 )
 
-// uploader sends the queue's profiles to the server, one at a time,
-// through its Push API, falling back to /ingest for a server without it.
+// uploader sends a queue's profiles to one sink, one at a time, with
+// retries and backoff.
 type uploader struct {
-	cfg     Config
 	metrics *Metrics
 	say     func(key, format string, args ...any)
-	http    *http.Client
-	push    pushv1connect.PusherServiceClient
-	ingest  bool // the server has no Push API: use /ingest
+	sink    sink
 }
 
+// sink is where an uploader sends profiles: a Pyroscope server or an
+// OpenTelemetry (OTLP) receiver.
+type sink interface {
+	// send makes one attempt: errUnencodable when the profile cannot be
+	// encoded, errAuth or a *statusError for the receiver's refusals.
+	send(ctx context.Context, it *upload) error
+	// where names the sink in notices (its URL).
+	where() string
+}
+
+// newUploader makes the uploader to the Pyroscope server cfg.Server.
 func newUploader(cfg Config, m *Metrics, say func(key, format string, args ...any)) *uploader {
+	return &uploader{metrics: m, say: say, sink: newPyroscope(cfg, say)}
+}
+
+// pyroscope sends profiles to a Pyroscope server through its Push API,
+// falling back to /ingest for a server without it.
+type pyroscope struct {
+	cfg    Config
+	say    func(key, format string, args ...any)
+	http   *http.Client
+	push   pushv1connect.PusherServiceClient
+	ingest bool // the server has no Push API: use /ingest
+}
+
+func newPyroscope(cfg Config, say func(key, format string, args ...any)) *pyroscope {
 	hc := &http.Client{Timeout: uploadTimeout}
-	return &uploader{cfg: cfg, metrics: m, say: say, http: hc,
+	return &pyroscope{cfg: cfg, say: say, http: hc,
 		push: pushv1connect.NewPusherServiceClient(hc, strings.TrimSuffix(cfg.Server, "/"))}
 }
+
+func (u *pyroscope) where() string { return u.cfg.Server }
 
 // runSafe is run, a panic in it (a bug) said once: it returns false then,
 // after a pause, for the caller to run it again.
@@ -110,14 +134,15 @@ func (u *uploader) run(ctx context.Context, q *queue) {
 // errUnencodable is a profile that cannot be written as pprof.
 var errUnencodable = errors.New("cannot encode the profile")
 
-// statusError is an /ingest upload the server answered with an error
-// status.
+// statusError is an upload the receiver answered with an error status
+// (at path: /ingest, or OTLP's).
 type statusError struct {
+	path   string
 	code   int
 	status string
 }
 
-func (e *statusError) Error() string { return "/ingest: " + e.status }
+func (e *statusError) Error() string { return e.path + ": " + e.status }
 
 // retryable tells whether an upload that failed with err may succeed if
 // sent again: when the server was away or failing, or refused the
@@ -149,13 +174,31 @@ func retryable(err error) bool {
 
 // send makes one attempt, saying once per kind of failure what went wrong.
 func (u *uploader) send(ctx context.Context, it *upload) error {
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	err := u.sink.send(ctx, it)
+	if err != nil && !errors.Is(err, errUnencodable) {
+		var ce *connect.Error
+		switch {
+		case errors.As(err, &ce) && (ce.Code() == connect.CodeUnauthenticated || ce.Code() == connect.CodePermissionDenied),
+			errors.Is(err, errAuth):
+			u.say("auth:"+u.sink.where(), "rbscope agent: %s refuses the credentials (%v): check --basic-auth-user, --basic-auth-password-file and --tenant-id; profiling goes on, uploads are retried", u.sink.where(), err)
+		case !retryable(err):
+			u.say("rejected:"+u.sink.where(), "rbscope agent: %s refused a profile of %s as invalid (%v); dropped, not retried (others refused so too are dropped silently)", u.sink.where(), it.labels["service_name"], err)
+		default:
+			u.say("unreachable:"+u.sink.where(), "rbscope agent: cannot upload to %s (%v); profiles wait in a queue of %d, the oldest dropped first", u.sink.where(), err, queueLength)
+		}
+	}
+	return err
+}
+
+// send encodes the profile as pprof and pushes it.
+func (u *pyroscope) send(ctx context.Context, it *upload) error {
 	var pprof bytes.Buffer
 	if err := output.Pprof(&pprof, it.profile); err != nil {
 		u.say("unencodable", "rbscope agent: a profile of %s cannot be encoded (%v); dropped (others like it are dropped silently)", it.labels["service_name"], err)
 		return fmt.Errorf("%w: %w", errUnencodable, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
-	defer cancel()
 	var err error
 	if !u.ingest {
 		err = u.pushOne(ctx, it, pprof.Bytes())
@@ -168,23 +211,11 @@ func (u *uploader) send(ctx context.Context, it *upload) error {
 	if u.ingest {
 		err = u.ingestOne(ctx, it, pprof.Bytes())
 	}
-	if err != nil {
-		var ce *connect.Error
-		switch {
-		case errors.As(err, &ce) && (ce.Code() == connect.CodeUnauthenticated || ce.Code() == connect.CodePermissionDenied),
-			errors.Is(err, errAuth):
-			u.say("auth", "rbscope agent: %s refuses the credentials (%v): check --basic-auth-user, --basic-auth-password-file and --tenant-id; profiling goes on, uploads are retried", u.cfg.Server, err)
-		case !retryable(err):
-			u.say("rejected", "rbscope agent: a profile of %s was refused as invalid (%v); dropped, not retried (others refused so too are dropped silently)", it.labels["service_name"], err)
-		default:
-			u.say("unreachable", "rbscope agent: cannot upload to %s (%v); profiles wait in a queue of %d, the oldest dropped first", u.cfg.Server, err, queueLength)
-		}
-	}
 	return err
 }
 
 // pushOne sends a profile through POST /push.v1.PusherService/Push.
-func (u *uploader) pushOne(ctx context.Context, it *upload, pprof []byte) error {
+func (u *pyroscope) pushOne(ctx context.Context, it *upload, pprof []byte) error {
 	keys := make([]string, 0, len(it.labels))
 	for k := range it.labels {
 		keys = append(keys, k)
@@ -207,7 +238,7 @@ func (u *uploader) pushOne(ctx context.Context, it *upload, pprof []byte) error 
 var errAuth = errors.New("401/403")
 
 // ingestOne sends a profile to the older /ingest?format=pprof endpoint.
-func (u *uploader) ingestOne(ctx context.Context, it *upload, pprof []byte) error {
+func (u *pyroscope) ingestOne(ctx context.Context, it *upload, pprof []byte) error {
 	var tags []string
 	for k, v := range it.labels {
 		if k != "__name__" && k != "service_name" {
@@ -243,13 +274,13 @@ func (u *uploader) ingestOne(ctx context.Context, it *upload, pprof []byte) erro
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("/ingest: %s: %w", resp.Status, errAuth)
 	case resp.StatusCode >= 300:
-		return &statusError{code: resp.StatusCode, status: resp.Status}
+		return &statusError{path: "/ingest", code: resp.StatusCode, status: resp.Status}
 	}
 	return nil
 }
 
 // headers sets the tenant and the credentials.
-func (u *uploader) headers(h http.Header) {
+func (u *pyroscope) headers(h http.Header) {
 	if u.cfg.TenantID != "" {
 		h.Set("X-Scope-OrgID", u.cfg.TenantID)
 	}

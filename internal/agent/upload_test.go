@@ -113,7 +113,7 @@ func TestUploaderDropsInvalid(t *testing.T) {
 	if n := testutil.ToFloat64(m.uploads.WithLabelValues("ok")); n != 1 {
 		t.Errorf("%v ok uploads counted, want 1", n)
 	}
-	if len(said) != 1 || !said["rejected"] {
+	if len(said) != 1 || !said["rejected:"+srv.URL] {
 		t.Errorf("said %v, want only the rejection", said)
 	}
 }
