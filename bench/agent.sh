@@ -24,6 +24,9 @@
 #
 # Environment: BENCH_COUNTS="10 50 200", BENCH_SECONDS=20, BENCH_WORKERS=50
 # (0 skips the forked workers), BENCH_METRICS_PORT=19464, RUBY=/usr/bin/ruby,
+# BENCH_AGENT_FLAGS (more flags of both agents measured, as
+# "--profile cpu,wall"), BENCH_WAKE (seconds between a process's wakes;
+# default 0.01, 0.1 from 200 processes on),
 # RBSCOPE_BIN=bin/rbscope (the binary measured), BENCH_BASELINE=2495828 (the
 # commit built as the baseline; empty skips it), BENCH_EBPF=1 (0 skips the
 # rows of agent --ebpf)
@@ -80,7 +83,8 @@ bpfns() { cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^run_time_ns:/ { s += $2 }
 measure() {
   local bin=$1
   shift 2
-  "$bin" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s "$@" 2>"$WORK/measure.log" &
+  # shellcheck disable=SC2086 # BENCH_AGENT_FLAGS are words
+  "$bin" agent --server http://127.0.0.1:9 --match "$MARK" --rate 100 --upload-interval 5s ${BENCH_AGENT_FLAGS:-} "$@" 2>"$WORK/measure.log" &
   AGENT=$!
   sleep 6 # discovery and attach
   if ! kill -0 "$AGENT" 2>/dev/null; then
@@ -101,6 +105,7 @@ printf '%-10s %14s %10s %8s %14s %10s %s\n' processes "baseline CPU%" "now CPU%"
 for n in $COUNTS; do
   pause=0.01
   (( n >= 200 )) && pause=0.1
+  [[ -n ${BENCH_WAKE:-} ]] && pause=$BENCH_WAKE
   for ((i = 0; i < n; i++)); do
     "$RUBY" -e "loop { 200.times { |i| i * i }; sleep $pause }" "$MARK" >/dev/null 2>&1 &
     PIDS+=($!)

@@ -141,6 +141,15 @@ type proc struct {
 	// wallStacks are the stacks the last wall-clock sample read, by
 	// thread (sampleWall).
 	wallStacks map[uint64]wallStack
+	// wallAdded are the samples the last wall-clock read added to
+	// wallAddedTo (addSamples), which a tick at which no thread ran adds
+	// again without reading (sampleWall); still says this tick's gate
+	// found that no thread ran since the last tick's (firstLook).
+	wallAdded   []addedSample
+	wallAddedTo *profile.Profile
+	still       bool
+	// wallReads counts the wall-clock samples that read the process.
+	wallReads int
 	// lastStacks are the stacks of each thread's last sample, by TID
 	// (addSamples).
 	lastStacks map[int]*lastStack
@@ -244,6 +253,7 @@ const (
 // (its clock then stands still for good); also where the clock cannot be
 // opened. One read per thread the clock was opened on, no allocation.
 func (p *proc) firstLook(everyTicks int) gateSays {
+	p.still = false
 	if p.noClock {
 		return gateRead
 	}
@@ -268,6 +278,7 @@ func (p *proc) firstLook(everyTicks int) gateSays {
 		return gateRead
 	}
 	if !moved {
+		p.still = true
 		return gateSkip
 	}
 	return p.switchLook()
@@ -1225,12 +1236,17 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		// A thread sampled where it was sampled last (a hot loop) counts
 		// one more of that stack, found without looking up its frames.
 		tid := tidOf(th)
+		var si int
 		if last := p.lastStacks[tid]; last != nil && last.prof == prof && slices.Equal(last.frames, frames) {
-			prof.AddStackSample(last.stack, now, p.pid, tid, ThreadName(th))
-			continue
+			si = last.stack
+			prof.AddStackSample(si, now, p.pid, tid, ThreadName(th))
+		} else {
+			si = prof.AddSample(frames, now, p.pid, tid, ThreadName(th))
+			p.rememberStack(prof, tid, frames, si)
 		}
-		si := prof.AddSample(frames, now, p.pid, tid, ThreadName(th))
-		p.rememberStack(prof, tid, frames, si)
+		if prof == p.wall {
+			p.wallAdded = append(p.wallAdded, addedSample{stack: si, tid: tid, thread: ThreadName(th)})
+		}
 	}
 }
 
@@ -1307,6 +1323,17 @@ type wallStack struct {
 // keeps the stack read then, which it cannot have changed, so a process
 // of sleeping threads costs a thread list and a clock read a thread.
 func (s *Sampler) sampleWall(p *proc, now time.Time) {
+	// No thread ran since the last tick's gate, which came before the
+	// last read: every thread is where that read found it, and the
+	// process costs nothing more than the gate's clock read.
+	if s.gated() && p.gate == gateSkip && p.still && p.wallAddedTo == p.wall && p.wallAdded != nil {
+		for _, a := range p.wallAdded {
+			p.wall.AddStackSample(a.stack, now, p.pid, a.tid, a.thread)
+		}
+		return
+	}
+	p.wallAdded, p.wallAddedTo = p.wallAdded[:0], nil
+	p.wallReads++
 	threads, err := p.vm.ReadThreads(nil)
 	if err != nil {
 		p.wall.Errors++
@@ -1359,7 +1386,22 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 		}
 	}
 	all := func(th rubyvm.Thread) bool { return s.opts.ThreadFilter == nil || s.opts.ThreadFilter(th) }
+	errs := p.wall.Errors
+	if p.wallAdded == nil {
+		p.wallAdded = []addedSample{}
+	}
 	s.addSamples(p.wall, p, threads, p.gcPhase(threads), now, all, tidOf, true, false)
+	if p.wall.Errors == errs {
+		p.wallAddedTo = p.wall // a read with a thread unread is not repeated
+	}
+}
+
+// addedSample is one sample a wall-clock read added: the profile's stack
+// and the thread's TID and name.
+type addedSample struct {
+	stack  int
+	tid    int
+	thread string
 }
 
 // profileFrame is a mixed frame as profiles keep it: a native frame by its

@@ -142,3 +142,67 @@ func BenchmarkTickIdle(b *testing.B) { benchTick(b, "sleep", targetIdleTickMicro
 // Ruby code 50 frames deep, per sample they take (a tick takes one when the
 // thread is on a CPU at that moment).
 func BenchmarkTickRunning(b *testing.B) { benchTick(b, "spin", targetSampleTickMicros) }
+
+// TestWallRepeatsStillProcess: the agent's wall-clock sample of a process
+// none of whose threads ran since the last tick adds the last read's
+// samples again without reading it; one that runs is read at every tick.
+// Either way each tick adds a sample of each of its four threads
+// (bench_deep.rb's main thread 50 frames deep, asleep or spinning, and
+// three others, one of which wakes every 50 ms).
+func TestWallRepeatsStillProcess(t *testing.T) {
+	for _, mode := range []string{"sleep", "spin"} {
+		t.Run(mode, func(t *testing.T) {
+			rb := testruby.Rubies(t)[0]
+			p := testruby.Start(t, rb, "bench_deep.rb", nil, "50", mode)
+			var rep struct {
+				PID     int `json:"pid"`
+				Threads int `json:"threads"`
+			}
+			p.WaitReport(t, &rep, 30*time.Second)
+			s, err := NewSet(Options{Rate: 100, Nonblocking: true, PerProcess: true, Wall: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			if _, err := s.Add(rep.PID); err != nil {
+				t.Fatal(err)
+			}
+			s.takeAdded()
+			pr := s.procs[rep.PID]
+			tick := func() {
+				s.gate()
+				s.sample(pr)
+				time.Sleep(time.Millisecond)
+			}
+			for i := 0; i < 10; i++ {
+				tick()
+			}
+			samples, reads, start := pr.wall.Samples, pr.wallReads, time.Now()
+			const ticks = 50
+			for i := 0; i < ticks; i++ {
+				tick()
+			}
+			added, read := pr.wall.Samples-samples, pr.wallReads-reads
+			// The ticker's wakes, and a look the gate forces every Rate
+			// ticks, make reads.
+			wakes := int(time.Since(start)/(50*time.Millisecond)) + 3
+			t.Logf("%s: %d ticks read the process %d times and added %d wall samples (%d errors)", mode, ticks, read, added, pr.wall.Errors)
+			if added != ticks*rep.Threads || pr.wall.Errors != 0 {
+				t.Errorf("%d ticks added %d wall samples of %d threads, %d errors", ticks, added, rep.Threads, pr.wall.Errors)
+			}
+			deepest := 0
+			for _, st := range pr.wall.Stacks {
+				deepest = max(deepest, len(st.Frames))
+			}
+			if deepest < 50 {
+				t.Errorf("the deepest wall stack has %d frames, want the 50 the program holds", deepest)
+			}
+			switch {
+			case mode == "sleep" && read > wakes:
+				t.Errorf("a sleeping process was read at %d of %d ticks (its ticker woke at most %d times)", read, ticks, wakes)
+			case mode == "spin" && read < ticks/2:
+				t.Errorf("a spinning process was read at %d of %d ticks", read, ticks)
+			}
+		})
+	}
+}
