@@ -12,8 +12,11 @@ RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stri
 
 all: build
 
+# build stamps the commit itself, so that `rbscope version` names it even
+# where GOFLAGS holds -buildvcs=false.
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 build:
-	$(GO) build -o $(BIN) ./cmd/rbscope
+	$(GO) build -ldflags "-X main.commit=$(COMMIT)" -o $(BIN) ./cmd/rbscope
 
 # DEPS_PACKAGES are the Debian packages the demo and the tests need:
 # Debian's Ruby (stripped, the Ruby most users run), gdb (the peer the

@@ -68,7 +68,7 @@ reads no file of this machine.`,
 					return err
 				}
 				if asJSON {
-					return wire.Write(os.Stdout, d)
+					return printJSON(d)
 				}
 				printCoreInfo(os.Stdout, d.CoreInfo, d.PID, d.RubyVersion)
 				if d.Fault != "" {
@@ -83,7 +83,7 @@ reads no file of this machine.`,
 				return err
 			}
 			if asJSON {
-				return wire.Write(os.Stdout, d.doc)
+				return printJSON(d.doc)
 			}
 			printCoreInfo(os.Stdout, d.doc.CoreInfo, d.doc.PID, d.doc.RubyVersion)
 			fmt.Fprintln(os.Stdout)

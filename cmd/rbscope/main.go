@@ -185,7 +185,7 @@ process only as long as a consistent read needs (always resuming it).`,
 	return root
 }
 
-// exactArgs is cobra.ExactArgs with a usage error.
+// noArgs refuses positional arguments with a usage error.
 func noArgs(c *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q (see '%s --help')", args[0], c.CommandPath())}

@@ -42,9 +42,9 @@ always resumed; --nonblocking reads without pausing it.`,
 			}
 			switch {
 			case asJSON && native:
-				return wire.Write(os.Stdout, wire.NewNativeStack(p, threads))
+				return printJSON(wire.NewNativeStack(p, threads))
 			case asJSON:
-				return wire.Write(os.Stdout, wire.NewStack(p, threads))
+				return printJSON(wire.NewStack(p, threads))
 			case native:
 				printNativeStacks(os.Stdout, threads)
 			default:
@@ -95,7 +95,7 @@ func printStacks(w io.Writer, threads []stacks.Thread) {
 			fmt.Fprintln(w)
 		}
 		first = false
-		printThreadHeader(w, th.Name, th.Main, true, th.TID, th.Status, th.GVL)
+		printThreadHeader(w, th)
 		width := 0
 		for _, f := range th.Frames {
 			width = max(width, len(textsafe.Clean(f.Label)))
@@ -120,26 +120,28 @@ func printStacks(w io.Writer, threads []stacks.Thread) {
 // "(native)" for a thread that runs no Ruby, its TID ("none" for an M:N
 // thread on no native thread now), its Ruby status ("runnable" for a
 // running thread without the GVL) and whether it holds the GVL.
-func printThreadHeader(w io.Writer, name string, main, ruby bool, tid int, status string, gvl bool) {
-	if name == "" && main {
+func printThreadHeader(w io.Writer, th stacks.Thread) {
+	name := th.Name
+	if name == "" && th.Main {
 		name = "main"
 	}
 	kind := ""
-	if !ruby {
+	if !th.Ruby {
 		kind = " (native)"
 	}
-	t := fmt.Sprint(tid)
-	if tid == 0 {
+	t := fmt.Sprint(th.TID)
+	if th.TID == 0 {
 		t = "none"
 	}
 	fmt.Fprintf(w, "Thread %q%s tid=%s", name, kind, t)
-	if status == "run" && !gvl {
+	status := th.Status
+	if status == "run" && !th.GVL {
 		status = "runnable"
 	}
 	if status != "" {
 		fmt.Fprintf(w, " status=%s", status)
 	}
-	if gvl {
+	if th.GVL {
 		fmt.Fprint(w, " (holds GVL)")
 	}
 	fmt.Fprintln(w)

@@ -21,7 +21,7 @@ func printNativeStacks(w io.Writer, threads []stacks.Thread) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		printThreadHeader(w, th.Name, th.Main, th.Ruby, th.TID, th.Status, th.GVL)
+		printThreadHeader(w, th)
 		width := 0
 		for _, f := range th.Frames {
 			width = max(width, len(textsafe.Clean(f.Name())))

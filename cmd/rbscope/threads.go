@@ -64,7 +64,7 @@ permitted rbscope polls /proc/PID/task every 2 ms and says so.`,
 				return err
 			}
 			if asJSON {
-				return wire.Write(os.Stdout, wire.NewThreadTable(rows))
+				return printJSON(wire.NewThreadTable(rows))
 			}
 			printThreadTable(os.Stdout, rows)
 			return nil

@@ -20,7 +20,10 @@ import (
 //
 // Without them rbscope reports the module's version (`go install
 // ...@v1.2.0`) and the commit's time from the Go build information.
-var version, buildDate string
+// commit, set by make build (-X main.commit=...), names the commit where
+// the Go build information has none (GOFLAGS=-buildvcs=false, a copy of
+// the tree without .git).
+var version, buildDate, commit string
 
 // buildVersion describes this binary: its version, commit and date from the
 // link-time variables and the Go build information, and the Ruby families
@@ -44,6 +47,9 @@ func buildVersion() wire.Version {
 				v.Modified = s.Value == "true"
 			}
 		}
+	}
+	if v.Commit == "" {
+		v.Commit = commit
 	}
 	if v.Version == "" {
 		v.Version = "devel"

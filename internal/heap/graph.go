@@ -507,8 +507,8 @@ func (g *Graph) Conservative(from, to int) bool {
 	return ok
 }
 
-// NumConservative returns how many references are conservative.
-func (g *Graph) NumConservative() int { return len(g.cons) }
+// numConservative returns how many references are conservative.
+func (g *Graph) numConservative() int { return len(g.cons) }
 
 // NumRefs returns the number of references between objects.
 func (g *Graph) NumRefs() int { return len(g.refs) }

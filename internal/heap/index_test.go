@@ -18,7 +18,7 @@ import (
 // retainers and paths.
 func sameAnswers(t *testing.T, a *Graph, da *DomTree, b *Graph, db *DomTree) {
 	t.Helper()
-	if a.Len() != b.Len() || a.Bytes != b.Bytes || a.NumRefs() != b.NumRefs() || a.NumConservative() != b.NumConservative() ||
+	if a.Len() != b.Len() || a.Bytes != b.Bytes || a.NumRefs() != b.NumRefs() || a.numConservative() != b.numConservative() ||
 		!reflect.DeepEqual(a.Roots, b.Roots) || a.HasSites() != b.HasSites() {
 		t.Fatalf("graphs differ: %d/%d objects, %d/%d bytes", a.Len(), b.Len(), a.Bytes, b.Bytes)
 	}

@@ -34,9 +34,9 @@ func TestPathsPreferExactReferences(t *testing.T) {
 		}
 		return i
 	}
-	if g.NumConservative() != 2 || !g.Conservative(idx(0x10), idx(0x40)) || g.Conservative(idx(0x30), idx(0x40)) {
+	if g.numConservative() != 2 || !g.Conservative(idx(0x10), idx(0x40)) || g.Conservative(idx(0x30), idx(0x40)) {
 		t.Fatalf("conservative references: %d, 0x10->0x40 %v, 0x30->0x40 %v",
-			g.NumConservative(), g.Conservative(idx(0x10), idx(0x40)), g.Conservative(idx(0x30), idx(0x40)))
+			g.numConservative(), g.Conservative(idx(0x10), idx(0x40)), g.Conservative(idx(0x30), idx(0x40)))
 	}
 	paths := Paths(g, idx(0x50), 5)
 	var got []string

@@ -66,8 +66,6 @@ var formats = []Format{
 	{Name: "firefox", Ext: ".firefox.json", Help: "Firefox Profiler processed profile, a track per thread", Timeline: true, Write: Firefox},
 }
 
-// Formats returns every output format, the default first.
-func Formats() []Format { return append([]Format(nil), formats...) }
 
 // Names returns the formats' names, for flags' help and errors.
 func Names() []string {

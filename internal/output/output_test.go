@@ -128,7 +128,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 // TestWriteReportsErrors: every format returns a failed write, so a
 // half-written output is never committed.
 func TestWriteReportsErrors(t *testing.T) {
-	for _, f := range Formats() {
+	for _, f := range formats {
 		if err := f.Write(failingWriter{}, sample(), Options{}); err == nil {
 			t.Errorf("%s: a failed write was not reported", f.Name)
 		}
