@@ -66,7 +66,6 @@ var formats = []Format{
 	{Name: "firefox", Ext: ".firefox.json", Help: "Firefox Profiler processed profile, a track per thread", Timeline: true, Write: Firefox},
 }
 
-
 // Names returns the formats' names, for flags' help and errors.
 func Names() []string {
 	names := make([]string, len(formats))
