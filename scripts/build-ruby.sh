@@ -55,6 +55,15 @@ srcdir=${RBSCOPE_RUBY_SRC:-/var/cache/rbscope/src}
 name="ruby-$version-$kind$jemalloc"
 prefix="$rubies/$name"
 
+# Every test user must reach the builds (the container tests run them as
+# an unprivileged user in a user namespace): the builds' directory and,
+# when it is the default one, /var/cache/rbscope above it, which an older
+# rbscope run as root made 0700 for its own caches; builds made before
+# are opened too.
+mkdir -p "$rubies"
+chmod 755 "$rubies"
+case "$rubies" in /var/cache/rbscope/*) chmod 755 /var/cache/rbscope ;; esac
+
 if [ -x "$prefix/bin/ruby" ] && [ -f "$prefix/.rbscope-complete" ]; then
   echo "$prefix"
   exit 0
@@ -127,12 +136,6 @@ SRC
 }
 
 mkdir -p "$srcdir" "$rubies"
-# Every test user must reach the builds (the container tests run them as
-# an unprivileged user in a user namespace): the builds' directory and,
-# when it is the default one, /var/cache/rbscope above it, which an older
-# rbscope run as root made 0700 for its own caches.
-chmod 755 "$rubies"
-case "$rubies" in /var/cache/rbscope/*) chmod 755 /var/cache/rbscope ;; esac
 orig=$(ls "$srcdir"/${pkg}_${version}*.orig.tar.* 2>/dev/null | head -1 || true)
 if [ -z "$orig" ]; then
   ensure_deb_src
