@@ -29,7 +29,7 @@ build:
 # which the test of the Debian package runs (man -w, the completion script);
 # Chromium runs the browser tests of rbscope ui; Graphviz's dot draws the
 # call graph of pprof's web interface, which rbscope ui mounts. The real
-# applications the tests run (TestRedmine, TestJekyll): Debian's Redmine
+# applications the tests run (TestRedmine, TestRealCLIs): Debian's Redmine
 # on SQLite (its debconf answers set first, below), Jekyll, and
 # stackprof, the in-process profiler they are compared with; heapy, a
 # reader of dump_all's format that rbscope's dumps must not break.
