@@ -125,9 +125,23 @@ func TestRecordGVLWait(t *testing.T) {
 			var rep struct{ PID int }
 			p.WaitReport(t, &rep, 30*time.Second)
 			for _, mode := range []string{"--idle", "--gvl"} {
-				out, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "200", "--duration", "2s", "--threads", mode, "-f", "collapsed", "-o", "-")
-				if code != 0 {
-					t.Fatalf("%s: exit %d: %s", mode, code, stderr)
+				// Windows of 2 s until the spinners have 100 samples (at
+				// most 4): with --gvl a spinner is sampled only while it
+				// runs or waits for the GVL, and a busy machine keeps both
+				// off a CPU for much of a window (27 samples in one, seen
+				// beside other test runs).
+				var out string
+				for try := 0; try < 4; try++ {
+					o, stderr, code := rbscope(t, "record", "-p", fmt.Sprint(p.PID()), "--rate", "200", "--duration", "2s", "--threads", mode, "-f", "collapsed", "-o", "-")
+					if code != 0 {
+						t.Fatalf("%s: exit %d: %s", mode, code, stderr)
+					}
+					out += strings.TrimSuffix(o, "\n") + "\n"
+					if a, _ := samplesWith(out, "thread spin-a;"); a >= 50 {
+						if b, _ := samplesWith(out, "thread spin-b;"); a+b >= 100 {
+							break
+						}
+					}
 				}
 				stacks, counts := collapsedLines(t, out)
 				spin, waiting, mainSamples := 0, map[string]int{}, 0
