@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -87,12 +88,12 @@ func checkSleepCore(t *testing.T, path string, pid int, live []Mapping) {
 	// the file holds it (from the core for gcore, from the file for the
 	// kernel, which leaves text out).
 	regs, err := c.Registers(pid)
-	stack, sok := FindMapping(live, regs.RSP)
+	stack, sok := FindMapping(live, regs.SP())
 	if err != nil || !sok || stack.Path != "[stack]" {
-		t.Errorf("rsp %#x is not in [stack] (registers: %v)", regs.RSP, err)
+		t.Errorf("rsp %#x is not in [stack] (registers: %v)", regs.SP(), err)
 	}
 	var sp [8]byte
-	if err := ReadFull(c, sp[:], regs.RSP); err != nil {
+	if err := ReadFull(c, sp[:], regs.SP()); err != nil {
 		t.Errorf("reading the stack: %v", err)
 	}
 	for _, lm := range live {
@@ -240,11 +241,12 @@ func note(name string, typ uint32, desc []byte) []byte {
 // sampleNotes is a small set of notes as the kernel writes them.
 func sampleNotes() []byte {
 	le := binary.LittleEndian
-	prstatus := make([]byte, prstatusSize+8)
+	a := arch.AMD64
+	prstatus := make([]byte, a.PrstatusRegs+8*len(a.Regs)+8)
 	le.PutUint16(prstatus[12:], 11)
 	le.PutUint32(prstatus[32:], 4242)
-	le.PutUint64(prstatus[prstatusRegs+16*8:], 0x401000)  // rip
-	le.PutUint64(prstatus[prstatusRegs+19*8:], 0x7ffd000) // rsp
+	le.PutUint64(prstatus[a.PrstatusRegs+8*a.PC:], 0x401000)  // rip
+	le.PutUint64(prstatus[a.PrstatusRegs+8*a.SP:], 0x7ffd000) // rsp
 	psinfo := make([]byte, prpsinfoSize)
 	le.PutUint32(psinfo[24:], 4242)
 	copy(psinfo[40:], "ruby")
@@ -268,14 +270,14 @@ func sampleNotes() []byte {
 }
 
 func TestParseCoreNotes(t *testing.T) {
-	cn, err := parseCoreNotes(sampleNotes())
+	cn, err := parseCoreNotes(sampleNotes(), arch.AMD64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cn.pid != 4242 || cn.comm != "ruby" || cn.args != "ruby app.rb" || len(cn.threads) != 1 || cn.auxv[atPHDR] != 0x400040 {
 		t.Errorf("notes: %+v", cn)
 	}
-	if th := cn.threads[0]; th.TID != 4242 || th.Signal != 11 || th.Regs.RIP != 0x401000 || th.Regs.RSP != 0x7ffd000 {
+	if th := cn.threads[0]; th.TID != 4242 || th.Signal != 11 || th.Regs.PC() != 0x401000 || th.Regs.SP() != 0x7ffd000 {
 		t.Errorf("thread: %+v", th)
 	}
 	want := []Mapping{{Start: 0x400000, End: 0x401000, Path: "/usr/bin/ruby"}, {Start: 0x401000, End: 0x402000, Offset: 4096, Path: "/usr/bin/ruby"}}
@@ -286,9 +288,9 @@ func TestParseCoreNotes(t *testing.T) {
 	// reported.
 	data := sampleNotes()
 	for n := 0; n < len(data); n++ {
-		parseCoreNotes(data[:n])
+		parseCoreNotes(data[:n], arch.AMD64)
 	}
-	if cn, err := parseCoreNotes(data[:len(data)-1]); err == nil || len(cn.threads) != 1 {
+	if cn, err := parseCoreNotes(data[:len(data)-1], arch.AMD64); err == nil || len(cn.threads) != 1 {
 		t.Errorf("notes cut inside NT_FILE: error %v, %d threads kept", err, len(cn.threads))
 	}
 }
@@ -301,7 +303,7 @@ func FuzzCoreNotes(f *testing.F) {
 	f.Add(note("CORE", ntPrstatus, make([]byte, 12)))
 	f.Add([]byte{5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 'C', 'O', 'R', 'E', 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cn, _ := parseCoreNotes(data)
+		cn, _ := parseCoreNotes(data, arch.AMD64)
 		segs := []coreSegment{{vaddr: 0x400000, memsz: 0x2000, filesz: 0x1000}}
 		maps := coreMappings(cn.files, segs)
 		for _, m := range maps {
