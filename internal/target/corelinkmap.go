@@ -104,9 +104,30 @@ func (c *Core) linkMapFiles() ([]Mapping, error) {
 		lm = l[3]
 	}
 	if err != nil {
-		return files, fmt.Errorf("no NT_FILE note, and the dynamic linker's link map cannot be read: %w", err)
+		return c.splitAtSegments(files), fmt.Errorf("no NT_FILE note, and the dynamic linker's link map cannot be read: %w", err)
 	}
-	return files, nil
+	return c.splitAtSegments(files), nil
+}
+
+// splitAtSegments cuts each file mapping where the core's segments begin
+// and end, as the kernel's maps are cut where permissions change (a
+// segment's read-only part after relocation, RELRO, and its writable
+// rest), so that each piece takes its own segment's permissions.
+func (c *Core) splitAtSegments(files []Mapping) []Mapping {
+	var out []Mapping
+	for _, m := range files {
+		start := m.Start
+		for _, s := range c.segs {
+			for _, cut := range []uint64{s.vaddr, s.end()} {
+				if cut > start && cut < m.End {
+					out = append(out, Mapping{Start: start, End: cut, Offset: m.Offset + start - m.Start, Path: m.Path})
+					start = cut
+				}
+			}
+		}
+		out = append(out, Mapping{Start: start, End: m.End, Offset: m.Offset + start - m.Start, Path: m.Path})
+	}
+	return out
 }
 
 // resolve returns the path a loaded object's name leads to, its symbolic

@@ -250,6 +250,9 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			f.Signal = signalAt(&regs, mem)
 		}
 		frames = append(frames, f)
+		if _, ok := next.pc(); !ok {
+			return frames, nil // the outermost frame
+		}
 		nsp, _ := next.sp()
 		if !row.signal && nsp <= prevCFA && len(frames) > 1 {
 			return frames, ErrStackLoop
