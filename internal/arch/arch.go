@@ -68,6 +68,14 @@ type Arch struct {
 	// SiginfoInFrame is where a signal frame's siginfo lies from the stack
 	// pointer of its frame (the kernel's rt_sigframe).
 	SiginfoInFrame uint64
+	// SigreturnCode is the code a signal handler returns to (rt_sigreturn),
+	// told by its bytes where no CFI covers it (qemu-user's trampoline, a
+	// vDSO a core does not hold), and SigframeRegs where the interrupted
+	// thread's registers lie, in Regs' order, from the stack pointer of
+	// that frame (the kernel's sigcontext). Nil where the C library's
+	// restorer has CFI (x86_64's __restore_rt).
+	SigreturnCode []byte
+	SigframeRegs  uint64
 
 	// PrstatusRegs is where pr_reg lies in the kernel's struct
 	// elf_prstatus.
@@ -124,6 +132,11 @@ var ARM64 = &Arch{
 	AddrMask:       1<<48 - 1,
 	RedZone:        0,
 	SiginfoInFrame: 0, // rt_sigframe: siginfo, then ucontext
+	// mov x8, #139 (rt_sigreturn); svc #0
+	SigreturnCode: []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4},
+	// siginfo (128 bytes), then ucontext, whose uc_mcontext (16-aligned,
+	// at 176) starts with fault_address, then regs[31], sp, pc, pstate
+	SigframeRegs: 128 + 176 + 8,
 	PrstatusRegs:   112,
 	CTypes: map[string]CType{
 		"pthread_mutex_t": {48, 8},

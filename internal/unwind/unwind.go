@@ -7,6 +7,7 @@
 package unwind
 
 import (
+	"bytes"
 	"debug/dwarf"
 	encbin "encoding/binary"
 	"errors"
@@ -206,6 +207,20 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			return frames, fmt.Errorf("%w (%#x)", ErrUnmapped, pc)
 		}
 		f.Object = m.Path
+		if next, ok := u.sigreturn(&regs, pc, mem); ok {
+			// The signal trampoline, without CFI: the interrupted
+			// thread's registers are in the kernel's signal frame.
+			if m.Path == "" {
+				f.Object = "[signal trampoline]"
+			}
+			f.Offset = pc - m.Start
+			f.Signal = signalAt(&regs, mem)
+			frames = append(frames, f)
+			exact = true
+			prevCFA, _ = next.sp()
+			regs = next
+			continue
+		}
 		o := u.object(m)
 		if o == nil || o.cfi == nil {
 			if m.Path == "" {
@@ -254,7 +269,11 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			return frames, nil // the outermost frame
 		}
 		nsp, _ := next.sp()
-		if !row.signal && nsp <= prevCFA && len(frames) > 1 {
+		// The caller's stack pointer lies above the frame's; a leaf
+		// function that keeps its return address in the link register
+		// (arm64) leaves it where it was, and only the pc moves.
+		npc, _ := next.pc()
+		if !row.signal && len(frames) > 1 && (nsp < prevCFA || nsp == prevCFA && (npc == pc || !regs.a.LinkRegister)) {
 			return frames, ErrStackLoop
 		}
 		exact = row.signal // the next frame is the interrupted one
@@ -368,6 +387,34 @@ func (u *Unwinder) mapping(addr uint64) (target.Mapping, bool) {
 		return u.maps[i], true
 	}
 	return target.Mapping{}, false
+}
+
+// sigreturn reports whether pc is the architecture's signal trampoline
+// (arch.Arch.SigreturnCode), and if so returns the registers of the
+// thread the signal interrupted, from the signal frame at the stack
+// pointer.
+func (u *Unwinder) sigreturn(regs *Regs, pc uint64, mem target.Reader) (Regs, bool) {
+	a := regs.a
+	if len(a.SigreturnCode) == 0 {
+		return Regs{}, false
+	}
+	code := make([]byte, len(a.SigreturnCode))
+	if err := target.ReadFull(u.t, code, pc); err != nil || !bytes.Equal(code, a.SigreturnCode) {
+		return Regs{}, false
+	}
+	sp, ok := regs.sp()
+	if !ok {
+		return Regs{}, false
+	}
+	raw := make([]byte, 8*len(a.Regs))
+	if err := target.ReadFull(mem, raw, sp+a.SigframeRegs); err != nil {
+		return Regs{}, false
+	}
+	v := make([]uint64, len(a.Regs))
+	for i := range v {
+		v[i] = encbin.LittleEndian.Uint64(raw[8*i:])
+	}
+	return FromTarget(target.Regs{Arch: a, V: v}), true
 }
 
 // signalAt reads the siginfo of the signal frame whose registers are regs
