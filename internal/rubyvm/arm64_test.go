@@ -1,0 +1,191 @@
+package rubyvm_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/arch"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/testruby"
+)
+
+// runArm64Crash runs script (with a report path first) on Debian's arm64
+// Ruby under qemu-aarch64-static in a directory of its own, where qemu
+// writes the guest's aarch64 core when the program dies of a signal
+// (qemu_<prog>_<time>_<pid>.core). It returns the core, the report and
+// what the program printed. kill, when set, is called with the program's
+// PID once its report is written, to end it.
+func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill func(pid int), args ...string) (core, output string) {
+	t.Helper()
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
+	cmd := rb.Command(append([]string{testruby.Testdata(script), report}, args...)...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	if kill != nil {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if _, err := os.Stat(report); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no report within 2 minutes:\n%s", out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		kill(cmd.Process.Pid)
+	}
+	if err := <-done; err == nil {
+		t.Fatalf("the program ended without a signal:\n%s", out.String())
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatalf("no report: %v\n%s", err, out.String())
+	}
+	if err := json.Unmarshal(b, rep); err != nil {
+		t.Fatal(err)
+	}
+	cores, _ := filepath.Glob(filepath.Join(dir, "qemu_*.core"))
+	if len(cores) != 1 {
+		t.Fatalf("qemu wrote %d cores (%v); is the core size limit 0? output:\n%s", len(cores), cores, out.String())
+	}
+	return cores[0], out.String()
+}
+
+// openArm64Core reads a qemu-made aarch64 core with the sysroot's files.
+func openArm64Core(t *testing.T, rb testruby.Ruby, core string) (*target.Core, *rubyvm.VM) {
+	t.Helper()
+	c, err := target.OpenCore(core, target.CoreOptions{Sysroot: rb.Sysroot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c.Arch() != arch.ARM64 {
+		t.Fatalf("core of %s, want aarch64", c.Arch().Name)
+	}
+	vm, err := rubyvm.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	if vm.Layout.Source != "table" {
+		t.Errorf("Debian's stripped arm64 libruby read with layout from %s, want the built-in table", vm.Layout.Source)
+	}
+	return c, vm
+}
+
+// cBacktrace is the return addresses of the C-level backtrace in Ruby's
+// crash report ([BUG]), innermost first.
+var cBacktraceLine = regexp.MustCompile(`\[0x([0-9a-f]+)\]\s*$`)
+
+func cBacktrace(output string) []uint64 {
+	_, after, ok := strings.Cut(output, "-- C level backtrace information")
+	if !ok {
+		return nil
+	}
+	var out []uint64
+	for _, line := range strings.Split(after, "\n")[1:] {
+		m := cBacktraceLine.FindStringSubmatch(line)
+		if m == nil {
+			break
+		}
+		a, _ := strconv.ParseUint(m[1], 16, 64)
+		out = append(out, a)
+	}
+	return out
+}
+
+// TestArm64CoreStacks lets testdata/core_crash.rb crash itself on Debian's
+// arm64 Ruby under qemu-aarch64-static and reads the aarch64 core qemu
+// writes, on this x86_64 machine: every thread's Ruby stack, name, TID and
+// status must be what the program reported just before; the crashing
+// thread's native stack, unwound with the arm64 CFI of its libraries
+// through the SIGSEGV handler's signal frame, must hold the return
+// addresses Ruby's own crash report printed (its C-level backtrace), in
+// order, from the handler down to _start; and the heap census must read
+// every page.
+func TestArm64CoreStacks(t *testing.T) {
+	rb := testruby.Arm64(t)
+	var rep selfReport
+	core, output := runArm64Crash(t, rb, "core_crash.rb", &rep, nil)
+	c, vm := openArm64Core(t, rb, core)
+	if sig, tid := c.Signal(); sig != int(syscall.SIGABRT) || tid != rep.PID {
+		t.Errorf("core says signal %d in tid %d, want SIGABRT (Ruby's [BUG] handler aborts) in %d", sig, tid, rep.PID)
+	}
+	threads, err := vm.Threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStacks(t, rb, &rep, vm, threads, false)
+
+	captured, err := stacks.Capture(c, vm, stacks.Options{Native: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cBacktrace(output)
+	if len(want) < 10 {
+		t.Fatalf("Ruby's crash report has %d C-level frames:\n%s", len(want), output)
+	}
+	// The first frames Ruby printed were those of its report's own
+	// calls; from the signal handler's on, the core holds the same.
+	want = want[2:]
+	for _, th := range captured {
+		if th.TID != rep.PID {
+			if th.Ruby && th.NativeError != "" {
+				t.Errorf("thread %d (%s): native stack: %s", th.TID, th.Name, th.NativeError)
+			}
+			continue
+		}
+		var pcs []uint64
+		for _, f := range th.NativeFrames() {
+			pcs = append(pcs, f.PC)
+		}
+		start := -1
+		for i, pc := range pcs {
+			if pc == want[0] {
+				start = i
+			}
+		}
+		if start < 0 || len(pcs)-start < len(want) {
+			t.Fatalf("main thread's native pcs %x do not hold Ruby's C backtrace %x (from %d)", pcs, want, start)
+		}
+		for i, a := range want {
+			if pcs[start+i] != a {
+				t.Errorf("native frame %d: pc %#x, Ruby's backtrace says %#x", start+i, pcs[start+i], a)
+			}
+		}
+		if th.NativeError != "" {
+			t.Errorf("main thread's native stack ends early: %s", th.NativeError)
+		}
+		if f := th.NativeFrames()[start+1]; f.Signal == nil || f.Signal.Number != int(syscall.SIGSEGV) {
+			t.Errorf("the frame under the handler's is no SIGSEGV signal frame: %+v", f)
+		}
+		t.Logf("main thread: %d native frames, the %d of Ruby's C backtrace among them", len(pcs), len(want))
+	}
+
+	census, err := vm.HeapCensus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if census.Objects < 1000 || census.SkippedPages > 0 {
+		t.Errorf("census of the core: %d objects, %d pages skipped", census.Objects, census.SkippedPages)
+	}
+}
