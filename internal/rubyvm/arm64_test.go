@@ -2,6 +2,7 @@ package rubyvm_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // runArm64Crash runs script (with a report path first) on Debian's arm64
@@ -33,27 +35,37 @@ func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// qemu writes a core as the kernel would: within the core size
+	// limit, which the program inherits (raised to the hard limit).
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &lim)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	timer := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
 	if kill != nil {
+		// Not waited for meanwhile: kill may pause it with ptrace, and
+		// a parent's wait would take the tracer's stops.
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
 			if _, err := os.Stat(report); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
 				t.Fatalf("no report within 2 minutes:\n%s", out.String())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		kill(cmd.Process.Pid)
 	}
-	if err := <-done; err == nil {
+	if err := cmd.Wait(); err == nil {
 		t.Fatalf("the program ended without a signal:\n%s", out.String())
 	}
 	b, err := os.ReadFile(report)
@@ -188,4 +200,62 @@ func TestArm64CoreStacks(t *testing.T) {
 	if census.Objects < 1000 || census.SkippedPages > 0 {
 		t.Errorf("census of the core: %d objects, %d pages skipped", census.Objects, census.SkippedPages)
 	}
+}
+
+// TestArm64Live reads Debian's arm64 Ruby running under
+// qemu-aarch64-static, as it reads any process: the process is the
+// emulator, whose memory holds the guest's at the guest's addresses and
+// whose /proc maps list the guest's files. Every thread's stack, name,
+// TID and status must equal what testdata/stack_threads.rb reported, and
+// a census of testdata/heap_census.rb's heap what it counted. (The
+// threads' registers are the emulator's own, of x86_64 code: native
+// stacks are not read here.)
+func TestArm64Live(t *testing.T) {
+	rb := testruby.Arm64(t)
+	t.Run("stacks", func(t *testing.T) {
+		p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
+		var rep selfReport
+		p.WaitReport(t, &rep, 2*time.Minute)
+		vm, threads := readThreads(t, p.PID(), true)
+		for i := 0; i < 20 && !runningAgree(&rep, threads); i++ {
+			vm, threads = readThreads(t, p.PID(), true)
+		}
+		if vm.Layout.Source != "table" {
+			t.Errorf("layout from %s, want the built-in aarch64 table", vm.Layout.Source)
+		}
+		checkStacks(t, rb, &rep, vm, threads, false)
+	})
+	t.Run("census", func(t *testing.T) {
+		p := testruby.Start(t, rb, "heap_census.rb", nil)
+		var rep heapReport
+		p.WaitReport(t, &rep, 2*time.Minute)
+		vm, _ := readThreads(t, p.PID(), true)
+		var c *rubyvm.Census
+		if err := testvm.Paused(t, vm, func() (err error) { c, err = vm.HeapCensus(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		checkCensus(t, vm, c, &rep)
+	})
+}
+
+// TestArm64CoreCensus lets testdata/heap_census.rb build its heap on
+// Debian's arm64 Ruby under qemu-aarch64-static, waits until it sleeps
+// with the heap as it counted it, and kills it with SIGABRT, for which
+// qemu writes the guest's aarch64 core: the census of the core must equal
+// what the program counted.
+func TestArm64CoreCensus(t *testing.T) {
+	rb := testruby.Arm64(t)
+	var rep heapReport
+	core, _ := runArm64Crash(t, rb, "heap_census.rb", &rep, func(pid int) {
+		readThreads(t, pid, true) // until the main thread sleeps: the heap is as counted
+		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
+			t.Fatal(err)
+		}
+	})
+	_, vm := openArm64Core(t, rb, core)
+	c, err := vm.HeapCensus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCensus(t, vm, c, &rep)
 }
