@@ -137,7 +137,7 @@ var ARM64 = &Arch{
 	// siginfo (128 bytes), then ucontext, whose uc_mcontext (16-aligned,
 	// at 176) starts with fault_address, then regs[31], sp, pc, pstate
 	SigframeRegs: 128 + 176 + 8,
-	PrstatusRegs:   112,
+	PrstatusRegs: 112,
 	CTypes: map[string]CType{
 		"pthread_mutex_t": {48, 8},
 		"pthread_cond_t":  {48, 8},

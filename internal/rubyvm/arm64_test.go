@@ -224,6 +224,17 @@ func TestArm64Live(t *testing.T) {
 			t.Errorf("layout from %s, want the built-in aarch64 table", vm.Layout.Source)
 		}
 		checkStacks(t, rb, &rep, vm, threads, false)
+		// Native stacks are refused, thread by thread, not read from
+		// the emulator's registers.
+		captured, err := stacks.Capture(vm.T, vm, stacks.Options{Native: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, th := range captured {
+			if len(th.NativeFrames()) > 0 || !strings.Contains(th.NativeError, "emulator") {
+				t.Errorf("thread %d: %d native frames, error %q; want none, said to be the emulator's", th.TID, len(th.NativeFrames()), th.NativeError)
+			}
+		}
 	})
 	t.Run("census", func(t *testing.T) {
 		p := testruby.Start(t, rb, "heap_census.rb", nil)
