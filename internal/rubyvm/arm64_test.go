@@ -1,6 +1,7 @@
 package rubyvm_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -25,8 +26,8 @@ import (
 // writes the guest's aarch64 core when the program dies of a signal
 // (qemu_<prog>_<time>_<pid>.core). It returns the core, the report and
 // what the program printed. kill, when set, is called with the program's
-// PID once its report is written, to end it.
-func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill func(pid int), args ...string) (core, output string) {
+// PID and its report's path once the report is written, to end it.
+func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill func(pid int, report string), args ...string) (core, output string) {
 	t.Helper()
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
@@ -63,7 +64,7 @@ func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill 
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		kill(cmd.Process.Pid)
+		kill(cmd.Process.Pid, report)
 	}
 	if err := cmd.Wait(); err == nil {
 		t.Fatalf("the program ended without a signal:\n%s", out.String())
@@ -257,7 +258,7 @@ func TestArm64Live(t *testing.T) {
 func TestArm64CoreCensus(t *testing.T) {
 	rb := testruby.Arm64(t)
 	var rep heapReport
-	core, _ := runArm64Crash(t, rb, "heap_census.rb", &rep, func(pid int) {
+	core, _ := runArm64Crash(t, rb, "heap_census.rb", &rep, func(pid int, _ string) {
 		readThreads(t, pid, true) // until the main thread sleeps: the heap is as counted
 		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
 			t.Fatal(err)
@@ -269,4 +270,47 @@ func TestArm64CoreCensus(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCensus(t, vm, c, &rep)
+}
+
+// TestArm64HeapDump dumps testdata/heap_dump.rb's heap on Debian's arm64
+// Ruby under qemu-aarch64-static and compares with the program's own
+// ObjectSpace.dump_all, object by object for everything reachable from
+// $dump_root: live through the emulator (whose registers are not the
+// program's, so no machine-context root), then from the aarch64 core
+// qemu writes when the program is killed with SIGABRT (with the machine
+// context, from the guest's registers and stacks).
+func TestArm64HeapDump(t *testing.T) {
+	rb := testruby.Arm64(t)
+	rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
+	var rep dumpReport
+	core, _ := runArm64Crash(t, rb, "heap_dump.rb", &rep, func(pid int, report string) {
+		vm, _ := readThreads(t, pid, true) // until the main thread sleeps: the heap is as dumped
+		t.Run("live", func(t *testing.T) {
+			var live dumpReport
+			if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &live) != nil {
+				t.Fatalf("report: %v", err)
+			}
+			var out bytes.Buffer
+			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{MachineContext: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("live: %d objects, %d roots, %d skipped", st.Objects, st.Roots, st.Skipped)
+			checkDump(t, &out, st, &live, rubyDump, false)
+		})
+		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
+			t.Fatal(err)
+		}
+	}, rubyDump)
+	t.Run("core", func(t *testing.T) {
+		_, vm := openArm64Core(t, rb, core)
+		vm.PrepareHeapDump()
+		var out bytes.Buffer
+		st, err := vm.HeapDump(&out, rubyvm.DumpOptions{MachineContext: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("core: %d objects, %d roots, %d skipped", st.Objects, st.Roots, st.Skipped)
+		checkDump(t, &out, st, &rep, rubyDump, true)
+	})
 }

@@ -1433,8 +1433,8 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 	}
 	for _, th := range ths {
 		regs, err := d.v.T.Registers(th.TID)
-		if err != nil {
-			continue
+		if err != nil || regs.Arch.Machine != d.v.Image.File.Machine {
+			continue // none, or an emulator's own (qemu-user's), not the program's
 		}
 		for _, r := range regs.Values() {
 			add(r)
