@@ -158,6 +158,15 @@ func ForMachine(m elf.Machine) (*Arch, error) {
 	return nil, fmt.Errorf("%v: rbscope reads %s only", m, Names())
 }
 
+// MachineName names the architecture of ELF machine m ("aarch64"), or the
+// machine as debug/elf spells it when rbscope describes none.
+func MachineName(m elf.Machine) string {
+	if a, err := ForMachine(m); err == nil {
+		return a.Name
+	}
+	return m.String()
+}
+
 // Host is the architecture rbscope runs on (that of the live processes it
 // reads through ptrace).
 func Host() *Arch {

@@ -3,6 +3,7 @@ package rubyvm_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/arch"
+	"github.com/rbscope/rbscope/internal/rubyexec"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
@@ -225,6 +227,11 @@ func TestArm64Live(t *testing.T) {
 			t.Errorf("layout from %s, want the built-in aarch64 table", vm.Layout.Source)
 		}
 		checkStacks(t, rb, &rep, vm, threads, false)
+		// Running code in it is refused before anything is done: the
+		// threads rbscope would borrow are the emulator's.
+		if _, err := rubyexec.Run(vm.T.(*target.Live), vm, "1 + 1", rubyexec.Options{}); !errors.Is(err, rubyexec.ErrEmulated) {
+			t.Errorf("exec in the emulated process: %v, want ErrEmulated", err)
+		}
 		// Native stacks are refused, thread by thread, not read from
 		// the emulator's registers.
 		captured, err := stacks.Capture(vm.T, vm, stacks.Options{Native: true})

@@ -1,7 +1,6 @@
 package stacks
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"slices"
@@ -140,7 +139,7 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 					continue
 				}
 				if vm != nil && r.Arch != nil && r.Arch.Machine != vm.Image.File.Machine {
-					nativeErr[tid] = fmt.Errorf("%w (its Ruby is %s code, the registers %s's)", ErrEmulated, archName(vm.Image.File.Machine), r.Arch.Name)
+					nativeErr[tid] = fmt.Errorf("%w (its Ruby is %s code, the registers %s's)", ErrEmulated, arch.MachineName(vm.Image.File.Machine), r.Arch.Name)
 					continue
 				}
 				regs[tid] = r
@@ -250,12 +249,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// archName names the architecture of ELF machine m.
-func archName(m elf.Machine) string {
-	if a, err := arch.ForMachine(m); err == nil {
-		return a.Name
-	}
-	return m.String()
 }
