@@ -141,6 +141,14 @@ func TestArm64CoreStacks(t *testing.T) {
 	rb := testruby.Arm64(t)
 	var rep selfReport
 	core, output := runArm64Crash(t, rb, "core_crash.rb", &rep, nil)
+	// Without the sysroot the libraries the dynamic linker loaded, by
+	// the arm64 system's paths, are not here: refused, naming --sysroot.
+	if c, err := target.OpenCore(core, target.CoreOptions{}); err == nil || !strings.Contains(err.Error(), "--sysroot") {
+		t.Errorf("the core opened without its sysroot: %v, want an error naming --sysroot", err)
+		if c != nil {
+			c.Close()
+		}
+	}
 	c, vm := openArm64Core(t, rb, core)
 	if sig, tid := c.Signal(); sig != int(syscall.SIGABRT) || tid != rep.PID {
 		t.Errorf("core says signal %d in tid %d, want SIGABRT (Ruby's [BUG] handler aborts) in %d", sig, tid, rep.PID)

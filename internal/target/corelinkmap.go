@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/procfs"
 )
 
 // Auxiliary vector entries the link map's walk starts from.
@@ -83,6 +85,7 @@ func (c *Core) linkMapFiles() ([]Mapping, error) {
 	}
 	// struct r_debug: r_version (int), r_map at 8. struct link_map:
 	// l_addr, l_name, l_ld, l_next, l_prev.
+	var missing error // the first Ruby image that cannot be opened
 	lm, err := c.word(rdebug + 8)
 	for n := 0; err == nil && lm != 0 && n < maxLinkMapObjects; n++ {
 		var l [4]uint64
@@ -99,12 +102,19 @@ func (c *Core) linkMapFiles() ([]Mapping, error) {
 			if ef, _, oerr := c.openELF(name); oerr == nil {
 				files = append(files, segmentsOf(ef, name, l[0], page)...)
 				ef.Close()
+			} else if procfs.IsRubyImage(name) && missing == nil {
+				missing = oerr
 			}
 		}
 		lm = l[3]
 	}
 	if err != nil {
 		return c.splitAtSegments(files), fmt.Errorf("no NT_FILE note, and the dynamic linker's link map cannot be read: %w", err)
+	}
+	if missing != nil {
+		// Its memory is in the core but not its code, nor where it lies:
+		// without the file the Ruby cannot be read.
+		return nil, fmt.Errorf("it has no NT_FILE note (qemu-user writes none), so its mapped files are the objects its dynamic linker loaded, by the paths it loaded them from; the Ruby among them cannot be opened: %w (--sysroot names the directory that holds the crashed system's files)", missing)
 	}
 	return c.splitAtSegments(files), nil
 }
