@@ -11,9 +11,8 @@ import (
 // tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
 // read from the C library's struct pthread (glibc's or musl's), or, where
 // the C library's image cannot be read (a core from another machine), the
-// thread whose thread pointer
-// (fs_base, which on x86-64 Linux is the pthread_t) is pt. 0 when neither
-// knows.
+// thread whose thread pointer leads to pt (tidByThreadPointer). 0 when
+// neither knows.
 func (v *VM) tidOfPthread(pt uint64) int {
 	if pt == 0 {
 		return 0
