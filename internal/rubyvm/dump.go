@@ -1488,7 +1488,7 @@ func (v *VM) withTarget(t target.Target) *VM {
 	w := *v
 	w.T = t
 	w.m = mem{t: t}
-	w.threadPointers = nil
+	w.tpTIDs = nil
 	w.live = false
 	w.ForgetCaches()
 	return &w

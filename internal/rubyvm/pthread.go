@@ -53,8 +53,8 @@ const maxPthreadSize = 4096
 // threads' structs lie far apart, each at its own stack's top). 0 when
 // none does.
 func (v *VM) tidByThreadPointer(pt uint64) int {
-	if v.threadPointers == nil {
-		v.threadPointers = map[uint64]int{}
+	if v.tpTIDs == nil {
+		v.tpTIDs = map[uint64]int{}
 		if v.live {
 			return 0 // threads come and go: no map kept
 		}
@@ -64,15 +64,15 @@ func (v *VM) tidByThreadPointer(pt uint64) int {
 		}
 		for _, tid := range tids {
 			if regs, err := v.T.Registers(tid); err == nil && regs.TP != 0 {
-				v.threadPointers[regs.TP] = tid
+				v.tpTIDs[regs.TP] = tid
 				v.tpIsPthread = regs.Arch.TPIsPthread
 			}
 		}
 	}
 	if v.tpIsPthread {
-		return v.threadPointers[pt]
+		return v.tpTIDs[pt]
 	}
-	for tp, tid := range v.threadPointers {
+	for tp, tid := range v.tpTIDs {
 		if tp > pt && tp-pt < maxPthreadSize {
 			return tid
 		}
