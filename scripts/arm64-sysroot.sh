@@ -24,7 +24,8 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 elif ! apt-cache show libruby3.1:arm64 >/dev/null 2>&1; then
   apt-get update -qq
 fi
-debs=$(mktemp -d /var/cache/rbscope/.arm64-debs.XXXXXX)
+mkdir -p "$(dirname "$root")"
+debs=$(mktemp -d "$(dirname "$root")/.debs.XXXXXX")
 trap 'rm -rf "$debs"' EXIT
 chmod 0755 "$debs"
 (cd "$debs" && apt-get download -qq $(for p in $packages; do echo "$p:arm64"; done)) >&2
