@@ -23,68 +23,6 @@ import (
 	"github.com/rbscope/rbscope/internal/testvm"
 )
 
-// runArm64Crash runs script (with a report path first) on Debian's arm64
-// Ruby under qemu-aarch64-static in a directory of its own, where qemu
-// writes the guest's aarch64 core when the program dies of a signal
-// (qemu_<prog>_<time>_<pid>.core). It returns the core, the report and
-// what the program printed. kill, when set, is called with the program's
-// PID and its report's path once the report is written, to end it.
-func runArm64Crash(t *testing.T, rb testruby.Ruby, script string, rep any, kill func(pid int, report string), args ...string) (core, output string) {
-	t.Helper()
-	dir := t.TempDir()
-	report := filepath.Join(dir, "report.json")
-	cmd := rb.Command(append([]string{testruby.Testdata(script), report}, args...)...)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// qemu writes a core as the kernel would: within the core size
-	// limit, which the program inherits (raised to the hard limit).
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &lim)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	timer := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
-	defer timer.Stop()
-	if kill != nil {
-		// Not waited for meanwhile: kill may pause it with ptrace, and
-		// a parent's wait would take the tracer's stops.
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			if _, err := os.Stat(report); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatalf("no report within 2 minutes:\n%s", out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		kill(cmd.Process.Pid, report)
-	}
-	if err := cmd.Wait(); err == nil {
-		t.Fatalf("the program ended without a signal:\n%s", out.String())
-	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatalf("no report: %v\n%s", err, out.String())
-	}
-	if err := json.Unmarshal(b, rep); err != nil {
-		t.Fatal(err)
-	}
-	cores, _ := filepath.Glob(filepath.Join(dir, "qemu_*.core"))
-	if len(cores) != 1 {
-		t.Fatalf("qemu wrote %d cores (%v); is the core size limit 0? output:\n%s", len(cores), cores, out.String())
-	}
-	return cores[0], out.String()
-}
-
 // openArm64Core reads a qemu-made aarch64 core with the sysroot's files.
 func openArm64Core(t *testing.T, rb testruby.Ruby, core string) (*target.Core, *rubyvm.VM) {
 	t.Helper()
@@ -140,7 +78,7 @@ func cBacktrace(output string) []uint64 {
 func TestArm64CoreStacks(t *testing.T) {
 	rb := testruby.Arm64(t)
 	var rep selfReport
-	core, output := runArm64Crash(t, rb, "core_crash.rb", &rep, nil)
+	core, output := testruby.EmulatedCore(t, rb, "core_crash.rb", &rep, nil)
 	// Without the sysroot the libraries the dynamic linker loaded, by
 	// the arm64 system's paths, are not here: refused, naming --sysroot.
 	if c, err := target.OpenCore(core, target.CoreOptions{}); err == nil || !strings.Contains(err.Error(), "--sysroot") {
@@ -273,7 +211,7 @@ func TestArm64Live(t *testing.T) {
 func TestArm64CoreCensus(t *testing.T) {
 	rb := testruby.Arm64(t)
 	var rep heapReport
-	core, _ := runArm64Crash(t, rb, "heap_census.rb", &rep, func(pid int, _ string) {
+	core, _ := testruby.EmulatedCore(t, rb, "heap_census.rb", &rep, func(pid int, _ string) {
 		readThreads(t, pid, true) // until the main thread sleeps: the heap is as counted
 		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
 			t.Fatal(err)
@@ -298,7 +236,7 @@ func TestArm64HeapDump(t *testing.T) {
 	rb := testruby.Arm64(t)
 	rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
 	var rep dumpReport
-	core, _ := runArm64Crash(t, rb, "heap_dump.rb", &rep, func(pid int, report string) {
+	core, _ := testruby.EmulatedCore(t, rb, "heap_dump.rb", &rep, func(pid int, report string) {
 		vm, _ := readThreads(t, pid, true) // until the main thread sleeps: the heap is as dumped
 		t.Run("live", func(t *testing.T) {
 			var live dumpReport
