@@ -8,7 +8,7 @@ BIN := bin/rbscope
 # (as Alpine's Rubies run).
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
-.PHONY: wasm all build deps rubies demo test vet bench clean docs dist
+.PHONY: wasm all build deps rubies demo test test-arm64 vet bench clean docs dist
 
 all: build
 
@@ -33,10 +33,13 @@ build:
 # on SQLite (its debconf answers set first, below), Jekyll, and
 # stackprof, the in-process profiler they are compared with; heapy, a
 # reader of dump_all's format that rbscope's dumps must not break.
+# qemu-user-static runs Debian's arm64 Ruby (its sysroot made by
+# scripts/arm64-sysroot.sh) for the arm64 tests, and arm64 test binaries.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
-	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy
+	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy \
+	qemu-user-static
 
 # REDMINE_DEBCONF answers the redmine package's questions: SQLite, so that
 # its installation needs no database server.
@@ -51,6 +54,7 @@ deps:
 	@missing=$$(for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "$$REDMINE_DEBCONF" | debconf-set-selections; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	@scripts/arm64-sysroot.sh >/dev/null
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they
@@ -72,18 +76,22 @@ demo: deps build
 docs:
 	$(GO) test ./cmd/rbscope -run '^TestReferenceDocs$$' -count=1 -update-docs
 
-# dist builds the release for linux/amd64 into dist/ (tools/dist): a static
-# binary in rbscope-VERSION-linux-amd64.tar.gz with the man pages, the bash,
+# dist builds the release for linux/amd64 and linux/arm64 into dist/
+# (tools/dist; the architectures are internal/arch.All): for each, a static
+# binary in rbscope-VERSION-linux-ARCH.tar.gz with the man pages, the bash,
 # zsh and fish completions, the agent's systemd unit and the documentation
 # (README.md, docs/: the pages error messages name), and the Debian package
-# rbscope_VERSION_amd64.deb (the documentation under /usr/share/doc/rbscope). VERSION defaults to the tag vX.Y.Z at
-# HEAD, else 0.0.0~gitDATE.COMMIT.
+# rbscope_VERSION_ARCH.deb (the documentation under /usr/share/doc/rbscope).
+# VERSION defaults to the tag vX.Y.Z at HEAD, else 0.0.0~gitDATE.COMMIT.
 VERSION ?=
 dist:
 	$(GO) run ./tools/dist -o dist $(if $(VERSION),-version $(VERSION))
 
+# vet vets the code as built for every architecture rbscope is released
+# for (internal/arch.All).
 vet:
 	$(GO) vet ./...
+	GOARCH=arm64 $(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 # wasm fetches the npm packages of CRuby 3.2, 3.3, 3.4 and 4.0 for
@@ -100,8 +108,18 @@ wasm:
 # Packages are tested one at a time (-p 1): several tests measure timing
 # (a known CPU split, thread births) and others start CPU-bound Ruby
 # programs, and on two cores they must not run side by side.
-test: deps rubies wasm vet
+# ARM64_TEST_PACKAGES are the packages whose tests need neither ptrace nor
+# a Ruby of the host's architecture: test-arm64 runs them built for arm64
+# under qemu-aarch64-static (about 40 s on two cores).
+ARM64_TEST_PACKAGES := ./internal/arch ./internal/rubyvm/layout ./internal/profile \
+	./internal/wire ./internal/textsafe ./internal/procfs ./internal/rawfile \
+	./internal/output ./internal/libc ./internal/malloc
+
+test: deps rubies wasm vet test-arm64
 	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 -timeout 40m ./...
+
+test-arm64:
+	GOARCH=arm64 $(GO) test -exec qemu-aarch64-static -p 1 -count=1 $(ARM64_TEST_PACKAGES)
 
 bench: deps build
 	bench/stack.sh

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -54,8 +55,10 @@ func buildVersion() wire.Version {
 	if v.Version == "" {
 		v.Version = "devel"
 	}
-	for _, f := range layouts.Families() {
-		v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.Committed(f).Checked})
+	for _, a := range arch.All {
+		for _, f := range layouts.FamiliesFor(a) {
+			v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.CommittedArch(a, f).Checked, Arch: a.Name})
+		}
 	}
 	return v
 }
@@ -76,7 +79,7 @@ func printVersion(w io.Writer, v wire.Version) {
 	fmt.Fprintf(w, "go:      %s %s\n", v.GoVersion, v.Platform)
 	fmt.Fprintln(w, "Ruby families with a built-in layout table (for Rubies without debug information):")
 	for _, f := range v.RubyFamilies {
-		fmt.Fprintf(w, "  %-5s made from %s\n", f.Family, f.MadeFrom)
+		fmt.Fprintf(w, "  %-5s made from %-6s %s\n", f.Family, f.MadeFrom, f.Arch)
 	}
 	fmt.Fprintln(w, "Any other Ruby is read through its own debug information (DWARF).")
 }

@@ -73,6 +73,9 @@ type Session struct {
 // (while tracing is still on, so the records of what it frees are
 // dropped).
 func Start(t *target.Live, vm *rubyvm.VM, window, timeout time.Duration, gc bool) (*Session, error) {
+	if err := rubyexec.Runnable(vm); err != nil {
+		return nil, err
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("random token: %w", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -27,9 +28,9 @@ var (
 // headers are never mapped.
 //
 // When even the ELF header is not in memory the Image has no program
-// headers and no symbols (its File is empty but for the machine, so that
-// callers need not test for it), and err says why; the VM must then be
-// found some other way.
+// headers and no symbols (its File is empty but for the machine, the
+// core's architecture, so that callers need not test for it), and err
+// says why; the VM must then be found some other way.
 func OpenInMemory(t target.Target, maps []target.Mapping, path string) (*Image, error) {
 	mf := &memFile{t: t}
 	for _, m := range maps {
@@ -41,8 +42,12 @@ func OpenInMemory(t target.Target, maps []target.Mapping, path string) (*Image, 
 		return nil, fmt.Errorf("%s: not mapped in the process", path)
 	}
 	sort.SliceStable(mf.maps, func(i, j int) bool { return mf.maps[i].Offset < mf.maps[j].Offset })
+	machine := elf.EM_X86_64
+	if c, ok := t.(interface{ Arch() *arch.Arch }); ok {
+		machine = c.Arch().Machine // a core's, from its ELF header
+	}
 	empty := &Image{Path: path, InMemory: true, debug: &DebugSource{},
-		File: &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64}}}
+		File: &elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: machine}}}
 	ef, err := target.ReadELFHeaders(mf)
 	if err != nil {
 		return empty, fmt.Errorf("%s: %w: %w", path, ErrNoELFHeader, err)

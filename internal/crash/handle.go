@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
@@ -634,11 +635,12 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 		crashing := th.TID == crashed || len(threads) == 1
 		if crashing {
 			ns.registers = map[string]string{}
+			names := th.Regs.Names()
 			for i, v := range th.Regs.Values() {
-				ns.registers[target.RegNames[i]] = fmt.Sprintf("%#x", v)
+				ns.registers[names[i]] = fmt.Sprintf("%#x", v)
 			}
 		}
-		nt := wire.CrashNativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.RIP), SP: fmt.Sprintf("%#x", th.Regs.RSP)}
+		nt := wire.CrashNativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.PC()), SP: fmt.Sprintf("%#x", th.Regs.SP())}
 		if c, ok := captured[th.TID]; ok {
 			frames := c.NativeFrames()
 			for k, f := range frames {
@@ -674,13 +676,14 @@ func (c *noteCatcher) threads() ([]target.CoreThread, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the core does not start like an ELF core: %w", err)
 	}
-	if ef.Type != elf.ET_CORE || ef.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("not an x86-64 core (type %v, machine %v)", ef.Type, ef.Machine)
+	a, err := arch.ForMachine(ef.Machine)
+	if ef.Type != elf.ET_CORE || err != nil {
+		return nil, fmt.Errorf("not a core rbscope reads (type %v, machine %v)", ef.Type, ef.Machine)
 	}
 	var all []target.CoreThread
 	var firstErr error
 	for _, nr := range c.notes {
-		ths, err := target.ParseCoreThreads(nr.data)
+		ths, err := target.ParseCoreThreads(nr.data, a)
 		all = append(all, ths...)
 		if err != nil && firstErr == nil {
 			firstErr = err

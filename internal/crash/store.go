@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
@@ -166,6 +167,17 @@ func cleanArgs(args []string) string {
 	return strings.Join(out, " ")
 }
 
+// registerNames lists a report's registers in the order its
+// architecture's kernel records them.
+func registerNames(regs map[string]string) []string {
+	for _, a := range arch.All {
+		if _, ok := regs[a.Regs[0]]; ok {
+			return target.Regs{Arch: a}.Names()
+		}
+	}
+	return nil
+}
+
 // WriteText writes the report for people; everything in it that came from
 // the crashed process has its unprintable bytes escaped (textsafe.Clean).
 func WriteText(w io.Writer, r *wire.CrashReport) {
@@ -191,7 +203,7 @@ func WriteText(w io.Writer, r *wire.CrashReport) {
 	}
 	if r.Registers != nil {
 		fmt.Fprintf(w, "\nregisters of thread %d:\n", r.TID)
-		for i, name := range target.RegNames {
+		for i, name := range registerNames(r.Registers) {
 			fmt.Fprintf(w, "  %-8s %-18s", name, r.Registers[name])
 			if i%3 == 2 {
 				fmt.Fprintln(w)

@@ -34,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
@@ -98,6 +99,21 @@ func (e *RubyError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Class, e.Message)
 }
 
+// ErrEmulated refuses to run code in a process that runs another
+// architecture's code under an emulator (qemu-user): rbscope would borrow
+// the emulator's threads, run system calls in the emulator and call the
+// Ruby's functions as this machine's code.
+var ErrEmulated = errors.New("the process runs another architecture's code under an emulator; rbscope runs code only in processes of its own architecture")
+
+// Runnable says whether rbscope can run code in the process whose VM is
+// vm: its Ruby is code of the machine rbscope runs on.
+func Runnable(vm *rubyvm.VM) error {
+	if host := arch.Host(); vm.Image.File.Machine != host.Machine {
+		return fmt.Errorf("%w (its Ruby is %s code, rbscope runs on %s)", ErrEmulated, arch.MachineName(vm.Image.File.Machine), host.Name)
+	}
+	return nil
+}
+
 // Run evaluates code in the process of t (a live target whose VM is vm)
 // with self the program's main object and the top-level locals visible,
 // and returns its result's inspect or the exception it raised.
@@ -107,6 +123,9 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 	}
 	if opt.Name == "" {
 		opt.Name = "(rbscope exec)"
+	}
+	if err := Runnable(vm); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	register, evalString, err := jobFunctions(t, vm, "rb_eval_string")

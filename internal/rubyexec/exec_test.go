@@ -190,9 +190,9 @@ func closeOnlyPipe(t *testing.T, tg *target.Live, pid int, reuse bool, closeIt f
 	}
 	if reuse {
 		// The program's own doing, as rbscope sees it: its stdin
-		// duplicated onto the number (dup2 closes the pipe first).
+		// duplicated onto the number (dup3 closes the pipe first).
 		err := tg.WhilePaused([]int{pid}, func(s *target.Stopped) error {
-			_, err := s.Syscall(pid, unix.SYS_DUP2, 0, uint64(w))
+			_, err := s.Syscall(pid, unix.SYS_DUP3, 0, uint64(w), 0) // dup2 is dup3 without flags
 			return err
 		})
 		if err != nil || strings.HasPrefix(linkOf(w), "pipe:") {

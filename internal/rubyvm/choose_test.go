@@ -14,7 +14,7 @@ import (
 // the built-in table of its family, and a family without one is refused
 // with an error naming the version and the families rbscope has.
 func TestChooseLayoutWithoutDWARF(t *testing.T) {
-	im := &binary.Image{Path: "/opt/ruby/lib/libruby.so.3.0.7", File: &elf.File{}}
+	im := &binary.Image{Path: "/opt/ruby/lib/libruby.so.3.0.7", File: &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_X86_64}}}
 	for _, fam := range layouts.Families() {
 		l, err := chooseLayout(im, fam, fam+".0")
 		if err != nil {
@@ -35,6 +35,18 @@ func TestChooseLayoutWithoutDWARF(t *testing.T) {
 	}
 	if !strings.HasSuffix(err.Error(), "(see "+DocRubies+")") {
 		t.Errorf("error %q does not end with the page on supported Rubies, %s", err, DocRubies)
+	}
+	// An aarch64 image gets aarch64's tables, and only those.
+	arm := &binary.Image{Path: "/usr/lib/aarch64-linux-gnu/libruby-3.1.so.3.1.2", File: &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_AARCH64}}}
+	if l, err := chooseLayout(arm, "3.1", "3.1.2"); err != nil || l != nil && (l.Source != "table" || l.VMObjspace == layouts.For("3.1").VMObjspace) {
+		t.Errorf("aarch64 3.1: %v, %+v; want the aarch64 table", err, l)
+	}
+	if _, err := chooseLayout(arm, "3.3", "3.3.8"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "(for aarch64)") {
+		t.Errorf("aarch64 3.3 without DWARF: %v, want ErrUnsupported naming aarch64's tables", err)
+	}
+	riscv := &binary.Image{Path: "/usr/lib/libruby.so", File: &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_RISCV}}}
+	if _, err := chooseLayout(riscv, "3.1", "3.1.2"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a RISC-V image: %v, want ErrUnsupported", err)
 	}
 	v := &VM{VersionFrom: "the mapped file /opt/ruby/lib/libruby.so.3.0.7"}
 	if err := v.withVersionSource(err); !strings.HasSuffix(err.Error(), "(see "+DocRubies+")") || !strings.Contains(err.Error(), "version taken from") || !errors.Is(err, ErrUnsupported) {

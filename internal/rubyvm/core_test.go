@@ -133,7 +133,7 @@ func TestKernelCoreStacks(t *testing.T) {
 			if sig, tid := c.Signal(); (sig != int(syscall.SIGABRT) && sig != int(syscall.SIGSEGV)) || tid != rep.PID {
 				t.Errorf("core says signal %d in tid %d, want SIGABRT or SIGSEGV in %d", sig, tid, rep.PID)
 			}
-			if regs, err := c.Registers(rep.PID); err != nil || regs.RSP == 0 || regs.RIP == 0 {
+			if regs, err := c.Registers(rep.PID); err != nil || regs.SP() == 0 || regs.PC() == 0 {
 				t.Errorf("main thread's registers: %+v (%v)", regs, err)
 			}
 			checkStacks(t, rb, &rep, vm, threads, false)

@@ -1414,10 +1414,6 @@ func appendCG(b []byte, f float64, alt bool) []byte {
 // maxMachineStack bounds the bytes of one thread's machine stack scanned.
 const maxMachineStack = 64 << 20
 
-// redZone is the bytes below a thread's stack pointer a leaf function may
-// use without moving it (the x86_64 System V ABI).
-const redZone = 128
-
 // machineContext returns what the threads' machine stacks (from each
 // stopped thread's stack pointer, less the red zone, to the stack start
 // Ruby recorded in its execution context) and registers point at among
@@ -1437,8 +1433,8 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 	}
 	for _, th := range ths {
 		regs, err := d.v.T.Registers(th.TID)
-		if err != nil {
-			continue
+		if err != nil || regs.Arch.Machine != d.v.Image.File.Machine {
+			continue // none, or an emulator's own (qemu-user's), not the program's
 		}
 		for _, r := range regs.Values() {
 			add(r)
@@ -1448,7 +1444,7 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 			continue
 		}
 		start, err := d.v.m.u64(at(ec, L.ECMachineStart))
-		lo := (regs.RSP - redZone) &^ 7
+		lo := (regs.SP() - regs.Arch.RedZone) &^ 7 // a leaf function's red zone
 		if err != nil || start <= lo || start-lo > maxMachineStack {
 			continue
 		}
@@ -1492,7 +1488,7 @@ func (v *VM) withTarget(t target.Target) *VM {
 	w := *v
 	w.T = t
 	w.m = mem{t: t}
-	w.fsBases = nil
+	w.tpTIDs = nil
 	w.live = false
 	w.ForgetCaches()
 	return &w

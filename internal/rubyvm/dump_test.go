@@ -110,111 +110,7 @@ func TestHeapDumpMatchesDumpAll(t *testing.T) {
 			if st.Skipped != 0 || st.SkippedPages != 0 {
 				t.Errorf("%d objects and %d pages skipped in a paused process", st.Skipped, st.SkippedPages)
 			}
-			if st.Bytes != int64(out.Len()) {
-				t.Errorf("stats say %d bytes, %d written", st.Bytes, out.Len())
-			}
-			mine, myRoots := readDump(t, bytes.NewReader(out.Bytes()), "rbscope dump")
-			f, err := os.Open(rubyDump)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			theirs, _ := readDump(t, f, rubyDump)
-			if uint64(len(mine)) != st.Objects+st.Shapes {
-				t.Errorf("%d object and shape lines, stats say %d and %d", len(mine), st.Objects, st.Shapes)
-			}
-
-			// Nearly the same objects overall (the dump and the report
-			// allocate, the GC after them frees).
-			common := 0
-			compareShapes(t, out.Bytes(), rubyDump)
-			for a, o := range theirs {
-				if o.Type == "SHAPE" { // compared above
-					delete(theirs, a)
-					delete(mine, a)
-				}
-			}
-			for a := range theirs {
-				if mine[a] != nil {
-					common++
-				}
-			}
-			t.Logf("dump_all: %d objects, rbscope: %d, common: %d", len(theirs), len(mine), common)
-			if float64(common) < 0.99*float64(len(theirs)) {
-				t.Errorf("only %d of dump_all's %d objects in rbscope's dump", common, len(theirs))
-			}
-
-			// Exactly the same for everything reachable from $dump_root.
-			root := parseAddr(t, rep.Root)
-			if !slices.Contains(myRoots["global_tbl"], root) {
-				t.Errorf("$dump_root %#x not in the global_tbl root (%d references)", root, len(myRoots["global_tbl"]))
-			}
-			for _, name := range []string{"vm", "machine_context"} {
-				if len(myRoots[name]) == 0 {
-					t.Errorf("no %q root", name)
-				}
-			}
-			seen := map[uint64]bool{root: true}
-			queue := []uint64{root}
-			compared, bad := 0, 0
-			for len(queue) > 0 {
-				a := queue[0]
-				queue = queue[1:]
-				want, got := theirs[a], mine[a]
-				if want == nil {
-					t.Fatalf("%#x not in dump_all's dump", a)
-				}
-				if got == nil {
-					bad++
-					t.Errorf("%#x (%s) not in rbscope's dump", a, want.Type)
-					continue
-				}
-				compared++
-				if msg := compareObj(got, want); msg != "" {
-					bad++
-					if bad < 20 {
-						t.Errorf("%#x %s: %s", a, want.Type, msg)
-					}
-				}
-				if !fullyDecoded[want.Type] {
-					continue
-				}
-				for _, r := range want.Refs {
-					if !seen[r] {
-						seen[r] = true
-						queue = append(queue, r)
-					}
-				}
-			}
-			t.Logf("%d objects reachable from $dump_root compared, %d differ", compared, bad)
-			if compared < 900 {
-				t.Errorf("only %d objects compared", compared)
-			}
-
-			// Classes: superclass and name as dump_all says; references a
-			// subset of Ruby's (method tables are not decoded).
-			for _, k := range []string{"holder_class", "path_module"} {
-				a := parseAddr(t, rep.Known[k])
-				got, want := mine[a], theirs[a]
-				if got == nil || want == nil {
-					t.Errorf("%s %#x missing (rbscope %v, dump_all %v)", k, a, got != nil, want != nil)
-					continue
-				}
-				if got.Type != want.Type || got.Name != want.Name || got.Class != want.Class {
-					t.Errorf("%s: rbscope %s %q class %#x, dump_all %s %q class %#x", k, got.Type, got.Name, got.Class, want.Type, want.Name, want.Class)
-				}
-				for _, r := range got.Refs {
-					if !slices.Contains(want.Refs, r) {
-						t.Errorf("%s: reference %#x not in dump_all's %x", k, r, want.Refs)
-					}
-				}
-			}
-			pathArray := parseAddr(t, rep.Known["path_array"])
-			if !slices.Contains(mine[parseAddr(t, rep.Known["path_module"])].Refs, pathArray) {
-				t.Errorf("PathHolder does not reference its constant CONST")
-			}
-
-			checkGraph(t, out.Bytes(), rep, rubyDump)
+			checkDump(t, &out, st, rep, rubyDump, true)
 		})
 	}
 }
@@ -429,4 +325,116 @@ func lineOf(dump []byte, addr uint64) string {
 		}
 	}
 	return ""
+}
+
+// checkDump compares rbscope's dump of heap_dump.rb's heap (out, with its
+// stats st) with the program's own dump_all (rubyDump) and report; the
+// dump has a machine-context root when machineContext is set.
+func checkDump(t *testing.T, out *bytes.Buffer, st *rubyvm.DumpStats, rep *dumpReport, rubyDump string, machineContext bool) {
+	t.Helper()
+	if st.Bytes != int64(out.Len()) {
+		t.Errorf("stats say %d bytes, %d written", st.Bytes, out.Len())
+	}
+	mine, myRoots := readDump(t, bytes.NewReader(out.Bytes()), "rbscope dump")
+	f, err := os.Open(rubyDump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	theirs, _ := readDump(t, f, rubyDump)
+	if uint64(len(mine)) != st.Objects+st.Shapes {
+		t.Errorf("%d object and shape lines, stats say %d and %d", len(mine), st.Objects, st.Shapes)
+	}
+
+	// Nearly the same objects overall (the dump and the report
+	// allocate, the GC after them frees).
+	common := 0
+	compareShapes(t, out.Bytes(), rubyDump)
+	for a, o := range theirs {
+		if o.Type == "SHAPE" { // compared above
+			delete(theirs, a)
+			delete(mine, a)
+		}
+	}
+	for a := range theirs {
+		if mine[a] != nil {
+			common++
+		}
+	}
+	t.Logf("dump_all: %d objects, rbscope: %d, common: %d", len(theirs), len(mine), common)
+	if float64(common) < 0.99*float64(len(theirs)) {
+		t.Errorf("only %d of dump_all's %d objects in rbscope's dump", common, len(theirs))
+	}
+
+	// Exactly the same for everything reachable from $dump_root.
+	root := parseAddr(t, rep.Root)
+	if !slices.Contains(myRoots["global_tbl"], root) {
+		t.Errorf("$dump_root %#x not in the global_tbl root (%d references)", root, len(myRoots["global_tbl"]))
+	}
+	for _, name := range []string{"vm", "machine_context"} {
+		if len(myRoots[name]) == 0 && (name == "vm" || machineContext) {
+			t.Errorf("no %q root", name)
+		}
+	}
+	seen := map[uint64]bool{root: true}
+	queue := []uint64{root}
+	compared, bad := 0, 0
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		want, got := theirs[a], mine[a]
+		if want == nil {
+			t.Fatalf("%#x not in dump_all's dump", a)
+		}
+		if got == nil {
+			bad++
+			t.Errorf("%#x (%s) not in rbscope's dump", a, want.Type)
+			continue
+		}
+		compared++
+		if msg := compareObj(got, want); msg != "" {
+			bad++
+			if bad < 20 {
+				t.Errorf("%#x %s: %s", a, want.Type, msg)
+			}
+		}
+		if !fullyDecoded[want.Type] {
+			continue
+		}
+		for _, r := range want.Refs {
+			if !seen[r] {
+				seen[r] = true
+				queue = append(queue, r)
+			}
+		}
+	}
+	t.Logf("%d objects reachable from $dump_root compared, %d differ", compared, bad)
+	if compared < 900 {
+		t.Errorf("only %d objects compared", compared)
+	}
+
+	// Classes: superclass and name as dump_all says; references a
+	// subset of Ruby's (method tables are not decoded).
+	for _, k := range []string{"holder_class", "path_module"} {
+		a := parseAddr(t, rep.Known[k])
+		got, want := mine[a], theirs[a]
+		if got == nil || want == nil {
+			t.Errorf("%s %#x missing (rbscope %v, dump_all %v)", k, a, got != nil, want != nil)
+			continue
+		}
+		if got.Type != want.Type || got.Name != want.Name || got.Class != want.Class {
+			t.Errorf("%s: rbscope %s %q class %#x, dump_all %s %q class %#x", k, got.Type, got.Name, got.Class, want.Type, want.Name, want.Class)
+		}
+		for _, r := range got.Refs {
+			if !slices.Contains(want.Refs, r) {
+				t.Errorf("%s: reference %#x not in dump_all's %x", k, r, want.Refs)
+			}
+		}
+	}
+	pathArray := parseAddr(t, rep.Known["path_array"])
+	if !slices.Contains(mine[parseAddr(t, rep.Known["path_module"])].Refs, pathArray) {
+		t.Errorf("PathHolder does not reference its constant CONST")
+	}
+
+	checkGraph(t, out.Bytes(), rep, rubyDump)
 }

@@ -48,62 +48,69 @@ func TestHeapCensusMatchesCountObjects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("Ruby %s: %d objects, %d bytes, %d pages, %d slots, %d free, %d zombies, %d moved, %d skipped pages",
-				vm.Version, c.Objects, c.Bytes, c.Pages, c.Slots, c.Free, c.Zombies, c.Moved, c.SkippedPages)
-			if c.SkippedPages != 0 {
-				t.Errorf("%d pages could not be read from a paused process", c.SkippedPages)
-			}
-			if c.Slots != rep.CountObjects["TOTAL"] {
-				t.Errorf("heap slots: rbscope %d, count_objects TOTAL %d", c.Slots, rep.CountObjects["TOTAL"])
-			}
-			byType := map[string]rubyvm.CensusRow{}
-			for _, r := range c.ByType {
-				byType[r.Type] = r
-			}
-			for _, typ := range exactTypes {
-				if got, want := byType[typ].Count, rep.CountObjects["T_"+typ]; got != want {
-					t.Errorf("T_%s: rbscope counts %d, count_objects %d", typ, got, want)
-				}
-			}
-			if got, want := byType["IMEMO"].Count, rep.CountObjects["T_IMEMO"]; got < want || got > want+imemoSlack {
-				t.Errorf("T_IMEMO: rbscope counts %d, count_objects %d (allowed: up to %d more)", got, want, imemoSlack)
-			}
-			for typ, r := range byType {
-				if want := rep.CountObjects["T_"+typ]; r.Count != want {
-					t.Logf("T_%s: rbscope %d, count_objects %d", typ, r.Count, want)
-				}
-				if r.Bytes < r.Count*uint64(vm.Layout.BaseSlotSize) {
-					t.Errorf("T_%s: %d bytes for %d objects, less than a slot each", typ, r.Bytes, r.Count)
-				}
-			}
-			var probe rubyvm.CensusRow
-			for _, r := range c.ByClass {
-				if r.Class == "HeapProbe" {
-					if probe.Class != "" {
-						t.Errorf("two HeapProbe rows: %+v and %+v", probe, r)
-					}
-					probe = r
-				}
-			}
-			if probe.Count != rep.HeapProbe || probe.Type != "OBJECT" || rep.HeapProbe != 50_000 {
-				t.Errorf("HeapProbe row %+v, ObjectSpace.each_object(HeapProbe).count = %d (50000 made)", probe, rep.HeapProbe)
-			}
-			// 1000 Strings of 100..1099 bytes and 2000 Arrays of 10
-			// elements live in malloc'd buffers the bytes must include.
-			if s := byType["STRING"]; s.Bytes < s.Count*uint64(vm.Layout.BaseSlotSize)+(100+1099)*1000/2 {
-				t.Errorf("STRING bytes %d leave out the long strings' buffers", s.Bytes)
-			}
-			if a := byType["ARRAY"]; a.Bytes < a.Count*uint64(vm.Layout.BaseSlotSize)+2000*10*8 {
-				t.Errorf("ARRAY bytes %d leave out the arrays' buffers", a.Bytes)
-			}
-			var sumCount, sumBytes uint64
-			for _, r := range c.ByClass {
-				sumCount += r.Count
-				sumBytes += r.Bytes
-			}
-			if sumCount != c.Objects || sumBytes != c.Bytes {
-				t.Errorf("class rows sum to %d objects, %d bytes; census says %d, %d", sumCount, sumBytes, c.Objects, c.Bytes)
-			}
+			checkCensus(t, vm, c, &rep)
 		})
+	}
+}
+
+// checkCensus compares a census of heap_census.rb's heap with what the
+// program counted itself (rep).
+func checkCensus(t *testing.T, vm *rubyvm.VM, c *rubyvm.Census, rep *heapReport) {
+	t.Helper()
+	t.Logf("Ruby %s: %d objects, %d bytes, %d pages, %d slots, %d free, %d zombies, %d moved, %d skipped pages",
+		vm.Version, c.Objects, c.Bytes, c.Pages, c.Slots, c.Free, c.Zombies, c.Moved, c.SkippedPages)
+	if c.SkippedPages != 0 {
+		t.Errorf("%d pages could not be read from a paused process or a core", c.SkippedPages)
+	}
+	if c.Slots != rep.CountObjects["TOTAL"] {
+		t.Errorf("heap slots: rbscope %d, count_objects TOTAL %d", c.Slots, rep.CountObjects["TOTAL"])
+	}
+	byType := map[string]rubyvm.CensusRow{}
+	for _, r := range c.ByType {
+		byType[r.Type] = r
+	}
+	for _, typ := range exactTypes {
+		if got, want := byType[typ].Count, rep.CountObjects["T_"+typ]; got != want {
+			t.Errorf("T_%s: rbscope counts %d, count_objects %d", typ, got, want)
+		}
+	}
+	if got, want := byType["IMEMO"].Count, rep.CountObjects["T_IMEMO"]; got < want || got > want+imemoSlack {
+		t.Errorf("T_IMEMO: rbscope counts %d, count_objects %d (allowed: up to %d more)", got, want, imemoSlack)
+	}
+	for typ, r := range byType {
+		if want := rep.CountObjects["T_"+typ]; r.Count != want {
+			t.Logf("T_%s: rbscope %d, count_objects %d", typ, r.Count, want)
+		}
+		if r.Bytes < r.Count*uint64(vm.Layout.BaseSlotSize) {
+			t.Errorf("T_%s: %d bytes for %d objects, less than a slot each", typ, r.Bytes, r.Count)
+		}
+	}
+	var probe rubyvm.CensusRow
+	for _, r := range c.ByClass {
+		if r.Class == "HeapProbe" {
+			if probe.Class != "" {
+				t.Errorf("two HeapProbe rows: %+v and %+v", probe, r)
+			}
+			probe = r
+		}
+	}
+	if probe.Count != rep.HeapProbe || probe.Type != "OBJECT" || rep.HeapProbe != 50_000 {
+		t.Errorf("HeapProbe row %+v, ObjectSpace.each_object(HeapProbe).count = %d (50000 made)", probe, rep.HeapProbe)
+	}
+	// 1000 Strings of 100..1099 bytes and 2000 Arrays of 10
+	// elements live in malloc'd buffers the bytes must include.
+	if s := byType["STRING"]; s.Bytes < s.Count*uint64(vm.Layout.BaseSlotSize)+(100+1099)*1000/2 {
+		t.Errorf("STRING bytes %d leave out the long strings' buffers", s.Bytes)
+	}
+	if a := byType["ARRAY"]; a.Bytes < a.Count*uint64(vm.Layout.BaseSlotSize)+2000*10*8 {
+		t.Errorf("ARRAY bytes %d leave out the arrays' buffers", a.Bytes)
+	}
+	var sumCount, sumBytes uint64
+	for _, r := range c.ByClass {
+		sumCount += r.Count
+		sumBytes += r.Bytes
+	}
+	if sumCount != c.Objects || sumBytes != c.Bytes {
+		t.Errorf("class rows sum to %d objects, %d bytes; census says %d, %d", sumCount, sumBytes, c.Objects, c.Bytes)
 	}
 }

@@ -57,7 +57,16 @@ func init() {
 			}},
 		// The global variables' table.
 		"rb_global_tbl": {via: []string{"rb_gv_get", "rb_gv_set", "rb_define_hooked_variable"}, depth: 3,
-			accept: func(v *VM, c uint64) (uint64, bool) { return c, v.plausibleGlobalTbl(c) }},
+			accept: func(v *VM, c uint64) (uint64, bool) { return c, v.plausibleGlobalTbl(c) },
+			// a stripped image whose code rbscope does not decode
+			// (aarch64's) or a core without it
+			scan: func(v *VM, a, word uint64) bool {
+				if word == 0 || word&7 != 0 {
+					return false
+				}
+				m, ok := target.FindMapping(v.maps, word)
+				return ok && strings.Contains(m.Perms, "w") && v.plausibleGlobalTbl(a)
+			}},
 		// The generic instance variables' table (a static variable;
 		// 2.7 and 4.0 name it otherwise, see genericIvarTables).
 		"generic_iv_tbl_": {via: []string{"rb_mark_generic_ivar", "rb_free_generic_ivar", "rb_copy_generic_ivar"}, depth: 2,

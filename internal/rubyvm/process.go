@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/binary"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
@@ -97,7 +98,8 @@ type VM struct {
 	tidOff       uint64                // offset of the TID in the C library's struct pthread (0: none)
 	tidOffMusl   bool                  // tidOff is musl's (whose struct pthread starts with its address)
 	tidOffLooked bool                  // pthreadTIDOffset has run
-	fsBases      map[uint64]int        // a core's threads by fs_base (tidByFSBase)
+	tpTIDs       map[uint64]int        // a core's threads by thread pointer (tidByThreadPointer)
+	tpIsPthread  bool                  // the architecture's thread pointer is the pthread_t
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
@@ -355,10 +357,17 @@ func chooseLayout(im *binary.Image, family, version string) (*layout.Layout, err
 		}
 		dwarfErr = err
 	}
-	if l := layouts.For(family); l != nil {
+	a, err := arch.ForMachine(im.File.Machine)
+	if err != nil {
+		return nil, unsupported("Ruby %s: %w: %s is for %w", version, ErrUnsupported, im.Path, err)
+	}
+	if l := layouts.ForArch(a, family); l != nil {
 		return l, nil
 	}
-	builtin := "built-in tables: " + strings.Join(layouts.Families(), ", ")
+	builtin := "built-in tables: " + strings.Join(layouts.FamiliesFor(a), ", ")
+	if a != arch.AMD64 {
+		builtin += " (for " + a.Name + ")"
+	}
 	if dwarfErr != nil {
 		return nil, unsupported("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
 			version, ErrUnsupported, im.Path, firstLine(dwarfErr), family, builtin)

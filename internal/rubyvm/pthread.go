@@ -11,9 +11,8 @@ import (
 // tidOfPthread returns the kernel TID of the thread whose pthread_t is pt:
 // read from the C library's struct pthread (glibc's or musl's), or, where
 // the C library's image cannot be read (a core from another machine), the
-// thread whose thread pointer
-// (fs_base, which on x86-64 Linux is the pthread_t) is pt. 0 when neither
-// knows.
+// thread whose thread pointer leads to pt (tidByThreadPointer). 0 when
+// neither knows.
 func (v *VM) tidOfPthread(pt uint64) int {
 	if pt == 0 {
 		return 0
@@ -28,7 +27,7 @@ func (v *VM) tidOfPthread(pt uint64) int {
 			}
 		}
 	}
-	return v.tidByFSBase()[pt]
+	return v.tidByThreadPointer(pt)
 }
 
 // ownTID turns a TID read from the process's memory, which is the thread's
@@ -41,26 +40,44 @@ func (v *VM) ownTID(tid int) int {
 	return v.localTID(tid)
 }
 
-// tidByFSBase maps each thread's fs_base to its TID, on targets that hold
-// every thread's registers (cores).
-func (v *VM) tidByFSBase() map[uint64]int {
-	if v.fsBases != nil {
-		return v.fsBases
-	}
-	v.fsBases = map[uint64]int{}
-	if v.live {
-		return v.fsBases // threads come and go: no map kept
-	}
-	tids, err := v.T.Threads()
-	if err != nil {
-		return v.fsBases
-	}
-	for _, tid := range tids {
-		if regs, err := v.T.Registers(tid); err == nil && regs.FSBase != 0 {
-			v.fsBases[regs.FSBase] = tid
+// maxPthreadSize bounds the size of the C library's struct pthread (glibc
+// 2.36's is 1,856 bytes on arm64), for architectures whose thread pointer
+// points just past it.
+const maxPthreadSize = 4096
+
+// tidByThreadPointer returns the TID of the thread whose pthread_t is pt,
+// on targets that hold every thread's registers (cores): on x86_64 the
+// thread pointer (fs_base) is the pthread_t; where it points past the C
+// library's struct pthread (arm64's tpidr_el0, TLS variant I), the thread
+// whose thread pointer lies less than maxPthreadSize above pt (the
+// threads' structs lie far apart, each at its own stack's top). 0 when
+// none does.
+func (v *VM) tidByThreadPointer(pt uint64) int {
+	if v.tpTIDs == nil {
+		v.tpTIDs = map[uint64]int{}
+		if v.live {
+			return 0 // threads come and go: no map kept
+		}
+		tids, err := v.T.Threads()
+		if err != nil {
+			return 0
+		}
+		for _, tid := range tids {
+			if regs, err := v.T.Registers(tid); err == nil && regs.TP != 0 {
+				v.tpTIDs[regs.TP] = tid
+				v.tpIsPthread = regs.Arch.TPIsPthread
+			}
 		}
 	}
-	return v.fsBases
+	if v.tpIsPthread {
+		return v.tpTIDs[pt]
+	}
+	for tp, tid := range v.tpTIDs {
+		if tp > pt && tp-pt < maxPthreadSize {
+			return tid
+		}
+	}
+	return 0
 }
 
 // threadLib matches the C library that defines struct pthread: libc since

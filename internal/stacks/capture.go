@@ -1,9 +1,11 @@
 package stacks
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -86,6 +88,11 @@ type Options struct {
 // pause: registers are read from stopped threads.
 var ErrNativeNonblocking = fmt.Errorf("native stacks need the threads stopped to read their registers")
 
+// ErrEmulated says why a process's native stacks are not read: it runs
+// another architecture's code under an emulator (qemu-user), whose own
+// registers are all ptrace gives; its Ruby stacks read as any process's.
+var ErrEmulated = errors.New("the process runs under an emulator: its threads' registers are the emulator's, not the program's")
+
 // Capture reads the stacks of t's threads: the Ruby threads of vm (nil
 // for none) and, with opts.Native, every native thread's native stack.
 // A live target is paused for the read, and always resumed (target.Hold);
@@ -129,6 +136,10 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 				r, err := t.Registers(tid)
 				if err != nil {
 					nativeErr[tid] = err
+					continue
+				}
+				if vm != nil && r.Arch != nil && r.Arch.Machine != vm.Image.File.Machine {
+					nativeErr[tid] = fmt.Errorf("%w (its Ruby is %s code, the registers %s's)", ErrEmulated, arch.MachineName(vm.Image.File.Machine), r.Arch.Name)
 					continue
 				}
 				regs[tid] = r

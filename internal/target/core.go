@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/arch"
 )
 
 // Core is an ELF core file (written by the kernel or by gdb's gcore) read as
@@ -28,6 +30,7 @@ type Core struct {
 	maps    []Mapping
 	opts    CoreOptions
 	exePath string // the executable's path as the process saw it
+	arch    *arch.Arch
 
 	files   map[string]*os.File // mapped files opened for memory the core left out
 	fileErr map[string]error
@@ -55,37 +58,69 @@ type CoreThread struct {
 	Regs   Regs
 }
 
-// Regs are a thread's general registers: x86_64's struct user_regs_struct,
-// in its order.
+// Regs are a thread's general registers, as its architecture's kernel
+// records them (NT_PRSTATUS's pr_reg, ptrace's PTRACE_GETREGS), and its
+// thread pointer.
 type Regs struct {
-	R15, R14, R13, R12, RBP, RBX, R11, R10, R9, R8 uint64
-	RAX, RCX, RDX, RSI, RDI, OrigRAX               uint64
-	RIP, CS, EFlags, RSP, SS                       uint64
-	FSBase, GSBase, DS, ES, FS, GS                 uint64
+	// Arch says what the values are; nil for no registers.
+	Arch *arch.Arch
+	// V are the registers in Arch.Regs' order.
+	V []uint64
+	// TP is the thread pointer (fs_base, tpidr_el0), 0 when unknown.
+	TP uint64
 }
 
-// RegNames are the lower-case names of Regs' fields, in order, as the
-// kernel's user_regs_struct spells them.
-var RegNames = []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8",
-	"rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss",
-	"fs_base", "gs_base", "ds", "es", "fs", "gs"}
+// PC is the program counter.
+func (r Regs) PC() uint64 { return r.at(r.Arch.PC) }
 
-// Values returns the registers in RegNames' order.
-func (r Regs) Values() []uint64 {
-	v := reflect.ValueOf(r)
-	out := make([]uint64, v.NumField())
-	for i := range out {
-		out[i] = v.Field(i).Uint()
+// SP is the stack pointer.
+func (r Regs) SP() uint64 { return r.at(r.Arch.SP) }
+
+// Names are the registers' names, in Values' order (the thread pointer
+// last where pr_reg leaves it out).
+func (r Regs) Names() []string {
+	if r.Arch == nil {
+		return nil
 	}
-	return out
+	if r.Arch.TPIndex >= 0 {
+		return r.Arch.Regs
+	}
+	return append(slices.Clip(r.Arch.Regs), r.Arch.ThreadPointer)
+}
+
+// Values returns the registers in Names' order.
+func (r Regs) Values() []uint64 {
+	if r.Arch == nil || r.Arch.TPIndex >= 0 {
+		return r.V
+	}
+	return append(slices.Clip(r.V), r.TP)
+}
+
+func (r Regs) at(i int) uint64 {
+	if r.Arch == nil || i >= len(r.V) {
+		return 0
+	}
+	return r.V[i]
+}
+
+// regsFrom decodes the registers a of pr_reg (or PTRACE_GETREGS) holds.
+func regsFrom(a *arch.Arch, b []byte) Regs {
+	r := Regs{Arch: a, V: make([]uint64, len(a.Regs))}
+	for i := range r.V {
+		r.V[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	if a.TPIndex >= 0 {
+		r.TP = r.V[a.TPIndex]
+	}
+	return r
 }
 
 // ParseCoreThreads decodes the threads (TID, signal, registers) from the
 // bytes of a core's PT_NOTE segments, for readers that see a core stream by
 // rather than a file (the crash handler). It keeps what it could decode and
 // returns the first problem.
-func ParseCoreThreads(notes []byte) ([]CoreThread, error) {
-	cn, err := parseCoreNotes(notes)
+func ParseCoreThreads(notes []byte, a *arch.Arch) ([]CoreThread, error) {
+	cn, err := parseCoreNotes(notes, a)
 	return cn.threads, err
 }
 
@@ -168,10 +203,11 @@ func newCore(path string, f *os.File, opts CoreOptions) (*Core, error) {
 		}
 		return nil, fmt.Errorf("%s is %s (%s), not a core file", path, what, ef.Type)
 	}
-	if ef.Class != elf.ELFCLASS64 || ef.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("%s is a core of a %s %s process; rbscope reads x86_64 only", path, ef.Class, ef.Machine)
+	a, aerr := arch.ForMachine(ef.Machine)
+	if ef.Class != elf.ELFCLASS64 || ef.Data != elf.ELFDATA2LSB || aerr != nil {
+		return nil, fmt.Errorf("%s is a core of a %s %s %s process; rbscope reads 64-bit little-endian %s only", path, ef.Class, ef.Data, ef.Machine, arch.Names())
 	}
-	c := &Core{path: path, f: f, size: st.Size(), opts: opts, files: map[string]*os.File{}, fileErr: map[string]error{}}
+	c := &Core{path: path, f: f, size: st.Size(), opts: opts, arch: a, files: map[string]*os.File{}, fileErr: map[string]error{}}
 	var want uint64 // bytes the headers say the file holds
 	var noteData []byte
 	var noteErr error
@@ -195,7 +231,12 @@ func newCore(path string, f *os.File, opts CoreOptions) (*Core, error) {
 	if want > uint64(c.size) {
 		c.truncated = fmt.Sprintf("%s is truncated: %d of the %d bytes its headers describe; memory in the missing part cannot be read", path, c.size, want)
 	}
-	c.notes, err = parseCoreNotes(noteData)
+	c.notes, err = parseCoreNotes(noteData, a)
+	if len(c.notes.threads) > 0 && len(c.notes.files) == 0 && err == nil {
+		// No NT_FILE (qemu-user writes none): the dynamic linker's list of
+		// loaded objects in the core's memory names them.
+		c.notes.files, err = c.linkMapFiles()
+	}
 	if len(c.notes.threads) == 0 || len(c.notes.files) == 0 {
 		why := "it has no NT_PRSTATUS (thread) or NT_FILE (mapped files) note"
 		switch {
@@ -306,6 +347,9 @@ func (c *Core) findExe() string {
 	return ""
 }
 
+// Arch is the architecture of the core's process.
+func (c *Core) Arch() *arch.Arch { return c.arch }
+
 // Path returns the core file's path.
 func (c *Core) Path() string { return c.path }
 
@@ -371,7 +415,19 @@ func (c *Core) hostPath(path string) string {
 	case c.opts.Exe != "" && path == strings.TrimSuffix(c.exePath, " (deleted)"):
 		return c.opts.Exe
 	case c.opts.Sysroot != "":
-		return filepath.Join(c.opts.Sysroot, path)
+		return filepath.Join(c.opts.Sysroot, c.inSysroot(path))
+	}
+	return path
+}
+
+// inSysroot is path relative to the sysroot: a path already inside it is
+// taken as is (an emulator such as qemu-user records the executable it
+// was given by its path on the machine that ran it, and the libraries by
+// the paths inside the sysroot that the process saw).
+func (c *Core) inSysroot(path string) string {
+	root := filepath.Clean(c.opts.Sysroot)
+	if rel, ok := strings.CutPrefix(path, root+"/"); ok && root != "/" {
+		return "/" + rel
 	}
 	return path
 }
@@ -394,7 +450,7 @@ func (c *Core) Open(path string) (*os.File, error) {
 	// absolute symlink leaves it); --exe is the user's own path.
 	root, rel := "/", host
 	if c.opts.Sysroot != "" && host != c.opts.Exe {
-		root, rel = c.opts.Sysroot, strings.TrimSuffix(path, " (deleted)")
+		root, rel = c.opts.Sysroot, c.inSysroot(strings.TrimSuffix(path, " (deleted)"))
 	}
 	var f *os.File
 	var err error
@@ -541,11 +597,13 @@ func (c *Core) mappedFile(path string) (*os.File, error) {
 // A PT_NOTE segment is a sequence of notes, each a header of three 32-bit
 // words (name size, descriptor size, type), the name (padded to 4 bytes)
 // and the descriptor (padded to 4 bytes). Linux names its process notes
-// "CORE"; the descriptors rbscope reads are, for x86_64:
+// "CORE"; the descriptors rbscope reads are:
 //
 //	NT_PRSTATUS  struct elf_prstatus, one per thread: pr_cursig (int16) at
-//	             12, pr_pid (the TID) at 32, pr_reg (user_regs_struct, 27
-//	             words) at 112.
+//	             12, pr_pid (the TID) at 32, pr_reg (the architecture's
+//	             registers, arch.Arch.Regs) at 112.
+//	NT_ARM_TLS   ("LINUX") arm64's tpidr_el0, after its thread's
+//	             NT_PRSTATUS.
 //	NT_PRPSINFO  struct elf_prpsinfo: pr_pid at 24, pr_fname[16] at 40,
 //	             pr_psargs[80] at 56.
 //	NT_AUXV      the auxiliary vector, (type, value) word pairs.
@@ -560,8 +618,6 @@ const (
 
 	atPHDR = 3 // auxv: address of the executable's program headers
 
-	prstatusRegs = 112
-	prstatusSize = prstatusRegs + 27*8
 	prpsinfoSize = 136
 )
 
@@ -577,7 +633,8 @@ type coreNotes struct {
 
 // parseCoreNotes decodes the notes of a core. It never panics on corrupt
 // input: it keeps what it could decode and returns the first problem.
-func parseCoreNotes(data []byte) (coreNotes, error) {
+func parseCoreNotes(data []byte, a *arch.Arch) (coreNotes, error) {
+	prstatusSize := a.PrstatusRegs + 8*len(a.Regs)
 	le := binary.LittleEndian
 	var cn coreNotes
 	var firstErr error
@@ -601,6 +658,12 @@ func parseCoreNotes(data []byte) (coreNotes, error) {
 		name := string(bytes.TrimRight(data[12:12+namesz], "\x00"))
 		desc := data[nameEnd:descEnd]
 		data = data[min(nameEnd+align4u(descsz), uint64(len(data))):]
+		if name == "LINUX" && a.TPNote != 0 && elf.NType(typ) == a.TPNote && len(desc) >= 8 {
+			if n := len(cn.threads); n > 0 {
+				cn.threads[n-1].Regs.TP = le.Uint64(desc)
+			}
+			continue
+		}
 		if name != "CORE" {
 			continue
 		}
@@ -611,7 +674,7 @@ func parseCoreNotes(data []byte) (coreNotes, error) {
 				continue
 			}
 			th := CoreThread{TID: int(int32(le.Uint32(desc[32:]))), Signal: int(int16(le.Uint16(desc[12:])))}
-			_ = binary.Read(bytes.NewReader(desc[prstatusRegs:prstatusSize]), le, &th.Regs)
+			th.Regs = regsFrom(a, desc[a.PrstatusRegs:prstatusSize])
 			cn.threads = append(cn.threads, th)
 		case ntPrpsinfo:
 			if len(desc) < prpsinfoSize {

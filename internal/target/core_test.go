@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -87,12 +88,12 @@ func checkSleepCore(t *testing.T, path string, pid int, live []Mapping) {
 	// the file holds it (from the core for gcore, from the file for the
 	// kernel, which leaves text out).
 	regs, err := c.Registers(pid)
-	stack, sok := FindMapping(live, regs.RSP)
+	stack, sok := FindMapping(live, regs.SP())
 	if err != nil || !sok || stack.Path != "[stack]" {
-		t.Errorf("rsp %#x is not in [stack] (registers: %v)", regs.RSP, err)
+		t.Errorf("rsp %#x is not in [stack] (registers: %v)", regs.SP(), err)
 	}
 	var sp [8]byte
-	if err := ReadFull(c, sp[:], regs.RSP); err != nil {
+	if err := ReadFull(c, sp[:], regs.SP()); err != nil {
 		t.Errorf("reading the stack: %v", err)
 	}
 	for _, lm := range live {
@@ -240,11 +241,12 @@ func note(name string, typ uint32, desc []byte) []byte {
 // sampleNotes is a small set of notes as the kernel writes them.
 func sampleNotes() []byte {
 	le := binary.LittleEndian
-	prstatus := make([]byte, prstatusSize+8)
+	a := arch.AMD64
+	prstatus := make([]byte, a.PrstatusRegs+8*len(a.Regs)+8)
 	le.PutUint16(prstatus[12:], 11)
 	le.PutUint32(prstatus[32:], 4242)
-	le.PutUint64(prstatus[prstatusRegs+16*8:], 0x401000)  // rip
-	le.PutUint64(prstatus[prstatusRegs+19*8:], 0x7ffd000) // rsp
+	le.PutUint64(prstatus[a.PrstatusRegs+8*a.PC:], 0x401000)  // rip
+	le.PutUint64(prstatus[a.PrstatusRegs+8*a.SP:], 0x7ffd000) // rsp
 	psinfo := make([]byte, prpsinfoSize)
 	le.PutUint32(psinfo[24:], 4242)
 	copy(psinfo[40:], "ruby")
@@ -268,14 +270,14 @@ func sampleNotes() []byte {
 }
 
 func TestParseCoreNotes(t *testing.T) {
-	cn, err := parseCoreNotes(sampleNotes())
+	cn, err := parseCoreNotes(sampleNotes(), arch.AMD64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cn.pid != 4242 || cn.comm != "ruby" || cn.args != "ruby app.rb" || len(cn.threads) != 1 || cn.auxv[atPHDR] != 0x400040 {
 		t.Errorf("notes: %+v", cn)
 	}
-	if th := cn.threads[0]; th.TID != 4242 || th.Signal != 11 || th.Regs.RIP != 0x401000 || th.Regs.RSP != 0x7ffd000 {
+	if th := cn.threads[0]; th.TID != 4242 || th.Signal != 11 || th.Regs.PC() != 0x401000 || th.Regs.SP() != 0x7ffd000 {
 		t.Errorf("thread: %+v", th)
 	}
 	want := []Mapping{{Start: 0x400000, End: 0x401000, Path: "/usr/bin/ruby"}, {Start: 0x401000, End: 0x402000, Offset: 4096, Path: "/usr/bin/ruby"}}
@@ -286,10 +288,54 @@ func TestParseCoreNotes(t *testing.T) {
 	// reported.
 	data := sampleNotes()
 	for n := 0; n < len(data); n++ {
-		parseCoreNotes(data[:n])
+		parseCoreNotes(data[:n], arch.AMD64)
 	}
-	if cn, err := parseCoreNotes(data[:len(data)-1]); err == nil || len(cn.threads) != 1 {
+	if cn, err := parseCoreNotes(data[:len(data)-1], arch.AMD64); err == nil || len(cn.threads) != 1 {
 		t.Errorf("notes cut inside NT_FILE: error %v, %d threads kept", err, len(cn.threads))
+	}
+}
+
+// TestParseCoreNotesAArch64 decodes the notes an arm64 kernel writes for
+// two threads: each NT_PRSTATUS (392 bytes: pr_reg is user_pt_regs, 34
+// words) followed by the thread's NT_ARM_TLS ("LINUX", tpidr_el0), which
+// gives that thread its thread pointer. (The qemu-made cores the arm64
+// tests read have no NT_ARM_TLS; no kernel-written arm64 core was at hand.)
+func TestParseCoreNotesAArch64(t *testing.T) {
+	le := binary.LittleEndian
+	a := arch.ARM64
+	var data []byte
+	for i, tid := range []uint32{100, 101} {
+		prstatus := make([]byte, 392)
+		le.PutUint16(prstatus[12:], 11)
+		le.PutUint32(prstatus[32:], tid)
+		for r := range a.Regs {
+			le.PutUint64(prstatus[a.PrstatusRegs+8*r:], uint64(1000*(i+1)+r))
+		}
+		tls := le.AppendUint64(nil, 0x7f00_0000_0000+uint64(i))
+		data = append(data, note("CORE", ntPrstatus, prstatus)...)
+		data = append(data, note("LINUX", uint32(a.TPNote), tls)...)
+	}
+	cn, err := parseCoreNotes(data, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cn.threads) != 2 {
+		t.Fatalf("%d threads, want 2", len(cn.threads))
+	}
+	for i, th := range cn.threads {
+		r := th.Regs
+		base := uint64(1000 * (i + 1))
+		if th.TID != 100+i || r.Arch != a || r.PC() != base+32 || r.SP() != base+31 || r.V[30] != base+30 || r.TP != 0x7f00_0000_0000+uint64(i) {
+			t.Errorf("thread %d: tid %d, pc %d, sp %d, x30 %d, tp %#x", i, th.TID, r.PC(), r.SP(), r.V[30], r.TP)
+		}
+		if names := r.Names(); len(names) != len(r.Values()) || names[len(names)-1] != "tpidr_el0" {
+			t.Errorf("thread %d: names %v for %d values", i, names, len(r.Values()))
+		}
+	}
+	// An x86_64 NT_PRSTATUS is too short for arm64's registers: refused,
+	// never read as them.
+	if _, err := parseCoreNotes(sampleNotes(), a); err == nil {
+		t.Error("x86_64 notes decoded as arm64's")
 	}
 }
 
@@ -301,7 +347,7 @@ func FuzzCoreNotes(f *testing.F) {
 	f.Add(note("CORE", ntPrstatus, make([]byte, 12)))
 	f.Add([]byte{5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 'C', 'O', 'R', 'E', 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cn, _ := parseCoreNotes(data)
+		cn, _ := parseCoreNotes(data, arch.AMD64)
 		segs := []coreSegment{{vaddr: 0x400000, memsz: 0x2000, filesz: 0x1000}}
 		maps := coreMappings(cn.files, segs)
 		for _, m := range maps {

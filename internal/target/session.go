@@ -3,8 +3,6 @@ package target
 import (
 	"errors"
 	"fmt"
-
-	"golang.org/x/sys/unix"
 )
 
 // Stopped is a live target with some of its threads standing still: the
@@ -52,14 +50,9 @@ func (s *Stopped) Registers(tid int) (Regs, error) {
 	if !s.Threads[tid] {
 		return Regs{}, fmt.Errorf("tid %d is not stopped: %w", tid, ErrNoRegisters)
 	}
-	var r unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &r); err != nil {
+	r, err := ptraceRegs(tid)
+	if err != nil {
 		return Regs{}, fmt.Errorf("registers of tid %d: %w", tid, err)
 	}
-	return Regs{
-		R15: r.R15, R14: r.R14, R13: r.R13, R12: r.R12, RBP: r.Rbp, RBX: r.Rbx, R11: r.R11, R10: r.R10, R9: r.R9, R8: r.R8,
-		RAX: r.Rax, RCX: r.Rcx, RDX: r.Rdx, RSI: r.Rsi, RDI: r.Rdi, OrigRAX: r.Orig_rax,
-		RIP: r.Rip, CS: r.Cs, EFlags: r.Eflags, RSP: r.Rsp, SS: r.Ss,
-		FSBase: r.Fs_base, GSBase: r.Gs_base, DS: r.Ds, ES: r.Es, FS: r.Fs, GS: r.Gs,
-	}, nil
+	return r, nil
 }

@@ -29,6 +29,45 @@ type Ruby struct {
 	// Env is added to the environment of the programs it runs (an
 	// allocator preloaded: see WithJemalloc).
 	Env []string
+	// Emulator, when set, is the command line that runs Bin (qemu-user
+	// and its sysroot for another architecture's Ruby: see Arm64), and
+	// Sysroot the directory that holds that Ruby's files at their paths.
+	Emulator []string
+	Sysroot  string
+}
+
+// Command is the command that runs the Ruby with args.
+func (r Ruby) Command(args ...string) *exec.Cmd {
+	if len(r.Emulator) > 0 {
+		return exec.Command(r.Emulator[0], append(append(append([]string(nil), r.Emulator[1:]...), r.Bin), args...)...)
+	}
+	return exec.Command(r.Bin, args...)
+}
+
+// Arm64Sysroot is where scripts/arm64-sysroot.sh unpacks Debian's arm64
+// Ruby ($RBSCOPE_ARM64_SYSROOT, default /var/cache/rbscope/arm64/sysroot).
+func Arm64Sysroot() string {
+	return EnvOr("RBSCOPE_ARM64_SYSROOT", "/var/cache/rbscope/arm64/sysroot")
+}
+
+// Arm64 is Debian's arm64 Ruby 3.1 (stripped, read with the built-in
+// aarch64 table) run under qemu-aarch64-static from its sysroot: the
+// process is the emulator, and its memory is the arm64 Ruby's at the
+// guest's addresses. A missing sysroot or emulator is Missing.
+func Arm64(t testing.TB) Ruby {
+	t.Helper()
+	root := Arm64Sysroot()
+	qemu, err := exec.LookPath("qemu-aarch64-static")
+	if err != nil {
+		Missing(t, "qemu-aarch64-static is not installed (make deps installs qemu-user-static)")
+		return Ruby{}
+	}
+	if _, err := os.Stat(filepath.Join(root, ".rbscope-complete")); err != nil {
+		Missing(t, "no arm64 sysroot at %s (scripts/arm64-sysroot.sh makes it)", root)
+		return Ruby{}
+	}
+	return Ruby{Name: "debian-aarch64-3.1-qemu", Bin: filepath.Join(root, "usr/bin/ruby3.1"),
+		Emulator: []string{qemu, "-L", root}, Sysroot: root}
 }
 
 // FilterEnv names the environment variable that, when set, is a regular
@@ -133,7 +172,7 @@ func (p *Process) PID() int { return p.Cmd.Process.Pid }
 func Start(t testing.TB, rb Ruby, script string, env []string, args ...string) *Process {
 	t.Helper()
 	report := filepath.Join(t.TempDir(), "report.json")
-	cmd := exec.Command(rb.Bin, append([]string{Testdata(script), report}, args...)...)
+	cmd := rb.Command(append([]string{Testdata(script), report}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.Stdout = &stderr

@@ -91,7 +91,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	largest := map[int]*LargestFrame{}
-	fsBase := map[int]uint64{} // each thread's thread pointer, when paused
+	threadPointer := map[int]uint64{} // each thread's thread pointer, when paused
 	byTID := map[int]stacks.Thread{}
 	for _, th := range captured {
 		if th.TID <= 0 {
@@ -101,7 +101,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 			largest[th.TID] = &LargestFrame{Bytes: big.Native.Size, Function: big.Name()}
 		}
 		if th.Regs != nil {
-			fsBase[th.TID] = th.Regs.FSBase
+			threadPointer[th.TID] = th.Regs.TP
 		}
 		if th.Ruby {
 			byTID[th.TID] = th
@@ -140,7 +140,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 				// its mapping may run on into the next: its struct
 				// pthread says where the stack ends.
 				if musl {
-					if st, ok := libc.MuslStackTop(t, fsBase[tk.TID]); ok && st > s && st <= m.End {
+					if st, ok := libc.MuslStackTop(t, threadPointer[tk.TID]); ok && st > s && st <= m.End {
 						top = st
 					}
 				}

@@ -284,26 +284,29 @@ func (r *row) cfa(regs *Regs, mem target.Reader) (uint64, error) {
 	return 0, fmt.Errorf("%w: CFA rule %d", ErrBadCFI, r.cfaRule.Rule)
 }
 
-// calleeSaved are the registers a function keeps for its caller (System V
-// x86_64 ABI): without a rule, they hold the same value in the caller.
-var calleeSaved = []int{regRBX, regRBP, regR12, 13, 14, regR15}
-
 // caller computes the caller's registers from the frame's (regs) and its
-// CFA. The caller's pc (the return address) is unknown, ending the walk,
-// when its column is undefined: the outermost frame.
+// CFA. Registers the ABI has a function keep (arch.Arch.CalleeSaved) hold
+// the same value in the caller unless a rule says otherwise. The caller's
+// pc is the return address column's value (the CIE names the column); it
+// is unknown, ending the walk, when the column is undefined, or has no
+// rule on an architecture whose calls push the return address (on one
+// with a link register, no rule leaves it in the register).
 func (r *row) caller(regs *Regs, cfa uint64, mem target.Reader) (Regs, error) {
-	var next Regs
-	for _, n := range calleeSaved {
+	a := regs.a
+	next := Regs{a: a}
+	for _, n := range a.CalleeSaved {
 		if v, ok := regs.get(uint64(n)); ok {
 			next.set(n, v)
 		}
 	}
-	next.set(regRSP, cfa)
+	next.set(a.DWARFSP, cfa)
+	if a.LinkRegister {
+		if v, ok := regs.get(r.ra); ok {
+			next.set(int(r.ra), v)
+		}
+	}
 	for n, rule := range r.regs {
 		col := n
-		if n == r.ra {
-			col = regRA
-		}
 		if col >= nRegs {
 			continue
 		}
@@ -317,7 +320,7 @@ func (r *row) caller(regs *Regs, cfa uint64, mem target.Reader) (Regs, error) {
 		case frame.RuleOffset:
 			v, err := read8(mem, cfa+uint64(rule.Offset))
 			if err != nil {
-				if col == regRA {
+				if col == r.ra {
 					return next, fmt.Errorf("%w: the return address at %#x", ErrUnreadable, cfa+uint64(rule.Offset))
 				}
 				next.known[col] = false
@@ -344,9 +347,12 @@ func (r *row) caller(regs *Regs, cfa uint64, mem target.Reader) (Regs, error) {
 			next.set(int(col), v)
 		}
 	}
-	if _, has := r.regs[r.ra]; !has {
-		next.known[regRA] = false // no rule: the outermost frame
+	pc, ok := next.get(r.ra)
+	if _, has := r.regs[r.ra]; !ok || !has && !a.LinkRegister {
+		next.known[a.DWARFPC] = false // no rule: the outermost frame
+		return next, nil
 	}
+	next.set(a.DWARFPC, pc&a.AddrMask)
 	return next, nil
 }
 

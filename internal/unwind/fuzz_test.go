@@ -30,7 +30,7 @@ func FuzzCFI(f *testing.F) {
 		}
 		mem := &memTarget{regions: map[uint64][]byte{0x7000: stack(0x1010, 0x7f80, 0x1020)}}
 		regs := regsAt(pc, 0x7f00)
-		regs.set(regRBP, 0x7f40)
+		regs.set(6, 0x7f40) // rbp
 		cfa, err := r.cfa(&regs, mem)
 		if err != nil {
 			return

@@ -7,6 +7,7 @@
 package unwind
 
 import (
+	"bytes"
 	"debug/dwarf"
 	encbin "encoding/binary"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/binary"
 	"github.com/rbscope/rbscope/internal/libc"
 	"github.com/rbscope/rbscope/internal/target"
@@ -82,30 +84,28 @@ func (f Frame) Name() string {
 	return fmt.Sprintf("%s+%#x", filepath.Base(f.Object), f.Offset)
 }
 
-// x86_64 DWARF register numbers.
-const (
-	regRBX = 3
-	regRBP = 6
-	regRSP = 7
-	regR12 = 12
-	regR15 = 15
-	regRA  = 16 // the return address column: rip
-	nRegs  = 17
-)
+// nRegs bounds the DWARF register numbers a walk keeps: the largest
+// architecture's general registers (arch.Arch.DWARF).
+const nRegs = 33
 
-// Regs are a thread's registers by DWARF number, with which are known.
+// Regs are a thread's registers by DWARF number, with which are known, and
+// the architecture whose numbering they follow.
 type Regs struct {
+	a     *arch.Arch
 	v     [nRegs]uint64
 	known [nRegs]bool
 }
 
 // FromTarget takes the registers of a stopped thread or a core's thread.
 func FromTarget(r target.Regs) Regs {
-	var out Regs
-	// in DWARF's x86-64 numbering
-	for n, v := range [...]uint64{r.RAX, r.RDX, r.RCX, r.RBX, r.RSI, r.RDI, r.RBP, r.RSP,
-		r.R8, r.R9, r.R10, r.R11, r.R12, r.R13, r.R14, r.R15, r.RIP} {
-		out.set(n, v)
+	out := Regs{a: r.Arch}
+	if r.Arch == nil {
+		return out
+	}
+	for n, i := range r.Arch.DWARF {
+		if i >= 0 && i < len(r.V) && n < nRegs {
+			out.set(n, r.V[i])
+		}
 	}
 	return out
 }
@@ -118,6 +118,10 @@ func (r *Regs) get(n uint64) (uint64, bool) {
 	}
 	return r.v[n], true
 }
+
+// pc and sp are the frame's program counter and stack pointer.
+func (r *Regs) pc() (uint64, bool) { return r.get(uint64(r.a.DWARFPC)) }
+func (r *Regs) sp() (uint64, bool) { return r.get(uint64(r.a.DWARFSP)) }
 
 // Budgets: a walk ends after MaxFrames frames, and an object's CFI is not
 // read past maxCFIBytes.
@@ -180,12 +184,15 @@ func (u *Unwinder) Close() {
 // frames before that stay valid.
 func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 	var frames []Frame
+	if regs.a == nil {
+		return nil, fmt.Errorf("%w: no registers", ErrUnreadable)
+	}
 	mem := &u.mem
 	mem.base, mem.buf = 0, mem.buf[:0] // the stack moved since the last walk
-	prevCFA, _ := regs.get(regRSP)
+	prevCFA, _ := regs.sp()
 	exact := true // the pc is where the thread stands, not a return address
 	for len(frames) < MaxFrames {
-		pc, ok := regs.get(regRA)
+		pc, ok := regs.pc()
 		if !ok || pc == 0 {
 			return frames, nil // the outermost frame
 		}
@@ -200,6 +207,20 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			return frames, fmt.Errorf("%w (%#x)", ErrUnmapped, pc)
 		}
 		f.Object = m.Path
+		if next, ok := u.sigreturn(&regs, pc, mem); ok {
+			// The signal trampoline, without CFI: the interrupted
+			// thread's registers are in the kernel's signal frame.
+			if m.Path == "" {
+				f.Object = "[signal trampoline]"
+			}
+			f.Offset = pc - m.Start
+			f.Signal = signalAt(&regs, mem)
+			frames = append(frames, f)
+			exact = true
+			prevCFA, _ = next.sp()
+			regs = next
+			continue
+		}
 		o := u.object(m)
 		if o == nil || o.cfi == nil {
 			if m.Path == "" {
@@ -244,8 +265,15 @@ func (u *Unwinder) Unwind(regs Regs) ([]Frame, error) {
 			f.Signal = signalAt(&regs, mem)
 		}
 		frames = append(frames, f)
-		nsp, _ := next.get(regRSP)
-		if !row.signal && nsp <= prevCFA && len(frames) > 1 {
+		if _, ok := next.pc(); !ok {
+			return frames, nil // the outermost frame
+		}
+		nsp, _ := next.sp()
+		// The caller's stack pointer lies above the frame's; a leaf
+		// function that keeps its return address in the link register
+		// (arm64) leaves it where it was, and only the pc moves.
+		npc, _ := next.pc()
+		if !row.signal && len(frames) > 1 && (nsp < prevCFA || nsp == prevCFA && (npc == pc || !regs.a.LinkRegister)) {
 			return frames, ErrStackLoop
 		}
 		exact = row.signal // the next frame is the interrupted one
@@ -361,18 +389,43 @@ func (u *Unwinder) mapping(addr uint64) (target.Mapping, bool) {
 	return target.Mapping{}, false
 }
 
-// sizeofUcontext is the size of the kernel's struct ucontext on x86_64:
-// the signal frame's stack pointer points at one, and its siginfo follows.
-const sizeofUcontext = 304
+// sigreturn reports whether pc is the architecture's signal trampoline
+// (arch.Arch.SigreturnCode), and if so returns the registers of the
+// thread the signal interrupted, from the signal frame at the stack
+// pointer.
+func (u *Unwinder) sigreturn(regs *Regs, pc uint64, mem target.Reader) (Regs, bool) {
+	a := regs.a
+	if len(a.SigreturnCode) == 0 {
+		return Regs{}, false
+	}
+	code := make([]byte, len(a.SigreturnCode))
+	if err := target.ReadFull(u.t, code, pc); err != nil || !bytes.Equal(code, a.SigreturnCode) {
+		return Regs{}, false
+	}
+	sp, ok := regs.sp()
+	if !ok {
+		return Regs{}, false
+	}
+	raw := make([]byte, 8*len(a.Regs))
+	if err := target.ReadFull(mem, raw, sp+a.SigframeRegs); err != nil {
+		return Regs{}, false
+	}
+	v := make([]uint64, len(a.Regs))
+	for i := range v {
+		v[i] = encbin.LittleEndian.Uint64(raw[8*i:])
+	}
+	return FromTarget(target.Regs{Arch: a, V: v}), true
+}
 
-// signalAt reads the siginfo of the signal frame whose registers are regs.
+// signalAt reads the siginfo of the signal frame whose registers are regs
+// (arch.Arch.SiginfoInFrame says where the kernel put it).
 func signalAt(regs *Regs, mem target.Reader) *Signal {
-	sp, ok := regs.get(regRSP)
+	sp, ok := regs.sp()
 	if !ok {
 		return nil
 	}
 	var b [24]byte
-	if n, _ := mem.ReadAt(b[:], sp+sizeofUcontext); n < len(b) {
+	if n, _ := mem.ReadAt(b[:], sp+regs.a.SiginfoInFrame); n < len(b) {
 		return nil
 	}
 	signo := int(int32(encbin.LittleEndian.Uint32(b[0:])))

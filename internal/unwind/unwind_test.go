@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/binary"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -83,10 +84,11 @@ func fakeUnwinder(t *testing.T, mem *memTarget, cfi []byte) *Unwinder {
 	return u
 }
 
+// regsAt are x86_64 registers with a pc and a stack pointer.
 func regsAt(pc, sp uint64) Regs {
-	var r Regs
-	r.set(regRA, pc)
-	r.set(regRSP, sp)
+	r := Regs{a: arch.AMD64}
+	r.set(arch.AMD64.DWARFPC, pc)
+	r.set(arch.AMD64.DWARFSP, sp)
 	return r
 }
 

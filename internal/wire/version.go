@@ -26,4 +26,6 @@ type Version struct {
 type RubyFamily struct {
 	Family   string `json:"family"`
 	MadeFrom string `json:"made_from"`
+	// Arch is the architecture the table is for ("x86_64", "aarch64").
+	Arch string `json:"arch"`
 }

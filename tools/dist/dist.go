@@ -17,16 +17,26 @@ import (
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/deb"
 	"github.com/goreleaser/nfpm/v2/files"
+
+	"github.com/rbscope/rbscope/internal/arch"
 )
 
 // Result names what Build wrote.
 type Result struct {
 	Version string
-	Archive string // the .tar.gz
-	Deb     string // the .deb
+	// Files are the release's files, one archive and one Debian package
+	// per architecture rbscope is released for (arch.All).
+	Files []ArchFiles
 	// Warnings are what a release should have and this one lacks (the
 	// licence file).
 	Warnings []string
+}
+
+// ArchFiles are the release files of one architecture.
+type ArchFiles struct {
+	Arch    *arch.Arch
+	Archive string // the .tar.gz
+	Deb     string // the .deb
 }
 
 // file is one file of the release: where it is staged, and where the
@@ -39,13 +49,14 @@ type file struct {
 	gzipDeb bool // gzipped in the package (man pages)
 }
 
-// Build builds the static binary and the release files of the repository
-// at repo into out: rbscope-VERSION-linux-amd64.tar.gz and
-// rbscope_VERSION_amd64.deb.
+// Build builds the static binaries and the release files of the
+// repository at repo into out, for every architecture of arch.All:
+// rbscope-VERSION-linux-GOARCH.tar.gz and rbscope_VERSION_GOARCH.deb
+// (Debian's architecture names are Go's for amd64 and arm64).
 func Build(repo, out, version string) (*Result, error) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		// The completions come from running the built binary.
-		return nil, fmt.Errorf("building on %s/%s: the release is for linux/amd64 and is built there", runtime.GOOS, runtime.GOARCH)
+		// The completions come from running the built amd64 binary.
+		return nil, fmt.Errorf("building on %s/%s: the release is built on linux/amd64", runtime.GOOS, runtime.GOARCH)
 	}
 	repo, err := filepath.Abs(repo)
 	if err != nil {
@@ -66,11 +77,15 @@ func Build(repo, out, version string) (*Result, error) {
 	defer os.RemoveAll(stage)
 	res := &Result{Version: version}
 
-	bin := filepath.Join(stage, "rbscope")
-	if err := buildBinary(repo, bin, version, date); err != nil {
-		return nil, err
+	bins := map[*arch.Arch]string{}
+	for _, a := range arch.All {
+		bins[a] = filepath.Join(stage, "rbscope-"+a.GOARCH)
+		if err := buildBinary(repo, bins[a], a.GOARCH, version, date); err != nil {
+			return nil, err
+		}
 	}
-	fs := []file{{src: bin, archive: "rbscope", deb: "/usr/bin/rbscope", mode: 0o755}}
+	bin := bins[arch.AMD64] // runs here: it writes the completions
+	var fs []file
 
 	for _, c := range []struct{ shell, archive, deb string }{
 		{"bash", "completions/rbscope.bash", "/usr/share/bash-completion/completions/rbscope"},
@@ -121,13 +136,18 @@ func Build(repo, out, version string) (*Result, error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
-	res.Archive = filepath.Join(out, "rbscope-"+version+"-linux-amd64.tar.gz")
-	if err := writeArchive(res.Archive, "rbscope-"+version+"-linux-amd64", fs, date); err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
-	}
-	res.Deb = filepath.Join(out, "rbscope_"+version+"_amd64.deb")
-	if err := writeDeb(res.Deb, stage, version, fs, date); err != nil {
-		return nil, fmt.Errorf("Debian package: %w", err)
+	for _, a := range arch.All {
+		all := append([]file{{src: bins[a], archive: "rbscope", deb: "/usr/bin/rbscope", mode: 0o755}}, fs...)
+		af := ArchFiles{Arch: a,
+			Archive: filepath.Join(out, "rbscope-"+version+"-linux-"+a.GOARCH+".tar.gz"),
+			Deb:     filepath.Join(out, "rbscope_"+version+"_"+a.GOARCH+".deb")}
+		if err := writeArchive(af.Archive, "rbscope-"+version+"-linux-"+a.GOARCH, all, date); err != nil {
+			return nil, fmt.Errorf("%s archive: %w", a.GOARCH, err)
+		}
+		if err := writeDeb(af.Deb, stage, version, a.GOARCH, all, date); err != nil {
+			return nil, fmt.Errorf("%s Debian package: %w", a.GOARCH, err)
+		}
+		res.Files = append(res.Files, af)
 	}
 	return res, nil
 }
@@ -164,13 +184,14 @@ func DocFiles(repo string) ([]string, error) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// buildBinary builds a static rbscope for linux/amd64, its version and date
-// set at link time, stamped with the commit where repo is a repository.
-func buildBinary(repo, bin, version string, date time.Time) error {
+// buildBinary builds a static rbscope for linux/goarch, its version and
+// date set at link time, stamped with the commit where repo is a
+// repository.
+func buildBinary(repo, bin, goarch, version string, date time.Time) error {
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.buildDate=%s", version, date.UTC().Format(time.RFC3339))
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=auto", "-ldflags", ldflags, "-o", bin, "./cmd/rbscope")
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
 	}
@@ -288,7 +309,7 @@ if [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null 
 
 // writeDeb writes the Debian package of the files, gzipping the man pages
 // into stage first.
-func writeDeb(path, stage, version string, fs []file, date time.Time) (err error) {
+func writeDeb(path, stage, version, debArch string, fs []file, date time.Time) (err error) {
 	var contents files.Contents
 	for _, x := range fs {
 		if x.deb == "" {
@@ -312,7 +333,7 @@ func writeDeb(path, stage, version string, fs []file, date time.Time) (err error
 	}
 	info := nfpm.WithDefaults(&nfpm.Info{
 		Name:          "rbscope",
-		Arch:          "amd64",
+		Arch:          debArch,
 		Platform:      "linux",
 		Version:       version,
 		VersionSchema: "none", // as given: Debian orders it

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -62,12 +63,22 @@ func manPages(t *testing.T) []string {
 	return names
 }
 
-// TestArchive unpacks the release archive and checks its files: a static
-// binary that runs and reports the release's version, every man page, the
-// three completions and the agent's unit.
+// TestArchive unpacks each architecture's release archive and checks its
+// files: a static binary for that architecture that runs (the arm64 one
+// under qemu-aarch64-static) and reports the release's version, every man
+// page, the three completions and the agent's unit.
 func TestArchive(t *testing.T) {
 	r := release(t)
-	f, err := os.Open(r.Archive)
+	if len(r.Files) != len(arch.All) {
+		t.Fatalf("%d architectures' files, want %d", len(r.Files), len(arch.All))
+	}
+	for _, af := range r.Files {
+		t.Run(af.Arch.GOARCH, func(t *testing.T) { checkArchive(t, r, af) })
+	}
+}
+
+func checkArchive(t *testing.T, r *Result, af ArchFiles) {
+	f, err := os.Open(af.Archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +87,7 @@ func TestArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top := "rbscope-" + r.Version + "-linux-amd64/"
+	top := "rbscope-" + r.Version + "-linux-" + af.Arch.GOARCH + "/"
 	dir := t.TempDir()
 	got := map[string]int64{} // path -> mode
 	tr := tar.NewReader(gz)
@@ -152,10 +163,18 @@ func TestArchive(t *testing.T) {
 			t.Errorf("the archive's rbscope is dynamically linked (%v): want a static binary", p.Type)
 		}
 	}
-	if e.Machine != elf.EM_X86_64 {
-		t.Errorf("the archive's rbscope is for %v, want x86-64", e.Machine)
+	if e.Machine != af.Arch.Machine {
+		t.Errorf("the archive's rbscope is for %v, want %v", e.Machine, af.Arch.Machine)
 	}
-	out, err := exec.Command(bin, "version", "--json").Output()
+	cmd := exec.Command(bin, "version", "--json")
+	if af.Arch != arch.Host() {
+		qemu, err := exec.LookPath("qemu-" + af.Arch.Name + "-static")
+		if err != nil {
+			testruby.Missing(t, "qemu-%s-static is not installed (make deps installs qemu-user-static): the %s binary is not run", af.Arch.Name, af.Arch.GOARCH)
+		}
+		cmd = exec.Command(qemu, bin, "version", "--json")
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("rbscope version --json: %v", err)
 	}
@@ -195,6 +214,12 @@ func TestDebInstall(t *testing.T) {
 		t.Skipf("a package rbscope is known to dpkg on this machine (%s): the test would replace and remove it", status)
 	}
 	r := release(t)
+	deb := ""
+	for _, af := range r.Files {
+		if af.Arch == arch.Host() {
+			deb = af.Deb
+		}
+	}
 	run := func(name string, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()
@@ -213,7 +238,7 @@ func TestDebInstall(t *testing.T) {
 	})
 	// --path-include: some images keep dpkg from installing man pages and
 	// documentation.
-	run("dpkg", "--path-include=/usr/share/man/man1/rbscope*", "--path-include=/usr/share/doc/rbscope/*", "-i", r.Deb)
+	run("dpkg", "--path-include=/usr/share/man/man1/rbscope*", "--path-include=/usr/share/doc/rbscope/*", "-i", deb)
 	listed := strings.Fields(run("dpkg", "-L", "rbscope"))
 
 	wantFiles := []string{"/usr/bin/rbscope", "/usr/share/bash-completion/completions/rbscope",
@@ -281,6 +306,34 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	run("dpkg", "--purge", "rbscope")
 	if status := debStatus(); status != "" {
 		t.Errorf("after dpkg --purge, dpkg says rbscope is %q", status)
+	}
+}
+
+// TestDebArchitectures checks each architecture's Debian package: its
+// control file names the architecture, and the rbscope it installs is a
+// binary for it.
+func TestDebArchitectures(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		testruby.Missing(t, "dpkg-deb is not installed: the packages are not checked")
+	}
+	r := release(t)
+	for _, af := range r.Files {
+		out, err := exec.Command("dpkg-deb", "-f", af.Deb, "Architecture").Output()
+		if err != nil || strings.TrimSpace(string(out)) != af.Arch.GOARCH {
+			t.Errorf("%s: Architecture %q (%v), want %s", af.Deb, out, err, af.Arch.GOARCH)
+		}
+		dir := t.TempDir()
+		if out, err := exec.Command("dpkg-deb", "-x", af.Deb, dir).CombinedOutput(); err != nil {
+			t.Fatalf("dpkg-deb -x %s: %v\n%s", af.Deb, err, out)
+		}
+		e, err := elf.Open(filepath.Join(dir, "usr/bin/rbscope"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Machine != af.Arch.Machine {
+			t.Errorf("%s installs an rbscope for %v, want %v", af.Deb, e.Machine, af.Arch.Machine)
+		}
+		e.Close()
 	}
 }
 

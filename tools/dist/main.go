@@ -1,5 +1,5 @@
-// Command dist builds rbscope's release files for linux/amd64 from the
-// repository: a static binary in a tar.gz with the man pages, the bash, zsh
+// Command dist builds rbscope's release files for linux/amd64 and
+// linux/arm64 from the repository: for each, a static binary in a tar.gz with the man pages, the bash, zsh
 // and fish completions, the agent's systemd unit, the licence and the
 // documentation (README.md, docs/), and a Debian package that installs the
 // same files where Debian keeps them.
@@ -33,6 +33,8 @@ func main() {
 	for _, w := range r.Warnings {
 		fmt.Fprintln(os.Stderr, "dist: warning:", w)
 	}
-	fmt.Println(r.Archive)
-	fmt.Println(r.Deb)
+	for _, f := range r.Files {
+		fmt.Println(f.Archive)
+		fmt.Println(f.Deb)
+	}
 }

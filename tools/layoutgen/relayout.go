@@ -21,14 +21,18 @@ import (
 // seen in its DWARF; the family's patch list (patches.go) says what is
 // different on x86_64.
 type relayout struct {
-	d       *dwarf.Data
-	types   map[string]dwarf.Offset // struct/union name -> DIE
-	tdefs   map[string]dwarf.Offset // typedef name -> DIE
-	enums   map[string]int64
-	conv    map[dwarf.Offset]*ctype
-	patches []patch
-	used    map[int]bool // patches that took effect
-	answers map[string]int64
+	d *dwarf.Data
+	// src is the ABI the DWARF was laid out by (checked struct by
+	// struct), dst the one the table is for; two *abi values even when
+	// both are LP64, so that each keeps its own shapes.
+	src, dst *abi
+	types    map[string]dwarf.Offset // struct/union name -> DIE
+	tdefs    map[string]dwarf.Offset // typedef name -> DIE
+	enums    map[string]int64
+	conv     map[dwarf.Offset]*ctype
+	patches  []patch
+	used     map[int]bool // patches that took effect
+	answers  map[string]int64
 }
 
 type abi struct {
@@ -39,6 +43,10 @@ type abi struct {
 var (
 	wasm32 = &abi{"wasm32", 4}
 	lp64   = &abi{"x86_64", 8}
+	// srcLP64 is x86_64 as the source of a re-layout for another LP64
+	// architecture (aarch64): its DWARF's offsets are checked by the same
+	// rules before the other's types are put in.
+	srcLP64 = &abi{"x86_64 (DWARF)", 8}
 )
 
 type ckind int
@@ -74,6 +82,7 @@ type ctype struct {
 	synthetic bool // made by a patch: no DWARF to check it against
 	packed    bool // DWARF's offsets show it packed
 	packLP64  bool // a patch packs it on x86_64
+	checked   bool // check has compared its source layout with DWARF
 	shapes    map[*abi]*shape
 	// pointee is the DIE a pointer points at (hasPointee: it has one)
 	pointee    dwarf.Offset
@@ -98,7 +107,7 @@ type shape struct {
 }
 
 func newRelayout(d *dwarf.Data, patches []patch) (*relayout, error) {
-	r := &relayout{d: d, conv: map[dwarf.Offset]*ctype{}, patches: patches,
+	r := &relayout{d: d, src: wasm32, dst: lp64, conv: map[dwarf.Offset]*ctype{}, patches: patches,
 		used: map[int]bool{}, answers: map[string]int64{}}
 	for i, p := range patches {
 		if p.op == opAnswer {
@@ -329,7 +338,7 @@ func (r *relayout) sizeAlign(t *ctype, a *abi) (int64, int64, error) {
 			return a.long, a.long, nil
 		}
 		elem := t.elem
-		if a == wasm32 && t.origElem != nil {
+		if a == r.src && t.origElem != nil {
 			elem = t.origElem
 		}
 		s, al, err := r.sizeAlign(elem, a)
@@ -368,13 +377,16 @@ func (r *relayout) layout(t *ctype, a *abi) (*shape, error) {
 	if t.decl {
 		return nil, fmt.Errorf("struct %s is incomplete", t.path)
 	}
-	if a == lp64 && !t.synthetic {
-		// first check the rules against what wasm32 DWARF recorded
+	if !t.synthetic && !t.checked {
+		// first check the rules against what the source DWARF recorded
+		// (which also tells a packed struct, before any struct that
+		// holds it is laid out by the source's rules)
+		t.checked = true
 		if err := r.check(t); err != nil {
 			return nil, err
 		}
 	}
-	sh, err := r.place(t, a, t.packed || a == lp64 && t.packLP64)
+	sh, err := r.place(t, a, t.packed || a == r.dst && t.packLP64)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +396,7 @@ func (r *relayout) layout(t *ctype, a *abi) (*shape, error) {
 
 func (r *relayout) place(t *ctype, a *abi, packed bool) (*shape, error) {
 	ms := t.members
-	if a == wasm32 && t.hasOrig {
+	if a == r.src && t.hasOrig {
 		ms = t.orig
 	}
 	sh := &shape{align: max(t.align, 1), off: make([]int64, len(ms))}
@@ -452,7 +464,7 @@ func (r *relayout) check(t *ctype) error {
 		}
 		return ""
 	}
-	sh, err := r.place(t, wasm32, false)
+	sh, err := r.place(t, r.src, false)
 	if err != nil {
 		return err
 	}
@@ -460,11 +472,11 @@ func (r *relayout) check(t *ctype) error {
 	if why == "" {
 		return nil
 	}
-	if psh, err := r.place(t, wasm32, true); err == nil && mismatch(psh) == "" {
+	if psh, err := r.place(t, r.src, true); err == nil && mismatch(psh) == "" {
 		t.packed = true
 		return nil
 	}
-	return fmt.Errorf("the wasm32 re-layout of %s does not reproduce its DWARF (%s): a rule or a patch is missing", t.path, why)
+	return fmt.Errorf("the %s re-layout of %s does not reproduce its DWARF (%s): a rule or a patch is missing", r.src.name, t.path, why)
 }
 
 // typeOf finds a named type: a struct's own name wins over a typedef.
@@ -493,7 +505,7 @@ func (r *relayout) member(t *ctype, name string) (*cmember, int64, int64, error)
 	if st.kind != kStruct && st.kind != kUnion {
 		return nil, 0, 0, errNoMember
 	}
-	sh, err := r.layout(st, lp64)
+	sh, err := r.layout(st, r.dst)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -591,7 +603,7 @@ func (r *relayout) Value(kind, what string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		s, _, err := r.sizeAlign(stripT(t), lp64)
+		s, _, err := r.sizeAlign(stripT(t), r.dst)
 		if err != nil {
 			return 0, fmt.Errorf("type %s: %w", what, err)
 		}
@@ -658,13 +670,13 @@ func (r *relayout) show(name string, w func(format string, args ...any)) error {
 }
 
 func (r *relayout) showType(t *ctype, base int64, indent string, w func(string, ...any)) error {
-	sh, err := r.layout(t, lp64)
+	sh, err := r.layout(t, r.dst)
 	if err != nil {
 		return err
 	}
-	w("%s%s (size %d, align %d, wasm32 size %d)\n", indent, t.path, sh.size, sh.align, t.size)
+	w("%s%s (size %d, align %d, %s size %d)\n", indent, t.path, sh.size, sh.align, r.src.name, t.size)
 	for i, m := range t.members {
-		s, _, err := r.sizeAlign(m.typ, lp64)
+		s, _, err := r.sizeAlign(m.typ, r.dst)
 		if err != nil {
 			return err
 		}

@@ -1,21 +1,47 @@
 // Package layouts holds the built-in layout tables, one generated file per
-// Ruby version family, for Rubies that carry no DWARF (such as Debian's
-// stripped libruby). Regenerate a table with tools/layoutgen.
+// Ruby version family and architecture, for Rubies that carry no DWARF
+// (such as Debian's stripped libruby). Regenerate a table with
+// tools/layoutgen: ruby_X_Y.go are x86_64's, ruby_X_Y_aarch64.go another
+// architecture's (the x86_64 DWARF re-laid out with its C library's
+// types).
 package layouts
 
 import (
 	"sort"
 
+	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
-var tables = map[string]*layout.Layout{}
+// byArch holds the tables by architecture name, then by family.
+var byArch = map[string]map[string]*layout.Layout{}
+
+// tables are x86_64's.
+var tables = tablesOf(arch.AMD64)
+
+func tablesOf(a *arch.Arch) map[string]*layout.Layout {
+	if byArch[a.Name] == nil {
+		byArch[a.Name] = map[string]*layout.Layout{}
+	}
+	return byArch[a.Name]
+}
 
 func register(l *layout.Layout) { tables[l.Family] = l }
 
-// For returns the table for a version family ("3.1"), or nil.
-func For(family string) *layout.Layout {
-	if l, ok := tables[family]; ok {
+// registerFor registers a table of the architecture named archName.
+func registerFor(archName string, l *layout.Layout) {
+	if byArch[archName] == nil {
+		byArch[archName] = map[string]*layout.Layout{}
+	}
+	byArch[archName][l.Family] = l
+}
+
+// For returns the x86_64 table for a version family ("3.1"), or nil.
+func For(family string) *layout.Layout { return ForArch(arch.AMD64, family) }
+
+// ForArch returns architecture a's table for a version family, or nil.
+func ForArch(a *arch.Arch, family string) *layout.Layout {
+	if l, ok := tablesOf(a)[family]; ok {
 		c := *l
 		for _, f := range unchecked[family] {
 			*f(&c) = -1
@@ -25,10 +51,14 @@ func For(family string) *layout.Layout {
 	return nil
 }
 
-// Committed returns family's table as generated and committed, without
-// the fields For leaves out (for the generator's own checks), or nil.
-func Committed(family string) *layout.Layout {
-	if l, ok := tables[family]; ok {
+// Committed returns family's x86_64 table as generated and committed,
+// without the fields For leaves out (for the generator's own checks), or
+// nil.
+func Committed(family string) *layout.Layout { return CommittedArch(arch.AMD64, family) }
+
+// CommittedArch is Committed for architecture a.
+func CommittedArch(a *arch.Arch, family string) *layout.Layout {
+	if l, ok := tablesOf(a)[family]; ok {
 		c := *l
 		return &c
 	}
@@ -47,10 +77,13 @@ var unchecked = map[string][]func(*layout.Layout) *int64{
 	"4.0": {func(l *layout.Layout) *int64 { return &l.VMTrapCmd }},
 }
 
-// Families lists the families that have a table.
-func Families() []string {
+// Families lists the families that have an x86_64 table.
+func Families() []string { return FamiliesFor(arch.AMD64) }
+
+// FamiliesFor lists the families that have a table for architecture a.
+func FamiliesFor(a *arch.Arch) []string {
 	var fs []string
-	for f := range tables {
+	for f := range tablesOf(a) {
 		fs = append(fs, f)
 	}
 	sort.Strings(fs)
