@@ -187,7 +187,7 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, err
 		d.doc.Census = &census
 	}
 	noteAdjusted(vm)
-	d.doc.Stack = *wire.NewStack(wire.NewProcess(t.PID(), vm, true), threads)
+	d.doc.Stack = *wire.NewStack(wire.NewProcess(t.PID(), vm), threads)
 	return d, nil
 }
 
@@ -253,7 +253,7 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*wire.Cor
 		}
 	}
 	noteAdjusted(vm)
-	d.NativeStack = *wire.NewNativeStack(wire.NewProcess(t.PID(), vm, true), threads)
+	d.NativeStack = *wire.NewNativeStack(wire.NewProcess(t.PID(), vm), threads)
 	return d, threads, nil
 }
 

@@ -55,7 +55,11 @@ func buildVersion() wire.Version {
 		v.Version = "devel"
 	}
 	for _, f := range layouts.Families() {
-		v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.Committed(f).Checked})
+		rel := layouts.Releases(f)
+		if rel == nil {
+			rel = []string{}
+		}
+		v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.Committed(f).Checked, Releases: rel})
 	}
 	return v
 }
@@ -74,11 +78,17 @@ func printVersion(w io.Writer, v wire.Version) {
 		fmt.Fprintf(w, "date:    %s\n", v.Date)
 	}
 	fmt.Fprintf(w, "go:      %s %s\n", v.GoVersion, v.Platform)
-	fmt.Fprintln(w, "Ruby families with a built-in layout table (for Rubies without debug information):")
+	fmt.Fprintln(w, "Ruby families with a built-in layout table (for Rubies without debug information),")
+	fmt.Fprintln(w, "and the releases whose own layout it gives (the table with the fields each release moved):")
 	for _, f := range v.RubyFamilies {
-		fmt.Fprintf(w, "  %-5s made from %s\n", f.Family, f.MadeFrom)
+		fmt.Fprintf(w, "  %-5s made from %s", f.Family, f.MadeFrom)
+		if len(f.Releases) > 0 {
+			fmt.Fprintf(w, "; releases %s", strings.Join(f.Releases, " "))
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "Any other Ruby is read through its own debug information (DWARF).")
+	fmt.Fprintln(w, "A newer release of a family is read with its newest known release's layout, checked at attach;")
+	fmt.Fprintln(w, "any other Ruby is read through its own debug information (DWARF).")
 }
 
 // addVersion gives root the version command and the --version flag, which

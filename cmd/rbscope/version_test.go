@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 )
 
 // goVersionM reads a binary's build information as `go version -m` prints
@@ -42,8 +45,9 @@ func versionJSON(t *testing.T, bin string) (doc struct {
 	GoVersion     string `json:"go_version"`
 	Platform      string `json:"platform"`
 	RubyFamilies  []struct {
-		Family   string `json:"family"`
-		MadeFrom string `json:"made_from"`
+		Family   string   `json:"family"`
+		MadeFrom string   `json:"made_from"`
+		Releases []string `json:"releases"`
 	} `json:"ruby_families"`
 }) {
 	t.Helper()
@@ -155,9 +159,23 @@ func TestVersionFamilies(t *testing.T) {
 		}
 	}
 	text, _, _ := rbscope(t, "version")
-	for fam, rel := range want {
-		if !regexpLine(text, `^\s+`+regexp.QuoteMeta(fam)+`\s+made from `+regexp.QuoteMeta(rel)+`$`) {
-			t.Errorf("version's text lacks family %s made from %s:\n%s", fam, rel, text)
+	for _, f := range doc.RubyFamilies {
+		line := `^\s+` + regexp.QuoteMeta(f.Family) + `\s+made from ` + regexp.QuoteMeta(want[f.Family])
+		if len(f.Releases) > 0 {
+			line += regexp.QuoteMeta("; releases " + strings.Join(f.Releases, " "))
+		}
+		if !regexpLine(text, line+`$`) {
+			t.Errorf("version's text lacks family %s made from %s and its releases %v:\n%s", f.Family, want[f.Family], f.Releases, text)
+		}
+		// every release listed is one whose layout rbscope gives, the
+		// release its table was made from among them
+		if len(f.Releases) > 0 && !slices.Contains(f.Releases, want[f.Family]) {
+			t.Errorf("family %s lists releases %v, without %s, which its table was made from", f.Family, f.Releases, want[f.Family])
+		}
+		for _, r := range f.Releases {
+			if l, known, _ := layouts.ForRelease(r); l == nil || !known || l.Release != r {
+				t.Errorf("version lists %s, whose layout is not known", r)
+			}
 		}
 	}
 }

@@ -153,6 +153,6 @@ var jit34 = insert("rb_iseq_constant_body", "mandatory_only_iseq", "USE_YJIT and
 // patches33 are 3.4's and what 3.3.8 (our build) has that 3.3.3 (the
 // wasm package) has not.
 var patches33 = join(patches34, []patch{
-	insert("rb_vm_struct", "constant_cache", "3.3.4 and later (a patch release's field; the wasm package is 3.3.3)",
+	insert("rb_vm_struct", "constant_cache", "3.3.7 and later (a patch release's field; the wasm package is 3.3.3): see releases.go",
 		members("inserting_constant_cache_id u64")...),
 })

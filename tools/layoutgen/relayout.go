@@ -11,17 +11,21 @@ import (
 )
 
 // A relayout answers the layout queries (layout.Resolver) for x86_64 from
-// the DWARF of a wasm32 build of the same Ruby: it reads each struct's
-// members and lays them out again by the LP64 / System V rules, where
-// pointers, long and the pointer-sized typedefs are 8 bytes. Before it
-// trusts its own rules it lays every struct out by the wasm32 rules and
-// checks that this reproduces the offsets DWARF recorded.
+// the DWARF of a build of the same Ruby: it reads each struct's members
+// and lays them out again by the LP64 / System V rules, where pointers,
+// long and the pointer-sized typedefs are 8 bytes. Before it trusts its
+// own rules it lays every struct out by the rules of the ABI the DWARF was
+// made for (src) and checks that this reproduces the offsets DWARF
+// recorded.
 //
-// What the preprocessor put into or left out of the wasm build cannot be
-// seen in its DWARF; the family's patch list (patches.go) says what is
-// different on x86_64.
+// The DWARF is a wasm32 build's, for the families made from one: what the
+// preprocessor put into or left out of it cannot be seen there, and the
+// family's patch list (patches.go) says what is different on x86_64. Or it
+// is an x86_64 debug build's, and the patches are what a later or earlier
+// patch release of the family changed (releases.go).
 type relayout struct {
 	d       *dwarf.Data
+	src     *abi                    // the ABI the DWARF was laid out by (wasm32, or x86_64 itself)
 	types   map[string]dwarf.Offset // struct/union name -> DIE
 	tdefs   map[string]dwarf.Offset // typedef name -> DIE
 	enums   map[string]int64
@@ -39,6 +43,10 @@ type abi struct {
 var (
 	wasm32 = &abi{"wasm32", 4}
 	lp64   = &abi{"x86_64", 8}
+	// lp64DWARF is x86_64 as an x86_64 build's DWARF recorded it: a
+	// source ABI of its own, so that a struct's members as DWARF has them
+	// (the self-check) and as patches leave them (lp64) are two layouts.
+	lp64DWARF = &abi{"x86_64 (DWARF)", 8}
 )
 
 type ckind int
@@ -74,6 +82,7 @@ type ctype struct {
 	synthetic bool // made by a patch: no DWARF to check it against
 	packed    bool // DWARF's offsets show it packed
 	packLP64  bool // a patch packs it on x86_64
+	checked   bool // check passed
 	shapes    map[*abi]*shape
 	// pointee is the DIE a pointer points at (hasPointee: it has one)
 	pointee    dwarf.Offset
@@ -97,8 +106,8 @@ type shape struct {
 	off         []int64
 }
 
-func newRelayout(d *dwarf.Data, patches []patch) (*relayout, error) {
-	r := &relayout{d: d, conv: map[dwarf.Offset]*ctype{}, patches: patches,
+func newRelayout(d *dwarf.Data, src *abi, patches []patch) (*relayout, error) {
+	r := &relayout{d: d, src: src, conv: map[dwarf.Offset]*ctype{}, patches: patches,
 		used: map[int]bool{}, answers: map[string]int64{}}
 	for i, p := range patches {
 		if p.op == opAnswer {
@@ -329,7 +338,7 @@ func (r *relayout) sizeAlign(t *ctype, a *abi) (int64, int64, error) {
 			return a.long, a.long, nil
 		}
 		elem := t.elem
-		if a == wasm32 && t.origElem != nil {
+		if a == r.src && t.origElem != nil {
 			elem = t.origElem
 		}
 		s, al, err := r.sizeAlign(elem, a)
@@ -368,11 +377,14 @@ func (r *relayout) layout(t *ctype, a *abi) (*shape, error) {
 	if t.decl {
 		return nil, fmt.Errorf("struct %s is incomplete", t.path)
 	}
-	if a == lp64 && !t.synthetic {
-		// first check the rules against what wasm32 DWARF recorded
+	if (a == lp64 || a == r.src) && !t.synthetic && !t.checked {
+		// first check the rules against what the source DWARF recorded
+		// (which also finds a struct DWARF shows packed, before a struct
+		// that holds it is laid out by the source's rules)
 		if err := r.check(t); err != nil {
 			return nil, err
 		}
+		t.checked = true
 	}
 	sh, err := r.place(t, a, t.packed || a == lp64 && t.packLP64)
 	if err != nil {
@@ -384,7 +396,7 @@ func (r *relayout) layout(t *ctype, a *abi) (*shape, error) {
 
 func (r *relayout) place(t *ctype, a *abi, packed bool) (*shape, error) {
 	ms := t.members
-	if a == wasm32 && t.hasOrig {
+	if a == r.src && t.hasOrig {
 		ms = t.orig
 	}
 	sh := &shape{align: max(t.align, 1), off: make([]int64, len(ms))}
@@ -426,7 +438,7 @@ func (r *relayout) place(t *ctype, a *abi, packed bool) (*shape, error) {
 	return sh, nil
 }
 
-// check lays t out by the wasm32 rules and compares with the DWARF; a
+// check lays t out by the source ABI's rules and compares with the DWARF; a
 // struct that only fits packed is marked so.
 func (r *relayout) check(t *ctype) error {
 	ms := t.members
@@ -452,7 +464,7 @@ func (r *relayout) check(t *ctype) error {
 		}
 		return ""
 	}
-	sh, err := r.place(t, wasm32, false)
+	sh, err := r.place(t, r.src, false)
 	if err != nil {
 		return err
 	}
@@ -460,11 +472,11 @@ func (r *relayout) check(t *ctype) error {
 	if why == "" {
 		return nil
 	}
-	if psh, err := r.place(t, wasm32, true); err == nil && mismatch(psh) == "" {
+	if psh, err := r.place(t, r.src, true); err == nil && mismatch(psh) == "" {
 		t.packed = true
 		return nil
 	}
-	return fmt.Errorf("the wasm32 re-layout of %s does not reproduce its DWARF (%s): a rule or a patch is missing", t.path, why)
+	return fmt.Errorf("the %s re-layout of %s does not reproduce its DWARF (%s): a rule or a patch is missing", r.src.name, t.path, why)
 }
 
 // typeOf finds a named type: a struct's own name wins over a typedef.
@@ -662,7 +674,7 @@ func (r *relayout) showType(t *ctype, base int64, indent string, w func(string, 
 	if err != nil {
 		return err
 	}
-	w("%s%s (size %d, align %d, wasm32 size %d)\n", indent, t.path, sh.size, sh.align, t.size)
+	w("%s%s (size %d, align %d, %s size %d)\n", indent, t.path, sh.size, sh.align, r.src.name, t.size)
 	for i, m := range t.members {
 		s, _, err := r.sizeAlign(m.typ, lp64)
 		if err != nil {
