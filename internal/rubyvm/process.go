@@ -470,7 +470,8 @@ func (v *VM) vmPtr() (uint64, error) {
 
 // sanityCheck catches a layout that does not fit the process before any
 // frame is printed, by invariants the VM keeps: the main thread's VM stack
-// lies in mapped memory with its control frame pointer inside; its self is
+// lies in mapped memory with its control frame pointer inside; its
+// execution context points back at it; its self is
 // a Thread object pointing back at it; it is on a thread list (its
 // ractor's), which closes; its status is one of the enum's and its name
 // nil or a String. Each error names the field whose offset it doubts.
@@ -491,6 +492,11 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 	st, err := v.readStackBounds(ec, nil)
 	if err != nil {
 		return fmt.Errorf("the main thread's execution context (rb_thread_struct.ec at %d, vm_stack at %d, cfp at %d) holds no VM stack: %w", L.ThreadEC, L.ECVMStack, L.ECCFP, err)
+	}
+	if L.ECThreadPtr >= 0 {
+		if back, err := v.m.u64(at(ec, L.ECThreadPtr)); err != nil || back != th {
+			return fmt.Errorf("the main thread's execution context (rb_thread_struct.ec at %d) does not point back at it (rb_execution_context_struct.thread_ptr at %d holds %#x): %w", L.ThreadEC, L.ECThreadPtr, back, ErrGarbage)
+		}
 	}
 	if _, ok := target.FindMapping(maps, st.vmStack); !ok {
 		return fmt.Errorf("the main thread's VM stack %#x (rb_execution_context_struct.vm_stack at %d) is outside every mapping: %w", st.vmStack, L.ECVMStack, ErrGarbage)

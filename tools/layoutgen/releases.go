@@ -104,6 +104,8 @@ var families = map[string]releaseFacts{
 					members("master_box ptr")...),
 				insert("rb_thread_sched", "running", "4.0.6 added the scheduler's hot thread",
 					members("runnable_hot_th ptr; runnable_hot_th_waiting int")...),
+				schedItem40("4.0.6 added is_ready to a thread's scheduler node, after readyq",
+					"ubf ccan_list_node; readyq ccan_list_node; is_ready bool; timeslice_threads ccan_list_node; running_threads ccan_list_node; zombie_threads ccan_list_node"),
 			}},
 		},
 	},

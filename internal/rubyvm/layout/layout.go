@@ -99,6 +99,9 @@ type Layout struct {
 	ECVMStack     int64 `dwarf:"off:rb_execution_context_struct.vm_stack"`
 	ECVMStackSize int64 `dwarf:"off:rb_execution_context_struct.vm_stack_size"`
 	ECCFP         int64 `dwarf:"off:rb_execution_context_struct.cfp"`
+	// ECThreadPtr is the context's thread: the layout check's "the main
+	// thread's context points back at it"
+	ECThreadPtr int64 `dwarf:"off:rb_execution_context_struct.thread_ptr,optional"`
 
 	// rb_control_frame_t
 	CFPSize int64 `dwarf:"size:rb_control_frame_struct"`
