@@ -60,9 +60,9 @@ always resumed; --nonblocking reads without pausing it.`,
 	return c
 }
 
-// noteAdjusted says on stderr, in one line, when the built-in table was
+// noteLayout says on stderr, in one line, when the built-in table was
 // chosen for a patch release rbscope has no facts of.
-func noteAdjusted(vm *rubyvm.VM) {
+func noteLayout(vm *rubyvm.VM) {
 	if vm.LayoutNote != "" {
 		fmt.Fprintf(os.Stderr, "rbscope: %s\n", vm.LayoutNote)
 	}
