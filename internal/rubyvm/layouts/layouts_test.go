@@ -50,11 +50,23 @@ func TestTablesMatchDebugBuilds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", image, err)
 		}
-		got.Checked = version
 		want := layouts.Committed(family)
 		if want == nil {
 			t.Errorf("no built-in table for Ruby %s: run go run ./tools/layoutgen -ruby %s", family, rb.Bin)
 			continue
+		}
+		got.Checked = version
+		if version != want.Checked {
+			// another release of the family (3.4.11 beside 3.4.5): what
+			// rbscope reads a stripped copy of it with, its release's
+			// layout (or the newest known release's), must be its DWARF
+			rel, known, note := layouts.ForRelease(version)
+			if rel == nil {
+				t.Errorf("%s: no layout for Ruby %s", rb.Name, version)
+				continue
+			}
+			t.Logf("%s: Ruby %s, read without DWARF through %s's table with the release's moves (known %v) %s", rb.Name, version, family, known, note)
+			want, got.Checked, rel.Release = rel, rel.Checked, ""
 		}
 		gv, wv := reflect.ValueOf(*got), reflect.ValueOf(*want)
 		stale := false
