@@ -7,9 +7,12 @@
 #
 #   VERSION     a Ruby minor version whose Debian source package is known:
 #               2.7 (bullseye's ruby2.7), 3.1 (bookworm's ruby3.1),
-#               3.3 (trixie's ruby3.3) or 3.4 (experimental's ruby3.4).
-#               Only the upstream .orig tarball is used, built with Ruby's
-#               own ./configure.
+#               3.3 (trixie's ruby3.3) or 3.4 (experimental's ruby3.4),
+#               built from the oldest release the suite serves; or one
+#               release of such a family that the suite serves beside it
+#               (3.4.11: experimental has 3.4.5 and 3.4.11), built into
+#               ruby-3.4.11-KIND. Only the upstream .orig tarball is used,
+#               built with Ruby's own ./configure.
 #   (none)      ruby-VERSION-shared: --enable-shared, DWARF in libruby.
 #   --static    ruby-VERSION-static: --disable-shared, the VM and its DWARF
 #               in the ruby executable.
@@ -49,6 +52,12 @@ if [ "$kind" = stripped ] || [ "$kind" = musl ] && [ -n "$jemalloc" ]; then
   echo "build-ruby.sh: --jemalloc does not go with --$kind ($usage)" >&2
   exit 2
 fi
+
+# family is MAJOR.MINOR; release the patch release asked for, if one was.
+family=$version release=
+case "$version" in
+  *.*.*) family=${version%.*} release=$version ;;
+esac
 
 rubies=${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}
 srcdir=${RBSCOPE_RUBY_SRC:-/var/cache/rbscope/src}
@@ -109,7 +118,7 @@ if [ "$kind" = stripped ]; then
   exit 0
 fi
 
-case "$version" in
+case "$family" in
   2.7) pkg=ruby2.7 suite=bullseye ;;
   3.1) pkg=ruby3.1 suite=bookworm ;;
   3.3) pkg=ruby3.3 suite=trixie ;;
@@ -136,16 +145,29 @@ SRC
 }
 
 mkdir -p "$srcdir" "$rubies"
-orig=$(ls "$srcdir"/${pkg}_${version}*.orig.tar.* 2>/dev/null | head -1 || true)
+# find_orig prints the upstream tarball already downloaded: the release's,
+# or for a family the oldest release's (3.4.5 before 3.4.11).
+find_orig() {
+  if [ -n "$release" ]; then
+    ls "$srcdir"/${pkg}_${release}.orig.tar.* 2>/dev/null | head -1 || true
+  else
+    ls "$srcdir"/${pkg}_${family}.*.orig.tar.* 2>/dev/null | sort -V | head -1 || true
+  fi
+}
+orig=$(find_orig)
 if [ -z "$orig" ]; then
   ensure_deb_src
   need dpkg-dev
-  # Take the oldest version that the archive still serves in full.
+  # Take the oldest version that the archive still serves in full (of the
+  # release asked for, when one was).
   for v in $(apt-cache showsrc "$pkg" | awk '/^Version:/{print $2}' | sort -uV); do
+    if [ -n "$release" ] && [ "${v%%-*}" != "$release" ]; then
+      continue
+    fi
     (cd "$srcdir" && apt-get source --download-only "$pkg=$v" >&2) && break || true
   done
-  orig=$(ls "$srcdir"/${pkg}_${version}*.orig.tar.* 2>/dev/null | head -1 || true)
-  [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package" >&2; exit 1; }
+  orig=$(find_orig)
+  [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package${release:+ of $release}" >&2; exit 1; }
 fi
 
 # build_ffi_musl builds libffi (Debian's source) with musl-gcc, static and
@@ -187,7 +209,7 @@ build_ffi_musl() {
 
 extra=()
 if [ "$kind" = musl ]; then
-  case "$version" in
+  case "$family" in
     2.* | 3.[0-2]) echo "build-ruby.sh: --musl builds Ruby 3.3 and later only" >&2; exit 2 ;;
   esac
   # musl-gcc compiles and links against musl's headers and libc only, and
@@ -202,7 +224,7 @@ else
   # finds rustc >= 1.58 on PATH: Debian's rustc is installed when none is.
   need gcc make autoconf bison libssl-dev libyaml-dev libffi-dev zlib1g-dev libgdbm-dev libreadline-dev
   [ -n "$jemalloc" ] && need libjemalloc-dev
-  case "$version" in
+  case "$family" in
     2.* | 3.[0-2]) ;;
     *) command -v rustc >/dev/null || need rustc ;;
   esac
@@ -220,7 +242,7 @@ fi
 # Ruby 2.7's installer writes the default gems' specs with rubygems'
 # to_ruby, which requires openssl (not built here: see below) only to
 # print signing certificates, which these specs have none of.
-if [ "$version" = 2.7 ]; then
+if [ "$family" = 2.7 ]; then
   sed -i -e "s/^    require 'openssl'\$/    begin; require 'openssl'; rescue LoadError; end/" \
     -e "s/unless current_value.is_a?(OpenSSL::PKey::RSA)/unless defined?(OpenSSL::PKey::RSA) \&\& current_value.is_a?(OpenSSL::PKey::RSA)/" \
     lib/rubygems/specification.rb
@@ -230,7 +252,7 @@ shared_flag=--enable-shared
 [ "$kind" = static ] && shared_flag=--disable-shared
 # Ruby 2.7's openssl extension does not build against OpenSSL 3; the VM
 # rbscope reads does not need it.
-[ "$version" = 2.7 ] && extra+=(--with-out-ext=openssl)
+[ "$family" = 2.7 ] && extra+=(--with-out-ext=openssl)
 [ -n "$jemalloc" ] && extra+=(--with-jemalloc)
 rm -rf "$prefix"
 ./configure --prefix="$prefix" "$shared_flag" --disable-install-doc "${extra[@]}" \

@@ -27,6 +27,7 @@ func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
 		t.Close()
 		return nil, nil, nil, err
 	}
+	noteLayout(vm)
 	return t, vm, func() { vm.Close(); t.Close() }, nil
 }
 

@@ -186,8 +186,8 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, err
 		census := wire.NewCensusRows(rows)
 		d.doc.Census = &census
 	}
-	noteAdjusted(vm)
-	d.doc.Stack = *wire.NewStack(wire.NewProcess(t.PID(), vm, true), threads)
+	noteLayout(vm)
+	d.doc.Stack = *wire.NewStack(wire.NewProcess(t.PID(), vm), threads)
 	return d, nil
 }
 
@@ -216,7 +216,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	if err := out.Commit(); err != nil {
 		return err
 	}
-	noteAdjusted(vm)
+	noteLayout(vm)
 	skipped := ""
 	if st.Skipped > 0 || st.SkippedPages > 0 {
 		skipped = fmt.Sprintf("; %d objects and %d heap pages unreadable (not in the core?)", st.Skipped, st.SkippedPages)
@@ -252,8 +252,8 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*wire.Cor
 			}
 		}
 	}
-	noteAdjusted(vm)
-	d.NativeStack = *wire.NewNativeStack(wire.NewProcess(t.PID(), vm, true), threads)
+	noteLayout(vm)
+	d.NativeStack = *wire.NewNativeStack(wire.NewProcess(t.PID(), vm), threads)
 	return d, threads, nil
 }
 

@@ -210,20 +210,28 @@ func TestCoreKernelCrash(t *testing.T) {
 
 // TestCoreFromElsewhere reads a peer core (made on a machine we never saw,
 // see internal/rubyvm's TestCorePeerCores) through the command line: its
-// files are not here, so rbscope reads the core's own images and says so,
-// and where the version came from, in one line on stderr.
+// files are not here, and the core holds none of libruby's read-only data,
+// so nothing in it says its Ruby's release. rbscope refuses in one line
+// naming the release the file's name claims, never taking a name for the
+// release; with --force-version it reads the core's own images and says
+// so, and where the version came from, in one line on stderr.
 func TestCoreFromElsewhere(t *testing.T) {
 	src := filepath.Join(testruby.EnvOr("RBSCOPE_PEER_CORES", "/work/shared/peer-cores"), "ruby-coredump-3.1.0.gz")
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no peer core: %v", err)
 	}
 	core := testruby.UnpackCore(t, src, filepath.Join(testruby.CoreCache(), "peer-cores"))
-	stdout, stderr, code := rbscope(t, "core", core)
+	_, stderr, code := rbscope(t, "core", core)
+	if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "its file's name says Ruby 3.1.0") ||
+		!strings.Contains(stderr, "pass --force-version X.Y.Z (3.1.0 if that is its release)") {
+		t.Errorf("without --force-version: exit %d, %q", code, stderr)
+	}
+	stdout, stderr, code := rbscope(t, "core", core, "--force-version", "3.1.0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "read its ELF image as the core holds it") ||
-		!strings.Contains(stderr, "Ruby 3.1.0 taken from the mapped file ") {
+		!strings.Contains(stderr, "Ruby 3.1.0 taken from --force-version") {
 		t.Errorf("stderr is not the one line saying how the core was read: %q", stderr)
 	}
 	if !regexpLine(stdout, `^ +Kernel#sleep +<cfunc>$`) || !regexpLine(stdout, `^ +Object#aaa +\S*infinite.rb:2$`) {
@@ -232,11 +240,11 @@ func TestCoreFromElsewhere(t *testing.T) {
 	// --sysroot wins: the files are looked for there, and their absence
 	// is an error again.
 	empty := t.TempDir()
-	_, stderr, code = rbscope(t, "core", core, "--sysroot", empty)
+	_, stderr, code = rbscope(t, "core", core, "--sysroot", empty, "--force-version", "3.1.0")
 	if code != 1 || !strings.Contains(stderr, "is not on this machine (looked for "+empty+"/") {
 		t.Errorf("--sysroot: exit %d, %q", code, stderr)
 	}
-	// --force-version is taken over the mapped path.
+	// another release is the user's word too
 	_, stderr, code = rbscope(t, "core", core, "--force-version", "3.1.2")
 	if code != 0 || !strings.Contains(stderr, "Ruby 3.1.2 taken from --force-version") {
 		t.Errorf("--force-version: exit %d, %q", code, stderr)

@@ -111,7 +111,6 @@ func readCensus(pid int, pause bool) (*censusResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	noteAdjusted(vm)
 	return &censusResult{PID: pid, RubyVersion: vm.Version, Census: census, Took: took}, nil
 }
 
@@ -300,7 +299,6 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	if err := out.Commit(); err != nil {
 		return err
 	}
-	noteAdjusted(vm)
 	paused := fmt.Sprintf("paused %d ms to copy %d MB, decoded in %v", ss.Paused.Milliseconds(), ss.Bytes>>20, took.Round(time.Millisecond))
 	if !pause {
 		paused = fmt.Sprintf("not paused (took %v), %d objects skipped as torn", took.Round(time.Millisecond), st.Skipped)

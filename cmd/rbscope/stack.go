@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -61,12 +60,11 @@ always resumed; --nonblocking reads without pausing it.`,
 	return c
 }
 
-// noteAdjusted says on stderr which layout offsets rbscope had to move on
-// this process beyond its family's known drifts (a patch release the
-// built-in table was not made from); --json lists every move.
-func noteAdjusted(vm *rubyvm.VM) {
-	if u := vm.Unexpected(); len(u) > 0 {
-		fmt.Fprintf(os.Stderr, "rbscope: Ruby %s: the %s layout failed its checks and was adjusted: %s\n", vm.Version, vm.Layout.Source, strings.Join(u, ", "))
+// noteLayout says on stderr, in one line, when the built-in table was
+// chosen for a patch release rbscope has no facts of.
+func noteLayout(vm *rubyvm.VM) {
+	if vm.LayoutNote != "" {
+		fmt.Fprintf(os.Stderr, "rbscope: %s\n", vm.LayoutNote)
 	}
 }
 
@@ -81,7 +79,7 @@ func readStacks(pid int, opts stacks.Options) (wire.Process, []stacks.Thread, er
 	if err != nil {
 		return wire.Process{}, nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return wire.NewProcess(pid, vm, opts.Native), threads, nil
+	return wire.NewProcess(pid, vm), threads, nil
 }
 
 // printStacks prints Ruby threads' Ruby frames, as rbscope stack does.

@@ -57,7 +57,13 @@ func buildVersion() wire.Version {
 	}
 	for _, a := range arch.All {
 		for _, f := range layouts.FamiliesFor(a) {
-			v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.CommittedArch(a, f).Checked, Arch: a.Name})
+			// The release layouts are x86_64's: each is its table with
+			// the fields the release moved.
+			rel := []string{}
+			if a == arch.AMD64 {
+				rel = append(rel, layouts.Releases(f)...)
+			}
+			v.RubyFamilies = append(v.RubyFamilies, wire.RubyFamily{Family: f, MadeFrom: layouts.CommittedArch(a, f).Checked, Arch: a.Name, Releases: rel})
 		}
 	}
 	return v
@@ -77,11 +83,17 @@ func printVersion(w io.Writer, v wire.Version) {
 		fmt.Fprintf(w, "date:    %s\n", v.Date)
 	}
 	fmt.Fprintf(w, "go:      %s %s\n", v.GoVersion, v.Platform)
-	fmt.Fprintln(w, "Ruby families with a built-in layout table (for Rubies without debug information):")
+	fmt.Fprintln(w, "Ruby families with a built-in layout table (for Rubies without debug information),")
+	fmt.Fprintln(w, "and the releases whose own layout it gives (the table with the fields each release moved):")
 	for _, f := range v.RubyFamilies {
-		fmt.Fprintf(w, "  %-5s made from %-6s %s\n", f.Family, f.MadeFrom, f.Arch)
+		fmt.Fprintf(w, "  %-5s made from %-6s %s", f.Family, f.MadeFrom, f.Arch)
+		if len(f.Releases) > 0 {
+			fmt.Fprintf(w, "; releases %s", strings.Join(f.Releases, " "))
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "Any other Ruby is read through its own debug information (DWARF).")
+	fmt.Fprintln(w, "A newer release of a family is read with its newest known release's layout, checked at attach;")
+	fmt.Fprintln(w, "any other Ruby is read through its own debug information (DWARF).")
 }
 
 // addVersion gives root the version command and the --version flag, which

@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 )
 
 // goVersionM reads a binary's build information as `go version -m` prints
@@ -42,9 +45,10 @@ func versionJSON(t *testing.T, bin string) (doc struct {
 	GoVersion     string `json:"go_version"`
 	Platform      string `json:"platform"`
 	RubyFamilies  []struct {
-		Family   string `json:"family"`
-		MadeFrom string `json:"made_from"`
-		Arch     string `json:"arch"`
+		Family   string   `json:"family"`
+		MadeFrom string   `json:"made_from"`
+		Arch     string   `json:"arch"`
+		Releases []string `json:"releases"`
 	} `json:"ruby_families"`
 }) {
 	t.Helper()
@@ -160,10 +164,27 @@ func TestVersionFamilies(t *testing.T) {
 		}
 	}
 	text, _, _ := rbscope(t, "version")
-	for key, rel := range want {
-		fam, archName, _ := strings.Cut(key, " ")
-		if !regexpLine(text, `^\s+`+regexp.QuoteMeta(fam)+`\s+made from `+regexp.QuoteMeta(rel)+`\s+`+archName+`$`) {
-			t.Errorf("version's text lacks family %s made from %s for %s:\n%s", fam, rel, archName, text)
+	for _, f := range doc.RubyFamilies {
+		made := want[f.Family+" "+f.Arch]
+		line := `^\s+` + regexp.QuoteMeta(f.Family) + `\s+made from ` + regexp.QuoteMeta(made) + `\s+` + f.Arch
+		if len(f.Releases) > 0 {
+			line += regexp.QuoteMeta("; releases " + strings.Join(f.Releases, " "))
+		}
+		if !regexpLine(text, line+`$`) {
+			t.Errorf("version's text lacks family %s made from %s for %s and its releases %v:\n%s", f.Family, made, f.Arch, f.Releases, text)
+		}
+		if f.Arch != "x86_64" && len(f.Releases) > 0 {
+			t.Errorf("family %s for %s lists releases %v: the release layouts are x86_64's", f.Family, f.Arch, f.Releases)
+		}
+		// every release listed is one whose layout rbscope gives, the
+		// release its table was made from among them
+		if len(f.Releases) > 0 && !slices.Contains(f.Releases, made) {
+			t.Errorf("family %s lists releases %v, without %s, which its table was made from", f.Family, f.Releases, made)
+		}
+		for _, r := range f.Releases {
+			if l, known, _ := layouts.ForRelease(r); l == nil || !known || l.Release != r {
+				t.Errorf("version lists %s, whose layout is not known", r)
+			}
 		}
 	}
 }

@@ -18,8 +18,7 @@ import (
 // is link-time: an address in it is the image's own (before the load
 // bias), and each VM adds its process's bias (VM.Image.Bias). What depends
 // on one process's memory stays in its VM: the version read from it, the
-// layout offsets moved when a table failed its checks there
-// (VM.Adjusted), the object space, IDs and class names, instruction
+// object space, IDs and class names, instruction
 // sequences, the C library's TID offset.
 //
 // A Build is safe for use by several goroutines. It is made by Open and
@@ -39,7 +38,7 @@ type Build struct {
 	im      *binary.Image
 	syms    map[string]buildSymbol
 	has     map[string]bool         // HasSymbol's answers
-	layouts map[string]layoutChoice // by family
+	layouts map[string]layoutChoice // by Ruby version (a table is chosen by patch release)
 	located map[string]locatedHint  // the globals found, by symbol
 	refs    int
 	cache   *BuildCache
@@ -63,6 +62,7 @@ type layoutChoice struct {
 	l        *layout.Layout
 	err      error
 	recorded bool
+	note     string // what to say of a table chosen for a release rbscope has no facts of
 }
 
 // locatedHint is where a VM global was found in one process, link-time,
@@ -184,16 +184,16 @@ func (b *Build) code(addr, size uint64) ([]byte, error) {
 
 // layout returns the layout chosen for the image and a Ruby family
 // (chooseLayout), choosing it once.
-func (b *Build) layout(family, version string) (*layout.Layout, error) {
+func (b *Build) layout(family, version string) (*layout.Layout, string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c, ok := b.layouts[family]
+	c, ok := b.layouts[version]
 	if !ok {
-		c.l, c.err = chooseLayout(b.im, family, version)
-		b.layouts[family] = c
+		c.l, c.note, c.err = chooseLayout(b.im, family, version)
+		b.layouts[version] = c
 		b.dirty = true
 	}
-	return c.l, c.err
+	return c.l, c.note, c.err
 }
 
 // readDebugInfo says whether the Build's image has read its debug

@@ -148,10 +148,6 @@ func (v *VM) heapPages() ([]uint64, error) {
 	return pages, nil
 }
 
-// maxObjspaceDrift bounds how far from the table's offset of vm->objspace
-// a plausible one is looked for.
-const maxObjspaceDrift = 128
-
 // pageList reads objspace->heap_pages.sorted and allocated_pages, and
 // returns the address of the first page pointer and their count. Since 3.4
 // sorted points at a darray whose own length counts the pages.
@@ -177,42 +173,23 @@ func (v *VM) pageList(objspace uint64) (sorted, n uint64, err error) {
 	return sorted, n, nil
 }
 
-// objspace returns the VM's rb_objspace_t. rb_vm_t grew within the 3.1
-// family (vm->objspace is at 1104 in 3.1.2 and 1112 in 3.1.7), so a table
-// offset that does not lead to a plausible objspace is replaced by the one
-// the exported rb_gc_count (GET_VM()->objspace->profile.count) or
-// rb_gc_enable load it from.
+// objspace returns the VM's rb_objspace_t, from vm->objspace at the
+// layout's offset (each patch release's own: 3.1.5 and 4.0.6 moved it).
+// The first time, the object space must hold together (plausibleObjspace):
+// when it does not, the layout does not fit this process, and the heap is
+// not read through it.
 func (v *VM) objspace() (uint64, error) {
 	vm, err := v.vmPtr()
 	if err != nil {
 		return 0, err
 	}
-	if v.objspaceOff == 0 {
-		v.objspaceOff = v.Layout.VMObjspace
-		if !v.plausibleObjspace(vm, v.objspaceOff) {
-			found := false
-			for _, fn := range []string{"rb_gc_count", "rb_gc_enable", "rb_gc_disable"} {
-				if off, ok := v.findDispFor(fn, func(off int64) bool { return v.plausibleObjspace(vm, off) }); ok {
-					v.objspaceOff, found = off, true
-					break
-				}
-			}
-			// Without the code (a core from elsewhere), patch releases
-			// move it by a few words: try the words around the table's.
-			for d := int64(8); !found && d <= maxObjspaceDrift; d += 8 {
-				for _, off := range []int64{v.Layout.VMObjspace + d, v.Layout.VMObjspace - d} {
-					if off > 0 && v.plausibleObjspace(vm, off) {
-						v.objspaceOff, found = off, true
-						break
-					}
-				}
-			}
-			if found {
-				v.adjust("VMObjspace", v.Layout.VMObjspace, v.objspaceOff)
-			}
+	if !v.objspaceChecked {
+		if err := v.plausibleObjspace(vm, v.Layout.VMObjspace); err != nil {
+			return 0, v.refuseLayout(fmt.Errorf("vm->objspace (rb_vm_struct.objspace at %d) %w", v.Layout.VMObjspace, err))
 		}
+		v.objspaceChecked = true
 	}
-	objspace, err := v.m.u64(at(vm, v.objspaceOff))
+	objspace, err := v.m.u64(at(vm, v.Layout.VMObjspace))
 	if err != nil {
 		return 0, fmt.Errorf("reading the VM's objspace: %w", err)
 	}
@@ -223,28 +200,66 @@ func (v *VM) objspace() (uint64, error) {
 }
 
 // plausibleObjspace checks that vm+off points at an rb_objspace_t whose
-// first heap page has a sane slot size, slot count and start.
-func (v *VM) plausibleObjspace(vm uint64, off int64) bool {
+// heap pages hold together: a page list of a sane count, each page's
+// header sane (slot size a multiple of the base slot, slots that fit a
+// page) with its slots in one mapping of the process (heap pages are
+// mapped memory, whatever the allocator), and the pages sorted by
+// address, as the GC keeps them. The error says what does not hold.
+func (v *VM) plausibleObjspace(vm uint64, off int64) error {
 	L := v.Layout
 	objspace, err := v.m.u64(at(vm, off))
-	if err != nil || objspace == 0 || objspace&7 != 0 {
-		return false
+	if err != nil {
+		return fmt.Errorf("cannot be read: %w", err)
+	}
+	if objspace == 0 || objspace&7 != 0 {
+		return fmt.Errorf("is %#x, not an object space", objspace)
 	}
 	sorted, n, err := v.pageList(objspace)
-	if err != nil || n == 0 {
-		return false
-	}
-	page, err := v.m.u64(sorted)
-	if err != nil || page == 0 {
-		return false
-	}
-	hdr, err := v.m.read(page, v.pageHeaderLen())
 	if err != nil {
-		return false
+		return fmt.Errorf("does not lead to a heap page list: %w", err)
 	}
-	p, ok := v.pageHeader(hdr)
-	return ok && p.slotSize%L.BaseSlotSize == 0
+	if n == 0 {
+		return fmt.Errorf("leads to an object space of no heap pages")
+	}
+	check := min(n, maxCheckedPages)
+	raw, err := v.m.read(sorted, int(check)*8)
+	if err != nil {
+		return fmt.Errorf("leads to a heap page list that cannot be read: %w", err)
+	}
+	maps := v.maps
+	if v.live {
+		if m, err := v.T.Mappings(); err == nil {
+			maps = m
+		}
+	}
+	var prev uint64
+	for i := range int(check) {
+		page := binary.LittleEndian.Uint64(raw[i*8:])
+		if page == 0 {
+			return fmt.Errorf("leads to a heap page list with a null page (%d of %d)", i, n)
+		}
+		hdr, err := v.m.read(page, v.pageHeaderLen())
+		if err != nil {
+			return fmt.Errorf("leads to heap page %d of %d at %#x, which cannot be read", i, n, page)
+		}
+		p, ok := v.pageHeader(hdr)
+		if !ok || p.slotSize%L.BaseSlotSize != 0 {
+			return fmt.Errorf("leads to heap page %d of %d at %#x, whose header is not a heap page's", i, n, page)
+		}
+		m, ok := target.FindMapping(maps, p.start)
+		if !ok || p.end() > m.End {
+			return fmt.Errorf("leads to heap page %d of %d, whose slots %#x-%#x lie outside one mapping", i, n, p.start, p.end())
+		}
+		if p.start <= prev {
+			return fmt.Errorf("leads to a heap page list not sorted by address, as the GC keeps it (page %d of %d at %#x)", i, n, p.start)
+		}
+		prev = p.start
+	}
+	return nil
 }
+
+// maxCheckedPages bounds how many heap pages plausibleObjspace checks.
+const maxCheckedPages = 16
 
 // heapPage is one heap page: slots of slotSize bytes from start.
 type heapPage struct {

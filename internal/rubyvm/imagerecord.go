@@ -38,7 +38,7 @@ type imageRecord struct {
 	Symbols map[string][2]uint64      `json:"symbols"` // link-time address and size
 	Missing []string                  `json:"missing"` // symbols the image does not define
 	Has     map[string]bool           `json:"has"`
-	Layouts map[string]recordedLayout `json:"layouts"` // by family
+	Layouts map[string]recordedLayout `json:"layouts"` // by Ruby version
 	Located map[string]recordedGlobal `json:"located"`
 	Skipped []string                  `json:"skipped"` // binary.Image.Skipped
 }
@@ -50,6 +50,8 @@ type recordedLayout struct {
 	Family  string           `json:"family"`
 	Source  string           `json:"source"`
 	Checked string           `json:"checked"`
+	Release string           `json:"release"`
+	Note    string           `json:"note"` // layoutChoice.note
 	Missing []layout.Missing `json:"missing"`
 	Values  []int64          `json:"values"`
 }
@@ -64,7 +66,7 @@ var layoutValues = sync.OnceValue(func() []int {
 		switch {
 		case f.Type.Kind() == reflect.Int64:
 			idx = append(idx, i)
-		case f.Name == "Family" || f.Name == "Source" || f.Name == "Checked" || f.Name == "Missing":
+		case f.Name == "Family" || f.Name == "Source" || f.Name == "Checked" || f.Name == "Release" || f.Name == "Missing":
 		default:
 			return nil
 		}
@@ -78,7 +80,7 @@ func recordLayout(l *layout.Layout) (r recordedLayout, ok bool) {
 	if idx == nil {
 		return r, false
 	}
-	r = recordedLayout{Family: l.Family, Source: l.Source, Checked: l.Checked, Missing: l.Missing, Values: make([]int64, len(idx))}
+	r = recordedLayout{Family: l.Family, Source: l.Source, Checked: l.Checked, Release: l.Release, Missing: l.Missing, Values: make([]int64, len(idx))}
 	v := reflect.ValueOf(l).Elem()
 	for i, f := range idx {
 		r.Values[i] = v.Field(f).Int()
@@ -93,7 +95,7 @@ func (r recordedLayout) layout() (*layout.Layout, bool) {
 	if idx == nil || len(r.Values) != len(idx) {
 		return nil, false
 	}
-	l := &layout.Layout{Family: r.Family, Source: r.Source, Checked: r.Checked, Missing: r.Missing}
+	l := &layout.Layout{Family: r.Family, Source: r.Source, Checked: r.Checked, Release: r.Release, Missing: r.Missing}
 	v := reflect.ValueOf(l).Elem()
 	for i, f := range idx {
 		v.Field(f).SetInt(r.Values[i])
@@ -166,15 +168,15 @@ func (b *Build) loadRecord() {
 	for name, has := range r.Has {
 		b.has[name] = has
 	}
-	for fam, rl := range r.Layouts {
+	for version, rl := range r.Layouts {
 		l, ok := rl.layout()
-		if !ok || l.Family != fam {
+		if fam, err := Family(version); !ok || err != nil || l.Family != fam {
 			continue
 		}
 		if strings.HasPrefix(l.Source, "dwarf:") {
 			l.Source = "dwarf:" + b.im.Path // the path as this process names it
 		}
-		b.layouts[fam] = layoutChoice{l: l, recorded: true}
+		b.layouts[version] = layoutChoice{l: l, recorded: true, note: rl.Note}
 	}
 	for name, g := range r.Located {
 		b.located[name] = locatedHint{g.Addr, g.How}
@@ -201,12 +203,13 @@ func (b *Build) save() {
 			r.Missing = append(r.Missing, name)
 		}
 	}
-	for fam, c := range b.layouts {
+	for version, c := range b.layouts {
 		if c.err != nil {
 			continue
 		}
 		if rl, ok := recordLayout(c.l); ok {
-			r.Layouts[fam] = rl
+			rl.Note = c.note
+			r.Layouts[version] = rl
 		}
 	}
 	for name, h := range b.located {

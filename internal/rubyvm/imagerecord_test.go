@@ -63,7 +63,7 @@ func TestImageRecord(t *testing.T) {
 				if err := json.Unmarshal(b, &r); err != nil {
 					t.Fatal(err)
 				}
-				r["layouts"].(map[string]any)[fam].(map[string]any)["checked"] = marked
+				r["layouts"].(map[string]any)[ver].(map[string]any)["checked"] = marked
 				if change != nil {
 					change(r)
 				}

@@ -27,6 +27,9 @@ var (
 	ErrNotRuby = errors.New("not a Ruby process")
 	// ErrUnsupported means rbscope has no layout for the process's Ruby.
 	ErrUnsupported = errors.New("Ruby version not supported")
+	// ErrLayoutMismatch means the layout chosen for the process's Ruby
+	// fails an invariant the VM keeps: rbscope refuses to read through it.
+	ErrLayoutMismatch = errors.New("the layout does not fit this process")
 )
 
 // MinFamily is the oldest Ruby version family rbscope reads.
@@ -50,56 +53,55 @@ type VM struct {
 	// which reads them once per Build.
 	Image *binary.Image
 	// Layout is the layout this process is read through: its Build's
-	// choice, or a copy with offsets moved (Adjusted).
+	// choice, checked against the process's memory when it was opened.
 	Layout *layout.Layout
 	// Version is RUBY_VERSION ("3.1.7"); Description is RUBY_DESCRIPTION.
 	Version     string
 	Description string
 
 	// VersionFrom says where Version came from when it was not the
-	// process's ruby_version ("--force-version", a mapped path, the
-	// ruby_description string), or is "".
+	// process's ruby_version ("--force-version", the ruby_description
+	// string), or is "".
 	VersionFrom string
-	// Adjusted lists the layout offsets rbscope moved because the
-	// layout's own failed its checks on this process (a patch release the
-	// table was not made from): "VMObjspace 1232 -> 1248".
-	Adjusted   []string
-	unexpected []string
+	// LayoutNote says, in one line, that the built-in table was chosen for
+	// a patch release rbscope has no facts of (and which release's layout
+	// it reads with), or is "".
+	LayoutNote string
 
-	build        *Build            // what is known of the image, shared
-	vmPtrAddr    uint64            // &ruby_current_vm_ptr
-	located      map[string]uint64 // what locate found, by symbol, run-time (0: not found)
-	locatedHow   map[string]FoundBy
-	maps         []target.Mapping // the mappings when the VM was opened
-	m            mem
-	ids          map[uint64]string
-	classNames   map[uint64]string
-	iseqs        map[uint64]*iseqInfo
-	lines        map[[2]uint64]int     // (iseq, pc) -> line
-	labels       map[[2]uint64]string  // (iseq, method owner) -> label
-	owners       map[uint64]uint64     // ep[me_cref] of a local environment -> its method's owner
-	cfuncs       map[uint64]string     // ep[me_cref] of a C frame -> label
-	names        nameCache             // thread names, by their String
-	walk         walkCache             // where the last walk found the threads
-	idScratch    idScratch             // the buffers of threads' second reads
-	stackBufs    [2][]byte             // a stack's control frames and value stack, as read
-	hints        map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
-	aheadBatch   batch                 // readBatchAhead's batched read
-	framePool    [][]Frame             // the Frames of reads WithReusedFrames
-	threadPool   []Thread              // the first group's Threads of reads WithReusedFrames
-	frameBatch   batch                 // readFrames's batched read
-	envBufs      [][]byte              // the buffers of environments read with the frames
-	envPre       []envData             // environments read with the frames of the walk under way
-	envMiss      []envAt               // environments the walk under way read outside its value stack
-	ra           readAhead             // what a ReadThreads call reads with its walk of the threads
-	gen          cacheGen              // what the caches of objects were learned under (cachegen.go)
-	objspaceOff  int64                 // offset of rb_vm_t.objspace, once checked (0: not yet)
-	objspaceAddr uint64                // the objspace, once GC has read it (it lives as long as the VM)
-	tidOff       uint64                // offset of the TID in the C library's struct pthread (0: none)
-	tidOffMusl   bool                  // tidOff is musl's (whose struct pthread starts with its address)
-	tidOffLooked bool                  // pthreadTIDOffset has run
-	tpTIDs       map[uint64]int        // a core's threads by thread pointer (tidByThreadPointer)
-	tpIsPthread  bool                  // the architecture's thread pointer is the pthread_t
+	build           *Build            // what is known of the image, shared
+	vmPtrAddr       uint64            // &ruby_current_vm_ptr
+	located         map[string]uint64 // what locate found, by symbol, run-time (0: not found)
+	locatedHow      map[string]FoundBy
+	maps            []target.Mapping // the mappings when the VM was opened
+	m               mem
+	ids             map[uint64]string
+	classNames      map[uint64]string
+	iseqs           map[uint64]*iseqInfo
+	lines           map[[2]uint64]int     // (iseq, pc) -> line
+	labels          map[[2]uint64]string  // (iseq, method owner) -> label
+	owners          map[uint64]uint64     // ep[me_cref] of a local environment -> its method's owner
+	cfuncs          map[uint64]string     // ep[me_cref] of a C frame -> label
+	names           nameCache             // thread names, by their String
+	walk            walkCache             // where the last walk found the threads
+	idScratch       idScratch             // the buffers of threads' second reads
+	stackBufs       [2][]byte             // a stack's control frames and value stack, as read
+	hints           map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
+	aheadBatch      batch                 // readBatchAhead's batched read
+	framePool       [][]Frame             // the Frames of reads WithReusedFrames
+	threadPool      []Thread              // the first group's Threads of reads WithReusedFrames
+	frameBatch      batch                 // readFrames's batched read
+	envBufs         [][]byte              // the buffers of environments read with the frames
+	envPre          []envData             // environments read with the frames of the walk under way
+	envMiss         []envAt               // environments the walk under way read outside its value stack
+	ra              readAhead             // what a ReadThreads call reads with its walk of the threads
+	gen             cacheGen              // what the caches of objects were learned under (cachegen.go)
+	objspaceChecked bool                  // vm->objspace held together (plausibleObjspace)
+	objspaceAddr    uint64                // the objspace, once GC has read it (it lives as long as the VM)
+	tidOff          uint64                // offset of the TID in the C library's struct pthread (0: none)
+	tidOffMusl      bool                  // tidOff is musl's (whose struct pthread starts with its address)
+	tidOffLooked    bool                  // pthreadTIDOffset has run
+	tpTIDs          map[uint64]int        // a core's threads by thread pointer (tidByThreadPointer)
+	tpIsPthread     bool                  // the architecture's thread pointer is the pthread_t
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
@@ -211,17 +213,24 @@ func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Opti
 	if err != nil {
 		return v.withVersionSource(err)
 	}
-	if v.Layout, err = b.layout(fam, v.Version); err != nil {
+	if v.Layout, v.LayoutNote, err = b.layout(fam, v.Version); err != nil {
 		return v.withVersionSource(err)
+	}
+	if layoutHook != nil {
+		v.Layout = layoutHook(v.Layout)
 	}
 	if v.vmPtrAddr, err = v.findVMPtr(); err != nil {
 		return v.withVersionSource(err)
 	}
-	if err := v.checkOrDrift(maps); err != nil {
-		return v.withVersionSource(err)
+	if err := v.sanityCheck(maps); err != nil {
+		return v.withVersionSource(v.refuseLayout(err))
 	}
 	return nil
 }
+
+// layoutHook, nil but in the tests' own binaries (testhooks.go), changes
+// the layout a process is read through after it is chosen.
+var layoutHook func(*layout.Layout) *layout.Layout
 
 // Fallbacks says, in one line, how the VM was found when it was not the
 // ordinary way (the image's file, its symbols, the ruby_version symbol), or
@@ -346,35 +355,83 @@ func Family(version string) (string, error) {
 	return fmt.Sprintf("%d.%d", major, minor), nil
 }
 
-// chooseLayout prefers the image's own DWARF, then the built-in table. Its
+// chooseLayout prefers the image's own DWARF, then the built-in table of
+// the exact patch release (the family's table with the fields that release
+// moved). note says when the release is not one rbscope has facts of. Its
 // error says which of the two was missing or unusable, and why.
-func chooseLayout(im *binary.Image, family, version string) (*layout.Layout, error) {
+func chooseLayout(im *binary.Image, family, version string) (l *layout.Layout, note string, err error) {
 	var dwarfErr error
 	if d := im.DWARF(); d != nil {
 		l, err := layout.FromDWARF(d, family, "dwarf:"+im.Path)
 		if err == nil {
-			return l, nil
+			return l, "", nil
 		}
 		dwarfErr = err
 	}
 	a, err := arch.ForMachine(im.File.Machine)
 	if err != nil {
-		return nil, unsupported("Ruby %s: %w: %s is for %w", version, ErrUnsupported, im.Path, err)
+		return nil, "", unsupported("Ruby %s: %w: %s is for %w", version, ErrUnsupported, im.Path, err)
+	}
+	if a == arch.AMD64 {
+		// The release layouts are x86_64's: the family's table with the
+		// fields each release moved.
+		if l, _, note := layouts.ForRelease(version); l != nil {
+			return l, note, nil
+		}
 	}
 	if l := layouts.ForArch(a, family); l != nil {
-		return l, nil
+		note := ""
+		if a == arch.AMD64 {
+			note = fmt.Sprintf("Ruby %s names no patch release: read with the %s table", version, l.Checked)
+		}
+		return l, note, nil
 	}
 	builtin := "built-in tables: " + strings.Join(layouts.FamiliesFor(a), ", ")
 	if a != arch.AMD64 {
 		builtin += " (for " + a.Name + ")"
 	}
 	if dwarfErr != nil {
-		return nil, unsupported("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
+		return nil, "", unsupported("Ruby %s: %w: the debug info of %s is incomplete (%s) and rbscope has no built-in table for Ruby %s (%s)",
 			version, ErrUnsupported, im.Path, firstLine(dwarfErr), family, builtin)
 	}
-	return nil, unsupported("Ruby %s: %w: %s carries no debug info and rbscope has no built-in table for Ruby %s (%s); install its debug symbols (a -dbg or -dbgsym package, found by build-id under /usr/lib/debug) or use a Ruby built with -g",
+	return nil, "", unsupported("Ruby %s: %w: %s carries no debug info and rbscope has no built-in table for Ruby %s (%s); install its debug symbols (a -dbg or -dbgsym package, found by build-id under /usr/lib/debug) or use a Ruby built with -g",
 		version, ErrUnsupported, im.Path, family, builtin)
 }
+
+// LayoutName says which layout the VM is read through: "the 3.1.7 table"
+// (the family's table with that release's moves), "the 3.1 table (made
+// from 3.1.2)", or "the DWARF of PATH".
+func (v *VM) LayoutName() string {
+	return layoutName(v.Layout)
+}
+
+func layoutName(l *layout.Layout) string {
+	switch {
+	case strings.HasPrefix(l.Source, "dwarf:"):
+		return "the DWARF of " + strings.TrimPrefix(l.Source, "dwarf:")
+	case l.Release != "":
+		return fmt.Sprintf("the built-in %s table (%s's, made from %s)", l.Release, l.Family, l.Checked)
+	}
+	return fmt.Sprintf("the built-in %s table (made from %s)", l.Family, l.Checked)
+}
+
+// refuseLayout turns a failed layout check into the one line rbscope
+// refuses with: the version, the layout, what does not hold (the field),
+// and what to do.
+func (v *VM) refuseLayout(err error) error {
+	what := "pass --force-version X.Y.Z if the version was misread, or install the Ruby's debug symbols (a -dbg or -dbgsym package) so that rbscope reads its own layout"
+	if strings.HasPrefix(v.Layout.Source, "dwarf:") {
+		what = "its debug information does not match the running image: install the debug file of this very build (a stale separate debug file?)"
+	}
+	return docError{refusal{fmt.Sprintf("Ruby %s: %v: read through %s, %s; %s", v.Version, ErrLayoutMismatch, v.LayoutName(), firstLine(err), what)}, DocRubies}
+}
+
+// refusal is a layout refused: ErrLayoutMismatch, a kind of
+// ErrUnsupported, with its own message.
+type refusal struct{ msg string }
+
+func (e refusal) Error() string   { return e.msg }
+func (e refusal) Unwrap() []error { return []error{ErrLayoutMismatch, ErrUnsupported} }
 
 // DocRubies is the page of rbscope's documentation that says which Rubies
 // it reads and what each command supports on each, as a path in its
@@ -416,24 +473,6 @@ var featureWhat = map[layout.Feature]string{
 	layout.FeatureDump:   "the heap dump",
 }
 
-// adjust records that field's offset was moved from to to; a move that is
-// one of the family's known drifts of that field alone (vm->objspace
-// within 3.1) says so, and is not news (Unexpected).
-func (v *VM) adjust(field string, from, to int64) {
-	for _, d := range driftsFor(v.Layout.Family) {
-		if delta, ok := d.Moves[field]; ok && delta == to-from && len(d.Moves) == 1 {
-			v.Adjusted = append(v.Adjusted, fmt.Sprintf("%s %d -> %d (known: %s)", field, from, to, d.Why))
-			return
-		}
-	}
-	v.Adjusted = append(v.Adjusted, fmt.Sprintf("%s %d -> %d", field, from, to))
-	v.unexpected = append(v.unexpected, v.Adjusted[len(v.Adjusted)-1])
-}
-
-// Unexpected lists the adjustments (of Adjusted) that are no known drift
-// of the family: worth telling the user, as the table may be stale.
-func (v *VM) Unexpected() []string { return v.unexpected }
-
 // vmPtr reads ruby_current_vm_ptr.
 func (v *VM) vmPtr() (uint64, error) {
 	p, err := v.m.u64(v.vmPtrAddr)
@@ -447,8 +486,12 @@ func (v *VM) vmPtr() (uint64, error) {
 }
 
 // sanityCheck catches a layout that does not fit the process before any
-// frame is printed: the main thread's VM stack must lie in mapped memory
-// and its control frame pointer inside that stack.
+// frame is printed, by invariants the VM keeps: the main thread's VM stack
+// lies in mapped memory with its control frame pointer inside; its
+// execution context points back at it; its self is
+// a Thread object pointing back at it; it is on a thread list (its
+// ractor's), which closes; its status is one of the enum's and its name
+// nil or a String. Each error names the field whose offset it doubts.
 func (v *VM) sanityCheck(maps []target.Mapping) error {
 	L := v.Layout
 	vm, err := v.vmPtr()
@@ -457,36 +500,40 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 	}
 	th, err := v.m.u64(at(vm, L.VMRactorMainThread))
 	if err != nil {
-		return fmt.Errorf("layout check (Ruby %s, %s): reading the main thread: %w", v.Version, L.Source, err)
+		return fmt.Errorf("the main thread (rb_vm_struct main_thread at %d) cannot be read: %w", L.VMRactorMainThread, err)
 	}
 	ec, err := v.m.u64(at(th, L.ThreadEC))
 	if err != nil {
-		return fmt.Errorf("layout check (Ruby %s, %s): reading the main thread's execution context: %w", v.Version, L.Source, err)
+		return fmt.Errorf("the main thread's execution context (rb_thread_struct.ec at %d) cannot be read: %w", L.ThreadEC, err)
 	}
 	st, err := v.readStackBounds(ec, nil)
 	if err != nil {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: %w", v.Version, L.Source, err)
+		return fmt.Errorf("the main thread's execution context (rb_thread_struct.ec at %d, vm_stack at %d, cfp at %d) holds no VM stack: %w", L.ThreadEC, L.ECVMStack, L.ECCFP, err)
+	}
+	if L.ECThreadPtr >= 0 {
+		if back, err := v.m.u64(at(ec, L.ECThreadPtr)); err != nil || back != th {
+			return fmt.Errorf("the main thread's execution context (rb_thread_struct.ec at %d) does not point back at it (rb_execution_context_struct.thread_ptr at %d holds %#x): %w", L.ThreadEC, L.ECThreadPtr, back, ErrGarbage)
+		}
 	}
 	if _, ok := target.FindMapping(maps, st.vmStack); !ok {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: main thread's VM stack %#x is outside every mapping", v.Version, L.Source, st.vmStack)
+		return fmt.Errorf("the main thread's VM stack %#x (rb_execution_context_struct.vm_stack at %d) is outside every mapping: %w", st.vmStack, L.ECVMStack, ErrGarbage)
 	}
-	// Thread and ractor offsets that moved (a table from another patch
-	// release) show here: the main thread's self must be its Thread
-	// object, and the thread must be on a thread list, which closes.
 	if !v.threadObjectOf(th) {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's self is not a Thread object pointing back at it: %w", v.Version, L.Source, ErrGarbage)
+		return fmt.Errorf("the main thread's self (rb_thread_struct.self at %d) is not a Thread object pointing back at it: %w", L.ThreadSelf, ErrGarbage)
 	}
 	if err := v.threadListed(vm, th); err != nil {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: %w", v.Version, L.Source, err)
+		list := fmt.Sprintf("rb_ractor_struct.threads.set at %d", L.RactorThreadsSet)
+		if L.RactorThreadsSet < 0 {
+			list = fmt.Sprintf("rb_vm_struct.living_threads at %d", L.VMLivingThreads)
+		}
+		return fmt.Errorf("the thread list (%s, rb_thread_struct's node at %d) does not hold the main thread: %w", list, L.ThreadListNode, err)
 	}
-	// The thread's name is nil or a String, and its status one of the
-	// enum's.
 	t, _ := v.thread(th)
 	if t.Error != "" || t.Status == "unknown" {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's status is unknown: %w", v.Version, L.Source, ErrGarbage)
+		return fmt.Errorf("the main thread's status (rb_thread_struct.status at bit %d) is none of the enum's: %w", L.ThreadStatusBit, ErrGarbage)
 	}
 	if name, err := v.m.u64(at(th, L.ThreadName)); err != nil || (name != uint64(L.Qnil) && !v.isString(name)) {
-		return fmt.Errorf("layout check (Ruby %s, %s) failed: the main thread's name %#x is neither nil nor a String: %w", v.Version, L.Source, name, ErrGarbage)
+		return fmt.Errorf("the main thread's name (rb_thread_struct.name at %d) is %#x, neither nil nor a String: %w", L.ThreadName, name, ErrGarbage)
 	}
 	return nil
 }
@@ -498,35 +545,6 @@ func (v *VM) isString(val uint64) bool {
 	}
 	typ, _, err := v.objType(val)
 	return err == nil && typ == v.Layout.TString
-}
-
-// driftsFor lists a family's known drifts (a variable for tests).
-var driftsFor = layouts.Drifts
-
-// checkOrDrift runs the layout check and, when a built-in table fails it,
-// tries the known drifts of the table's family (offsets that patch
-// releases moved), keeping the first that passes and recording what it
-// moved in Adjusted. A known drift is no news (Unexpected stays empty):
-// the table's family is known to move those fields between patch
-// releases. Frames are never read through a layout that failed.
-func (v *VM) checkOrDrift(maps []target.Mapping) error {
-	err := v.sanityCheck(maps)
-	if err == nil || v.Layout.Source != "table" {
-		return err
-	}
-	orig := v.Layout
-	for _, d := range driftsFor(orig.Family) {
-		l, moved := d.Apply(orig)
-		v.Layout = l
-		v.ForgetCaches()
-		if v.sanityCheck(maps) == nil {
-			v.Adjusted = append(v.Adjusted, strings.Join(moved, ", ")+" (known: "+d.Why+")")
-			return nil
-		}
-	}
-	v.Layout = orig
-	v.ForgetCaches()
-	return err
 }
 
 // threadListed checks that thread th is on one of the VM's thread lists

@@ -30,7 +30,43 @@ func (v *VM) findVMPtr() (uint64, error) {
 	if addr := v.locate("ruby_current_vm_ptr"); addr != 0 {
 		return addr, nil
 	}
+	if err := v.vmPtrLayoutError(); err != nil {
+		return 0, err
+	}
 	return 0, fmt.Errorf("Ruby %s in %s: ruby_current_vm_ptr is neither in its symbols nor found through ruby_vm_at_exit's code nor by scanning its data (or the VM is not running yet): %w", v.Version, v.Image.Path, ErrGarbage)
+}
+
+// vmPtrLayoutError tells a layout that does not fit from a VM not found:
+// when the symbol, or the operand of ruby_vm_at_exit's code, gives the
+// global and it points at a VM, the layout check's error on that VM names
+// the field that does not hold (a patch release that moved it), refused
+// as at attach. It returns nil when neither gives a VM to check.
+func (v *VM) vmPtrLayoutError() error {
+	var cands []uint64
+	if a, _, err := v.Symbol("ruby_current_vm_ptr"); err == nil {
+		cands = append(cands, a)
+	} else {
+		v.findRIPRef("ruby_vm_at_exit", 0, func(c uint64) (uint64, bool) {
+			cands = append(cands, c)
+			return 0, false
+		})
+	}
+	saved := v.vmPtrAddr
+	defer func() { v.vmPtrAddr = saved }()
+	for _, c := range cands {
+		vm, err := v.m.u64(c)
+		if err != nil || vm == 0 || vm&7 != 0 {
+			continue
+		}
+		if m, ok := target.FindMapping(v.maps, vm); !ok || !strings.Contains(m.Perms, "w") {
+			continue
+		}
+		v.vmPtrAddr = c
+		if err := v.sanityCheck(v.maps); err != nil {
+			return v.refuseLayout(err)
+		}
+	}
+	return nil
 }
 
 // plausibleVMPtr checks that addr holds a pointer to an rb_vm_t whose main

@@ -10,13 +10,17 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// findVersion sets Version and Description. In order: --force-version;
-// the process's ruby_version symbol; for a core that lacks the image's
-// read-only data, a ruby_description string ("ruby 3.3.0 (2023-12-25
-// ...") found in what the core holds of the image; and last the paths of
-// the mapped files (libruby.so.3.1.0, .../Ruby/3.3.0/x64/...,
-// .rbenv/versions/2.7.2/..., lib/ruby/3.1.0/...). VersionFrom records any
-// source but the symbol.
+// findVersion sets Version and Description from the Ruby image itself,
+// never from a file's name: --force-version; else the process's
+// ruby_version symbol (RUBY_VERSION, the exact release); else, for a core
+// that lacks the image's read-only data, a ruby_description string ("ruby
+// 3.3.0 (2023-12-25 ...") found in what the core holds of the image or of
+// the process's memory (a Ruby that builds its description at run time
+// keeps it there). VersionFrom records any source but the symbol. When
+// none holds the version, the refusal names the release a mapped file's
+// name claims (libruby.so.3.1.0, .rbenv/versions/2.7.2/) for the user to
+// confirm with --force-version: a name proves nothing, and the patch
+// release chooses the layout.
 func (v *VM) findVersion(maps []target.Mapping, opts Options) error {
 	v.Description, _ = v.symbolString("ruby_description", 256)
 	if opts.ForceVersion != "" {
@@ -36,15 +40,16 @@ func (v *VM) findVersion(maps []target.Mapping, opts Options) error {
 		v.VersionFrom = "the ruby_description string in " + where
 		return nil
 	}
-	if ver, path, ok := versionFromPaths(maps); ok {
-		v.Version, v.VersionFrom = ver, "the mapped file "+path
-		return nil
-	}
 	why := "the ruby_version symbol is not in its symbols"
 	if err != nil {
 		why = firstLine(err)
 	}
-	return unsupported("the Ruby version of %s cannot be read (%s), nor found in its memory or the mapped files' paths; pass --force-version X.Y.Z: %w",
+	v.Version = ""
+	if ver, path, ok := versionFromPaths(maps); ok {
+		return unsupported("the Ruby release of %s cannot be read (%s), nor a ruby_description string found in its memory; its file's name says Ruby %s (%s), which a name cannot prove: pass --force-version X.Y.Z (%s if that is its release): %w",
+			v.Image.Path, why, ver, path, ver, ErrUnsupported)
+	}
+	return unsupported("the Ruby release of %s cannot be read (%s), nor a ruby_description string found in its memory; pass --force-version X.Y.Z: %w",
 		v.Image.Path, why, ErrUnsupported)
 }
 
@@ -92,14 +97,27 @@ func versionFromPaths(maps []target.Mapping) (version, path string, ok bool) {
 // is searched for RUBY_DESCRIPTION.
 const maxDescriptionScan = 32 << 20
 
-// scanDescription looks for RUBY_DESCRIPTION in the read-only mappings of
-// the Ruby image that the target holds, and returns it with the range it
-// was found in.
+// scanDescription looks for RUBY_DESCRIPTION in what the target holds of
+// the Ruby image's read-only mappings, then in its writable ones and the
+// anonymous mapping after them (a Ruby built with a JIT writes its
+// description into a buffer of its own at start), and returns it with the
+// range it was found in.
 func (v *VM) scanDescription(maps []target.Mapping) (desc, where string, ok bool) {
-	for _, m := range maps {
-		if strings.TrimSuffix(m.Path, " (deleted)") != v.Image.Path || strings.Contains(m.Perms, "w") {
+	var ro, rw []target.Mapping
+	for i, m := range maps {
+		if strings.TrimSuffix(m.Path, " (deleted)") != v.Image.Path {
 			continue
 		}
+		if !strings.Contains(m.Perms, "w") {
+			ro = append(ro, m)
+			continue
+		}
+		rw = append(rw, m)
+		if i+1 < len(maps) && maps[i+1].Path == "" && maps[i+1].Start == m.End {
+			rw = append(rw, maps[i+1])
+		}
+	}
+	for _, m := range append(ro, rw...) {
 		b := make([]byte, min(m.End-m.Start, maxDescriptionScan))
 		n, _ := v.T.ReadAt(b, m.Start)
 		if loc := descriptionRE().FindIndex(b[:n]); loc != nil {

@@ -12,19 +12,14 @@ type Process struct {
 	RubyVersion string `json:"ruby_version"`
 	Description string `json:"ruby_description"`
 	Layout      string `json:"layout"`
-	// LayoutAdjusted lists the layout offsets moved because the layout's
-	// own failed their checks on this process ("VMObjspace 1232 -> 1248").
-	LayoutAdjusted []string `json:"layout_adjusted,omitempty"`
+	// LayoutRelease is the patch release whose built-in table was read
+	// (the family's table with that release's moves), when a table was.
+	LayoutRelease string `json:"layout_release,omitempty"`
 }
 
-// NewProcess describes process pid and its Ruby; adjusted says whether to
-// list the layout offsets moved.
-func NewProcess(pid int, vm *rubyvm.VM, adjusted bool) Process {
-	p := Process{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source}
-	if adjusted {
-		p.LayoutAdjusted = vm.Adjusted
-	}
-	return p
+// NewProcess describes process pid and its Ruby.
+func NewProcess(pid int, vm *rubyvm.VM) Process {
+	return Process{PID: pid, RubyVersion: vm.Version, Description: vm.Description, Layout: vm.Layout.Source, LayoutRelease: vm.Layout.Release}
 }
 
 // Stack is the document `rbscope stack --json` prints.

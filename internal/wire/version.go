@@ -22,10 +22,12 @@ type Version struct {
 }
 
 // RubyFamily is a Ruby version family ("3.4") with a built-in layout
-// table and the release the table was made from ("3.4.5").
+// table, the release the table was made from ("3.4.5"), and the patch
+// releases whose layout rbscope knows (the table with what each moved).
 type RubyFamily struct {
 	Family   string `json:"family"`
 	MadeFrom string `json:"made_from"`
 	// Arch is the architecture the table is for ("x86_64", "aarch64").
-	Arch string `json:"arch"`
+	Arch     string   `json:"arch"`
+	Releases []string `json:"releases"`
 }

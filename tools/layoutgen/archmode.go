@@ -46,11 +46,11 @@ func archLayout(image, family, version string, a *arch.Arch) (*layout.Layout, []
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s has no DWARF (build Ruby with -g): %w", image, err)
 	}
-	r, err := newRelayout(d, archPatches(a))
+	r, err := newRelayout(d, lp64DWARF, archPatches(a))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", image, err)
 	}
-	r.src, r.dst = srcLP64, &abi{a.Name, 8}
+	r.dst = &abi{a.Name, 8}
 	l, err := layout.Build(r, family, "table")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s re-laid out for %s: %w", image, a.Name, err)

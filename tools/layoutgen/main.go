@@ -79,7 +79,13 @@ func run(ruby, outDir string) error {
 		return fmt.Errorf("%s: %w", image, err)
 	}
 	l.Checked = version
-	return write(l, "a Ruby "+version+" debug build", outDir)
+	from := "a Ruby " + version + " debug build"
+	if err := write(l, from, outDir); err != nil {
+		return err
+	}
+	return writeReleases(family, l, from, outDir, func(ps []patch) (*relayout, error) {
+		return newRelayout(d, lp64DWARF, ps)
+	})
 }
 
 // write renders an x86_64 table into outDir; from says where it came from.
@@ -139,7 +145,9 @@ func Render(l *layout.Layout, from string, a *arch.Arch) ([]byte, error) {
 		f := v.Type().Field(i)
 		switch f.Type.Kind() {
 		case reflect.String:
-			fmt.Fprintf(&b, "\t\t%s: %q,\n", f.Name, v.Field(i).String())
+			if v.Field(i).String() != "" {
+				fmt.Fprintf(&b, "\t\t%s: %q,\n", f.Name, v.Field(i).String())
+			}
 		case reflect.Int64:
 			fmt.Fprintf(&b, "\t\t%s: %d,\n", f.Name, v.Field(i).Int())
 		case reflect.Slice:

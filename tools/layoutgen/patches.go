@@ -73,8 +73,8 @@ var value64 = []patch{
 }
 
 // sched34 are thread_pthread.h's M:N scheduler structs of 3.3 and 3.4
-// (thread_none.h's are empty; VM_CHECK_MODE is 0). 4.0.0 is assumed to
-// have the same: its source was not at hand, and its wasm build has none.
+// (thread_none.h's are empty; VM_CHECK_MODE is 0). 4.0.0's differ
+// (sched40).
 var sched34 = []patch{
 	body("rb_thread_sched", "thread_pthread.h's per-ractor scheduler",
 		members(`lock_ rb_nativethread_lock_t; running ptr; is_running bool;
@@ -114,19 +114,40 @@ var patches32 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), shapes32, value64, 
 	arTable8,
 })
 
-var patches40 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), value64, sched34, []patch{
+// sched40 are 4.0.0's thread_pthread.h scheduler structs: 3.4's, with
+// the event serial a thread's wait and its scheduler item gained (facts
+// from 4.0.0's headers as rbspy's bindings of 4.0.0 give them; the peer
+// core of 4.0.0 had its thread's status and name 8 bytes after the
+// table made with 3.4's).
+var sched40 = []patch{
+	sched34[0], // rb_thread_sched
+	schedItem40("4.0.0's thread_pthread.h: 3.4's, with event_serial in the wait's data and in the item",
+		"ubf ccan_list_node; readyq ccan_list_node; timeslice_threads ccan_list_node; running_threads ccan_list_node; zombie_threads ccan_list_node"),
+	sched34[2], // rb_native_thread
+}
+
+// schedItem40 is 4.0's rb_thread_sched_item, whose node (the lists a
+// thread is on) has the members given.
+func schedItem40(why, node string) patch {
+	return body("rb_thread_sched_item", why,
+		members(`node {`+node+`};
+			waiting_reason {flags int; data {timeout u64; event_serial u32; fd int; result int}; node ccan_list_node};
+			event_serial u32; finished bool; malloc_stack bool; context_stack ptr; context ptr`)...)
+}
+
+var patches40 = join(pthreadTypes, flonum(0x04, 0x14, 0x24), value64, sched40, []patch{
 	drop("RBasic", "shape_id", "only when SIZEOF_VALUE < 8 (RBASIC_SHAPE_ID_FIELD); on 64-bit the shape ID is the top 32 bits of flags"),
 	drop("rb_vm_struct.ractor.sync", "barrier_waiting", "only without pthreads (the VM barrier is the scheduler's with them)"),
 	drop("rb_vm_struct.ractor.sync", "barrier_cnt", "only without pthreads"),
 	drop("rb_vm_struct.ractor.sync", "barrier_complete_cond", "only without pthreads"),
 	drop("rb_vm_struct.ractor.sync", "barrier_release_cond", "only without pthreads"),
-	insert("rb_vm_struct.ractor", "sync", "the ractor scheduler exists with pthreads only; 3.4's members assumed",
+	insert("rb_vm_struct.ractor", "sync", "the ractor scheduler exists with pthreads only; 3.4's members and 4.0.0's barrier_ractor and barrier_lock_rec (the peer core of 4.0.0 had vm->objspace 16 bytes after the table made without them)",
 		members(`sched {lock rb_nativethread_lock_t; lock_owner ptr; locked bool; cond rb_nativethread_cond_t;
 			snt_cnt u32; dnt_cnt u32; running_cnt u32; max_cpu u32; grq ccan_list_head; grq_cnt u32;
 			running_threads ccan_list_head; timeslice_threads ccan_list_head; zombie_threads ccan_list_head;
 			timeslice_wait_inf bool; barrier_complete_cond rb_nativethread_cond_t;
 			barrier_release_cond rb_nativethread_cond_t; barrier_waiting bool; barrier_waiting_cnt u32;
-			barrier_serial u32}`)...),
+			barrier_serial u32; barrier_ractor ptr; barrier_lock_rec u32}`)...),
 	mainAltstack,
 	drop("rb_ractor_sync", "wakeup_cond", "only without pthreads (with them a ractor waits on its threads' condvars)"),
 	arTable8,
@@ -153,6 +174,6 @@ var jit34 = insert("rb_iseq_constant_body", "mandatory_only_iseq", "USE_YJIT and
 // patches33 are 3.4's and what 3.3.8 (our build) has that 3.3.3 (the
 // wasm package) has not.
 var patches33 = join(patches34, []patch{
-	insert("rb_vm_struct", "constant_cache", "3.3.4 and later (a patch release's field; the wasm package is 3.3.3)",
+	insert("rb_vm_struct", "constant_cache", "3.3.7 and later (a patch release's field; the wasm package is 3.3.3): see releases.go",
 		members("inserting_constant_cache_id u64")...),
 })

@@ -11,15 +11,18 @@ import (
 )
 
 // A relayout answers the layout queries (layout.Resolver) for x86_64 from
-// the DWARF of a wasm32 build of the same Ruby: it reads each struct's
-// members and lays them out again by the LP64 / System V rules, where
-// pointers, long and the pointer-sized typedefs are 8 bytes. Before it
-// trusts its own rules it lays every struct out by the wasm32 rules and
-// checks that this reproduces the offsets DWARF recorded.
+// the DWARF of a build of the same Ruby: it reads each struct's members
+// and lays them out again by the LP64 / System V rules, where pointers,
+// long and the pointer-sized typedefs are 8 bytes. Before it trusts its
+// own rules it lays every struct out by the rules of the ABI the DWARF was
+// made for (src) and checks that this reproduces the offsets DWARF
+// recorded.
 //
-// What the preprocessor put into or left out of the wasm build cannot be
-// seen in its DWARF; the family's patch list (patches.go) says what is
-// different on x86_64.
+// The DWARF is a wasm32 build's, for the families made from one: what the
+// preprocessor put into or left out of it cannot be seen there, and the
+// family's patch list (patches.go) says what is different on x86_64. Or it
+// is an x86_64 debug build's, and the patches are what a later or earlier
+// patch release of the family changed (releases.go).
 type relayout struct {
 	d *dwarf.Data
 	// src is the ABI the DWARF was laid out by (checked struct by
@@ -43,10 +46,10 @@ type abi struct {
 var (
 	wasm32 = &abi{"wasm32", 4}
 	lp64   = &abi{"x86_64", 8}
-	// srcLP64 is x86_64 as the source of a re-layout for another LP64
-	// architecture (aarch64): its DWARF's offsets are checked by the same
-	// rules before the other's types are put in.
-	srcLP64 = &abi{"x86_64 (DWARF)", 8}
+	// lp64DWARF is x86_64 as an x86_64 build's DWARF recorded it: a
+	// source ABI of its own, so that a struct's members as DWARF has them
+	// (the self-check) and as patches leave them (lp64) are two layouts.
+	lp64DWARF = &abi{"x86_64 (DWARF)", 8}
 )
 
 type ckind int
@@ -106,8 +109,8 @@ type shape struct {
 	off         []int64
 }
 
-func newRelayout(d *dwarf.Data, patches []patch) (*relayout, error) {
-	r := &relayout{d: d, src: wasm32, dst: lp64, conv: map[dwarf.Offset]*ctype{}, patches: patches,
+func newRelayout(d *dwarf.Data, src *abi, patches []patch) (*relayout, error) {
+	r := &relayout{d: d, src: src, dst: lp64, conv: map[dwarf.Offset]*ctype{}, patches: patches,
 		used: map[int]bool{}, answers: map[string]int64{}}
 	for i, p := range patches {
 		if p.op == opAnswer {
@@ -438,7 +441,7 @@ func (r *relayout) place(t *ctype, a *abi, packed bool) (*shape, error) {
 	return sh, nil
 }
 
-// check lays t out by the wasm32 rules and compares with the DWARF; a
+// check lays t out by the source ABI's rules and compares with the DWARF; a
 // struct that only fits packed is marked so.
 func (r *relayout) check(t *ctype) error {
 	ms := t.members

@@ -44,7 +44,17 @@ func runWasm(file, version, pkg, against, outDir string, nopatch bool) error {
 	if pkg == "" {
 		pkg = "a wasm32-wasi Ruby"
 	}
-	return write(l, fmt.Sprintf("%s (CRuby %s) DWARF re-laid out for x86_64", pkg, version), outDir)
+	from := fmt.Sprintf("%s (CRuby %s) DWARF re-laid out for x86_64", pkg, version)
+	if err := write(l, from, outDir); err != nil {
+		return err
+	}
+	return writeReleases(l.Family, l, from, outDir, func(ps []patch) (*relayout, error) {
+		d, err := wasmDWARF(file)
+		if err != nil {
+			return nil, err
+		}
+		return newRelayout(d, wasm32, append(append([]patch(nil), familyPatches[l.Family]...), ps...))
+	})
 }
 
 // wasmLayout re-lays out a wasm32 module's DWARF for x86_64 with the patch
@@ -169,7 +179,7 @@ func openRelayout(file, version string, nopatch bool) (*relayout, error) {
 	if !nopatch {
 		ps = familyPatches[familyOf(version)]
 	}
-	r, err := newRelayout(d, ps)
+	r, err := newRelayout(d, wasm32, ps)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

@@ -129,33 +129,3 @@ func (l *Layout) Supports(f Feature) error {
 
 // ErrFeatureMissing means a feature needs a field this Ruby's layout lacks.
 var ErrFeatureMissing = errors.New("this Ruby's layout lacks a field the feature needs")
-
-// Drift is a known way a patch release (or a table's making) moved fields
-// of a family's layout: each field of Moves moves by that many bytes (a bit
-// offset by eight times as many bits). Why says which releases.
-type Drift struct {
-	Moves map[string]int64
-	Why   string
-}
-
-// Apply returns a copy of l with d's fields moved, and what moved, as
-// "Field from -> to", in field order.
-func (d Drift) Apply(l *Layout) (*Layout, []string) {
-	c := *l
-	v := reflect.ValueOf(&c).Elem()
-	var moved []string
-	for i := 0; i < v.NumField(); i++ {
-		sf := v.Type().Field(i)
-		delta, ok := d.Moves[sf.Name]
-		f := v.Field(i)
-		if !ok || f.Kind() != reflect.Int64 || f.Int() < 0 {
-			continue
-		}
-		if strings.HasPrefix(sf.Tag.Get("dwarf"), "bitoff:") {
-			delta *= 8
-		}
-		moved = append(moved, fmt.Sprintf("%s %d -> %d", sf.Name, f.Int(), f.Int()+delta))
-		f.SetInt(f.Int() + delta)
-	}
-	return &c, moved
-}

@@ -39,6 +39,11 @@ type Layout struct {
 	// Checked lists the Ruby releases a built-in table was generated from
 	// or checked against ("3.4.5"); empty for a layout read from DWARF.
 	Checked string
+	// Release is the patch release ("3.1.7") a built-in table was chosen
+	// for, its family's table with the fields that release moved
+	// (layouts.ForRelease); empty for the family's table itself and for a
+	// layout read from DWARF.
+	Release string
 	// Missing lists the fields this build lacks that some feature (not
 	// the stack's) needs; Supports tells a feature whether it can run.
 	Missing []Missing
@@ -94,6 +99,9 @@ type Layout struct {
 	ECVMStack     int64 `dwarf:"off:rb_execution_context_struct.vm_stack"`
 	ECVMStackSize int64 `dwarf:"off:rb_execution_context_struct.vm_stack_size"`
 	ECCFP         int64 `dwarf:"off:rb_execution_context_struct.cfp"`
+	// ECThreadPtr is the context's thread: the layout check's "the main
+	// thread's context points back at it"
+	ECThreadPtr int64 `dwarf:"off:rb_execution_context_struct.thread_ptr,optional"`
 
 	// rb_control_frame_t
 	CFPSize int64 `dwarf:"size:rb_control_frame_struct"`

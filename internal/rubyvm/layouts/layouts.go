@@ -7,7 +7,11 @@
 package layouts
 
 import (
+	"fmt"
+	"reflect"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
@@ -90,32 +94,131 @@ func FamiliesFor(a *arch.Arch) []string {
 	return fs
 }
 
-// drifts are the known moves of fields between a family's patch releases,
-// for tables made from one release and run on another.
-var drifts = map[string][]layout.Drift{
-	"3.1": {{
-		Moves: map[string]int64{"VMObjspace": 8},
-		Why:   "rb_vm_t grew by 8 bytes between 3.1.2 and 3.1.7",
-	}},
-	"3.2": {{
-		Moves: map[string]int64{"VMObjspace": -16},
-		Why:   "vm->objspace is at 1128 in 3.2.0 and 1144 in 3.2.4",
-	}},
-	// The 4.0 table comes from the wasm build, whose M:N scheduler structs
-	// are assumed from 3.4's: on 4.0.0's x86_64 builds (the peer core) the
-	// thread's status and name lie 8 bytes later, and vm->objspace 16.
-	"4.0": {{
-		Moves: map[string]int64{"ThreadStatusBit": 8, "ThreadName": 8},
-		Why:   "4.0.0 on x86_64 keeps the thread's status and name 8 bytes after the wasm-made table's",
-	}, {
-		Moves: map[string]int64{"RactorVMListNode": 8, "RactorRunningEC": 8, "RactorThreadsMain": 8, "ThreadStatusBit": 16, "ThreadName": 16},
-		Why:   "4.0.0 to 4.0.6 moved the ractor's vmlr_node, running_ec and threads.main and the thread's status and name by 8 more bytes",
-	}, {
-		Moves: map[string]int64{"VMObjspace": 16},
-		Why:   "4.0.0 on x86_64 keeps vm->objspace 16 bytes after the wasm-made table's",
-	}},
+// A release is one or more patch releases of a family whose layout is the
+// same: the fields where it differs from the family's table (none for the
+// release the table was made from and those like it), and the changes of
+// the structs that made them (tools/layoutgen/releases.go).
+type release struct {
+	releases []string
+	fields   map[string]int64
+	changes  []string
 }
 
-// Drifts lists the known drifts of a family's table, to try when the table
-// fails its checks on a process.
-func Drifts(family string) []layout.Drift { return drifts[family] }
+var releases = map[string][]release{}
+
+func registerReleases(family string, rs []release) { releases[family] = rs }
+
+// Releases lists the patch releases of family whose layout rbscope knows,
+// oldest first.
+func Releases(family string) []string {
+	var out []string
+	for _, r := range releases[family] {
+		out = append(out, r.releases...)
+	}
+	return out
+}
+
+// ForRelease returns the layout of one patch release ("3.1.7"): its
+// family's table with the fields that release moved. known is false for a
+// release rbscope has no facts of; its layout is then the newest known
+// release's when it is newer (a patch release rarely moves a field, and
+// the checks at attach refuse one that did), else the family's table, and
+// note says so in one line. It returns nil for a family without a table.
+func ForRelease(version string) (l *layout.Layout, known bool, note string) {
+	family, patch, ok := splitRelease(version)
+	if !ok {
+		return nil, false, ""
+	}
+	l = For(family)
+	if l == nil {
+		return nil, false, ""
+	}
+	rs := releases[family]
+	if len(rs) == 0 {
+		l.Release = version
+		return l, false, fmt.Sprintf("rbscope knows no patch releases of Ruby %s: read with its %s table", family, l.Checked)
+	}
+	pick := -1
+	for i, r := range rs {
+		for _, x := range r.releases {
+			if x == version {
+				pick, known = i, true
+			}
+		}
+	}
+	if !known {
+		rel := Releases(family)
+		newest := rel[len(rel)-1]
+		_, n, _ := splitRelease(newest)
+		if patch > n {
+			pick = len(rs) - 1
+			note = fmt.Sprintf("Ruby %s is newer than the releases rbscope knows (%s to %s): read with %s's layout", version, rel[0], newest, newest)
+		} else {
+			note = fmt.Sprintf("Ruby %s is not a release rbscope knows (%s to %s): read with the %s table", version, rel[0], newest, l.Checked)
+		}
+	}
+	if pick >= 0 {
+		applyFields(l, rs[pick].fields)
+	}
+	l.Release = version
+	return l, known, note
+}
+
+// Changes lists what release changed from its family's table, in the
+// structs rbscope reads (none for the table's own release and those like
+// it).
+func Changes(version string) []string {
+	family, _, ok := splitRelease(version)
+	if !ok {
+		return nil
+	}
+	for _, r := range releases[family] {
+		for _, x := range r.releases {
+			if x == version {
+				return r.changes
+			}
+		}
+	}
+	return nil
+}
+
+// ReleaseFields returns the fields release moves from its family's table,
+// by name (for tests and the generator's checks).
+func ReleaseFields(version string) map[string]int64 {
+	family, _, ok := splitRelease(version)
+	if !ok {
+		return nil
+	}
+	for _, r := range releases[family] {
+		for _, x := range r.releases {
+			if x == version {
+				return r.fields
+			}
+		}
+	}
+	return nil
+}
+
+// applyFields sets l's named int64 fields; a name that is no field of the
+// layout is a generator's bug, which TestReleases catches.
+func applyFields(l *layout.Layout, fields map[string]int64) {
+	v := reflect.ValueOf(l).Elem()
+	for name, val := range fields {
+		if f := v.FieldByName(name); f.IsValid() && f.Kind() == reflect.Int64 && f.Int() >= 0 {
+			f.SetInt(val)
+		}
+	}
+}
+
+// splitRelease splits "3.1.7" into its family and patch number.
+func splitRelease(version string) (family string, patch int, ok bool) {
+	parts := strings.Split(version, ".")
+	if len(parts) != 3 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return "", 0, false
+	}
+	return parts[0] + "." + parts[1], n, true
+}

@@ -2,9 +2,11 @@ package layouts_test
 
 import (
 	"debug/elf"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -48,11 +50,23 @@ func TestTablesMatchDebugBuilds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", image, err)
 		}
-		got.Checked = version
 		want := layouts.Committed(family)
 		if want == nil {
 			t.Errorf("no built-in table for Ruby %s: run go run ./tools/layoutgen -ruby %s", family, rb.Bin)
 			continue
+		}
+		got.Checked = version
+		if version != want.Checked {
+			// another release of the family (3.4.11 beside 3.4.5): what
+			// rbscope reads a stripped copy of it with, its release's
+			// layout (or the newest known release's), must be its DWARF
+			rel, known, note := layouts.ForRelease(version)
+			if rel == nil {
+				t.Errorf("%s: no layout for Ruby %s", rb.Name, version)
+				continue
+			}
+			t.Logf("%s: Ruby %s, read without DWARF through %s's table with the release's moves (known %v) %s", rb.Name, version, family, known, note)
+			want, got.Checked, rel.Release = rel, rel.Checked, ""
 		}
 		gv, wv := reflect.ValueOf(*got), reflect.ValueOf(*want)
 		stale := false
@@ -100,5 +114,53 @@ func TestUncheckedLeftOut(t *testing.T) {
 	}
 	if got := layouts.For("3.4").VMTrapCmd; got <= 0 {
 		t.Errorf("3.4: VMTrapCmd = %d, want the table's", got)
+	}
+}
+
+// TestReleases: every release a family lists has a layout whose moved
+// fields are fields of Layout, the release its table was made from has the
+// table's own, and a release newer than the newest known is read with the
+// newest's layout and a note, an older unknown one with the table's.
+func TestReleases(t *testing.T) {
+	fields := map[string]bool{}
+	lt := reflect.TypeOf(layout.Layout{})
+	for i := range lt.NumField() {
+		if lt.Field(i).Type.Kind() == reflect.Int64 {
+			fields[lt.Field(i).Name] = true
+		}
+	}
+	for _, fam := range layouts.Families() {
+		rels := layouts.Releases(fam)
+		if len(rels) == 0 {
+			continue
+		}
+		table := layouts.For(fam)
+		for _, r := range rels {
+			for name := range layouts.ReleaseFields(r) {
+				if !fields[name] {
+					t.Errorf("Ruby %s moves %s, which is no int64 field of layout.Layout", r, name)
+				}
+			}
+			l, known, note := layouts.ForRelease(r)
+			if l == nil || !known || note != "" || l.Release != r || l.Family != fam {
+				t.Errorf("ForRelease(%s) = %v, %v, %q", r, l != nil, known, note)
+			}
+		}
+		if f := layouts.ReleaseFields(table.Checked); len(f) != 0 {
+			t.Errorf("Ruby %s, which the %s table was made from, moves %v", table.Checked, fam, f)
+		}
+		newest := rels[len(rels)-1]
+		parts := strings.Split(newest, ".")
+		n, _ := strconv.Atoi(parts[2])
+		next := fmt.Sprintf("%s.%d", fam, n+1)
+		l, known, note := layouts.ForRelease(next)
+		want, _, _ := layouts.ForRelease(newest)
+		want.Release = next
+		if known || !strings.Contains(note, "newer than the releases rbscope knows") || !reflect.DeepEqual(l, want) {
+			t.Errorf("ForRelease(%s): known %v, note %q, same as %s's layout: %v", next, known, note, newest, reflect.DeepEqual(l, want))
+		}
+	}
+	if l, _, _ := layouts.ForRelease("3.0.7"); l != nil {
+		t.Errorf("ForRelease(3.0.7) gave a layout; no 3.0 table exists")
 	}
 }

@@ -41,6 +41,7 @@ func init() {
 		ECVMStack:              0,
 		ECVMStackSize:          8,
 		ECCFP:                  16,
+		ECThreadPtr:            48,
 		CFPSize:                64,
 		CFPPC:                  0,
 		CFPSP:                  8,
