@@ -292,10 +292,19 @@ func TestRailsApp(t *testing.T) {
 				if len(sites) == 0 {
 					t.Fatalf("alloc --json found nothing:\n%.1000s", out)
 				}
+				// The site holding the most bytes: the leak keeps a 1 kB
+				// String a request. By count, the short-lived Strings every
+				// request makes can outnumber it when no GC ran in the
+				// window (seen beside two CPU spinners).
 				top := sites[0]
-				t.Logf("first site %s:%d %s x%d %d B", top.File, top.Line, top.Class, top.Count, top.Bytes)
+				for _, s := range sites {
+					if s.Bytes > top.Bytes {
+						top = s
+					}
+				}
+				t.Logf("site with the most bytes %s:%d %s x%d %d B", top.File, top.Line, top.Class, top.Count, top.Bytes)
 				if top.File != boot.File || top.Line != boot.LeakLine {
-					t.Errorf("first site %s:%d, want the leak at %s:%d; sites %+v", top.File, top.Line, boot.File, boot.LeakLine, sites[:min(5, len(sites))])
+					t.Errorf("site with the most bytes %s:%d, want the leak at %s:%d; sites %+v", top.File, top.Line, boot.File, boot.LeakLine, sites[:min(5, len(sites))])
 				}
 			})
 
