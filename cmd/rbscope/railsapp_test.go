@@ -256,7 +256,7 @@ func TestRailsApp(t *testing.T) {
 				dumpAll := func(n int) *heap.Graph {
 					path, err := s.fetch(fmt.Sprintf("/dump_all?n=%d", n))
 					if err != nil {
-						t.Fatalf("the application's dump_all: %v", err)
+						t.Fatalf("the application's dump_all: %v; the server said:\n%s", err, s.log.String())
 					}
 					g, err := heap.LoadFile(strings.TrimSpace(string(path)))
 					if err != nil {

@@ -124,7 +124,7 @@ func (s *server) redmineDumpAll(t *testing.T, n int) (*heap.Graph, float64) {
 	t.Helper()
 	b, err := s.fetch(fmt.Sprintf("/__rbscope/dump_all?n=%d", n))
 	if err != nil {
-		t.Fatalf("Redmine's dump_all: %v", err)
+		t.Fatalf("Redmine's dump_all: %v; the server said:\n%s", err, s.log.String())
 	}
 	var r struct {
 		Path    string  `json:"path"`
