@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -206,16 +205,11 @@ func TestRailsApp(t *testing.T) {
 				}
 				after := s.stats(t)
 				leaves := map[string]int{}
-				sc := bufio.NewScanner(strings.NewReader(out))
-				sc.Buffer(make([]byte, 1<<20), 1<<20)
-				for sc.Scan() {
-					line := sc.Text()
-					i := strings.LastIndexByte(line, ' ')
-					n, _ := strconv.Atoi(line[i+1:])
-					frames := strings.Split(line[:i], ";")
+				eachCollapsed(out, func(stack string, n int) {
+					frames := strings.Split(stack, ";")
 					leaf, _, _ := strings.Cut(frames[len(frames)-1], " (")
 					leaves[leaf] += n
-				}
+				})
 				top, topN := "", 0
 				for f, n := range leaves {
 					if n > topN {

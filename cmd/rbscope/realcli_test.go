@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -36,29 +35,21 @@ type profiledReport struct {
 // whose stack holds the label (once however often).
 func collapsedShares(collapsed string) (total, gc int, with map[string]int) {
 	with = map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(collapsed))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		n, err := strconv.Atoi(line[i+1:])
-		if i < 0 || err != nil {
-			continue
-		}
-		if strings.Contains(line[:i], ";(garbage collection)") {
+	eachCollapsed(collapsed, func(stack string, n int) {
+		if strings.Contains(stack, ";(garbage collection)") {
 			gc += n
-			continue
+			return
 		}
 		total += n
 		seen := map[string]bool{}
-		for _, f := range strings.Split(line[:i], ";") {
+		for _, f := range strings.Split(stack, ";") {
 			label, _, _ := strings.Cut(f, " (")
 			if !seen[label] {
 				seen[label] = true
 				with[label] += n
 			}
 		}
-	}
+	})
 	return total, gc, with
 }
 

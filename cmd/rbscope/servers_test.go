@@ -396,39 +396,41 @@ func checkNativeMain(t *testing.T, pid int) {
 // rootFrames counts the samples of collapsed stacks by root frame.
 func rootFrames(collapsed string) map[string]int {
 	out := map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(collapsed))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		n, err := strconv.Atoi(line[i+1:])
-		if i < 0 || err != nil {
-			continue
-		}
-		root, _, _ := strings.Cut(line[:i], ";")
+	eachCollapsed(collapsed, func(stack string, n int) {
+		root, _, _ := strings.Cut(stack, ";")
 		out[root] += n
-	}
+	})
 	return out
 }
 
 // samplesWith counts the samples of collapsed stacks that hold a frame
 // containing sub.
 func samplesWith(collapsed, sub string) (with, total int) {
+	eachCollapsed(collapsed, func(stack string, n int) {
+		total += n
+		if strings.Contains(stack, sub) {
+			with += n
+		}
+	})
+	return with, total
+}
+
+// eachCollapsed calls fn with each line of a collapsed profile: its stack
+// (the frames joined by ';') and its count; lines without a count are
+// passed over.
+func eachCollapsed(collapsed string, fn func(stack string, n int)) {
 	sc := bufio.NewScanner(strings.NewReader(collapsed))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		i := strings.LastIndexByte(line, ' ')
-		n, err := strconv.Atoi(line[i+1:])
-		if i < 0 || err != nil {
+		if i < 0 {
 			continue
 		}
-		total += n
-		if strings.Contains(line[:i], sub) {
-			with += n
+		if n, err := strconv.Atoi(line[i+1:]); err == nil {
+			fn(line[:i], n)
 		}
 	}
-	return with, total
 }
 
 // attachedBy waits until the recorder holds pid's memory open: it has
