@@ -163,29 +163,9 @@ func TestRailsApp(t *testing.T) {
 				s.checkSelf(t, s.master(), "block in Puma::ThreadPool#spawn_thread")
 				// Under load a Puma thread is in the controller most of the
 				// time: some read within a few catches it there.
-				for attempt := 1; ; attempt++ {
-					out, stderr, code := rbscope(t, "stack", "-p", pid, "--json")
-					if code != 0 {
-						t.Fatalf("stack: exit %d: %s", code, stderr)
-					}
-					var doc struct {
-						Threads []stackThread `json:"threads"`
-					}
-					if err := json.Unmarshal([]byte(out), &doc); err != nil {
-						t.Fatal(err)
-					}
-					for _, th := range doc.Threads {
-						for _, f := range th.Frames {
-							if strings.HasPrefix(f.Label, "WidgetsController#") && f.Path == boot.File && strings.HasPrefix(th.Name, "puma srv tp ") {
-								t.Logf("read %d: thread %q runs %s (%s:%d)", attempt, th.Name, f.Label, f.Path, f.Line)
-								return
-							}
-						}
-					}
-					if attempt == 100 {
-						t.Fatalf("no Puma thread in WidgetsController in %d reads:\n%s", attempt, out)
-					}
-				}
+				catchPumaFrame(t, pid, "WidgetsController", func(f stackFrame) bool {
+					return strings.HasPrefix(f.Label, "WidgetsController#") && f.Path == boot.File
+				})
 			})
 
 			t.Run("record", func(t *testing.T) {

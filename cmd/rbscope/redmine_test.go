@@ -173,30 +173,10 @@ func TestRedmine(t *testing.T) {
 				// Under load a Puma thread is in an action most of the time:
 				// some read within a few catches one there, in Redmine's
 				// own source.
-				for attempt := 1; ; attempt++ {
-					out, stderr, code := rbscope(t, "stack", "-p", pid, "--json")
-					if code != 0 {
-						t.Fatalf("stack: exit %d: %s", code, stderr)
-					}
-					var doc struct {
-						Threads []stackThread `json:"threads"`
-					}
-					if err := json.Unmarshal([]byte(out), &doc); err != nil {
-						t.Fatal(err)
-					}
-					for _, th := range doc.Threads {
-						for _, f := range th.Frames {
-							if (f.Label == "IssuesController#index" || f.Label == "IssuesController#show") &&
-								f.Path == controllers+"issues_controller.rb" && strings.HasPrefix(th.Name, "puma srv tp ") {
-								t.Logf("read %d: thread %q runs %s (%s:%d)", attempt, th.Name, f.Label, f.Path, f.Line)
-								return
-							}
-						}
-					}
-					if attempt == 100 {
-						t.Fatalf("no Puma thread in IssuesController in %d reads:\n%.3000s", attempt, out)
-					}
-				}
+				catchPumaFrame(t, pid, "IssuesController", func(f stackFrame) bool {
+					return (f.Label == "IssuesController#index" || f.Label == "IssuesController#show") &&
+						f.Path == controllers+"issues_controller.rb"
+				})
 			})
 
 			t.Run("record", func(t *testing.T) {

@@ -252,13 +252,46 @@ func (s *server) waitWorkers(t *testing.T, n int, old map[int]bool) []selfReport
 
 // stackThread is a thread of stack --json.
 type stackThread struct {
-	Name   string `json:"name"`
-	TID    int    `json:"tid"`
-	Main   bool   `json:"main"`
-	Frames []struct {
-		Kind, Label, Path string
-		Line              int
-	} `json:"frames"`
+	Name   string       `json:"name"`
+	TID    int          `json:"tid"`
+	Main   bool         `json:"main"`
+	Frames []stackFrame `json:"frames"`
+}
+
+// stackFrame is a frame of stack --json.
+type stackFrame struct {
+	Kind, Label, Path string
+	Line              int
+}
+
+// catchPumaFrame reads pid's stacks (stack --json) until a Puma server
+// thread ("puma srv tp ...") runs a frame match accepts, at most 100
+// times; where names what is looked for.
+func catchPumaFrame(t *testing.T, pid, where string, match func(stackFrame) bool) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, stderr, code := rbscope(t, "stack", "-p", pid, "--json")
+		if code != 0 {
+			t.Fatalf("stack: exit %d: %s", code, stderr)
+		}
+		var doc struct {
+			Threads []stackThread `json:"threads"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, th := range doc.Threads {
+			for _, f := range th.Frames {
+				if strings.HasPrefix(th.Name, "puma srv tp ") && match(f) {
+					t.Logf("read %d: thread %q runs %s (%s:%d)", attempt, th.Name, f.Label, f.Path, f.Line)
+					return
+				}
+			}
+		}
+		if attempt == 100 {
+			t.Fatalf("no Puma thread in %s in %d reads:\n%.3000s", where, attempt, out)
+		}
+	}
 }
 
 // checkSelf runs stack --json and threads --json on pid, and compares the
