@@ -15,9 +15,9 @@ import (
 
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testvm"
-	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 // depth is how deep the workload's main thread recurses in bench_deep, as
@@ -232,54 +232,46 @@ func BenchmarkThreadsNonblocking(b *testing.B) { benchThreads(b, false) }
 
 // BenchmarkNativeUnwind measures, side by side in one run, a paused read
 // of every thread's Ruby stack alone and the same read plus every thread's
-// native unwind (warm CFI and symbol caches, as in a profiler's later
-// samples). It reports the unwind's own time per thread (goal: under
-// 50 µs), the native frames per thread, and the ratio of the two reads.
+// native unwind (stacks.Reader, as a profiler's ticks read: warm CFI and
+// symbol caches after the first). It reports the native read's own time
+// per thread (its registers and unwind; goal: under 50 µs), the native
+// frames per thread, and the ratio of the two reads.
 func BenchmarkNativeUnwind(b *testing.B) {
 	t, vm := testvm.Attach(b, pid(b))
-	maps, err := t.Mappings()
-	if err != nil {
-		b.Fatal(err)
-	}
-	u := unwind.New(t, maps)
-	defer u.Close()
-	u.Preload()
-	var rubyOnly, withNative, unwinding time.Duration
+	ruby := stacks.NewReader(t, vm, stacks.ReaderOptions{})
+	native := stacks.NewReader(t, vm, stacks.ReaderOptions{Native: true})
+	defer native.Close()
+	var rubyOnly, withNative time.Duration
 	unwound, nativeFrames := 0, 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		if err := native.Prepare(); err != nil {
+			b.Fatal(err)
+		}
 		s0 := time.Now()
-		check(b, read(b, t, vm, true))
-		s1 := time.Now()
-		var threads []rubyvm.Thread
-		err := t.WhilePaused(nil, func(s *target.Stopped) error {
-			var err error
-			if threads, err = vm.Threads(rubyvm.WithExecBoundaries()); err != nil {
-				return err
-			}
-			for tid := range s.Threads {
-				regs, err := s.Registers(tid)
-				if err != nil {
-					return err
-				}
-				u0 := time.Now()
-				frames, _ := u.Unwind(unwind.FromTarget(regs))
-				unwinding += time.Since(u0)
-				unwound++
-				nativeFrames += len(frames)
-			}
-			return nil
-		})
+		read, err := ruby.Read(&stacks.Selection{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		check(b, threads)
+		check(b, read.Threads)
+		s1 := time.Now()
+		read, err = native.Read(&stacks.Selection{AllNative: true})
+		if err != nil {
+			b.Fatal(err)
+		}
 		withNative += time.Since(s1)
 		rubyOnly += s1.Sub(s0)
+		check(b, read.Threads)
+		for _, tid := range read.Stopped {
+			frames, _, _ := native.Native(tid)
+			unwound++
+			nativeFrames += len(frames)
+		}
 	}
 	b.StopTimer()
+	unwinding := withNative - rubyOnly
 	if unwound > 0 && rubyOnly > 0 {
-		b.ReportMetric(float64(unwinding.Microseconds())/float64(unwound), "unwind-us/thread")
+		b.ReportMetric(float64(unwinding.Microseconds())/float64(unwound), "native-us/thread")
 		b.ReportMetric(float64(nativeFrames)/float64(unwound), "native-frames/thread")
 		b.ReportMetric(withNative.Seconds()/rubyOnly.Seconds(), "native/ruby-only")
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rbscope/rbscope/internal/heap"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/heap"
 
 	"github.com/rbscope/rbscope/internal/testruby"
 )

@@ -21,6 +21,7 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/sampling"
 )
 
 func newRecordCmd() *cobra.Command {
@@ -126,7 +127,7 @@ func ebpfRefusal(flags *pflag.FlagSet, opts sampler.Options) error {
 // recording is a recording ready to run: the user-space sampler's or the
 // BPF sampler's (record --ebpf).
 type recording interface {
-	SetProgress(func(sampler.Progress))
+	SetProgress(func(sampling.Progress))
 	// Run records until ctx is done, the duration passes or the target
 	// exits; the profile is never nil, and an error says the sampler
 	// failed.
@@ -202,7 +203,7 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 		return err
 	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
-		opts.Progress = func(p sampler.Progress) {
+		opts.Progress = func(p sampling.Progress) {
 			fmt.Fprintf(os.Stderr, "\rrecording pid %d: %s, %d samples, %d errors, %.0f ticks/s   ",
 				pid, p.Elapsed.Round(time.Second), p.Samples, p.Errors, float64(p.Ticks)/p.Elapsed.Seconds())
 		}

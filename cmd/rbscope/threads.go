@@ -136,7 +136,7 @@ func humanBytes(n uint64) string {
 }
 
 func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
-	_, vm, closeAll, err := openRuby(pid)
+	live, vm, closeAll, err := openRuby(pid)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func followThreads(ctx context.Context, pid int, asJSON, poll bool) error {
 		}
 		fmt.Println(line)
 	}
-	if threads.Follow(ctx, pid, vm, native, emit) {
+	if threads.Follow(ctx, pid, stacks.NewReader(live, vm, stacks.ReaderOptions{}), native, emit) {
 		fmt.Fprintf(os.Stderr, "rbscope: pid %d exited\n", pid)
 	}
 	return nil

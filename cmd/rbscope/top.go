@@ -17,6 +17,7 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/sampling"
 )
 
 func newTopCmd() *cobra.Command {
@@ -54,7 +55,7 @@ terminal, a plain table is printed every second instead.`,
 				if err != nil {
 					return usageError{fmt.Errorf("--thread %q is not a regular expression: %w", thread, err)}
 				}
-				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampler.ThreadName(th)) }
+				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampling.ThreadName(th)) }
 			}
 			return top(c.Context(), pid, opts, window, thread)
 		},

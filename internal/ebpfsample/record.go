@@ -13,7 +13,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/sampling"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -21,7 +21,7 @@ import (
 // --ebpf): the part of sampler.Options it can honour.
 type RecordOptions struct {
 	// Rate is the samples a second of a thread on a CPU (1 to
-	// sampler.MaxRate): each CPU's perf event fires at this rate.
+	// sampling.MaxRate): each CPU's perf event fires at this rate.
 	Rate float64
 	// Duration ends the recording; zero records until ctx is done or the
 	// target has exited.
@@ -33,7 +33,7 @@ type RecordOptions struct {
 	// (profile.Profile.Timeline), as the raw and firefox formats need.
 	Timeline bool
 	// Progress, if set, is called about once a second while recording.
-	Progress func(sampler.Progress)
+	Progress func(sampling.Progress)
 	// VM are the options for finding the process's Ruby VM
 	// (--force-version).
 	VM rubyvm.Options
@@ -72,8 +72,8 @@ const initPIDNamespace = 0xEFFFFFFC
 // sampler on it; Run records. A refusal by the kernel comes back as
 // ErrNotAllowed or ErrUnsupported, with what to do.
 func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
-	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
-		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
+	if !(opts.Rate >= 1 && opts.Rate <= sampling.MaxRate) {
+		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampling.MaxRate)
 	}
 	a, err := open(pid, opts.VM, Options{Frequency: int(math.Round(opts.Rate))})
 	if err != nil {
@@ -152,7 +152,7 @@ func explain(err error) error {
 
 // SetProgress sets the callback called about once a second while
 // recording.
-func (r *Recorder) SetProgress(f func(sampler.Progress)) { r.opts.Progress = f }
+func (r *Recorder) SetProgress(f func(sampling.Progress)) { r.opts.Progress = f }
 
 // drainEvery is how often the ring buffer is drained (the program wakes
 // no reader); refreshEvery is how often the thread list is read again,
@@ -216,7 +216,7 @@ loop:
 		if r.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			r.count(prof, c)
-			r.opts.Progress(sampler.Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: 1})
+			r.opts.Progress(sampling.Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: 1})
 		}
 	}
 	if serr := r.s.Stop(); serr != nil && err == nil {
@@ -267,12 +267,12 @@ func drainInto(s *Sampler, prof *profile.Profile, pid int, threads bool) (int, e
 // ProfileFrames returns the stack of smp as a profile keeps it, root
 // first: under a root frame "thread NAME" when thread is not empty, its
 // Ruby frames, and the GC's leaves while the collector ran
-// (sampler.GCFrames), as the user-space sampler makes a sample's. The
+// (sampling.GCFrames), as the user-space sampler makes a sample's. The
 // user-space sampler gives them to the thread holding the GVL; a sample
 // here is of a thread on a CPU, which holds it unless it runs C code that
 // let it go.
 func ProfileFrames(smp *Sample, thread string) []profile.Frame {
-	gc := sampler.GCFrames(smp.GC)
+	gc := sampling.GCFrames(smp.GC)
 	frames := make([]profile.Frame, 0, len(smp.Frames)+len(gc)+1)
 	if thread != "" {
 		frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + thread})
@@ -284,11 +284,11 @@ func ProfileFrames(smp *Sample, thread string) []profile.Frame {
 	return append(frames, gc...)
 }
 
-// ThreadName is how profiles name the thread tid (sampler.ThreadName), as
+// ThreadName is how profiles name the thread tid (sampling.ThreadName), as
 // the last RefreshThreads listed it; "tid N" for one it did not list.
 func (s *Sampler) ThreadName(tid int) string {
 	if th, ok := s.rubyThreads[tid]; ok {
-		return sampler.ThreadName(th)
+		return sampling.ThreadName(th)
 	}
 	return "tid " + strconv.Itoa(tid)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/sampling"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -386,7 +386,7 @@ func TestProfileFrames(t *testing.T) {
 		{Kind: profile.KindRuby, Label: "<main>", Path: "a.rb", Line: 3},
 		{Kind: profile.KindCFunc, Label: "Array#map"},
 	}
-	want = append(want, sampler.GCFrames(rubyvm.GCMarking)...)
+	want = append(want, sampling.GCFrames(rubyvm.GCMarking)...)
 	if !slices.Equal(got, want) {
 		t.Errorf("frames %+v, want %+v", got, want)
 	}

@@ -13,14 +13,14 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/sampling"
 )
 
 // SetOptions say how a Set samples its processes (agent --ebpf): the part
 // of sampler.Options with PerProcess that the BPF sampler can honour.
 type SetOptions struct {
 	// Rate is the samples a second of a thread on a CPU (1 to
-	// sampler.MaxRate).
+	// sampling.MaxRate).
 	Rate float64
 	// FlushEvery is how often each process's profile is handed to
 	// FlushProcess, and a new one started.
@@ -107,8 +107,8 @@ func setRingBytes(rate float64) int {
 // buffers and perf event programs, rbscope's place and rights) and
 // returns an empty set; Add adds processes, Run samples them.
 func NewSet(opts SetOptions) (*Set, error) {
-	if !(opts.Rate >= 1 && opts.Rate <= sampler.MaxRate) {
-		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampler.MaxRate)
+	if !(opts.Rate >= 1 && opts.Rate <= sampling.MaxRate) {
+		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampling.MaxRate)
 	}
 	if opts.FlushEvery <= 0 {
 		return nil, errors.New("a set of BPF samplers needs a flush interval")

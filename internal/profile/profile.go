@@ -123,7 +123,7 @@ type Sample struct {
 	Time time.Duration
 	PID  int
 	TID  int
-	// Thread is the thread's name as profiles show it (sampler.ThreadName).
+	// Thread is the thread's name as profiles show it (sampling.ThreadName).
 	Thread string
 	// Stack indexes Profile.Stacks.
 	Stack int

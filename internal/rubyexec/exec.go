@@ -37,6 +37,7 @@ import (
 	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -149,7 +150,7 @@ func Run(t *target.Live, vm *rubyvm.VM, code string, opt Options) (*Result, erro
 		if errors.Is(err, ErrCanceled) {
 			err = fmt.Errorf("pid %d: %w before the code finished; the request was emptied if it had not started", t.PID(), ErrCanceled)
 		}
-		if errors.Is(err, ErrNoSafePoint) && running(vm, opt.Name) {
+		if errors.Is(err, ErrNoSafePoint) && running(t, vm, opt.Name) {
 			err = fmt.Errorf("pid %d: %w within %v; it keeps running in the process, and its answer is dropped", t.PID(), ErrStillRunning, opt.Timeout)
 		}
 		// The job may still run later. The page it reads stays mapped, and
@@ -247,15 +248,15 @@ func postRetrying(t *target.Live, register, fn uint64, prog string, data uint64,
 	return m, err
 }
 
-// running reports whether a thread of vm runs the code now: a frame of it
-// (its file is name) is on a Ruby stack.
-func running(vm *rubyvm.VM, name string) bool {
+// running reports whether a thread of vm, t's Ruby, runs the code now: a
+// frame of it (its file is name) is on a Ruby stack, read without a pause.
+func running(t *target.Live, vm *rubyvm.VM, name string) bool {
 	vm.ForgetCaches()
-	threads, err := vm.Threads()
+	read, err := stacks.NewReader(t, vm, stacks.ReaderOptions{}).Read(&stacks.Selection{Nonblocking: true})
 	if err != nil {
 		return false
 	}
-	for _, th := range threads {
+	for _, th := range read.Threads {
 		for _, f := range th.Frames {
 			if f.Path == name {
 				return true

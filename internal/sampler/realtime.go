@@ -1,9 +1,10 @@
 package sampler
 
 import (
-	"golang.org/x/sys/unix"
 	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/realtime"
 )

@@ -23,15 +23,11 @@ import (
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/rubyvm/layout"
+	"github.com/rbscope/rbscope/internal/sampling"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
-	"github.com/rbscope/rbscope/internal/unwind"
 )
-
-// MaxRate is the highest sampling rate accepted, in Hz.
-const MaxRate = 1000
 
 // titleInterval is how often the titles of the processes followed
 // (Subprocesses) are read again.
@@ -66,7 +62,7 @@ type Options struct {
 	// which servers set: "puma: cluster worker 0: 4242 [app]").
 	Subprocesses bool
 	// Progress, if set, is called about once a second while recording.
-	Progress func(Progress)
+	Progress func(sampling.Progress)
 	// ThreadFilter, if set, keeps only the threads it returns true for.
 	ThreadFilter func(rubyvm.Thread) bool
 	// Flush, if set, is called every FlushEvery with the samples taken
@@ -106,19 +102,10 @@ type Options struct {
 	Failed func(pid int, err error)
 }
 
-// Progress is the state of a recording for a status line.
-type Progress struct {
-	Elapsed   time.Duration
-	Ticks     int
-	Samples   int
-	Errors    int
-	Processes int
-}
-
 // Validate checks the options, returning an error naming the bad one.
 func (o Options) Validate() error {
-	if !(o.Rate >= 1 && o.Rate <= MaxRate) {
-		return fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", o.Rate, MaxRate)
+	if !(o.Rate >= 1 && o.Rate <= sampling.MaxRate) {
+		return fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", o.Rate, sampling.MaxRate)
 	}
 	if o.Duration < 0 {
 		return fmt.Errorf("--duration %v is negative", o.Duration)
@@ -178,8 +165,6 @@ type proc struct {
 	// asideScratch and asideDelay are stepAside's, kept between ticks.
 	asideScratch [2][]int
 	asideDelay   map[int]time.Duration
-	// noGC is set when the Ruby's layout lacks the GC's flags.
-	noGC bool
 	// tickAt is when the current tick began (stepAside).
 	tickAt time.Time
 	// clock counts the CPU time of all the process's threads (its first
@@ -194,7 +179,7 @@ type proc struct {
 	clockNow, clockLast []uint64
 	idleTicks           int
 	// tracerRT is set while p's tracer thread is real-time, as the
-	// sampling thread is (readPaused).
+	// sampling thread is (read).
 	tracerRT bool
 	// keepOff is set when p is the only process sampled: rbscope then
 	// keeps its own threads off p's CPUs (ownCPUs).
@@ -210,20 +195,15 @@ type proc struct {
 	// whose clock reads cost most when a thread runs (the kernel asks the
 	// thread's CPU for its count) and would only say yes.
 	busy bool
-	// unwinder unwinds native stacks (Options.Native); native holds this
-	// sample's unwound stacks, by TID.
-	unwinder *stacks.Unwinder
-	native   map[int][]unwind.Frame
-	// readOpts are the options of the stack reads (the exec loop's
-	// boundaries, with native frames); nbOpts are those of nonblocking
-	// reads: readOpts, frames in the VM's slices, and the GC's phase read
-	// into gcRead unless noGC (nbOptsGC), made for readOpts of nbOptsFor
-	// options.
-	readOpts  []rubyvm.ReadOption
-	nbOpts    []rubyvm.ReadOption
-	nbOptsFor int
-	nbOptsGC  bool
-	gcRead    rubyvm.GCRead
+	// reader reads the process's stacks (and, with Options.Native, its
+	// native stacks) at every tick (read); sel is its selection at this
+	// tick, listed the threads listed before the pause, pick the
+	// selection's function, made once, and picked its list of TIDs.
+	reader *stacks.Reader
+	sel    stacks.Selection
+	listed []rubyvm.Thread
+	pick   func() []int
+	picked []int
 }
 
 // gateSays is what the agent's gate (Sampler.gate) found of a process at
@@ -429,41 +409,6 @@ func (p *proc) foreignMain(tid int) bool {
 		p.mainTID, p.mainForeign = tid, err != nil
 	}
 	return p.mainForeign
-}
-
-// unwindStopped unwinds the native stacks of the threads of s that the
-// sample wants (Options.Native), while they stand still.
-func (p *proc) unwindStopped(st *target.Stopped, tids []int) {
-	if p.unwinder == nil {
-		return
-	}
-	for _, tid := range tids {
-		if !st.Threads[tid] {
-			continue
-		}
-		regs, err := st.Registers(tid)
-		if err != nil {
-			continue
-		}
-		p.native[tid], _ = p.unwinder.Unwind(regs)
-	}
-}
-
-// prepareNative makes the unwinder, or makes it anew when code was
-// mapped since, before a sample, outside any pause.
-func (p *proc) prepareNative() {
-	clear(p.native) // the last sample's stacks never join this one's
-	if p.unwinder != nil {
-		p.unwinder.Refresh()
-		return
-	}
-	u, err := stacks.NewUnwinder(p.live)
-	if err != nil {
-		return
-	}
-	p.unwinder = u
-	p.native = map[int][]unwind.Frame{}
-	p.readOpts = []rubyvm.ReadOption{rubyvm.WithExecBoundaries()}
 }
 
 // onCPUNow narrows running, the threads the kernel calls runnable, to
@@ -758,9 +703,8 @@ func (p *proc) close() {
 	if p.clock != nil {
 		p.clock.Close()
 	}
-	if p.unwinder != nil {
-		p.unwinder.Close()
-		p.unwinder = nil
+	if p.reader != nil {
+		p.reader.Close()
 	}
 	if p.tasks != nil {
 		p.tasks.Close()
@@ -817,7 +761,7 @@ func NewSet(opts Options) (*Sampler, error) {
 // next tick. It returns the process's Ruby version. Add may be called
 // while Run runs.
 func (s *Sampler) Add(pid int) (rubyVersion string, err error) {
-	p, err := attach(pid, s.opts.VM)
+	p, err := attach(pid, s.opts)
 	if err != nil {
 		return "", err
 	}
@@ -868,7 +812,7 @@ func New(pid int, opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("a profile per process is kept by a sampler of a set (NewSet), not of one process")
 	}
 	s := &Sampler{opts: opts, root: pid, procs: map[int]*proc{}, ignored: map[int]int{}, profile: newProfile(opts)}
-	p, err := attach(pid, opts.VM)
+	p, err := attach(pid, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -877,19 +821,23 @@ func New(pid int, opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-func attach(pid int, vmOpts rubyvm.Options) (*proc, error) {
+func attach(pid int, opts Options) (*proc, error) {
 	live, err := target.Attach(pid)
 	if err != nil {
 		return nil, err
 	}
 	// The recorder handles Ctrl-C itself and resumes before writing.
 	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, vmOpts)
+	vm, err := rubyvm.OpenWith(live, opts.VM)
 	if err != nil {
 		live.Close()
 		return nil, err
 	}
-	return &proc{pid: pid, live: live, vm: vm, title: processTitle(pid)}, nil
+	p := &proc{pid: pid, live: live, vm: vm, title: processTitle(pid)}
+	// Frames read without a pause are copied by addSamples before the
+	// next read.
+	p.reader = stacks.NewReader(live, vm, stacks.ReaderOptions{Native: opts.Native, ReuseFrames: true})
+	return p, nil
 }
 
 // maxTitle bounds a process title in a root frame's label, in bytes.
@@ -1053,7 +1001,7 @@ func (s *Sampler) Run(ctx context.Context) *profile.Profile {
 		}
 		if s.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
-			s.opts.Progress(Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
+			s.opts.Progress(sampling.Progress{Elapsed: time.Since(prof.Start), Ticks: prof.Ticks, Samples: prof.Samples, Errors: prof.Errors, Processes: alive})
 		}
 		rt.tick()
 	}
@@ -1151,32 +1099,13 @@ func (s *Sampler) sample(p *proc) {
 		}
 	}
 	if s.opts.Native {
-		p.prepareNative()
+		// the unwinder, made or made anew outside any pause; the last
+		// sample's native stacks never join this one's
+		_ = p.reader.Prepare()
 	}
-	tidOf, gvlWaiter, wanted := p.tickFuncs(s, running, tasks)
-	var threads []rubyvm.Thread
-	var err error
-	gc := rubyvm.GCIdle
-	switch {
-	case s.opts.Nonblocking:
-		// The GC's flags come with the threads, in the same read; the
-		// frames, which addSamples copies, in the VM's slices.
-		if p.nbOptsFor != len(p.readOpts) || p.nbOptsGC == p.noGC {
-			p.nbOpts = append(slices.Clip(p.readOpts), rubyvm.WithReusedFrames())
-			if !p.noGC {
-				p.nbOpts = append(p.nbOpts, rubyvm.WithGCPhase(&p.gcRead))
-			}
-			p.nbOptsFor, p.nbOptsGC = len(p.readOpts), !p.noGC
-		}
-		threads, err = p.vm.ReadThreads(wanted, p.nbOpts...)
-		if !p.noGC {
-			gc = p.gcPhaseRead(threads)
-		}
-	case running == nil:
-		threads, gc, err = s.readIdlePaused(p, tidOf, wanted)
-	default:
-		threads, gc, err = s.readPaused(p, running, tasks, wanted, gvlWaiter, tidOf)
-	}
+	tidOf, wanted := p.tickFuncs(s, running, tasks)
+	read, err := s.read(p, running, wanted, tidOf)
+	threads, gc := read.Threads, read.GC
 	if err != nil {
 		if p.gone = p.live.Gone(); !p.gone {
 			prof.Errors++
@@ -1191,7 +1120,7 @@ func (s *Sampler) sample(p *proc) {
 // process and a thread root frame when asked for, with the GC's phase
 // above the GVL holder's and, for a thread waiting for the GVL, that leaf
 // (with Options.GVL, or for every thread: all). With native, a thread's
-// native frames unwound at this tick (p.native) go beside its Ruby frames.
+// native frames unwound at this tick (p.reader) go beside its Ruby frames.
 func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Thread, gc rubyvm.GCPhase, now time.Time, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int, all, native bool) {
 	for _, th := range threads {
 		if !wanted(th) {
@@ -1212,10 +1141,9 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 			frames = append(frames, profile.Frame{Kind: profile.KindProcess, Label: "pid " + strconv.Itoa(p.pid)})
 		}
 		if s.opts.Threads {
-			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + ThreadName(th)})
+			frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + sampling.ThreadName(th)})
 		}
-		if nf, ok := p.native[tidOf(th)]; ok && len(nf) > 0 && native {
-			p.unwinder.Name(nf, false) // the threads run again
+		if nf, _, _ := p.reader.Native(tidOf(th)); len(nf) > 0 && native {
 			mixed := stacks.Merge(th.Frames, nf).Frames
 			for i := len(mixed) - 1; i >= 0; i-- {
 				frames = append(frames, profileFrame(mixed[i]))
@@ -1228,7 +1156,7 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		}
 		switch {
 		case th.GVL && gc != rubyvm.GCIdle:
-			frames = append(frames, gcFrames[gc]...)
+			frames = append(frames, sampling.GCFrames(gc)...)
 		case (s.opts.GVL || all) && waitsForGVL(th):
 			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
 		}
@@ -1239,13 +1167,13 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 		var si int
 		if last := p.lastStacks[tid]; last != nil && last.prof == prof && slices.Equal(last.frames, frames) {
 			si = last.stack
-			prof.AddStackSample(si, now, p.pid, tid, ThreadName(th))
+			prof.AddStackSample(si, now, p.pid, tid, sampling.ThreadName(th))
 		} else {
-			si = prof.AddSample(frames, now, p.pid, tid, ThreadName(th))
+			si = prof.AddSample(frames, now, p.pid, tid, sampling.ThreadName(th))
 			p.rememberStack(prof, tid, frames, si)
 		}
 		if prof == p.wall {
-			p.wallAdded = append(p.wallAdded, addedSample{stack: si, tid: tid, thread: ThreadName(th)})
+			p.wallAdded = append(p.wallAdded, addedSample{stack: si, tid: tid, thread: sampling.ThreadName(th)})
 		}
 	}
 }
@@ -1264,9 +1192,10 @@ type tick struct {
 // tickFuncs returns the functions of this tick of p, which read running
 // and tasks (nil with Options.Idle): tidOf, the TID rbscope should see for
 // a Ruby thread (a forked child's main thread keeps its parent's TID in
-// Ruby's books); gvlWaiter, whether a thread waiting for the GVL is
-// sampled as such (Options.GVL); and wanted, whether a thread is sampled.
-func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(rubyvm.Thread) int, gvlWaiter, wanted func(rubyvm.Thread) bool) {
+// Ruby's books), and wanted, whether a thread is sampled; p.tick keeps
+// gvlWaiter too, whether a thread waiting for the GVL is sampled as such
+// (Options.GVL), which the pause stops beside the running ones (read).
+func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(rubyvm.Thread) int, wanted func(rubyvm.Thread) bool) {
 	t := &p.tick
 	t.s, t.running, t.tasks = s, running, tasks
 	if t.tidOf == nil {
@@ -1281,7 +1210,7 @@ func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(ru
 			return (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th)) && (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th))
 		}
 	}
-	return t.tidOf, t.gvlWaiter, t.wants
+	return t.tidOf, t.wants
 }
 
 // lastStack is the stack of a thread's last sample: its frames as given to
@@ -1334,7 +1263,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 	}
 	p.wallAdded, p.wallAddedTo = p.wallAdded[:0], nil
 	p.wallReads++
-	threads, err := p.vm.ReadThreads(nil)
+	threads, err := p.reader.List()
 	if err != nil {
 		p.wall.Errors++
 		return
@@ -1364,7 +1293,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 		}
 		return true
 	}
-	p.vm.ReadStacks(threads, fresh)
+	p.reader.ReadStacks(threads, fresh)
 	seen := make(map[uint64]bool, len(threads))
 	for i := range threads {
 		th := &threads[i]
@@ -1390,7 +1319,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 	if p.wallAdded == nil {
 		p.wallAdded = []addedSample{}
 	}
-	s.addSamples(p.wall, p, threads, p.gcPhase(threads), now, all, tidOf, true, false)
+	s.addSamples(p.wall, p, threads, p.reader.GCPhase(threads), now, all, tidOf, true, false)
 	if p.wall.Errors == errs {
 		p.wallAddedTo = p.wall // a read with a thread unread is not repeated
 	}
@@ -1422,76 +1351,82 @@ func profileFrame(f stacks.Frame) profile.Frame {
 	return profile.Frame{Kind: profile.KindNative, Label: label, Path: filepath.Base(n.Object)}
 }
 
-// readPaused reads the stacks of the running threads (wanted accepts
-// only those) as they are at one moment: what stopping them gives. Who the
-// threads are (the thread list, names, states) is read first, while
-// nothing stands still. Which of them are on a CPU (onCPUNow) is decided on
-// the tracer thread right before the stop (target.WhilePausedPicked): a
-// thread preempted between that look and the stop would stop where the
-// kernel preempted it, and the kernel preempts mostly at system calls. Only
-// the stacks are read while those threads are held.
+// read reads the stacks of this tick of p through its reader, by the
+// sampler's policy:
+//   - with Options.Nonblocking nothing stops, and the GC's flags come with
+//     the threads, in the same read;
+//   - with Options.Idle (running is nil) every Ruby thread stops, and only
+//     those: stopping Ruby's timer thread 100 times a second restarts its
+//     wait each time, and on 3.3+ the thread holding the GVL then never has
+//     its time slice end;
+//   - else the running threads (wanted accepts only those) are read as they
+//     are at one moment: what stopping them gives. Which of them are on a
+//     CPU (onCPUNow) is decided on the tracer thread right before the stop
+//     (Selection.Pick): a thread preempted between that look and the stop
+//     would stop where the kernel preempted it, and the kernel preempts
+//     mostly at system calls. Threads waiting for the GVL stop too, with
+//     Options.GVL (tickFuncs' gvlWaiter).
 //
-// Threads also accepts (waiting for the GVL, asleep) are stopped too. The
-// GC's phase is read while the threads stand still.
-func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) ([]rubyvm.Thread, rubyvm.GCPhase, error) {
-	gc := rubyvm.GCIdle
-	ths, err := p.vm.ReadThreads(nil)
-	if err != nil {
-		tids := make([]int, 0, len(running))
-		for tid := range running {
-			tids = append(tids, tid)
-		}
-		ths, err = s.readAllPaused(p, tids, wanted)
-		return ths, gc, err
+// Who the threads are (the thread list, names, states) is read first,
+// while nothing stands still, so that only the stacks and the GC's phase
+// are read while the threads are held; when that list is torn (threads
+// being born or dying), it is read again while they stand still.
+func (s *Sampler) read(p *proc, running map[int]bool, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int) (stacks.Read, error) {
+	sel := &p.sel
+	*sel = stacks.Selection{Want: wanted, TIDOf: tidOf, GC: true, Nonblocking: s.opts.Nonblocking}
+	if sel.Nonblocking {
+		return p.reader.Read(sel)
 	}
-	pick := func() []int {
-		s.profileOf(p).Waiting += p.onCPUNow(running, tasks)
-		tids := make([]int, 0, len(running))
-		for tid := range running {
-			tids = append(tids, tid)
-		}
-		for _, th := range ths {
-			if also(th) && !running[tidOf(th)] {
-				tids = append(tids, tidOf(th))
+	ths, err := p.reader.List()
+	if err != nil {
+		if running != nil {
+			sel.TIDs = make([]int, 0, len(running))
+			for tid := range running {
+				sel.TIDs = append(sel.TIDs, tid)
 			}
 		}
-		return tids
+		return p.reader.Read(sel)
 	}
+	sel.Threads = ths
+	// A list of no thread stops none (nil would stop all).
+	tids := p.picked[:0]
+	if tids == nil {
+		tids = make([]int, 0, 8)
+	}
+	if running == nil {
+		for _, th := range ths {
+			if tid := tidOf(th); tid > 0 && !slices.Contains(tids, tid) {
+				tids = append(tids, tid)
+			}
+		}
+		p.picked, sel.TIDs = tids, tids
+		return p.reader.Read(sel)
+	}
+	p.picked, p.listed = tids, ths
+	if p.pick == nil {
+		p.pick = func() []int {
+			t := &p.tick
+			t.s.profileOf(p).Waiting += p.onCPUNow(t.running, t.tasks)
+			tids := p.picked[:0]
+			for tid := range t.running {
+				tids = append(tids, tid)
+			}
+			for _, th := range p.listed {
+				if t.gvlWaiter(th) && !t.running[t.tidOf(th)] {
+					tids = append(tids, t.tidOf(th))
+				}
+			}
+			p.picked = tids
+			return tids
+		}
+	}
+	sel.Pick = p.pick
 	if rt := s.rt != nil && s.rt.on(); rt != p.tracerRT {
 		// The tracer thread stops the threads at the sampler's instant:
 		// real-time alike, or it would be woken at the scheduler's ticks.
 		p.tracerRT = p.live.SetTracerRealtime(rt) == nil && rt
 	}
-	done := map[int]bool{}
-	err = p.live.WhilePausedPicked(pick, func(st *target.Stopped) error {
-		p.vm.ReadStacks(ths, func(th rubyvm.Thread) bool {
-			tid := tidOf(th)
-			if st.Threads[tid] && !done[tid] && wanted(th) {
-				done[tid] = true
-				return true
-			}
-			return false
-		}, p.readOpts...)
-		gc = p.gcPhase(ths)
-		if p.unwinder != nil {
-			tids := make([]int, 0, len(done))
-			for tid := range done {
-				tids = append(tids, tid)
-			}
-			p.unwindStopped(st, tids)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, gc, err
-	}
-	out := ths[:0]
-	for _, th := range ths {
-		if done[tidOf(th)] && wanted(th) {
-			out = append(out, th)
-		}
-	}
-	return out, gc, nil
+	return p.reader.Read(sel)
 }
 
 // waitsForGVL tells whether a thread is ready to run Ruby code but waits
@@ -1499,115 +1434,6 @@ func (s *Sampler) readPaused(p *proc, running, tasks map[int]bool, wanted, also 
 // block or to run C code without it is "sleep"), yet another holds the
 // lock.
 func waitsForGVL(th rubyvm.Thread) bool { return th.Status == "run" && !th.GVL }
-
-// gcFrames are the frames a sample gets above the Ruby stack of the thread
-// holding the GVL while the GC runs, by phase.
-var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
-	rubyvm.GCMarking:  {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelMarking}},
-	rubyvm.GCSweeping: {{Kind: profile.KindGC, Label: profile.LabelGC}, {Kind: profile.KindGC, Label: profile.LabelSweeping}},
-	rubyvm.GCOther:    {{Kind: profile.KindGC, Label: profile.LabelGC}},
-}
-
-// GCFrames are the frames a sample gets above the Ruby stack of the thread
-// holding the GVL while the GC is in phase (none when it is idle), as the
-// sampler adds them: for other samplers' profiles (record --ebpf). The
-// slice is shared: append it, never change it.
-func GCFrames(phase rubyvm.GCPhase) []profile.Frame { return gcFrames[phase] }
-
-// readIdlePaused reads every Ruby thread of p (Options.Idle), so every
-// Ruby thread stops; only the stacks are read while they stand still.
-// Threads that are not Ruby's are left alone: stopping Ruby's timer thread
-// 100 times a second restarts its wait each time, and on 3.3+ the thread
-// holding the GVL then never has its time slice end. (A method of its
-// own: the closures would move sample's variables to the heap at every
-// tick.)
-func (s *Sampler) readIdlePaused(p *proc, tidOf func(rubyvm.Thread) int, wanted func(rubyvm.Thread) bool) ([]rubyvm.Thread, rubyvm.GCPhase, error) {
-	gc := rubyvm.GCIdle
-	threads, err := p.vm.ReadThreads(nil)
-	if err != nil {
-		threads, err = s.readAllPaused(p, nil, wanted)
-		return threads, gc, err
-	}
-	tids := []int{}
-	for _, th := range threads {
-		if tid := tidOf(th); tid > 0 && !slices.Contains(tids, tid) {
-			tids = append(tids, tid)
-		}
-	}
-	err = p.live.WhilePaused(tids, func(st *target.Stopped) error {
-		p.vm.ReadStacks(threads, func(th rubyvm.Thread) bool { return st.Threads[tidOf(th)] && wanted(th) }, p.readOpts...)
-		gc = p.gcPhase(threads)
-		p.unwindStopped(st, tids)
-		return nil
-	})
-	return threads, gc, err
-}
-
-// gcPhase reads what the GC is doing when one of ths, just read, holds
-// the GVL (the GC runs on that thread); GCIdle otherwise, and always once
-// the Ruby's layout has turned out to lack the GC's flags.
-func (p *proc) gcPhase(ths []rubyvm.Thread) rubyvm.GCPhase {
-	if p.noGC {
-		return rubyvm.GCIdle
-	}
-	holder := false
-	for _, th := range ths {
-		holder = holder || th.GVL
-	}
-	if !holder {
-		return rubyvm.GCIdle
-	}
-	phase, err := p.vm.GC()
-	if errors.Is(err, layout.ErrFeatureMissing) {
-		p.noGC = true
-	}
-	if err != nil {
-		return rubyvm.GCIdle
-	}
-	return phase
-}
-
-// gcPhaseRead is gcPhase for threads read WithGCPhase(&p.gcRead): the
-// phase that read found.
-func (p *proc) gcPhaseRead(ths []rubyvm.Thread) rubyvm.GCPhase {
-	holder := false
-	for _, th := range ths {
-		holder = holder || th.GVL
-	}
-	if errors.Is(p.gcRead.Err, layout.ErrFeatureMissing) {
-		p.noGC = true
-	}
-	if !holder || p.gcRead.Err != nil {
-		return rubyvm.GCIdle
-	}
-	return p.gcRead.Phase
-}
-
-// readAllPaused reads the thread list and the stacks of the threads wanted
-// accepts while the threads tids (all, when nil) stand still: for when the
-// list, read with nothing stopped, was torn (threads being born or dying).
-func (s *Sampler) readAllPaused(p *proc, tids []int, wanted func(rubyvm.Thread) bool) ([]rubyvm.Thread, error) {
-	var ths []rubyvm.Thread
-	err := p.live.WhilePaused(tids, func(*target.Stopped) error {
-		var err error
-		ths, err = p.vm.ReadThreads(wanted, p.readOpts...)
-		return err
-	})
-	return ths, err
-}
-
-// ThreadName is how a thread is named in profiles: Thread#name, "main"
-// for the unnamed main thread, else "tid N".
-func ThreadName(th rubyvm.Thread) string {
-	switch {
-	case th.Name != "":
-		return th.Name
-	case th.Main:
-		return "main"
-	default:
-		return "tid " + strconv.Itoa(th.TID)
-	}
-}
 
 // scanChildren attaches to new descendants of the root process and returns
 // how many it added.
@@ -1630,7 +1456,7 @@ func (s *Sampler) scanChildren() int {
 		if !descends(parents, pid, s.root) {
 			continue
 		}
-		p, err := attach(pid, s.opts.VM)
+		p, err := attach(pid, s.opts)
 		if err != nil {
 			s.ignored[pid]++ // not Ruby (yet): try again a few times
 			continue
@@ -1652,7 +1478,7 @@ func descends(parents map[int]int, pid, root int) bool {
 }
 
 // SetProgress sets the callback called about once a second while recording.
-func (s *Sampler) SetProgress(f func(Progress)) { s.opts.Progress = f }
+func (s *Sampler) SetProgress(f func(sampling.Progress)) { s.opts.Progress = f }
 
 // newWallProfile returns the empty wall-clock profile a process's
 // recording with opts starts.

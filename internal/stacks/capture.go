@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/unwind"
@@ -103,111 +102,61 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 	if opts.Native && opts.Nonblocking {
 		return nil, ErrNativeNonblocking
 	}
-	var uw *Unwinder
-	if opts.Native {
-		var err error
-		if uw, err = NewUnwinder(t); err != nil {
-			return nil, err
-		}
-		defer uw.Close()
+	r := NewReader(t, vm, ReaderOptions{Native: opts.Native, Lines: opts.Lines, FrameBudget: opts.FrameBudget})
+	defer r.Close()
+	if err := r.Prepare(); err != nil {
+		return nil, err
 	}
-	var readOpts []rubyvm.ReadOption
-	if opts.Native {
-		readOpts = append(readOpts, rubyvm.WithExecBoundaries())
-	}
-	if opts.FrameBudget > 0 {
-		readOpts = append(readOpts, rubyvm.WithFrameBudget(opts.FrameBudget))
-	}
-	var ruby []rubyvm.Thread
-	var stopped []int
-	native := map[int][]unwind.Frame{}
-	nativeErr := map[int]error{}
-	regs := map[int]target.Regs{}
-	read := func(tids []int) error {
-		stopped = tids
-		if vm != nil {
-			var err error
-			if ruby, err = vm.Threads(readOpts...); err != nil {
-				return err
-			}
-		}
-		if uw != nil {
-			for _, tid := range tids {
-				r, err := t.Registers(tid)
-				if err != nil {
-					nativeErr[tid] = err
-					continue
-				}
-				if vm != nil && r.Arch != nil && r.Arch.Machine != vm.Image.File.Machine {
-					nativeErr[tid] = fmt.Errorf("%w (its Ruby is %s code, the registers %s's)", ErrEmulated, arch.MachineName(vm.Image.File.Machine), r.Arch.Name)
-					continue
-				}
-				regs[tid] = r
-				native[tid], nativeErr[tid] = uw.Unwind(r)
-			}
-		}
-		if opts.WhileStill != nil && !opts.Nonblocking {
-			return opts.WhileStill(tids)
-		}
-		return nil
-	}
-	var err error
-	if opts.Nonblocking {
-		err = read(nil)
-	} else {
-		err = target.Hold(t, read)
-	}
+	read, err := r.Read(&Selection{Nonblocking: opts.Nonblocking, AllNative: true, WhileStill: opts.WhileStill})
 	if err != nil {
 		return nil, err
 	}
-	for _, fs := range native { // the threads run again
-		uw.Name(fs, opts.Lines)
-	}
+	ruby := read.Threads
 	all, _ := t.Threads()
 	fixForkedMain(t.PID(), ruby, all)
 	out := make([]Thread, 0, len(ruby))
 	seen := map[int]bool{}
 	for _, rt := range ruby {
 		th := Thread{TID: rt.TID, Name: rt.Name, Ruby: true, Main: rt.Main, Status: rt.Status, GVL: rt.GVL, Error: rt.Error}
-		if uw == nil {
+		if !opts.Native {
 			th.Frames = RubyFrames(rt.Frames)
 			out = append(out, th)
 			continue
 		}
-		fs, ok := native[rt.TID]
-		nerr, failed := nativeErr[rt.TID]
+		fs, tried, nerr := r.Native(rt.TID)
+		regs, hasRegs := r.Regs(rt.TID)
 		switch {
-		case ok && rt.TID > 0:
+		case hasRegs:
 			m := Merge(rt.Frames, fs)
 			th.Frames, th.Unaligned = m.Frames, !m.Aligned
 			th.NativeError = errString(nerr)
-		case failed && rt.TID > 0: // stopped, but its registers could not be read
+		case tried: // stopped, but its registers could not be read
 			th.Frames = RubyFrames(rt.Frames)
 			th.NativeError = errString(nerr)
 		default:
 			th.Frames = RubyFrames(rt.Frames)
 			th.NativeError = "not on a native thread now"
 		}
-		if r, ok := regs[rt.TID]; ok && rt.TID > 0 {
-			th.Regs = &r
+		if hasRegs {
+			th.Regs = &regs
 		}
-		if rt.TID > 0 && (ok || failed) {
+		if tried {
 			seen[rt.TID] = true // not listed again as a native thread
 		}
 		out = append(out, th)
 	}
-	if uw == nil {
+	if !opts.Native {
 		return out, nil
 	}
 	names := nativeNames(t)
-	slices.Sort(stopped)
-	for _, tid := range stopped {
+	for _, tid := range read.Stopped {
 		if seen[tid] {
 			continue
 		}
-		th := Thread{TID: tid, Name: names[tid], Frames: NativeFrames(native[tid]), NativeError: errString(nativeErr[tid])}
-		if r, ok := regs[tid]; ok {
-			th.Regs = &r
+		fs, _, nerr := r.Native(tid)
+		th := Thread{TID: tid, Name: names[tid], Frames: NativeFrames(fs), NativeError: errString(nerr)}
+		if regs, ok := r.Regs(tid); ok {
+			th.Regs = &regs
 		}
 		out = append(out, th)
 	}

@@ -7,30 +7,30 @@ import (
 	"github.com/rbscope/rbscope/internal/unwind"
 )
 
-// Unwinder unwinds the native stacks of a target's threads from their
-// registers. It is made while the target runs (reading the code's CFI
-// then, not during a pause), unwinds while the threads stand still, and
-// names the frames after they run again. One Unwinder serves many
-// captures of one process (the sampler's); it notices code mapped since it
-// was made, and Refresh makes it anew then.
-type Unwinder struct {
+// nativeUnwinder unwinds the native stacks of a target's threads from
+// their registers: a Reader's, the one user of the unwinder. It is made
+// while the target runs (reading the code's CFI then, not during a
+// pause), unwinds while the threads stand still, and names the frames
+// after they run again. It serves every read of its Reader; it notices
+// code mapped since it was made, and Refresh makes it anew then.
+type nativeUnwinder struct {
 	t     target.Target
 	u     *unwind.Unwinder
 	stale bool
 }
 
-// NewUnwinder reads t's mappings and prepares to unwind its threads. It
-// reads the CFI of every mapped object now (preload): call it before a
-// live target stops.
-func NewUnwinder(t target.Target) (*Unwinder, error) {
-	w := &Unwinder{t: t}
+// newNativeUnwinder reads t's mappings and prepares to unwind its
+// threads. It reads the CFI of every mapped object now (preload): call it
+// before a live target stops.
+func newNativeUnwinder(t target.Target) (*nativeUnwinder, error) {
+	w := &nativeUnwinder{t: t}
 	if err := w.make(); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-func (w *Unwinder) make() error {
+func (w *nativeUnwinder) make() error {
 	maps, err := w.t.Mappings()
 	if err != nil {
 		return err
@@ -47,7 +47,7 @@ func (w *Unwinder) make() error {
 // Refresh makes the unwinder anew when an unwind since the last one met
 // code outside every mapping it knew (code mapped since). It runs while
 // the target runs.
-func (w *Unwinder) Refresh() error {
+func (w *nativeUnwinder) Refresh() error {
 	if !w.stale {
 		return nil
 	}
@@ -57,7 +57,7 @@ func (w *Unwinder) Refresh() error {
 // Unwind unwinds a thread's native stack from its registers (a core's, a
 // snapshot's, or a paused live thread's: call it while the thread stands
 // still). The frames are not yet named (Name).
-func (w *Unwinder) Unwind(regs target.Regs) ([]unwind.Frame, error) {
+func (w *nativeUnwinder) Unwind(regs target.Regs) ([]unwind.Frame, error) {
 	frames, err := w.u.Unwind(unwind.FromTarget(regs))
 	if errors.Is(err, unwind.ErrUnmapped) {
 		// perhaps code mapped since the unwinder was made (code without
@@ -70,7 +70,7 @@ func (w *Unwinder) Unwind(regs target.Regs) ([]unwind.Frame, error) {
 
 // Name names unwound frames (their functions and, with lines, their
 // source lines from DWARF), once the threads run again.
-func (w *Unwinder) Name(frames []unwind.Frame, lines bool) {
+func (w *nativeUnwinder) Name(frames []unwind.Frame, lines bool) {
 	w.u.Symbolize(frames)
 	if lines {
 		w.u.Lines(frames)
@@ -78,7 +78,7 @@ func (w *Unwinder) Name(frames []unwind.Frame, lines bool) {
 }
 
 // Close releases the files the unwinder holds.
-func (w *Unwinder) Close() {
+func (w *nativeUnwinder) Close() {
 	if w.u != nil {
 		w.u.Close()
 	}

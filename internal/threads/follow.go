@@ -7,6 +7,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 )
 
 // Event is one birth or death (one line of `rbscope threads --follow --json`).
@@ -35,13 +36,13 @@ type followedThread struct {
 	printed bool
 }
 
-// Follow reports each thread birth and death of pid (whose VM is vm) to
+// Follow reports each thread birth and death of pid (read through r) to
 // emit until native closes (the process exited: exited is then true) or
 // ctx ends: native threads from native, the kernel's events of them
 // (Watch), Ruby threads by re-reading the VM's thread list, told apart
 // because Ruby runs new Ruby threads on cached native threads the kernel
 // says nothing of.
-func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent, emit func(Event)) (exited bool) {
+func Follow(ctx context.Context, pid int, r *stacks.Reader, native <-chan TaskEvent, emit func(Event)) (exited bool) {
 	ruby := map[uint64]*followedThread{} // by Thread object
 	everRuby := map[int]bool{}           // TIDs that ran a Ruby thread
 	nativeBorn := map[int]time.Time{}
@@ -54,9 +55,9 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent
 	}
 	first := true
 	scan := func() {
-		threads, err := vm.ReadThreads(nil)
+		threads, err := r.List()
 		for i := 0; err != nil && i < 3; i++ {
-			threads, err = vm.ReadThreads(nil) // torn by a thread being born or dying
+			threads, err = r.List() // torn by a thread being born or dying
 		}
 		if err != nil {
 			return
@@ -89,8 +90,8 @@ func Follow(ctx context.Context, pid int, vm *rubyvm.VM, native <-chan TaskEvent
 		}
 		if fresh && !first || needCreator {
 			// Read the new threads' stacks once for the frame that made them.
-			if full, err := vm.Threads(); err == nil {
-				for _, th := range full {
+			if full, err := r.Read(&stacks.Selection{Nonblocking: true}); err == nil {
+				for _, th := range full.Threads {
 					if ft := ruby[th.Self]; ft != nil && ft.creator == "" && !ft.printed {
 						for i := len(th.Frames) - 1; i >= 0; i-- {
 							if f := th.Frames[i]; f.Kind == rubyvm.KindRuby {

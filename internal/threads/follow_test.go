@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
@@ -26,12 +27,12 @@ loop { Thread.new { Thread.current.name = "short-lived"; sleep 0.1 }.join; sleep
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	bufio.NewReader(out).ReadString('\n')
-	_, vm := testvm.Attach(t, cmd.Process.Pid)
+	l, vm := testvm.Attach(t, cmd.Process.Pid)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	native, _, _ := Watch(ctx, cmd.Process.Pid, false)
 	events := make(chan Event, 64)
-	go Follow(ctx, cmd.Process.Pid, vm, native, func(ev Event) { events <- ev })
+	go Follow(ctx, cmd.Process.Pid, stacks.NewReader(l, vm, stacks.ReaderOptions{}), native, func(ev Event) { events <- ev })
 	var born, exited bool
 	bornTID := 0
 	for deadline := time.After(30 * time.Second); !(born && exited); {

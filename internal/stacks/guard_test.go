@@ -1,0 +1,111 @@
+package stacks
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// unwindPath is the import path of the native unwinder.
+const unwindPath = "github.com/rbscope/rbscope/internal/unwind"
+
+// TestOnlyStacksDrivesTheUnwinder holds ARCHITECTURE.md's rule that one
+// engine reads stacks: no package but internal/stacks (and the unwinder's
+// own) calls into internal/unwind; the others may name its types (a
+// frame) and nothing else. Every Go file of the module is looked at,
+// tests and benchmarks too.
+func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := unwindTypes(t, filepath.Join(root, "internal", "unwind"))
+	if !types["Frame"] {
+		t.Fatalf("no type Frame found in internal/unwind: the test reads the wrong directory (%s)", root)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch rel {
+			case filepath.Join("internal", "unwind"), filepath.Join("internal", "stacks"), ".git", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		name := ""
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == unwindPath {
+				name = "unwind"
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+			}
+		}
+		if name == "" {
+			return nil
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == name && !types[sel.Sel.Name] {
+				t.Errorf("%s: %s.%s: only internal/stacks drives the unwinder (stacks.Reader); other packages may name its types only", fset.Position(sel.Pos()), name, sel.Sel.Name)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("only %d Go files looked at under %s", checked, root)
+	}
+}
+
+// unwindTypes returns the names of the types internal/unwind declares.
+func unwindTypes(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	types := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			if g, ok := decl.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, spec := range g.Specs {
+					types[spec.(*ast.TypeSpec).Name.Name] = true
+				}
+			}
+		}
+	}
+	return types
+}
