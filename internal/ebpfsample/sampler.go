@@ -31,7 +31,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/procfs"
@@ -152,7 +151,11 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = rlimit.RemoveMemlock() // kernels that charge BPF memory to the cgroup ignore it
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
+	// to the cgroup, and ignore it. (Not cilium/ebpf's rlimit package,
+	// whose init creates a BPF map at every start of rbscope, whatever the
+	// command, to find out which.)
+	_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
 	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}, rubyThreads: map[int]rubyvm.Thread{}}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
