@@ -18,6 +18,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/discover"
 	"github.com/rbscope/rbscope/internal/ebpfsample"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
@@ -332,7 +333,7 @@ func (a *Agent) start(p discover.Process) {
 	}()
 	args := p.Args
 	if args == "" { // given by --pid: not read by the scan
-		args = discover.Cmdline(procRoot, pid)
+		args = procfs.Cmdline(procRoot, pid)
 	}
 	labels := a.labels(pid, args)
 	// Registered before the sampler can flush it. A label map, once

@@ -149,9 +149,9 @@ func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 	var exe string
 	var cmdline []string
 	if within(readCtx, "exe and cmdline", &r.Problems, func() {
-		exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", a.PID)); err == nil {
-			cmdline = redactArgs(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+		exe = procfs.Exe(a.PID)
+		if args := procfs.Args(procfs.Root, a.PID); args != nil {
+			cmdline = redactArgs(args)
 		}
 	}) {
 		r.Exe, r.Cmdline = exe, cmdline
@@ -466,8 +466,7 @@ func (t *tolerantWriter) Write(b []byte) (int, error) {
 // expandPattern expands the core_pattern specifiers a chained handler asks
 // for, from what the kernel gave us and /proc.
 func expandPattern(argv []string, a Args) []string {
-	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", a.PID))
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", a.PID))
+	comm, exe := procfs.Comm(a.PID, 0), procfs.Exe(a.PID)
 	host, _ := os.Hostname()
 	var uid, gid string
 	if st, err := os.Stat(fmt.Sprintf("/proc/%d", a.PID)); err == nil {
@@ -487,7 +486,7 @@ func expandPattern(argv []string, a Args) []string {
 	}
 	repl := map[byte]string{
 		'p': strconv.Itoa(a.PID), 'P': strconv.Itoa(a.PID), 'i': strconv.Itoa(a.TID), 'I': strconv.Itoa(a.TID),
-		's': strconv.Itoa(a.Signal), 't': strconv.FormatInt(a.Time.Unix(), 10), 'e': strings.TrimSpace(string(comm)),
+		's': strconv.Itoa(a.Signal), 't': strconv.FormatInt(a.Time.Unix(), 10), 'e': strings.TrimSpace(comm),
 		'E': strings.ReplaceAll(exe, "/", "!"), 'h': host, 'u': uid, 'g': gid, 'c': limit, 'd': dumpable, '%': "%",
 	}
 	out := make([]string, len(argv))
@@ -507,27 +506,11 @@ func expandPattern(argv []string, a Args) []string {
 }
 
 func snapshot(pid int, problems *[]string) wire.CrashProc {
-	dir := fmt.Sprintf("/proc/%d", pid)
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			*problems = append(*problems, "/proc: "+err.Error())
-		}
-		return string(b)
-	}
-	s := wire.CrashProc{Maps: read("maps"), Status: read("status"), Limits: read("limits"), Cgroup: read("cgroup"), FDs: map[string]string{}, Environ: map[string]string{}}
-	s.Cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
-	if ents, err := os.ReadDir(filepath.Join(dir, "fd")); err == nil {
-		for _, e := range ents {
-			s.FDs[e.Name()], _ = os.Readlink(filepath.Join(dir, "fd", e.Name()))
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
-		for _, kv := range strings.Split(string(b), "\x00") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
-			}
+	f, probs := procfs.ReadProcessFiles(pid)
+	*problems = append(*problems, probs...)
+	s := wire.CrashProc{Maps: f.Maps, Status: f.Status, Limits: f.Limits, Cgroup: f.Cgroup, Cwd: f.Cwd, FDs: f.FDs, Environ: map[string]string{}}
+	for _, kv := range f.Environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
 			s.Environ[k] = redactEnv(k, v)
 		}
 	}

@@ -7,7 +7,6 @@ package discover
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,11 +28,9 @@ type Process struct {
 	Image string
 }
 
-// Budgets on what a process's /proc files may make the scan read.
-const (
-	maxMapsBytes    = 8 << 20
-	maxCmdlineBytes = 64 << 10
-)
+// maxMapsBytes bounds what a process's maps file may make the scan read
+// (procfs bounds its command line).
+const maxMapsBytes = 8 << 20
 
 // Ruby lists the processes of the host (through proc, normally "/proc")
 // whose mappings hold a Ruby image and, when match is set, whose command
@@ -50,7 +47,7 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 		if pid == self {
 			continue
 		}
-		args := Cmdline(proc, pid)
+		args := procfs.Cmdline(proc, pid)
 		if match != nil && !match.MatchString(args) {
 			continue
 		}
@@ -65,18 +62,6 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 		out = append(out, Process{PID: pid, Args: args, Start: StartTime(proc, pid), Image: image})
 	}
 	return out, nil
-}
-
-// Cmdline reads the command line of process pid (through proc, normally
-// "/proc"), arguments joined by spaces, at most 64 KiB of it.
-func Cmdline(proc string, pid int) string {
-	f, err := os.Open(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, maxCmdlineBytes))
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
 
 // StartTime reads when process pid started (through proc, normally

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,19 @@ func ReadMapsFile(path string, limit int64) ([]Mapping, error) {
 		b = b[:bytes.LastIndexByte(b, '\n')+1]
 	}
 	return ParseMaps(bufio.NewScanner(bytes.NewReader(b)))
+}
+
+// ReadMaps reads the mappings of process pid (its maps file, whole: the
+// mappings of a process rbscope reads; see ReadMapsFile for a bound).
+// Its error is the open's as the os package gives it (os.ErrPermission,
+// os.ErrNotExist) or the parse's.
+func ReadMaps(pid int) ([]Mapping, error) {
+	f, err := os.Open(filepath.Join(taskDir(pid, 0), "maps"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseMaps(bufio.NewScanner(f))
 }
 
 // ParseMaps parses the text format of /proc/PID/maps. A path may hold

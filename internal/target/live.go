@@ -1,7 +1,6 @@
 package target
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -65,7 +64,7 @@ func Attach(pid int) (*Live, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d/maps", pid)); err != nil {
+	if procfs.Exited(pid) {
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
 	l := &Live{pid: pid, paused: map[int]int{}, StopTimeout: 2 * time.Second, ownChild: parentOf(pid) == os.Getpid()}
@@ -199,15 +198,14 @@ func (l *Live) ReadAt(p []byte, addr uint64) (int, error) {
 
 // Mappings implements Target by parsing /proc/PID/maps.
 func (l *Live) Mappings() ([]Mapping, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", l.pid))
-	if err != nil {
-		if errors.Is(err, os.ErrPermission) {
-			return nil, PermissionError(l.pid)
-		}
+	maps, err := procfs.ReadMaps(l.pid)
+	if errors.Is(err, os.ErrPermission) {
+		return nil, PermissionError(l.pid)
+	}
+	var pathErr *os.PathError
+	if errors.As(err, &pathErr) {
 		return nil, fmt.Errorf("pid %d: %w", l.pid, ErrExited)
 	}
-	defer f.Close()
-	maps, err := procfs.ParseMaps(bufio.NewScanner(f))
 	if err != nil {
 		return nil, fmt.Errorf("pid %d maps: %w", l.pid, err)
 	}
@@ -252,14 +250,12 @@ func (l *Live) Registers(tid int) (Regs, error) {
 
 // Exe returns the path of the process's executable, as the process sees it.
 func (l *Live) Exe() string {
-	p, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", l.pid))
-	return p
+	return procfs.Exe(l.pid)
 }
 
 // Comm returns the process's command name.
 func (l *Live) Comm() string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", l.pid))
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(procfs.Comm(l.pid, 0))
 }
 
 // startTracing, with l.mu held, starts the tracer thread if it is not
@@ -423,11 +419,7 @@ func (l *Live) pauseLocked(only []int) error {
 
 // hasThread tells whether tid is a thread of l's process.
 func (l *Live) hasThread(tid int) bool {
-	if tid <= 0 {
-		return false
-	}
-	var st unix.Stat_t
-	return unix.Stat(fmt.Sprintf("/proc/%d/task/%d", l.pid, tid), &st) == nil
+	return procfs.HasTask(l.pid, tid)
 }
 
 // waitStop waits, bounded by StopTimeout, for tid to enter a ptrace stop.
