@@ -469,10 +469,8 @@ func expandPattern(argv []string, a Args) []string {
 	comm, exe := procfs.Comm(a.PID, 0), procfs.Exe(a.PID)
 	host, _ := os.Hostname()
 	var uid, gid string
-	if st, err := os.Stat(fmt.Sprintf("/proc/%d", a.PID)); err == nil {
-		if s, ok := st.Sys().(*syscall.Stat_t); ok {
-			uid, gid = strconv.Itoa(int(s.Uid)), strconv.Itoa(int(s.Gid))
-		}
+	if u, g, ok := procfs.Owner(a.PID); ok {
+		uid, gid = strconv.Itoa(int(u)), strconv.Itoa(int(g))
 	}
 	// What the kernel passed wins over what /proc says now; an older
 	// install's pattern passed no %c and %d: unlimited and dumpable then.

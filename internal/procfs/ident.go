@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxCmdline bounds how much of a command line is read: a process chooses
@@ -62,4 +64,14 @@ func HasTask(pid, tid int) bool {
 	}
 	_, err := os.Stat(taskDir(pid, tid))
 	return err == nil
+}
+
+// Owner returns the user and group IDs that own process pid (its /proc
+// directory's), and false when it cannot be read.
+func Owner(pid int) (uid, gid uint32, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(taskDir(pid, 0), &st); err != nil {
+		return 0, 0, false
+	}
+	return st.Uid, st.Gid, true
 }

@@ -3,9 +3,9 @@ package sampler
 import (
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,14 +64,12 @@ func (o *ownCPUs) keepOff(cpus []int) {
 	if want == o.cur {
 		return
 	}
-	ents, err := os.ReadDir("/proc/self/task")
+	tids, err := procfs.Tasks(os.Getpid())
 	if err != nil {
 		return
 	}
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			_ = unix.SchedSetaffinity(tid, &want) // a thread ending meanwhile
-		}
+	for _, tid := range tids {
+		_ = unix.SchedSetaffinity(tid, &want) // a thread ending meanwhile
 	}
 	o.cur = want
 }

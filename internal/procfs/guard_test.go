@@ -1,0 +1,81 @@
+package procfs
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// procPath matches a literal naming a file under a process's /proc
+// directory: "/proc/%d/NAME" or "/proc/self/NAME".
+var procPath = regexp.MustCompile(`^/proc/(%d|self)/([a-z_]+)`)
+
+// handles are the /proc files other packages may name: handles on a
+// process's memory and files that are opened, not read as records
+// (target, binary, rubyvm), and rbscope's own.
+var handles = map[string]map[string]bool{
+	"%d":   {"mem": true, "root": true, "map_files": true, "pagemap": true, "exe": true},
+	"self": {"fd": true, "cgroup": true, "oom_score_adj": true, "ns": true},
+}
+
+// TestOnlyProcfsReadsProcessFiles holds ARCHITECTURE.md's rule that procfs
+// is the one reader of the /proc files of the processes rbscope looks at
+// (stat, status, maps, comm, exe's name, cmdline, environ, the task list):
+// no other package's code names one. Test helpers (internal/testruby,
+// which procfs's own tests use) and tests are left out.
+func TestOnlyProcfsReadsProcessFiles(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch rel {
+			case filepath.Join("internal", "procfs"), filepath.Join("internal", "testruby"), ".git", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			if m := procPath.FindStringSubmatch(s); m != nil && !handles[m[1]][m[2]] {
+				t.Errorf("%s: %q: read a process's /proc files through procfs", fset.Position(lit.Pos()), s)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("only %d Go files looked at under %s", checked, root)
+	}
+}
