@@ -295,7 +295,7 @@ func TestLeakHuntThroughThePage(t *testing.T) {
 		}
 	}
 	if lp.PID == 0 || !strings.Contains(lp.Command, "leak_hunt.rb") || lp.Threads < 1 || lp.RSS == 0 ||
-		strings.HasSuffix(rb.Name, "-shared") && lp.Ruby != testruby.Version(rb) {
+		lp.Ruby != testruby.Version(rb) {
 		t.Errorf("Processes: %+v lacks pid %d of Ruby %s as it is", live.Processes, p.PID(), testruby.Version(rb))
 	}
 

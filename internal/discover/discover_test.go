@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -94,6 +95,44 @@ func TestServiceName(t *testing.T) {
 	} {
 		if got := ServiceName(args); got != want {
 			t.Errorf("ServiceName(%q) = %q, want %q", args, got, want)
+		}
+	}
+}
+
+// TestListerReadsTheRelease: the Processes view's list gives each Ruby's
+// release as the program itself says it (RUBY_VERSION), read from its
+// image, static and stripped builds too, whose file names carry none.
+func TestListerReadsTheRelease(t *testing.T) {
+	marker := "discover-lister-" + time.Now().Format("150405.000000")
+	want := map[int]string{}
+	for _, rb := range testruby.Rubies(t) {
+		c := exec.Command(rb.Bin, "-e", "sleep", marker)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func(c *exec.Cmd) { c.Process.Kill(); c.Wait() }(c)
+		want[c.Process.Pid] = testruby.Version(rb)
+	}
+	l := NewLister("/proc", rubyvm.Options{Builds: rubyvm.NewBuildCache()})
+	got := map[int]Readable{}
+	for deadline := time.Now().Add(30 * time.Second); len(got) < len(want) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		all, err := l.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range all {
+			if _, ok := want[r.PID]; ok && r.Threads > 0 {
+				got[r.PID] = r
+			}
+		}
+	}
+	for pid, v := range want {
+		r, ok := got[pid]
+		switch {
+		case !ok:
+			t.Errorf("pid %d (Ruby %s) not listed", pid, v)
+		case r.Ruby != v || r.RubyError != "":
+			t.Errorf("pid %d: Ruby %q (%s), want %s", pid, r.Ruby, r.RubyError, v)
 		}
 	}
 }

@@ -16,9 +16,6 @@ import (
 // page pauses a process no longer, and checks no less, than the command
 // would.
 type Live interface {
-	// Processes lists the Ruby processes the user running the page could
-	// read from the command line.
-	Processes() ([]LiveProcess, error)
 	// Stack returns the stacks of pid's threads, the document stack
 	// --json prints.
 	Stack(pid int) (any, error)
@@ -28,27 +25,43 @@ type Live interface {
 	Record(ctx context.Context, pid int, d time.Duration, path string) error
 }
 
-// LiveProcess is a row of the Processes view.
+// LiveProcess is a row of the Processes view (the page's own API).
 type LiveProcess struct {
 	PID     int    `json:"pid"`
 	Command string `json:"command"`
-	// Ruby is the version the Ruby image's file name gives ("" when it
-	// does not: a static build).
+	// Ruby is the release read from the process's Ruby image; RubyError
+	// says why it could not be (rbscope would refuse the process), and
+	// Ruby is then empty.
 	Ruby       string  `json:"ruby"`
+	RubyError  string  `json:"ruby_error,omitempty"`
 	RSS        uint64  `json:"rss"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	Threads    int     `json:"threads"`
+}
+
+// processes lists the Ruby processes the user running the page could read
+// from the command line (Options.Processes).
+func (s *Server) processes() ([]LiveProcess, error) {
+	found, err := s.opts.Processes.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LiveProcess, 0, len(found))
+	for _, p := range found {
+		out = append(out, LiveProcess{PID: p.PID, Command: p.Args, Ruby: p.Ruby, RubyError: oneLine(p.RubyError), RSS: p.RSS, CPUSeconds: p.CPUSeconds, Threads: p.Threads})
+	}
+	return out, nil
 }
 
 // maxRecordSeconds bounds a recording started from the page.
 const maxRecordSeconds = 60
 
 func (s *Server) apiLive(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Live == nil {
+	if s.opts.Live == nil || s.opts.Processes == nil {
 		fail(w, http.StatusNotFound, "no live processes here")
 		return
 	}
-	ps, err := s.opts.Live.Processes()
+	ps, err := s.processes()
 	if err != nil {
 		fail(w, http.StatusInternalServerError, "%s", oneLine(err.Error()))
 		return
@@ -59,12 +72,12 @@ func (s *Server) apiLive(w http.ResponseWriter, r *http.Request) {
 // livePID returns the process the pid parameter names if it is one of the
 // Ruby processes the page lists, or answers the request with why not.
 func (s *Server) livePID(w http.ResponseWriter, r *http.Request) (int, bool) {
-	if s.opts.Live == nil {
+	if s.opts.Live == nil || s.opts.Processes == nil {
 		fail(w, http.StatusNotFound, "no live processes here")
 		return 0, false
 	}
 	pid, err := strconv.Atoi(r.URL.Query().Get("pid"))
-	ps, lerr := s.opts.Live.Processes()
+	ps, lerr := s.processes()
 	if err != nil || lerr != nil || !slices.ContainsFunc(ps, func(p LiveProcess) bool { return p.PID == pid }) {
 		fail(w, http.StatusNotFound, "pid=%q: not a Ruby process this user can read (see the Processes view)", r.URL.Query().Get("pid"))
 		return 0, false

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/discover"
 	"github.com/rbscope/rbscope/internal/diskcache"
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
@@ -50,9 +51,10 @@ type Options struct {
 	// Log receives one line per file that fails to open, and per index
 	// built (os.Stderr in the command).
 	Log io.Writer
-	// Live acts on the host's Ruby processes (the Processes view); nil
-	// leaves the view out.
-	Live Live
+	// Processes lists the host's Ruby processes and Live acts on them
+	// (the Processes view); nil for either leaves the view out.
+	Processes *discover.Lister
+	Live      Live
 }
 
 // Server is the web page's server.

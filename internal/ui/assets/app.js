@@ -179,7 +179,7 @@ const views = {
       el("p", { class: "hint" }, "The Ruby processes of this host that you may read. Stack pauses a process for a few milliseconds; heap dump for as long as it takes to copy its heap; record 10 s samples it at 100 Hz. Dumps and recordings open here and are kept in the cache directory."),
       d.processes.length ? table([
         { label: "PID", num: true, cell: r => r.pid },
-        { label: "Ruby", cell: r => r.ruby || "?" },
+        { label: "Ruby", cell: r => r.ruby || el("span", { title: r.ruby_error || "" }, "refused") },
         { label: "RSS", num: true, cell: r => bytes(r.rss) },
         { label: "CPU s", num: true, cell: r => r.cpu_seconds.toFixed(1) },
         { label: "Threads", num: true, cell: r => r.threads },
