@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbscope/rbscope/internal/corefile"
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -143,22 +143,11 @@ type coreRead struct {
 // the core lacks and how the VM was found when not the ordinary way. The
 // returned close releases both.
 func openCore(path string, opts target.CoreOptions) (*target.Core, *rubyvm.VM, func(), error) {
-	t, err := target.OpenCore(path, opts)
+	c, err := corefile.Open(path, opts, vmOptions, func(note string) { fmt.Fprintln(os.Stderr, "rbscope:", note) })
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if w := t.Truncated(); w != "" {
-		fmt.Fprintln(os.Stderr, "rbscope: warning:", w)
-	}
-	vm, err := rubyvm.OpenWith(t, vmOptions)
-	if err != nil {
-		t.Close()
-		return nil, nil, nil, coreError(t, err)
-	}
-	if fb := vm.Fallbacks(); fb != "" {
-		fmt.Fprintln(os.Stderr, "rbscope:", fb)
-	}
-	return t, vm, func() { vm.Close(); t.Close() }, nil
+	return c.Core, c.VM, c.Close, nil
 }
 
 func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, error) {
@@ -257,22 +246,6 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*wire.Cor
 	return d, threads, nil
 }
 
-// coreError names the core and says what to do about files that are not on
-// this machine, or not the ones the process ran.
-func coreError(t *target.Core, err error) error {
-	advice := "pass --sysroot DIR with the crashed machine's files at their paths"
-	var missing *target.MissingFileError
-	if errors.As(err, &missing) && missing.Path == t.Exe() || errors.Is(err, target.ErrFileMismatch) {
-		advice += ", or --exe PATH for the executable"
-	}
-	switch {
-	case missing != nil && missing.Tried == "":
-		return fmt.Errorf("core %s: %w, and the core does not hold what rbscope needs of it", t.Path(), missing)
-	case missing != nil:
-		return fmt.Errorf("core %s: the process had %s mapped, and it is not on this machine (looked for %s); %s",
-			t.Path(), missing.Path, missing.Tried, advice)
-	case errors.Is(err, target.ErrFileMismatch):
-		return fmt.Errorf("core %s: %w; %s", t.Path(), err, advice)
-	}
-	return fmt.Errorf("core %s: %w", t.Path(), err)
-}
+// coreError names the core and says what to do about missing files
+// (corefile.Error).
+func coreError(t *target.Core, err error) error { return corefile.Error(t, err) }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,9 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -251,21 +248,10 @@ copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to
 const budgetSpent = "its read budget ran out: the process's objects claim far more memory than it holds (corrupt or hostile), and what could not be read is left out"
 
 func heapDump(pid int, outPath string, pause, redact bool) error {
-	// Refuse an unwritable output before touching the target.
-	out, err := output.Create(outPath)
-	if err != nil {
-		return err
-	}
-	defer out.Abort() // no-op after Commit has renamed the file
-	t, vm, closeAll, err := openRuby(pid)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	opts := rubyvm.DumpOptions{RedactStrings: redact}
+	o := heapfile.Options{Pause: pause, Redact: redact, VM: vmOptions}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		last := -1
-		opts.Progress = func(done, total int) {
+		o.Progress = func(done, total int) {
 			if pct := done * 100 / max(total, 1); pct != last {
 				last = pct
 				bar := strings.Repeat("#", pct/4) + strings.Repeat(".", 25-pct/4)
@@ -273,32 +259,17 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 			}
 		}
 	}
-	bw := bufio.NewWriterSize(out, 1<<20)
-	var st *rubyvm.DumpStats
-	var ss rubyvm.SnapshotStats
-	start := time.Now()
-	if pause {
-		st, ss, err = vm.HeapDumpSnapshot(t, bw, opts)
-	} else {
-		vm.PrepareHeapDump()
-		st, err = vm.HeapDump(bw, opts)
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	took := time.Since(start)
-	if opts.Progress != nil {
+	res, err := heapfile.Write(pid, outPath, o)
+	if o.Progress != nil && res.Version != "" {
 		fmt.Fprintln(os.Stderr)
 	}
-	if errors.Is(err, target.ErrSnapshotTooBig) {
-		return fmt.Errorf("pid %d: %w; --nonblocking dumps it without a copy", pid, err)
+	if res.LayoutNote != "" {
+		fmt.Fprintf(os.Stderr, "rbscope: %s\n", res.LayoutNote)
 	}
 	if err != nil {
-		return fmt.Errorf("pid %d: %w", pid, err)
-	}
-	if err := out.Commit(); err != nil {
 		return err
 	}
+	st, ss, took := res.Stats, res.Snapshot, res.Took
 	paused := fmt.Sprintf("paused %d ms to copy %d MB, decoded in %v", ss.Paused.Milliseconds(), ss.Bytes>>20, took.Round(time.Millisecond))
 	if !pause {
 		paused = fmt.Sprintf("not paused (took %v), %d objects skipped as torn", took.Round(time.Millisecond), st.Skipped)
@@ -315,6 +286,6 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 		paused += "; " + c
 	}
 	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
-		outPath, st.Objects, st.Roots, pid, vm.Version, st.Bytes, paused)
+		outPath, st.Objects, st.Roots, pid, res.Version, st.Bytes, paused)
 	return nil
 }

@@ -4,22 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
-	"github.com/rbscope/rbscope/internal/procfs"
-	"github.com/rbscope/rbscope/internal/profile"
-	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/recording"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/sampling"
 )
@@ -124,194 +118,32 @@ func ebpfRefusal(flags *pflag.FlagSet, opts sampler.Options) error {
 	return nil
 }
 
-// recording is a recording ready to run: the user-space sampler's or the
-// BPF sampler's (record --ebpf).
-type recording interface {
-	SetProgress(func(sampling.Progress))
-	// Run records until ctx is done, the duration passes or the target
-	// exits; the profile is never nil, and an error says the sampler
-	// failed.
-	Run(ctx context.Context) (*profile.Profile, error)
-}
-
-// userRecording is the user-space sampler as a recording.
-type userRecording struct{ *sampler.Sampler }
-
-// Run implements recording: the user-space sampler skips what it cannot
-// read and never fails.
-func (u userRecording) Run(ctx context.Context) (*profile.Profile, error) {
-	return u.Sampler.Run(ctx), nil
-}
-
-// newRecording attaches the sampler a recording uses to pid: the BPF
-// sampler with useEBPF, else the user-space sampler.
-func newRecording(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched bool) (recording, error) {
-	if !useEBPF {
-		s, err := whenReady(ctx, pid, launched, func() (*sampler.Sampler, error) { return sampler.New(pid, opts) })
-		if err != nil {
-			return nil, err
-		}
-		return userRecording{s}, nil
-	}
-	ropts := ebpfsample.RecordOptions{Rate: opts.Rate, Duration: opts.Duration, Threads: opts.Threads, Timeline: opts.Timeline, VM: opts.VM}
-	r, err := whenReady(ctx, pid, launched, func() (*ebpfsample.Recorder, error) { return ebpfsample.NewRecorder(pid, ropts) })
-	if err != nil {
-		return nil, fmt.Errorf("record --ebpf: %w", err)
-	}
-	return r, nil
-}
-
 // record runs a recording and writes its output; in launch mode the exit
 // status is the command's.
 func record(ctx context.Context, pid int, launch []string, opts sampler.Options, useEBPF bool, outPath string, format output.Format, oo output.Options) error {
-	// A launched command is not waited for while it is sampled: as its
-	// parent and its tracer, rbscope's wait would swallow the ptrace stops
-	// the sampler needs. Its exit shows as a zombie, which ends sampling.
-	var child *exec.Cmd
-	if len(launch) > 0 {
-		path, err := exec.LookPath(launch[0])
-		if err != nil {
-			return fmt.Errorf("cannot launch %s: command not found", launch[0])
-		}
-		child = exec.Command(path, launch[1:]...)
-		child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-		if err := child.Start(); err != nil {
-			return fmt.Errorf("cannot launch %s: %w", launch[0], err)
-		}
-		pid = child.Process.Pid
-	}
-
-	// Refuse an unwritable output before touching the target.
-	if outPath == "" {
-		outPath = fmt.Sprintf("rbscope-%d-%s%s", pid, time.Now().Format("20060102-150405"), format.Ext)
-	}
-	var out *output.File
-	var w io.Writer = os.Stdout
-	if outPath != "-" {
-		var err error
-		if out, err = output.Create(outPath); err != nil {
-			stopChild(child)
-			return err
-		}
-		defer out.Abort() // no-op after Commit has renamed the file
-		w = out
-	}
-
-	s, err := newRecording(ctx, pid, opts, useEBPF, child != nil)
-	if err != nil {
-		stopChild(child)
-		return err
-	}
-	if term.IsTerminal(int(os.Stderr.Fd())) {
-		opts.Progress = func(p sampling.Progress) {
+	ro := recording.Options{PID: pid, Launch: launch, Sampler: opts, EBPF: useEBPF, Path: outPath, Format: format, Output: oo, Stdout: os.Stdout,
+		Notice: func(line string) { fmt.Fprintln(os.Stderr, line) }}
+	progress := term.IsTerminal(int(os.Stderr.Fd()))
+	if progress {
+		ro.Progress = func(pid int, p sampling.Progress) {
 			fmt.Fprintf(os.Stderr, "\rrecording pid %d: %s, %d samples, %d errors, %.0f ticks/s   ",
 				pid, p.Elapsed.Round(time.Second), p.Samples, p.Errors, float64(p.Ticks)/p.Elapsed.Seconds())
 		}
-		s.SetProgress(opts.Progress)
 	}
-	prof, err := s.Run(ctx)
-	if opts.Progress != nil {
+	res, err := recording.Run(ctx, ro)
+	if progress && res.Profile != nil {
 		fmt.Fprintln(os.Stderr)
 	}
 	if err != nil {
-		stopChild(child)
-		return fmt.Errorf("record --ebpf: the sampler failed after %d samples: %w", prof.Samples, err)
+		return err
 	}
-	if child == nil && !opts.Subprocesses && ctx.Err() == nil && (opts.Duration == 0 || prof.Duration < opts.Duration) && !procfs.Exited(pid) {
-		// Ended early, and the PID lives: it runs another program now
-		// (an exec, as a server's hot restart does).
-		fmt.Fprintf(os.Stderr, "rbscope: pid %d ran another program (exec) after %s; the recording stops there (record the new program with: rbscope record -p %d)\n", pid, prof.Duration.Round(10*time.Millisecond), pid)
+	if res.Path != "" {
+		fmt.Fprintln(os.Stderr, wroteLine(res.Path, format.Name, res.Profile))
 	}
-	oo.Title = fmt.Sprintf("rbscope record pid %d", pid)
-	if err := format.Write(w, prof, oo); err != nil {
-		stopChild(child)
-		return fmt.Errorf("writing %s: %w", outPath, err)
-	}
-	if out != nil {
-		if err := out.Commit(); err != nil {
-			stopChild(child)
-			return err
-		}
-		fmt.Fprintln(os.Stderr, wroteLine(outPath, format.Name, prof))
-	}
-	if child != nil {
-		return childStatus(child)
+	if res.Launched && res.ExitStatus > 0 {
+		return exitCode(res.ExitStatus)
 	}
 	return nil
-}
-
-// childStatus waits for a launched command, stopping it first if it is
-// still running (the recording ended by --duration or a signal), and
-// returns its exit status as rbscope's.
-func childStatus(child *exec.Cmd) error {
-	if !procfs.Exited(child.Process.Pid) {
-		fmt.Fprintf(os.Stderr, "rbscope: recording ended; stopping %s (pid %d)\n", child.Path, child.Process.Pid)
-		stopChild(child)
-	} else {
-		child.Wait()
-	}
-	if child.ProcessState == nil {
-		return nil // reaped elsewhere: its status is lost, not an rbscope failure
-	}
-	ws, ok := child.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		return nil
-	case ws.Signaled():
-		return exitCode(128 + int(ws.Signal()))
-	case ws.ExitStatus() != 0:
-		return exitCode(ws.ExitStatus())
-	}
-	return nil
-}
-
-// whenReady attaches to pid with open; a launched command is given time
-// to exec and start its VM. A refusal of the BPF sampler is final.
-func whenReady[T any](ctx context.Context, pid int, launched bool, open func() (T, error)) (T, error) {
-	var none T
-	if !launched {
-		return open()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s, err := open()
-		if err == nil {
-			return s, nil
-		}
-		if errors.Is(err, ebpfsample.ErrNotAllowed) || errors.Is(err, ebpfsample.ErrUnsupported) {
-			return none, err
-		}
-		if procfs.Exited(pid) {
-			return none, fmt.Errorf("the command exited before its Ruby VM could be read: %w", err)
-		}
-		if time.Now().After(deadline) {
-			if errors.Is(err, rubyvm.ErrNotRuby) {
-				return none, fmt.Errorf("the launched command is %w", err)
-			}
-			return none, err
-		}
-		select {
-		case <-ctx.Done():
-			return none, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// stopChild ends a launched command: SIGTERM, then SIGKILL after 5 s.
-func stopChild(child *exec.Cmd) {
-	if child == nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() { child.Wait(); close(done) }()
-	child.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		child.Process.Kill()
-		<-done
-	}
 }
 
 // exitCode makes rbscope exit with a launched command's status.

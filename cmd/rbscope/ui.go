@@ -64,7 +64,7 @@ from another machine use ssh -L PORT:127.0.0.1:PORT HOST.`,
 			if cacheMaxAge < 0 || cacheMaxMB < 0 {
 				return usageError{fmt.Errorf("--cache-max-age %v, --cache-max-mb %d: want 0 (no limit) or more (see '%s --help')", cacheMaxAge, cacheMaxMB, c.CommandPath())}
 			}
-			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr, Live: uiLive{}, Processes: discover.NewLister(procfs.Root, vmOptions),
+			o := ui.Options{Files: args, CacheDir: cacheDir, ListenHost: host, Log: os.Stderr, Processes: discover.NewLister(procfs.Root, vmOptions), VM: vmOptions,
 				CacheLimits: ui.CacheLimits{MaxAge: cacheMaxAge, MaxBytes: cacheMaxMB << 20}}
 			if cfg, err := crash.LoadConfig(crashConfig); err == nil {
 				o.CrashDir = cfg.Dir

@@ -9,20 +9,60 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/rbscope/rbscope/internal/heapfile"
+	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/recording"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/sampler"
+	"github.com/rbscope/rbscope/internal/stacks"
+	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
-// Live acts on the host's Ruby processes for the Processes view, with the
-// commands' own code (stack, heap dump, record), so that a look from the
-// page pauses a process no longer, and checks no less, than the command
-// would.
-type Live interface {
-	// Stack returns the stacks of pid's threads, the document stack
-	// --json prints.
-	Stack(pid int) (any, error)
-	// HeapDump writes pid's heap to path, as heap dump -o path does.
-	HeapDump(pid int, path string) error
-	// Record records pid for d into path, as record --format raw does.
-	Record(ctx context.Context, pid int, d time.Duration, path string) error
+// The Processes view acts on a process with the commands' own packages
+// (stacks, heapfile, recording), so that a look from the page pauses a
+// process no longer, and checks no less, than the command would.
+
+// stack returns the stacks of pid's threads, the document stack -p PID
+// --json prints.
+func (s *Server) stack(pid int) (any, error) {
+	t, err := target.Attach(pid)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	vm, err := rubyvm.OpenWith(t, s.opts.VM)
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Close()
+	threads, err := stacks.Capture(t, vm, stacks.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return wire.NewStack(wire.NewProcess(pid, vm), threads), nil
+}
+
+// heapDump writes pid's heap to path, as heap dump -p PID -o path does.
+func (s *Server) heapDump(pid int, path string) error {
+	_, err := heapfile.Write(pid, path, heapfile.Options{Pause: true, VM: s.opts.VM})
+	return err
+}
+
+// record records pid for d into path, as record -p PID --duration d
+// --format raw -o path does, at record's default rate.
+func (s *Server) record(ctx context.Context, pid int, d time.Duration, path string) error {
+	raw, err := output.Lookup("raw")
+	if err != nil {
+		return err
+	}
+	opts := sampler.Options{Rate: 100, Duration: d, VM: s.opts.VM, Realtime: true, Timeline: raw.Timeline}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	_, err = recording.Run(ctx, recording.Options{PID: pid, Sampler: opts, Path: path, Format: raw, Output: output.Options{Lines: true}})
+	return err
 }
 
 // LiveProcess is a row of the Processes view (the page's own API).
@@ -57,7 +97,7 @@ func (s *Server) processes() ([]LiveProcess, error) {
 const maxRecordSeconds = 60
 
 func (s *Server) apiLive(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Live == nil || s.opts.Processes == nil {
+	if s.opts.Processes == nil {
 		fail(w, http.StatusNotFound, "no live processes here")
 		return
 	}
@@ -72,7 +112,7 @@ func (s *Server) apiLive(w http.ResponseWriter, r *http.Request) {
 // livePID returns the process the pid parameter names if it is one of the
 // Ruby processes the page lists, or answers the request with why not.
 func (s *Server) livePID(w http.ResponseWriter, r *http.Request) (int, bool) {
-	if s.opts.Live == nil || s.opts.Processes == nil {
+	if s.opts.Processes == nil {
 		fail(w, http.StatusNotFound, "no live processes here")
 		return 0, false
 	}
@@ -90,7 +130,7 @@ func (s *Server) apiLiveStack(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	doc, err := s.opts.Live.Stack(pid)
+	doc, err := s.stack(pid)
 	if err != nil {
 		fail(w, http.StatusUnprocessableEntity, "%s", oneLine(err.Error()))
 		return
@@ -118,7 +158,7 @@ func (s *Server) apiLiveHeap(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.liveWrite(w, pid, "heap", ".json", func(path string) error { return s.opts.Live.HeapDump(pid, path) })
+	s.liveWrite(w, pid, "heap", ".json", func(path string) error { return s.heapDump(pid, path) })
 }
 
 // liveWrite has write make a file of the action kind on pid in the cache
@@ -152,6 +192,6 @@ func (s *Server) apiLiveRecord(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.liveWrite(w, pid, "record", ".raw.gz", func(path string) error {
-		return s.opts.Live.Record(r.Context(), pid, time.Duration(secs)*time.Second, path)
+		return s.record(r.Context(), pid, time.Duration(secs)*time.Second, path)
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/profile"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
 //go:embed assets
@@ -51,10 +52,13 @@ type Options struct {
 	// Log receives one line per file that fails to open, and per index
 	// built (os.Stderr in the command).
 	Log io.Writer
-	// Processes lists the host's Ruby processes and Live acts on them
-	// (the Processes view); nil for either leaves the view out.
+	// Processes lists the host's Ruby processes for the Processes view,
+	// whose stack, heap dump and record run the commands' packages; nil
+	// leaves the view out.
 	Processes *discover.Lister
-	Live      Live
+	// VM is how the view finds a process's Ruby VM (the command's
+	// options).
+	VM rubyvm.Options
 }
 
 // Server is the web page's server.
