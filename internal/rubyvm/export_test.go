@@ -44,3 +44,7 @@ func (v *VM) IseqLines(label string) ([]int, error) {
 	}
 	return nil, nil
 }
+
+// VMPtrAddr returns the address of ruby_current_vm_ptr, however it was
+// found (for the tests outside the package).
+func (v *VM) VMPtrAddr() uint64 { return v.vmPtrAddr }

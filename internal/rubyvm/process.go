@@ -259,10 +259,6 @@ func (v *VM) Fallbacks() string {
 	return strings.Join(parts, "; ")
 }
 
-// VMPtrAddr returns the address of ruby_current_vm_ptr, however it was
-// found.
-func (v *VM) VMPtrAddr() uint64 { return v.vmPtrAddr }
-
 // withVersionSource adds where the version came from to an error, when it
 // was not the process's own ruby_version.
 func (v *VM) withVersionSource(err error) error {
