@@ -1,0 +1,937 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
+)
+
+// heapGraphDump runs testdata/heap_graph.rb and returns its dump and report.
+func heapGraphDump(t *testing.T, dir string) (string, heapGraphReport) {
+	t.Helper()
+	dump := filepath.Join(dir, "graph.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph.rb", nil, dump)
+	var rep heapGraphReport
+	p.WaitReport(t, &rep, 60*time.Second)
+	return dump, rep
+}
+
+type heapGraphReport struct {
+	Hash string `json:"hash"`
+	Path struct {
+		Module, Array, Hash, Target, Value string
+	} `json:"path"`
+}
+
+// TestCutDumps: a dump of rbscope's own cut short, mid-line or at a line
+// boundary, is refused by the page and by heap top, saying so; the whole
+// dump is served. Ruby's own dump_all, cut at a line boundary, cannot be
+// told from a whole one and is served.
+func TestCutDumps(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	dir := t.TempDir()
+	p := testruby.Start(t, rb, "heap_dump.rb", nil, filepath.Join(dir, "ruby.json"))
+	var rep struct{}
+	p.WaitReport(t, &rep, 60*time.Second)
+	whole := filepath.Join(dir, "rbscope.json")
+	_, stderr, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(p.PID()), "-o", whole)
+	if code != 0 {
+		t.Fatalf("heap dump: exit %d: %s", code, stderr)
+	}
+	// Readers of dump_all's format read the whole dump, its end line a
+	// root like the others: Debian's heapy (which counts every line, ROOT
+	// and SHAPE lines too) and a reader that counts objects only.
+	m := regexp.MustCompile(`: (\d+) objects and \d+ roots`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("heap dump said %q", stderr)
+	}
+	objects, _ := strconv.Atoi(m[1])
+	b, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	needCommand(t, "heapy")
+	if out, err := exec.Command("heapy", "read", whole).CombinedOutput(); err != nil || !strings.Contains(string(out), fmt.Sprintf("Count: %d\n", bytes.Count(b, []byte("\n")))) {
+		t.Errorf("heapy read: %v, want Count: %d (every line):\n%s", err, bytes.Count(b, []byte("\n")), out)
+	}
+	skipRoots := `require "json"; n = 0; File.foreach(ARGV[0]) { |l| n += 1 unless %w[ROOT SHAPE].include?(JSON.parse(l)["type"]) }; print n`
+	if out, err := exec.Command(rb.Bin, "-e", skipRoots, whole).Output(); err != nil || string(out) != strconv.Itoa(objects) {
+		t.Errorf("a reader skipping ROOT lines counts %q objects (%v), want %d", out, err, objects)
+	}
+	cut := func(src, name string, mid bool) string {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := bytes.IndexByte(b[len(b)/2:], '\n') + len(b)/2 + 1
+		if mid {
+			n += 10
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	midLine := cut(whole, "mid.json", true)
+	atLine := cut(whole, "atline.json", false)
+	theirs := cut(filepath.Join(dir, "ruby.json"), "theirs.json", false)
+	s := startUI(t, whole, midLine, atLine, theirs)
+	files := s.waitLoaded(t)
+	if len(files) != 4 || files[0].State != "ready" || files[3].State != "ready" {
+		t.Fatalf("the whole dump and Ruby's cut at a line are served: %+v", files)
+	}
+	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`} {
+		if files[i].State != "error" || !regexp.MustCompile(want).MatchString(files[i].Error) {
+			t.Errorf("page: %+v, want an error matching %s", files[i], want)
+		}
+	}
+	for _, name := range []string{"mid.json:", "atline.json:"} {
+		if n := strings.Count(s.errors(), name); n != 1 {
+			t.Errorf("stderr names %s %d times: %s", name, n, s.errors())
+		}
+	}
+	if _, stderr, code := rbscope(t, "heap", "top", atLine); code == 0 || !strings.Contains(stderr, "cut short") {
+		t.Errorf("heap top on rbscope's dump cut at a line boundary: exit %d, %s", code, stderr)
+	}
+	if _, stderr, code := rbscope(t, "heap", "top", whole); code != 0 {
+		t.Errorf("heap top on the whole dump: exit %d, %s", code, stderr)
+	}
+}
+
+// TestUIHeapAgainstCLI holds every heap view of the page to the command
+// line's answer on the dump of a real program.
+func TestUIHeapAgainstCLI(t *testing.T) {
+	dir := t.TempDir()
+	dump, rep := heapGraphDump(t, dir)
+	// A dump cut mid-line (cut at a line boundary, Ruby's own dump would
+	// be a valid shorter one: TestCutDumps).
+	b, _ := os.ReadFile(dump)
+	bad := filepath.Join(dir, "cut.json")
+	os.WriteFile(bad, b[:bytes.IndexByte(b[len(b)/2:], '\n')+len(b)/2+10], 0o600)
+	s := startUI(t, dump, bad)
+	files := s.waitLoaded(t)
+	if len(files) != 2 || files[0].State != "ready" || files[0].Kind != "heap" || !files[0].Built {
+		t.Fatalf("files: %+v", files)
+	}
+	// The cut dump: one message, on the page and on stderr; the rest is served.
+	if files[1].State != "error" || !regexp.MustCompile(`^.*cut\.json: not a usable heap dump: line \d+: invalid JSON`).MatchString(files[1].Error) {
+		t.Errorf("cut dump: %+v", files[1])
+	}
+	if n := strings.Count(s.errors(), "cut.json"); n != 1 {
+		t.Errorf("stderr names the cut dump %d times: %s", n, s.errors())
+	}
+	if st, err := os.Stat(filepath.Join(dir, ".graph.json.rbscope-index")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("index beside the dump: %v %v", st, err)
+	}
+
+	// top: the same document as heap top --json.
+	stdout, stderr, code := rbscope(t, "heap", "top", dump, "--top", "100", "--json")
+	if code != 0 {
+		t.Fatalf("heap top: %s", stderr)
+	}
+	var cliTop, uiTop wire.HeapTop
+	json.Unmarshal([]byte(stdout), &cliTop)
+	s.get(t, "/api/heap/top?f=0&n=100", &uiTop)
+	if len(cliTop.Retainers) != 100 || fmt.Sprint(cliTop) != fmt.Sprint(uiTop) {
+		t.Errorf("top differs from heap top --json:\nui  %+v\ncli %+v", uiTop, cliTop)
+	}
+
+	// overview: the rows add up to the dump; retained by class bounds.
+	for _, by := range []string{"class", "type"} {
+		var ov struct {
+			Objects   int    `json:"objects"`
+			Bytes     uint64 `json:"bytes"`
+			Reachable uint64 `json:"reachable_bytes"`
+			Page      uiPage[uiGroup]
+		}
+		s.get(t, "/api/heap/overview?f=0&limit=1000&by="+by, &ov)
+		var count, shallow, retained uint64
+		for k, r := range ov.Page.Rows {
+			count += r.Count
+			shallow += r.Shallow
+			retained += r.Retained
+			if k > 0 && r.Retained > ov.Page.Rows[k-1].Retained {
+				t.Errorf("by %s: rows not by retained size", by)
+			}
+			if r.Retained > ov.Reachable {
+				t.Errorf("by %s: %s %s retains %d, more than all reachable %d", by, r.Class, r.Type, r.Retained, ov.Reachable)
+			}
+		}
+		if ov.Page.Total > 1000 || len(ov.Page.Rows) != ov.Page.Total || int(count) != cliTop.Objects || shallow != cliTop.Bytes ||
+			ov.Objects != cliTop.Objects || ov.Bytes != cliTop.Bytes || ov.Reachable != cliTop.ReachableBytes {
+			t.Errorf("by %s: %d rows, %d objects %d bytes; heap top says %d objects %d bytes", by, ov.Page.Total, count, shallow, cliTop.Objects, cliTop.Bytes)
+		}
+		if by == "type" && retained < ov.Reachable {
+			// Every reachable object has one type: by type, the rows'
+			// retained sizes cover everything reachable (nested ones once).
+			t.Errorf("by type: retained adds up to %d, want at least %d", retained, ov.Reachable)
+		}
+	}
+
+	// object: each top retainer's retained size, count and dominator as
+	// heap top says; the known Hash is listed among its class's objects.
+	for _, r := range cliTop.Retainers[:20] {
+		var o struct {
+			Object    uiObject
+			Dominator *uiObject
+			DomRoots  bool `json:"dominated_by_roots"`
+			Dominated uiPage[uiObject]
+		}
+		s.get(t, "/api/heap/object?f=0&addr="+r.Address, &o)
+		dom := "root"
+		if o.Dominator != nil {
+			dom = o.Dominator.Address
+		}
+		if o.Object.HeapObject != r.HeapObject || o.Object.Retained != r.Retained || o.Object.RetainedCount != r.Count || dom != r.Dominator || (dom == "root") != o.DomRoots {
+			t.Errorf("object %s: %+v dominator %s; heap top: %+v", r.Address, o.Object, dom, r)
+		}
+		var sum uint64
+		for _, c := range o.Dominated.Rows {
+			sum += c.Retained
+		}
+		if o.Dominated.Total <= len(o.Dominated.Rows) && sum+r.Memsize != r.Retained {
+			t.Errorf("object %s: dominated objects retain %d + self %d, want %d", r.Address, sum, r.Memsize, r.Retained)
+		}
+	}
+	var hashObj struct {
+		Object    uiObject
+		Dominated uiPage[uiObject]
+	}
+	s.get(t, "/api/heap/object?f=0&limit=5&addr="+rep.Hash, &hashObj)
+	if hashObj.Object.Class != "Hash" || hashObj.Dominated.Total < 1000 || len(hashObj.Dominated.Rows) != 5 {
+		t.Errorf("the Hash of 1000 Strings: %+v, dominates %d", hashObj.Object, hashObj.Dominated.Total)
+	}
+	var hashes struct{ Page uiPage[uiGroup] }
+	s.get(t, "/api/heap/overview?f=0&limit=1000&sort=name", &hashes)
+	gi := slices.IndexFunc(hashes.Page.Rows, func(g uiGroup) bool { return g.Class == "Hash" && g.Type == "HASH" })
+	if gi < 0 {
+		t.Fatalf("no Hash row")
+	}
+	var objs struct {
+		Group uiGroup
+		Page  uiPage[uiObject]
+	}
+	s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=class&group=%d&limit=1000", hashes.Page.Rows[gi].ID), &objs)
+	if uint64(objs.Page.Total) != objs.Group.Count || !slices.ContainsFunc(objs.Page.Rows, func(o uiObject) bool { return o.Address == rep.Hash }) ||
+		objs.Group.Retained < hashObj.Object.Retained {
+		t.Errorf("the Hash row: %+v (%d listed) lacks %s or retains less than it", objs.Group, len(objs.Page.Rows), rep.Hash)
+	}
+
+	// paths ignoring holders: heap path --ignore's, through none of them
+	// (ignoring the Hash, the target's only holder, leaves none).
+	for _, ignore := range []string{rep.Path.Hash, rep.Path.Array, rep.Path.Module + "," + rep.Path.Array} {
+		stdout, stderr, code := rbscope(t, "heap", "path", dump, rep.Path.Target, "--all", "5", "--json", "--ignore", ignore)
+		if code != 0 {
+			t.Fatalf("heap path --ignore %s: %s", ignore, stderr)
+		}
+		var cli wire.HeapPath
+		json.Unmarshal([]byte(stdout), &cli)
+		var ui struct {
+			Ignored []string
+			Paths   []wire.RootPath
+		}
+		s.get(t, "/api/heap/paths?f=0&n=5&addr="+rep.Path.Target+"&ignore="+ignore, &ui)
+		hops := func(ps []wire.RootPath) (out []string) {
+			for _, p := range ps {
+				for _, h := range p.Hops {
+					out = append(out, h.Address)
+				}
+				out = append(out, "|")
+			}
+			return out
+		}
+		if !slices.Equal(hops(ui.Paths), hops(cli.Paths)) || strings.Join(ui.Ignored, ",") != ignore || strings.Join(cli.Ignored, ",") != ignore {
+			t.Errorf("ignoring %s: the page's paths %v (ignored %v), heap path's %v (ignored %v)", ignore, hops(ui.Paths), ui.Ignored, hops(cli.Paths), cli.Ignored)
+		}
+		for _, a := range hops(cli.Paths) {
+			if strings.Contains(ignore, a) {
+				t.Errorf("ignoring %s: a path passes through %s", ignore, a)
+			}
+		}
+		if ignore == rep.Path.Hash && len(cli.Paths) != 0 {
+			t.Errorf("ignoring the Hash, the target's only holder: %v", hops(cli.Paths))
+		}
+	}
+
+	// paths: heap path --json's paths, hop for hop, dominators marked.
+	stdout, stderr, code = rbscope(t, "heap", "path", dump, rep.Path.Target, "--all", "3", "--json")
+	if code != 0 {
+		t.Fatalf("heap path: %s", stderr)
+	}
+	var cliPath wire.HeapPath
+	json.Unmarshal([]byte(stdout), &cliPath)
+	var uiPath struct {
+		Object  uiObject
+		Holders int
+		Paths   []struct {
+			Root string
+			Hops []struct {
+				wire.HeapObject
+				Dominator bool
+			}
+		}
+	}
+	s.get(t, "/api/heap/paths?f=0&n=3&addr="+rep.Path.Target, &uiPath)
+	if uiPath.Object.HeapObject != cliPath.HeapObject || uiPath.Holders != len(cliPath.Holders) || len(uiPath.Paths) != len(cliPath.Paths) || len(cliPath.Paths) == 0 {
+		t.Fatalf("paths: %+v\nheap path: %+v", uiPath, cliPath)
+	}
+	sawHash := false
+	for k, p := range cliPath.Paths {
+		up := uiPath.Paths[k]
+		if up.Root != p.Root || len(up.Hops) != len(p.Hops) {
+			t.Fatalf("path %d: %+v, heap path %+v", k, up, p)
+		}
+		for j, h := range p.Hops {
+			if up.Hops[j].HeapObject != h {
+				t.Errorf("path %d hop %d: %+v, heap path %+v", k, j, up.Hops[j].HeapObject, h)
+			}
+			if h.Address == rep.Path.Hash {
+				sawHash = true
+				if !up.Hops[j].Dominator {
+					t.Errorf("the Hash, the target's only holder, is not marked a dominator")
+				}
+			}
+			if j == len(p.Hops)-1 && up.Hops[j].Dominator {
+				t.Errorf("the target marked its own dominator")
+			}
+		}
+	}
+	if !sawHash {
+		t.Errorf("no path through the Hash %s", rep.Path.Hash)
+	}
+	var target struct{ Referrers uiPage[uiObject] }
+	s.get(t, "/api/heap/object?f=0&addr="+rep.Path.Target, &target)
+	var refs []string
+	for _, r := range target.Referrers.Rows {
+		refs = append(refs, r.Address)
+	}
+	if !slices.Equal(refs, cliPath.Holders) {
+		t.Errorf("referrers %v, heap path's holders %v", refs, cliPath.Holders)
+	}
+
+	// A second server reuses the index while the dump is unchanged, and
+	// builds it again once the dump changes.
+	s2 := startUI(t, dump)
+	if f := s2.waitLoaded(t); f[0].Built || f[0].State != "ready" {
+		t.Errorf("second open: %+v, want the index reused", f[0])
+	}
+	var top2 wire.HeapTop
+	s2.get(t, "/api/heap/top?f=0&n=100", &top2)
+	if fmt.Sprint(top2) != fmt.Sprint(cliTop) {
+		t.Errorf("top from the reused index differs")
+	}
+	// Every view answers from the index as from the dump: the overview's
+	// rows (kept in the index), a group's objects, an object's referrers
+	// and dominated objects (the referrers and the dominator tree kept).
+	views := []string{"/api/heap/overview?f=0&limit=1000&by=class", "/api/heap/overview?f=0&limit=1000&by=type&sort=count",
+		"/api/heap/objects?f=0&by=class&group=0", "/api/heap/objects?f=0&by=type&group=1",
+		"/api/heap/object?f=0&addr=" + rep.Path.Target, "/api/heap/object?f=0&addr=" + rep.Path.Hash,
+		"/api/heap/paths?f=0&addr=" + rep.Path.Target, "/api/heap/waste?f=0"}
+	sameViews := func(what string, s2 *uiServer) {
+		t.Helper()
+		for _, v := range views {
+			var a, b any
+			s.get(t, v, &a)
+			s2.get(t, v, &b)
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("%s: %s differs:\n%v\nfrom the dump:\n%v", what, v, b, a)
+			}
+		}
+	}
+	sameViews("second open", s2)
+	// A cut index is not trusted: the dump is indexed again. (Put in
+	// place as rbscope writes an index, by a rename: the servers running
+	// use the index file they opened, mapped into memory.)
+	index := filepath.Join(dir, ".graph.json.rbscope-index")
+	ib, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(index+".cut", ib[:len(ib)*2/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(index+".cut", index); err != nil {
+		t.Fatal(err)
+	}
+	sCut := startUI(t, dump)
+	if f := sCut.waitLoaded(t); !f[0].Built || f[0].State != "ready" {
+		t.Errorf("open with a cut index: %+v, want the index built again", f[0])
+	}
+	sameViews("open with a cut index", sCut)
+	// Nor one that others may read (not as rbscope writes an index).
+	if err := os.Chmod(index, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f := startUI(t, dump).waitLoaded(t); !f[0].Built || f[0].State != "ready" {
+		t.Errorf("open with an index of mode 0644: %+v, want the index built again", f[0])
+	}
+	if st, err := os.Stat(index); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the index built again: %v %v, want mode 0600", st, err)
+	}
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(dump, later, later)
+	s3 := startUI(t, dump)
+	if f := s3.waitLoaded(t); !f[0].Built {
+		t.Errorf("open after the dump changed: %+v, want the index built again", f[0])
+	}
+}
+
+// TestUIHeapDiff: the page's comparison of two dumps of a real program is
+// heap diff --json's, by class and by allocation site, and its largest row
+// is the objects the program says it kept between the dumps.
+func TestUIHeapDiff(t *testing.T) {
+	before, after, rep := diffDumps(t)
+	cache := t.TempDir()
+	s := startUI(t, "--cache-dir", cache, before, after)
+	if files := s.waitLoaded(t); len(files) != 2 || files[0].State != "ready" || files[1].State != "ready" {
+		t.Fatalf("files: %+v", files)
+	}
+	defer samePairsReopened(t, s, cache, before, after)
+	for _, by := range []string{"class", "site"} {
+		stdout, stderr, code := rbscope(t, "heap", "diff", before, after, "--json", "--by", by, "--top", "10")
+		if code != 0 {
+			t.Fatalf("heap diff --by %s: %s", by, stderr)
+		}
+		var cli, ui wire.HeapDiff
+		if err := json.Unmarshal([]byte(stdout), &cli); err != nil {
+			t.Fatal(err)
+		}
+		s.get(t, "/api/heap/diff?f=1&before=0&top=10&by="+by, &ui)
+		if !reflect.DeepEqual(cli, ui) {
+			t.Errorf("by %s: the page's diff differs from heap diff --json:\nui  %+v\ncli %+v", by, ui, cli)
+		}
+		if len(ui.Rows) == 0 || ui.Rows[0].Class != "Leaky" || ui.Rows[0].Count != rep.Leaky || by == "site" && ui.Rows[0].Site != rep.Site {
+			t.Errorf("by %s: first row %+v, the program kept %d Leaky from %s", by, ui.Rows, rep.Leaky, rep.Site)
+		}
+	}
+	// Bad requests: one message each.
+	for path, want := range map[string]string{
+		"/api/heap/diff?f=1&before=7":         `no file "7"`,
+		"/api/heap/diff?f=1&before=0&by=size": `by="size": want one of class, site`,
+		"/api/heap/diff?f=1&before=0&top=-1":  `top="-1": want a number from 0 to 1000`,
+	} {
+		resp, err := http.Get(s.base + path + "&token=" + s.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error string }
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode == 200 || err != nil || !strings.Contains(e.Error, want) {
+			t.Errorf("GET %s: %d %q (%v), want an error saying %s", path, resp.StatusCode, e.Error, err, want)
+		}
+	}
+}
+
+// samePairsReopened holds a second server on the dumps before and after
+// (the cache directory of s shared) to the comparisons s made, both
+// ways: read back from the files s kept under the cache directory, not
+// computed again (the files are left as they were).
+func samePairsReopened(t *testing.T, s *uiServer, cache, before, after string) {
+	t.Helper()
+	views := []string{"/api/heap/suspects?f=1&before=0&top=100", "/api/heap/suspects?f=0&before=1&top=100",
+		"/api/heap/diff?f=1&before=0&top=100&by=class", "/api/heap/diff?f=0&before=1&top=100&by=site"}
+	first := make([]any, len(views))
+	for k, v := range views {
+		s.get(t, v, &first[k])
+	}
+	kept, _ := filepath.Glob(filepath.Join(cache, "heap-pairs", "*.rbscope-pair"))
+	if len(kept) != 2 {
+		t.Fatalf("comparisons kept: %v, want both ways", kept)
+	}
+	identity := func(p string) [3]int64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return [3]int64{int64(st.Ino), st.Ctim.Sec, st.Ctim.Nsec}
+	}
+	was := map[string][3]int64{}
+	for _, p := range kept {
+		was[p] = identity(p)
+	}
+	s2 := startUI(t, "--cache-dir", cache, before, after)
+	s2.waitLoaded(t)
+	for k, v := range views {
+		var again any
+		s2.get(t, v, &again)
+		if !reflect.DeepEqual(first[k], again) {
+			t.Errorf("%s reopened differs:\n%v\nfirst:\n%v", v, again, first[k])
+		}
+	}
+	for p, id := range was {
+		if identity(p) != id {
+			t.Errorf("the comparison kept in %s was made again", p)
+		}
+	}
+}
+
+// TestUIHeapPivots: on a dump with allocation sites, the overview groups
+// by site and by gem, and its rows hold the objects the program says it
+// made there: 3,000 Strings at a line of a gem of its own, 2,000 Objects
+// at a line of its own, all of them under the gem's row or the app's.
+// A dump without sites says why it has no such grouping.
+func TestUIHeapPivots(t *testing.T) {
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "gems.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_gems.rb", nil, dump, dir)
+	var rep struct {
+		GemSite    string `json:"gem_site"`
+		AppSite    string `json:"app_site"`
+		GemStrings uint64 `json:"gem_strings"`
+		AppObjects uint64 `json:"app_objects"`
+		Later      uint64 `json:"later_objects"`
+		LaterGen   uint64 `json:"later_generation"`
+		AppGen     uint64 `json:"app_generation"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	plain, _ := heapGraphDump(t, dir)
+	s := startUI(t, dump, plain)
+	files := s.waitLoaded(t)
+	type row struct {
+		ID                int
+		Site, Gem, Class  string
+		Generation        *uint64
+		Type              string
+		Count             uint64
+		Shallow, Retained uint64
+	}
+	overview := func(by string) (rows []row, objects int) {
+		var ov struct {
+			Objects  int  `json:"objects"`
+			HasSites bool `json:"has_sites"`
+			Page     struct{ Rows []row }
+		}
+		s.get(t, "/api/heap/overview?f=0&limit=1000&by="+by, &ov)
+		var sum uint64
+		for _, r := range ov.Page.Rows {
+			sum += r.Count
+		}
+		if !ov.HasSites || int(sum) != ov.Objects || ov.Objects != files[0].Objects {
+			t.Errorf("by %s: has_sites %v; rows add up to %d objects of %d (the dump has %d)", by, ov.HasSites, sum, ov.Objects, files[0].Objects)
+		}
+		return ov.Page.Rows, ov.Objects
+	}
+	find := func(rows []row, f func(row) bool) (row, bool) {
+		for _, r := range rows {
+			if f(r) {
+				return r, true
+			}
+		}
+		return row{}, false
+	}
+	rows, _ := overview("site")
+	if r, ok := find(rows, func(r row) bool { return r.Site == rep.GemSite && r.Class == "String" }); !ok || r.Count != rep.GemStrings || r.Type != "STRING" {
+		t.Errorf("by site: the gem's row %+v (found %v), the program made %d Strings at %s", r, ok, rep.GemStrings, rep.GemSite)
+	} else {
+		var objs struct{ Page struct{ Total int } }
+		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=site&group=%d&limit=1", r.ID), &objs)
+		if objs.Page.Total != int(rep.GemStrings) {
+			t.Errorf("by site: the gem's row drills down to %d objects, want %d", objs.Page.Total, rep.GemStrings)
+		}
+	}
+	if r, ok := find(rows, func(r row) bool { return r.Site == rep.AppSite && r.Class == "Object" }); !ok || r.Count != rep.AppObjects {
+		t.Errorf("by site: the app's row %+v (found %v), the program made %d Objects at %s", r, ok, rep.AppObjects, rep.AppSite)
+	}
+	rows, _ = overview("gem")
+	if r, ok := find(rows, func(r row) bool { return r.Gem == "fakegem-1.2.3" }); !ok || r.Count < rep.GemStrings {
+		t.Errorf("by gem: fakegem-1.2.3's row %+v (found %v), want at least its %d Strings", r, ok, rep.GemStrings)
+	}
+	if r, ok := find(rows, func(r row) bool { return r.Gem == "(app)" }); !ok || r.Count < rep.AppObjects {
+		t.Errorf("by gem: the app's row %+v (found %v), want at least its %d Objects", r, ok, rep.AppObjects)
+	}
+	// By GC generation: the 1,500 Objects made after a GC are in the row
+	// of the generation Ruby gives them, apart from the 2,000 made before
+	// it; the objects Ruby made before tracing began have a row of their
+	// own, first by name (the order of allocation).
+	var ov struct{ Page struct{ Rows []row } }
+	s.get(t, "/api/heap/overview?f=0&limit=1000&by=generation&sort=name", &ov)
+	overview("generation")
+	gens := ov.Page.Rows
+	if len(gens) < 3 || gens[0].Generation != nil || gens[0].Count == 0 {
+		t.Errorf("by generation, by name: want the objects before tracing first, then the generations: %+v", gens[:min(3, len(gens))])
+	}
+	if r, ok := find(gens, func(r row) bool { return r.Generation != nil && *r.Generation == rep.LaterGen }); !ok || r.Count < rep.Later || rep.LaterGen == rep.AppGen {
+		t.Errorf("by generation: generation %d's row %+v (found %v), want at least the %d Objects Ruby made then (the 2,000 before in generation %d)", rep.LaterGen, r, ok, rep.Later, rep.AppGen)
+	} else {
+		var objs struct{ Page struct{ Total int } }
+		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=generation&group=%d&limit=1", r.ID), &objs)
+		if uint64(objs.Page.Total) != r.Count {
+			t.Errorf("by generation: the row of %d objects drills down to %d", r.Count, objs.Page.Total)
+		}
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/overview?by=generation&sort=name", "heap-overview-generation")
+	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "(before tracing)") || !strings.Contains(text, fmt.Sprintf("generation %d", rep.LaterGen)) {
+		t.Errorf("the page by generation:\n%.2000s", text)
+	}
+	visit(t, ctx, s, "#/heap/0/overview?by=gem", "heap-overview-gem")
+	if links := eval[[]string](t, ctx, `[...document.querySelectorAll("#pivots a")].map(a => a.innerText)`); strings.Join(links, ",") != "class,type,allocation site,gem,GC generation" {
+		t.Errorf("the page's groupings: %q", links)
+	}
+	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "fakegem-1.2.3") || !strings.Contains(text, "(app)") {
+		t.Errorf("the page by gem:\n%s", text)
+	}
+	visit(t, ctx, s, "#/heap/1/overview", "heap-overview-no-sites")
+	if text := eval[string](t, ctx, `document.getElementById("pivots").innerText`); strings.Contains(text, "gem ·") || !strings.Contains(text, "trace_object_allocations_start") {
+		t.Errorf("the page's groupings of a dump without sites: %q", text)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+	resp, err := http.Get(s.base + "/api/heap/overview?f=1&by=gem&token=" + s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error string }
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(e.Error, "has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start to group by gem") {
+		t.Errorf("by gem on a dump without sites: %d %q", resp.StatusCode, e.Error)
+	}
+}
+
+// TestUIHeapWaste: the Waste view finds the value a program holds in
+// 4,000 Strings, first, with the bytes the program measures them at, and
+// the 3,000 empty Arrays it made, at the line Ruby says; in Chromium too.
+func TestUIHeapWaste(t *testing.T) {
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "waste.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_waste.rb", nil, dump)
+	var rep struct {
+		Value       string `json:"value"`
+		Copies      uint64 `json:"copies"`
+		CopyBytes   uint64 `json:"copy_bytes"`
+		EmptyArrays uint64 `json:"empty_arrays"`
+		EmptySite   string `json:"empty_site"`
+		Oversized   uint64 `json:"oversized_arrays"`
+		OverLength  uint64 `json:"oversized_length"`
+		OverBytes   uint64 `json:"oversized_bytes"`
+		OverSite    string `json:"oversized_site"`
+	}
+	p.WaitReport(t, &rep, 60*time.Second)
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	var w struct {
+		Strings []struct {
+			Value                string
+			Cut                  bool
+			Count, Bytes, Wasted uint64
+		}
+		StringsWasted uint64         `json:"strings_wasted"`
+		Empty         []wire.DiffRow `json:"empty"`
+		EmptySites    []wire.DiffRow `json:"empty_sites"`
+		Oversized     []struct {
+			Object               struct{ Type, Class string }
+			Length, Bytes, Spare uint64
+		}
+		OversizedSpare uint64         `json:"oversized_spare"`
+		OverClasses    []wire.DiffRow `json:"oversized_classes"`
+		OverSites      []wire.DiffRow `json:"oversized_sites"`
+	}
+	s.get(t, "/api/heap/waste?f=0&n=10", &w)
+	// The program's Strings, and perhaps the one its report built.
+	if len(w.Strings) == 0 || w.Strings[0].Value != rep.Value || w.Strings[0].Cut || w.Strings[0].Count < rep.Copies || w.Strings[0].Count > rep.Copies+1 ||
+		w.Strings[0].Bytes < rep.CopyBytes || w.Strings[0].Wasted < rep.CopyBytes*(rep.Copies-1)/rep.Copies || w.StringsWasted < w.Strings[0].Wasted {
+		t.Errorf("duplicate Strings %+v (%d wasted in all); the program holds %q %d times in %d bytes", w.Strings, w.StringsWasted, rep.Value, rep.Copies, rep.CopyBytes)
+	}
+	var byClass, bySite uint64
+	for _, r := range w.Empty {
+		if r.Class == "Array" {
+			byClass = r.Count
+		}
+	}
+	for _, r := range w.EmptySites {
+		if r.Class == "Array" && r.Site == rep.EmptySite {
+			bySite = r.Count
+		}
+	}
+	if byClass < rep.EmptyArrays || bySite != rep.EmptyArrays {
+		t.Errorf("empty Arrays: %d in all, %d at %s; the program made %d there (%+v)", byClass, bySite, rep.EmptySite, rep.EmptyArrays, w.EmptySites)
+	}
+	// The oversized Arrays: each needs its slot and 8 bytes an element,
+	// the rest of the memsize the program measured is spare. Nothing else
+	// the program made at that line is an Array.
+	want := rep.OverBytes - rep.Oversized*(40+8*rep.OverLength)
+	var atSite *wire.DiffRow
+	for k, r := range w.OverSites {
+		if r.Site == rep.OverSite {
+			atSite = &w.OverSites[k]
+		}
+	}
+	if atSite == nil || atSite.Class != "Array" || atSite.Count != rep.Oversized || atSite.Bytes != want {
+		t.Errorf("oversized Arrays at %s: %+v; the program made %d of %d elements, %d bytes spare by its memsizes (%+v)", rep.OverSite, atSite, rep.Oversized, rep.OverLength, want, w.OverSites)
+	}
+	t.Logf("oversized by class: %+v", w.OverClasses)
+	if len(w.Oversized) != 10 || w.OversizedSpare < want {
+		t.Errorf("%d oversized collections listed, %d bytes spare in all; want 10, at least %d", len(w.Oversized), w.OversizedSpare, want)
+	}
+	for _, o := range w.Oversized {
+		if o.Object.Type != "ARRAY" || o.Length != rep.OverLength || o.Spare != o.Bytes-(40+8*o.Length) {
+			t.Errorf("oversized %+v: want the program's Arrays of %d elements", o, rep.OverLength)
+		}
+	}
+	// Opened again, from the index the first server wrote (which keeps
+	// the waste found as the dump was first opened): the same answer.
+	again := startUI(t, dump)
+	again.waitLoaded(t)
+	kept := w
+	kept.Strings, kept.Empty, kept.EmptySites, kept.Oversized, kept.OverClasses, kept.OverSites = nil, nil, nil, nil, nil, nil
+	again.get(t, "/api/heap/waste?f=0&n=10", &kept)
+	if !reflect.DeepEqual(kept, w) {
+		t.Errorf("the waste opened again from the index: %+v; first %+v", kept, w)
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/waste", "heap-waste")
+	if rows := cells(t, ctx, "#dup-strings"); len(rows) == 0 || !strings.Contains(rows[0][0], rep.Value) || rows[0][1] != commas(w.Strings[0].Count) {
+		t.Errorf("the page's duplicate Strings: %q", rows)
+	}
+	// The page lists 50 (its default), the largest first.
+	if rows := cells(t, ctx, "#oversized"); len(rows) != 50 || rows[0][3] != commas(rep.OverLength) || rows[0][5] != commas(w.Oversized[0].Spare) {
+		t.Errorf("the page's oversized collections: %q", rows)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}
+
+// TestUIRedactedDump: a --redact-strings dump stays redacted in every heap
+// view of the page and in the index it builds: the program's secret
+// String shows with its size only.
+func TestUIRedactedDump(t *testing.T) {
+	cmd, _, addr := startSecretHolder(t)
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "redacted.json")
+	if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", dump, "--redact-strings"); code != 0 {
+		t.Fatalf("heap dump: %s", errOut)
+	}
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	group := s.classGroup(t, 0, "String")
+	var obj struct {
+		Object struct{ Desc string }
+	}
+	s.get(t, "/api/heap/object?f=0&addr="+addr, &obj)
+	if strings.Contains(obj.Object.Desc, "secret") {
+		t.Errorf("the object page describes the String as %q", obj.Object.Desc)
+	}
+	for _, path := range []string{
+		fmt.Sprintf("/api/heap/objects?f=0&by=class&group=%d&limit=1000", group),
+		"/api/heap/object?f=0&addr=" + addr,
+		"/api/heap/paths?f=0&addr=" + addr,
+		"/api/heap/top?f=0&n=1000",
+		"/api/heap/waste?f=0&n=1000",
+		"/api/heap/diff?f=0&before=0&by=class",
+		"/api/heap/suspects?f=0&before=0",
+	} {
+		var v any
+		s.get(t, path, &v)
+		if b, _ := json.Marshal(v); strings.Contains(string(b), "secret-marker") {
+			t.Errorf("%s shows the redacted String", path)
+		}
+	}
+	index := filepath.Join(dir, ".redacted.json.rbscope-index")
+	b, err := os.ReadFile(index)
+	if st, serr := os.Stat(index); err != nil || serr != nil || st.Mode().Perm() != 0o600 || bytes.Contains(b, []byte("secret-marker")) {
+		t.Errorf("the index %s: %v %v, mode %v, holds the String: %v", index, err, serr, st, bytes.Contains(b, []byte("secret-marker")))
+	}
+}
+
+// TestUIDomTree: the dominator tree, a level a request, holds together as
+// heap top --json says: the roots' largest child is heap top's first
+// retainer; the roots' children retain every reachable byte, by object and
+// by class alike; a node retains its own bytes and its children's; its
+// children are the object page's dominated objects; it renders in
+// Chromium.
+func TestUIDomTree(t *testing.T) {
+	dump, _ := heapGraphDump(t, t.TempDir())
+	s := startUI(t, dump)
+	s.waitLoaded(t)
+	stdout, _, code := rbscope(t, "heap", "top", dump, "--top", "5", "--json")
+	var top wire.HeapTop
+	if code != 0 || json.Unmarshal([]byte(stdout), &top) != nil {
+		t.Fatalf("heap top: %s", stdout)
+	}
+	type row struct {
+		Address           string
+		Memsize, Retained uint64
+		Children          int
+	}
+	type level struct {
+		ReachableBytes uint64 `json:"reachable_bytes"`
+		Node           *row
+		Ancestors      []row
+		Objects        *uiPage[row]
+		Groups         *uiPage[struct {
+			Count    int
+			Retained uint64
+		}]
+	}
+	children := func(addr string) (level, []row) {
+		var all []row
+		var lv level
+		for off := 0; ; off += 1000 {
+			lv = level{}
+			s.get(t, fmt.Sprintf("/api/heap/domtree?f=0&limit=1000&offset=%d&addr=%s", off, addr), &lv)
+			all = append(all, lv.Objects.Rows...)
+			if off+1000 >= lv.Objects.Total {
+				return lv, all
+			}
+		}
+	}
+	root, kids := children("")
+	var sum uint64
+	for _, k := range kids {
+		sum += k.Retained
+	}
+	if len(kids) == 0 || kids[0].Address != top.Retainers[0].Address || sum != root.ReachableBytes || root.Node != nil {
+		t.Errorf("the roots' children: %d, first %+v, retaining %d; heap top's first %s, %d reachable bytes", len(kids), kids[0], sum, top.Retainers[0].Address, root.ReachableBytes)
+	}
+	var groups level
+	s.get(t, "/api/heap/domtree?f=0&by=class&limit=1000", &groups)
+	var gsum uint64
+	gcount := 0
+	for _, g := range groups.Groups.Rows {
+		gsum, gcount = gsum+g.Retained, gcount+g.Count
+	}
+	if gsum != root.ReachableBytes || gcount != len(kids) {
+		t.Errorf("the roots' children by class: %d objects retaining %d; by object %d retaining %d", gcount, gsum, len(kids), root.ReachableBytes)
+	}
+	node, nkids := children(top.Retainers[0].Address)
+	var obj struct {
+		Object    struct{ Memsize uint64 }
+		Dominated uiPage[struct{ Address string }]
+	}
+	s.get(t, "/api/heap/object?f=0&limit=1000&addr="+top.Retainers[0].Address, &obj)
+	sum = obj.Object.Memsize
+	for k, c := range nkids {
+		sum += c.Retained
+		if k < len(obj.Dominated.Rows) && obj.Dominated.Rows[k].Address != c.Address {
+			t.Errorf("child %d: %s, the object page's dominated %s", k, c.Address, obj.Dominated.Rows[k].Address)
+		}
+	}
+	if node.Node == nil || sum != node.Node.Retained || len(nkids) != obj.Dominated.Total || len(node.Ancestors) != 0 {
+		t.Errorf("node %s: retains %v; itself and its %d children %d (object page: %d dominated)", top.Retainers[0].Address, node.Node, len(nkids), sum, obj.Dominated.Total)
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, "#/heap/0/domtree", "heap-domtree")
+	if rows := cells(t, ctx, "#dom-children"); len(rows) == 0 || rows[0][0] != top.Retainers[0].Address {
+		t.Errorf("the page's dominator tree: %q", rows)
+	}
+	visit(t, ctx, s, "#/heap/0/domtree?addr="+top.Retainers[0].Address+"&by=class", "heap-domtree-node-by-class")
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}
+
+// TestUIMergedPaths: the merged paths of a program's 5,000 leaked objects
+// (one class, held in a global Array) are one chain, the one heap path
+// gives for the last of them, every object on it passing all 5,000; a
+// node passes at least as many as its children together; in Chromium too.
+func TestUIMergedPaths(t *testing.T) {
+	_, after, rep := diffDumps(t)
+	s := startUI(t, after)
+	s.waitLoaded(t)
+	group := s.classGroup(t, 0, "Leaky")
+	type node struct {
+		Root     string
+		Object   *struct{ Address string }
+		Targets  int
+		Children []*node
+	}
+	var m struct {
+		Followed, Unreached int
+		Tree                []*node
+	}
+	s.get(t, fmt.Sprintf("/api/heap/merged?f=0&by=class&group=%d", group), &m)
+	var check func(n *node) int
+	check = func(n *node) int {
+		sum := 0
+		for _, c := range n.Children {
+			sum += check(c)
+		}
+		if sum > n.Targets {
+			t.Errorf("a node passes %d, its children %d", n.Targets, sum)
+		}
+		return n.Targets
+	}
+	for _, r := range m.Tree {
+		check(r)
+	}
+	stdout, _, code := rbscope(t, "heap", "path", after, rep.LastLeaky, "--json")
+	var path wire.HeapPath
+	if code != 0 || json.Unmarshal([]byte(stdout), &path) != nil || len(path.Paths) == 0 {
+		t.Fatalf("heap path: %s", stdout)
+	}
+	if uint64(m.Followed) != rep.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != path.Paths[0].Root || uint64(m.Tree[0].Targets) != rep.Leaky {
+		t.Fatalf("merged paths of %d Leaky: followed %d, unreached %d, roots %+v; heap path's root %s", rep.Leaky, m.Followed, m.Unreached, m.Tree, path.Paths[0].Root)
+	}
+	n := m.Tree[0]
+	for _, h := range path.Paths[0].Hops[:len(path.Paths[0].Hops)-1] {
+		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || uint64(n.Children[0].Targets) != rep.Leaky {
+			t.Fatalf("the merged chain parts from heap path's at %s: %+v", h.Address, n.Children)
+		}
+		n = n.Children[0]
+	}
+	ctx, problems := browser(t)
+	visit(t, ctx, s, fmt.Sprintf("#/heap/0/merged?by=class&group=%d", group), "heap-merged")
+	if text := eval[string](t, ctx, `document.getElementById("merged").innerText`); !strings.Contains(text, commas(uint64(rep.Leaky))) {
+		t.Errorf("the page's merged paths:\n%s", text)
+	}
+	if pr := problems(); len(pr) > 0 {
+		t.Errorf("the page: %v", pr)
+	}
+}
+
+// classGroup returns the ID of the overview row (by class) of the objects
+// of class in dump f, -1 when there is none.
+func (s *uiServer) classGroup(t *testing.T, f int, class string) int {
+	t.Helper()
+	var ov struct {
+		Page uiPage[struct {
+			ID    int
+			Class string
+		}]
+	}
+	s.get(t, fmt.Sprintf("/api/heap/overview?f=%d&limit=1000&by=class", f), &ov)
+	for _, r := range ov.Page.Rows {
+		if r.Class == class {
+			return r.ID
+		}
+	}
+	return -1
+}
+
+// diffReport is what testdata/heap_graph_diff.rb says of its two dumps.
+type diffReport struct {
+	Leaky     uint64 `json:"leaky"`
+	Site      string `json:"site"`
+	LastLeaky string `json:"last_leaky"`
+}
+
+// diffDumps has heap_graph_diff.rb dump its heap before and after keeping
+// its Leaky objects, and returns both dumps and its report.
+func diffDumps(t *testing.T) (before, after string, rep diffReport) {
+	t.Helper()
+	dir := t.TempDir()
+	before, after = filepath.Join(dir, "before.json"), filepath.Join(dir, "after.json")
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_graph_diff.rb", nil, before, after)
+	p.WaitReport(t, &rep, 60*time.Second)
+	return before, after, rep
+}
