@@ -82,8 +82,7 @@ func (s *Sampler) sample(p *proc) {
 		}
 	}
 	if s.opts.Native {
-		// the unwinder, made or made anew outside any pause; the last
-		// sample's native stacks never join this one's
+		// the unwinder, made or made anew outside any pause
 		_ = p.reader.Prepare()
 	}
 	tidOf, wanted := p.tickFuncs(s, running, tasks)

@@ -159,9 +159,8 @@ func NewReader(t target.Target, vm *rubyvm.VM, opts ReaderOptions) *Reader {
 // Prepare readies the next read, outside any pause: with
 // ReaderOptions.Native it makes the unwinder (reading the code's CFI now,
 // not while threads stand still), or makes it anew when the last reads
-// met code mapped since. The last read's native stacks are forgotten.
+// met code mapped since.
 func (r *Reader) Prepare() error {
-	clear(r.native)
 	if !r.opts.Native {
 		return nil
 	}
@@ -193,6 +192,7 @@ func (r *Reader) Read(sel *Selection) (Read, error) {
 	r.sel = sel
 	defer func() { r.sel = nil }()
 	clear(r.done)
+	clear(r.native) // the last read's native stacks never join this one's
 	r.res = Read{Stopped: r.res.Stopped[:0]}
 	if sel.Nonblocking {
 		return r.readNonblocking()
