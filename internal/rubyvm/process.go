@@ -74,40 +74,58 @@ type VM struct {
 	locatedHow      map[string]FoundBy
 	maps            []target.Mapping // the mappings when the VM was opened
 	m               mem
-	ids             map[uint64]string
-	classNames      map[uint64]string
-	iseqs           map[uint64]*iseqInfo
-	lines           map[[2]uint64]int     // (iseq, pc) -> line
-	labels          map[[2]uint64]string  // (iseq, method owner) -> label
-	owners          map[uint64]uint64     // ep[me_cref] of a local environment -> its method's owner
-	cfuncs          map[uint64]string     // ep[me_cref] of a C frame -> label
-	names           nameCache             // thread names, by their String
-	walk            walkCache             // where the last walk found the threads
-	idScratch       idScratch             // the buffers of threads' second reads
-	stackBufs       [2][]byte             // a stack's control frames and value stack, as read
-	hints           map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
-	aheadBatch      batch                 // readBatchAhead's batched read
-	framePool       [][]Frame             // the Frames of reads WithReusedFrames
-	threadPool      []Thread              // the first group's Threads of reads WithReusedFrames
-	frameBatch      batch                 // readFrames's batched read
-	envBufs         [][]byte              // the buffers of environments read with the frames
-	envPre          []envData             // environments read with the frames of the walk under way
-	envMiss         []envAt               // environments the walk under way read outside its value stack
-	ra              readAhead             // what a ReadThreads call reads with its walk of the threads
-	gen             cacheGen              // what the caches of objects were learned under (cachegen.go)
-	objspaceChecked bool                  // vm->objspace held together (plausibleObjspace)
-	objspaceAddr    uint64                // the objspace, once GC has read it (it lives as long as the VM)
-	tidOff          uint64                // offset of the TID in the C library's struct pthread (0: none)
-	tidOffMusl      bool                  // tidOff is musl's (whose struct pthread starts with its address)
-	tidOffLooked    bool                  // pthreadTIDOffset has run
-	tpTIDs          map[uint64]int        // a core's threads by thread pointer (tidByThreadPointer)
-	tpIsPthread     bool                  // the architecture's thread pointer is the pthread_t
+	objspaceChecked bool           // vm->objspace held together (plausibleObjspace)
+	objspaceAddr    uint64         // the objspace, once GC has read it (it lives as long as the VM)
+	tidOff          uint64         // offset of the TID in the C library's struct pthread (0: none)
+	tidOffMusl      bool           // tidOff is musl's (whose struct pthread starts with its address)
+	tidOffLooked    bool           // pthreadTIDOffset has run
+	tpTIDs          map[uint64]int // a core's threads by thread pointer (tidByThreadPointer)
+	tpIsPthread     bool           // the architecture's thread pointer is the pthread_t
 	// localTID turns a TID read from the process's memory (its own PID
 	// namespace's) into the one its target lists; nil when they are one.
 	localTID func(int) int
-	live     bool       // T is a running process (its threads come and go)
-	env      valueStack // the value stack of the stack being walked
-	read     readConfig // the options of the stack read under way
+	live     bool // T is a running process (its threads come and go)
+
+	// The VM's three lifetimes: the fields above are the process's, for
+	// as long as the VM is open; memoCaches what its memory held when
+	// read, until ForgetCaches or a change of the heap (cachegen.go); and
+	// readScratch the buffers of one read, filled anew by the next.
+	memoCaches
+	readScratch
+}
+
+// memoCaches are what a VM learned of its process's memory: kept between
+// reads, forgotten by ForgetCaches (and, for the caches of objects, when
+// the heap changed under them: cachegen.go).
+type memoCaches struct {
+	ids        map[uint64]string
+	classNames map[uint64]string
+	iseqs      map[uint64]*iseqInfo
+	lines      map[[2]uint64]int     // (iseq, pc) -> line
+	labels     map[[2]uint64]string  // (iseq, method owner) -> label
+	owners     map[uint64]uint64     // ep[me_cref] of a local environment -> its method's owner
+	cfuncs     map[uint64]string     // ep[me_cref] of a C frame -> label
+	names      nameCache             // thread names, by their String
+	walk       walkCache             // where the last walk found the threads
+	hints      map[uint64]*stackHint // what the last walk of each VM stack read (readFrames)
+	gen        cacheGen              // what the caches of objects were learned under (cachegen.go)
+}
+
+// readScratch are the buffers and the state of the read under way, kept
+// only so that the next read allocates nothing.
+type readScratch struct {
+	idScratch  idScratch  // the buffers of threads' second reads
+	stackBufs  [2][]byte  // a stack's control frames and value stack, as read
+	aheadBatch batch      // readBatchAhead's batched read
+	framePool  [][]Frame  // the Frames of reads WithReusedFrames
+	threadPool []Thread   // the first group's Threads of reads WithReusedFrames
+	frameBatch batch      // readFrames's batched read
+	envBufs    [][]byte   // the buffers of environments read with the frames
+	envPre     []envData  // environments read with the frames of the walk under way
+	envMiss    []envAt    // environments the walk under way read outside its value stack
+	ra         readAhead  // what a ReadThreads call reads with its walk of the threads
+	env        valueStack // the value stack of the stack being walked
+	read       readConfig // the options of the stack read under way
 }
 
 // FindImage returns the path of the file that holds the Ruby VM: the Ruby
