@@ -19,13 +19,19 @@
 //     action returns have no endpoint.
 //   - Job is the class of the Ruby method frame that Sidekiq's processor
 //     calls to run a job: the callee of Sidekiq::Processor#execute_job
-//     (Sidekiq 6 and 7), "HardJob" for "HardJob#perform". Samples in
-//     Sidekiq's middleware and in fetching have no job.
+//     (Sidekiq 6 and 7), "HardJob" for "HardJob#perform"; for an ActiveJob
+//     job, whose perform ActiveJob calls from its wrapper's, the class of
+//     the perform that ActiveJob's perform_now calls (the callee of "block
+//     in ActiveJob::Execution#perform_now", Rails 6.1, or "block in
+//     ActiveJob::Execution#_perform_job", Rails 7), which is also the job
+//     of an ActiveJob job run by another backend or inline. Samples in
+//     Sidekiq's middleware and in fetching have no job; those of an
+//     ActiveJob job run by Sidekiq out of its perform (ActiveJob's
+//     callbacks) have the wrapper Sidekiq runs,
+//     ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper.
 //
 // Both name the method's owner as the profile shows it: an action or a
-// perform inherited from a parent class names the parent, and an ActiveJob
-// job run by Sidekiq is ActiveJob's wrapper
-// (ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper). A stack with
+// perform inherited from a parent class names the parent. A stack with
 // neither context has no label: there is no "unknown" value.
 package ctxlabels
 
@@ -46,9 +52,10 @@ const (
 type role uint8
 
 const (
-	none        role = iota
-	callsAction      // the callee is a controller action (Endpoint)
-	callsJob         // the callee is a job's perform (Job)
+	none           role = iota
+	callsAction         // the callee is a controller action (Endpoint)
+	callsJob            // the callee is a job's perform (Job)
+	callsActiveJob      // the callee is an ActiveJob job's perform (Job, before callsJob's)
 )
 
 // anchors are the framework's frames whose callee names the context.
@@ -56,6 +63,8 @@ var anchors = map[string]role{
 	"ActionController::BasicImplicitRender#send_action": callsAction,
 	"AbstractController::Base#process_action":           callsAction,
 	"Sidekiq::Processor#execute_job":                    callsJob,
+	"block in ActiveJob::Execution#perform_now":         callsActiveJob,
+	"block in ActiveJob::Execution#_perform_job":        callsActiveJob,
 }
 
 func roleOf(f profile.Frame) role {
@@ -79,7 +88,8 @@ func Of(frames []profile.Frame) (endpoint, job string) {
 // of is Of of the stack ids (indexes into frames, root first), with the
 // role of every frame of frames.
 func of(frames []profile.Frame, roles []role, ids []int) (endpoint, job string) {
-	for i := 0; i+1 < len(ids) && (endpoint == "" || job == ""); i++ {
+	activeJob := ""
+	for i := 0; i+1 < len(ids) && (endpoint == "" || activeJob == ""); i++ {
 		r := roles[ids[i]]
 		if r == none {
 			continue
@@ -97,7 +107,12 @@ func of(frames []profile.Frame, roles []role, ids []int) (endpoint, job string) 
 			endpoint = callee.Label
 		case r == callsJob && job == "":
 			job = owner
+		case r == callsActiveJob && activeJob == "":
+			activeJob = owner
 		}
+	}
+	if activeJob != "" {
+		job = activeJob
 	}
 	return endpoint, job
 }
