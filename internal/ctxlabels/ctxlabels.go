@@ -1,6 +1,6 @@
 // Package ctxlabels derives labels from the program's own context out of a
 // sampled stack: the Rails controller action a request runs (Endpoint) and
-// the Sidekiq job a processor runs (Job). The stack is all it reads, so it
+// the job a Sidekiq processor or ActiveJob runs (Job). The stack is all it reads, so it
 // costs no read of the target beyond the sample's; the rule is anchored on
 // the framework's own frames, each label being the frame the framework
 // calls:
