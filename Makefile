@@ -24,8 +24,9 @@ build:
 # nsenter and setpriv (the container tests), jemalloc (preloaded under
 # Rubies, as Rails' Dockerfile does), musl-gcc (musl programs and Rubies),
 # and the servers the server tests run rbscope on: Puma, Unicorn, Sidekiq
-# with Redis, and a Rails application (railties, ActiveRecord on SQLite,
-# ActionPack) under ab's load (apache2-utils); man-db and bash-completion,
+# with Redis (ActiveJob's jobs on it too), and a Rails application
+# (railties, ActiveRecord on SQLite, ActionPack) under ab's load
+# (apache2-utils); man-db and bash-completion,
 # which the test of the Debian package runs (man -w, the completion script);
 # Chromium runs the browser tests of rbscope ui; Graphviz's dot draws the
 # call graph of pprof's web interface, which rbscope ui mounts. The real
@@ -36,7 +37,7 @@ build:
 # qemu-user-static runs Debian's arm64 Ruby (its sysroot made by
 # scripts/arm64-sysroot.sh) for the arm64 tests, and arm64 test binaries.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
-	puma unicorn ruby-sidekiq redis-server ruby-railties ruby-activerecord \
+	puma unicorn ruby-sidekiq redis-server ruby-activejob ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
 	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy \
 	qemu-user-static

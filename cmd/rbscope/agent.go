@@ -31,7 +31,7 @@ type agentSettings struct {
 	tags, pids, profiles                     []string
 	interval                                 time.Duration
 	rate                                     float64
-	pause, realtime, ebpf                    bool
+	pause, realtime, ebpf, contextLabels     bool
 }
 
 // defineAgentFlags defines the agent's flags on fs, into s, with s's
@@ -49,6 +49,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks use half of a CPU); --realtime=false to keep it at normal priority")
 	fs.BoolVar(&s.ebpf, "ebpf", s.ebpf, "sample with the BPF sampler (experimental): the Ruby frame walk runs in the kernel on each CPU's clock and the agent wakes 20 times a second, whatever the rate and the number of processes; CPU profiles only; needs root (CAP_BPF, CAP_PERFMON) in the host's PID namespace")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
+	fs.BoolVar(&s.contextLabels, "context-labels", s.contextLabels, "label each sample with the program's context, read from its stack: endpoint, the Rails controller action (IssuesController#show), and job, the Sidekiq or ActiveJob job class; --context-labels=false for none")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
 	fs.StringVar(&s.passwordFile, "basic-auth-password-file", s.passwordFile, "file holding the HTTP basic auth password")
@@ -85,7 +86,7 @@ func (s agentSettings) withConfig(path string) (agentSettings, error) {
 
 // config checks the settings and makes the agent's configuration.
 func (s agentSettings) config() (agent.Config, error) {
-	cfg := agent.Config{Server: s.server, OTLPEndpoint: s.otlpEndpoint, Version: buildVersion().Version, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime, EBPF: s.ebpf,
+	cfg := agent.Config{Server: s.server, OTLPEndpoint: s.otlpEndpoint, Version: buildVersion().Version, ServiceName: s.serviceName, Rate: s.rate, Pause: s.pause, Realtime: s.realtime, EBPF: s.ebpf, ContextLabels: s.contextLabels,
 		TenantID: s.tenantID, BasicAuthUser: s.basicAuthUser, UploadInterval: s.interval, Tags: map[string]string{}}
 	if cfg.Server == "" && cfg.OTLPEndpoint == "" {
 		return cfg, usageError{fmt.Errorf("--server URL or --otlp-endpoint URL is required (see 'rbscope agent --help')")}
@@ -157,7 +158,7 @@ func (s agentSettings) config() (agent.Config, error) {
 }
 
 func newAgentCmd() *cobra.Command {
-	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}, realtime: true}
+	s := agentSettings{interval: agent.DefaultUploadInterval, rate: agent.DefaultRate, profiles: []string{"cpu"}, realtime: true, contextLabels: true}
 	var configPath string
 	c := &cobra.Command{
 		Use:   "agent --server URL | --otlp-endpoint URL",
@@ -181,6 +182,14 @@ tell a master and its workers apart. service_name is --service-name, or
 derived from the process's command line: the script Ruby runs ('ruby
 bin/rails server' -> rails), else the program ('puma: cluster worker 0' ->
 puma, 'sidekiq 7.1.0 app' -> sidekiq).
+
+Each sample carries the program's context, read from its stack
+(--context-labels=false for none): endpoint, the Rails controller action
+that Rails' dispatch called ('IssuesController#show'; not in filters,
+middleware or rendering after the action), and job, the class whose perform
+Sidekiq's processor or ActiveJob called ('HardJob'). They are pprof sample
+labels, which Pyroscope makes series labels to filter by, and OTLP sample
+attributes; a sample out of any action or job has neither.
 
 While the server is away, profiles wait in a queue of 256 (the oldest
 dropped first, counted); retries back off up to 30 s; sampling never waits.

@@ -65,6 +65,14 @@ func newFakeOTLP(t *testing.T) *fakeOTLP {
 					for _, s := range prof.Samples().All() {
 						n := s.Values().At(0)
 						rec.samples += n
+						for _, ai := range s.AttributeIndices().All() {
+							if int(ai) >= d.AttributeTable().Len() {
+								f.fail("an attribute index past the table")
+								continue
+							}
+							a := d.AttributeTable().At(int(ai))
+							rec.label(str(a.KeyStrindex()), a.Value().AsString(), n)
+						}
 						held := map[string]bool{}
 						for _, li := range d.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 							for _, ln := range d.LocationTable().At(int(li)).Lines().All() {

@@ -35,6 +35,20 @@ type received struct {
 	samples int64
 	tenant  string
 	auth    string
+	// labelled counts the samples by their own labels (pprof sample
+	// labels, OTLP sample attributes): key, then value.
+	labelled map[string]map[string]int64
+}
+
+// label counts n samples more with the sample label key=value.
+func (r *received) label(key, value string, n int64) {
+	if r.labelled == nil {
+		r.labelled = map[string]map[string]int64{}
+	}
+	if r.labelled[key] == nil {
+		r.labelled[key] = map[string]int64{}
+	}
+	r.labelled[key][value] += n
 }
 
 // fakePyroscope is a Pyroscope-compatible server: the API module's
@@ -77,6 +91,11 @@ func (f *fakePyroscope) Push(ctx context.Context, req *connect.Request[pushv1.Pu
 			}
 			for _, smp := range p.Sample {
 				r.samples += smp.Value[0]
+				for k, vs := range smp.Label {
+					for _, v := range vs {
+						r.label(k, v, smp.Value[0])
+					}
+				}
 				held := map[string]bool{}
 				for _, loc := range smp.Location {
 					for _, l := range loc.Line {

@@ -91,6 +91,17 @@ func startRedmine(t *testing.T, jemalloc bool) (*server, redmineBoot) {
 		t.Fatalf("setup: Redmine says pid %d jemalloc %v; started pid %d jemalloc %v", boot.PID, boot.Jemalloc, s.master(), jemalloc)
 	}
 	s.waitReport(t, s.master())
+	// The report and app.json are written while Puma loads the
+	// application, before it listens: on a busy machine, a while before.
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := s.fetch("/__rbscope/stats")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || processZombie(s.master()) {
+			t.Fatalf("setup: Redmine does not answer on port %d (%v); output:\n%s", s.port, err, s.log.String())
+		}
+	}
 	s.abLoad(t, 2, "/projects/proj-0/issues?per_page=100")
 	s.abLoad(t, 1, "/issues/7")
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {

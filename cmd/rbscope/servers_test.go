@@ -769,9 +769,10 @@ func (s *server) agentLabelsWorkers(t *testing.T, flags ...string) {
 
 // startSidekiq starts a redis-server of the test's own on a unix socket in
 // a temporary directory, and Sidekiq with three processor threads running
-// testdata/servers/sidekiq_jobs.rb's SpinJob without end, and waits for
+// the jobs of jobs (a file under testdata, sidekiq_jobs.rb's SpinJob
+// without end by default, as env sets in its environment), and waits for
 // its report.
-func startSidekiq(t *testing.T) *server {
+func startSidekiq(t *testing.T, jobs string, env ...string) *server {
 	t.Helper()
 	needCommand(t, "redis-server", "sidekiq")
 	dir := t.TempDir()
@@ -794,9 +795,9 @@ func startSidekiq(t *testing.T) *server {
 		}
 	}
 	s := &server{kind: "sidekiq", dir: dir}
-	s.cmd = exec.Command("sidekiq", "-r", testruby.Testdata("servers/sidekiq_jobs.rb"), "-c", "3")
+	s.cmd = exec.Command("sidekiq", "-r", testruby.Testdata(jobs), "-c", "3")
 	s.cmd.Dir = dir
-	s.cmd.Env = append(os.Environ(), "REDIS_URL=unix://"+sock, "RBSCOPE_REPORT_DIR="+dir, "SEED=3")
+	s.cmd.Env = append(append(os.Environ(), "REDIS_URL=unix://"+sock, "RBSCOPE_REPORT_DIR="+dir), env...)
 	s.log = startGroup(t, s.cmd)
 	s.waitReport(t, s.master())
 	return s
@@ -811,7 +812,7 @@ func TestSidekiq(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testruby.Missing(t, "needs root to trace the server's process")
 	}
-	s := startSidekiq(t)
+	s := startSidekiq(t, "servers/sidekiq_jobs.rb", "SEED=3")
 	t.Run("stack+threads", func(t *testing.T) { s.checkSelf(t, s.master(), "Sidekiq::Processor#run") })
 	t.Run("record", func(t *testing.T) {
 		// Windows of 3 s until there are 20 samples (at most 4): a busy

@@ -1,6 +1,8 @@
 // Package agent profiles every Ruby process of a host (or the ones given)
 // without end, and pushes a pprof profile per process per interval to a
-// Pyroscope server, with the labels the Pyroscope Ruby gem sends.
+// Pyroscope server, with the labels the Pyroscope Ruby gem sends, and to
+// an OpenTelemetry receiver; each sample may carry the program's context
+// (ctxlabels).
 package agent
 
 import (
@@ -16,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/discover"
 	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/procfs"
@@ -65,6 +68,11 @@ type Config struct {
 	// (the threads on a CPU; process_cpu) and wall-clock time (every
 	// thread, whatever it does; wall). Neither set means CPU.
 	CPU, Wall bool
+	// ContextLabels labels each sample with the program's context read
+	// from its stack (package ctxlabels): endpoint, the Rails controller
+	// action, and job, the Sidekiq job class; pprof sample labels for
+	// Pyroscope, sample attributes in OTLP.
+	ContextLabels bool
 	// TenantID goes in X-Scope-OrgID; BasicAuthUser and BasicAuthPassword
 	// in the Authorization header.
 	TenantID                         string
@@ -515,6 +523,10 @@ func (a *Agent) push(labels map[string]string, name string, p *profile.Profile) 
 		n += st.Count
 	}
 	a.metrics.samples.Add(float64(n))
+	if a.cfg.ContextLabels {
+		// Before the profile is queued: the sinks read it at once.
+		ctxlabels.Annotate(p, labelValue)
+	}
 	lc := make(map[string]string, len(labels))
 	for k, v := range labels {
 		lc[k] = v

@@ -7,7 +7,8 @@
 // the process's (service.name, process.pid, host.name, the runtime and
 // the user's tags), the scope is rbscope, and the profile has a sample
 // per distinct stack, its value the samples counted, with the sampling
-// period in nanoseconds of CPU or wall-clock time. A frame is a location
+// period in nanoseconds of CPU or wall-clock time, and the stack's Labels
+// as its attributes (the agent's endpoint and job). A frame is a location
 // of one line: Ruby code by its label, file and line; a C method by its
 // label, with "<cfunc>" for a file, as the pprof output names them.
 package otlp
@@ -120,6 +121,9 @@ func Profiles(p *profile.Profile, labels map[string]string, version string) ppro
 		s := samples.AppendEmpty()
 		s.SetStackIndex(int32(d.stacks.Len() - 1))
 		s.Values().Append(int64(st.Count))
+		for _, l := range st.Labels {
+			s.AttributeIndices().Append(d.attribute(l))
+		}
 	}
 	return ps
 }
@@ -127,14 +131,15 @@ func Profiles(p *profile.Profile, labels map[string]string, version string) ppro
 // dictionary fills the tables profiles share, each entry once: index 0 of
 // every table is its zero value, as the signal asks.
 type dictionary struct {
-	d         pprofile.ProfilesDictionary
-	stacks    pprofile.StackSlice
-	strings   map[string]int32
-	functions map[profile.Frame]int32
+	d          pprofile.ProfilesDictionary
+	stacks     pprofile.StackSlice
+	strings    map[string]int32
+	functions  map[profile.Frame]int32
+	attributes map[profile.Label]int32
 }
 
 func newDictionary(d pprofile.ProfilesDictionary) *dictionary {
-	t := &dictionary{d: d, stacks: d.StackTable(), strings: map[string]int32{}, functions: map[profile.Frame]int32{}}
+	t := &dictionary{d: d, stacks: d.StackTable(), strings: map[string]int32{}, functions: map[profile.Frame]int32{}, attributes: map[profile.Label]int32{}}
 	t.str("")
 	d.MappingTable().AppendEmpty()
 	d.LocationTable().AppendEmpty()
@@ -153,6 +158,20 @@ func (t *dictionary) str(s string) int32 {
 	i := int32(t.d.StringTable().Len())
 	t.d.StringTable().Append(s)
 	t.strings[s] = i
+	return i
+}
+
+// attribute returns the index of l in the attribute table, a string
+// attribute of l's key and value.
+func (t *dictionary) attribute(l profile.Label) int32 {
+	if i, ok := t.attributes[l]; ok {
+		return i
+	}
+	a := t.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(t.str(l.Key))
+	a.Value().SetStr(l.Value)
+	i := int32(t.d.AttributeTable().Len() - 1)
+	t.attributes[l] = i
 	return i
 }
 

@@ -104,3 +104,45 @@ func TestEncodeRoundTrip(t *testing.T) {
 		t.Errorf("a wall profile's period type %s", got.periodType)
 	}
 }
+
+// TestEncodeSampleLabels: a stack's labels are its sample's attributes,
+// each key and value once in the attribute table; a stack without labels
+// has no attribute.
+func TestEncodeSampleLabels(t *testing.T) {
+	p := profile.NewProfile(100)
+	main := profile.Frame{Kind: profile.KindRuby, Label: "<main>", Path: "/app/main.rb", Line: 3}
+	show := profile.Frame{Kind: profile.KindRuby, Label: "IssuesController#show", Path: "/app/issues.rb", Line: 9}
+	edit := profile.Frame{Kind: profile.KindRuby, Label: "IssuesController#edit", Path: "/app/issues.rb", Line: 20}
+	a := p.Add([]profile.Frame{main, show}, 3)
+	b := p.Add([]profile.Frame{main, show, main}, 2)
+	c := p.Add([]profile.Frame{main, edit}, 1)
+	p.Add([]profile.Frame{main}, 5)
+	p.Stacks[a].Labels = []profile.Label{{Key: "endpoint", Value: "IssuesController#show"}}
+	p.Stacks[b].Labels = []profile.Label{{Key: "endpoint", Value: "IssuesController#show"}, {Key: "job", Value: "SpinJob"}}
+	p.Stacks[c].Labels = []profile.Label{{Key: "endpoint", Value: "IssuesController#edit"}}
+	body, err := Encode(p, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pprofileotlp.NewExportRequest()
+	if err := req.UnmarshalProto(body); err != nil {
+		t.Fatal(err)
+	}
+	d := req.Profiles().Dictionary()
+	got := map[string]int64{}
+	for _, s := range req.Profiles().ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().All() {
+		var kv []string
+		for _, ai := range s.AttributeIndices().All() {
+			a := d.AttributeTable().At(int(ai))
+			kv = append(kv, d.StringTable().At(int(a.KeyStrindex()))+"="+a.Value().AsString())
+		}
+		got[strings.Join(kv, ",")] += s.Values().At(0)
+	}
+	want := map[string]int64{"endpoint=IssuesController#show": 3, "endpoint=IssuesController#show,job=SpinJob": 2, "endpoint=IssuesController#edit": 1, "": 5}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("samples by attributes %v, want %v", got, want)
+	}
+	if n := d.AttributeTable().Len(); n != 4 { // the zero entry and three
+		t.Errorf("%d entries in the attribute table, want 4", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -63,6 +64,28 @@ func TestPprofRoundTrip(t *testing.T) {
 	}
 	if total != 10 || p.Period != 10_000_000 {
 		t.Errorf("total %d period %d", total, p.Period)
+	}
+}
+
+// TestPprofSampleLabels: a stack's labels are its sample's labels.
+func TestPprofSampleLabels(t *testing.T) {
+	p := sample()
+	p.Stacks[0].Labels = []profile.Label{{Key: "endpoint", Value: "IssuesController#show"}, {Key: "job", Value: "SpinJob"}}
+	var b bytes.Buffer
+	if err := Pprof(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pprof.Parse(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := map[string]int64{}
+	for _, s := range got.Sample {
+		labelled[fmt.Sprint(s.Label)] += s.Value[0]
+	}
+	want := map[string]int64{"map[endpoint:[IssuesController#show] job:[SpinJob]]": 7, "map[]": 3}
+	if fmt.Sprint(labelled) != fmt.Sprint(want) {
+		t.Errorf("samples by labels %v, want %v", labelled, want)
 	}
 }
 

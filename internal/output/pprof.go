@@ -21,7 +21,8 @@ func Pprof(w io.Writer, p *profile.Profile) error {
 
 // PprofProfile maps p to a pprof profile, with a function, file and line
 // per frame and samples weighted by the sampling period, as CPU time or,
-// for a wall-clock profile, wall time.
+// for a wall-clock profile, wall time. A stack's Labels are its sample's
+// labels.
 func PprofProfile(p *profile.Profile) (*pprof.Profile, error) {
 	period := int64(float64(time.Second) / p.Rate)
 	clock := "cpu"
@@ -58,6 +59,12 @@ func PprofProfile(p *profile.Profile) (*pprof.Profile, error) {
 	}
 	for _, st := range p.Stacks {
 		s := &pprof.Sample{Value: []int64{int64(st.Count), int64(st.Count) * period}}
+		if len(st.Labels) > 0 {
+			s.Label = make(map[string][]string, len(st.Labels))
+			for _, l := range st.Labels {
+				s.Label[l.Key] = append(s.Label[l.Key], l.Value)
+			}
+		}
 		for i := len(st.Frames) - 1; i >= 0; i-- { // pprof wants the leaf first
 			s.Location = append(s.Location, location(p.Frames[st.Frames[i]]))
 		}

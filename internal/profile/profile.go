@@ -74,7 +74,16 @@ func (f Frame) Function() Frame { f.Line = 0; return f }
 type Stack struct {
 	Frames []int // indexes into Profile.Frames, root first
 	Count  int
+	// Labels are the labels of every sample of the stack (the agent's
+	// endpoint and job, derived from the frames by package ctxlabels),
+	// nil for none. They are a function of the frames: two samples of a
+	// stack never differ in them.
+	Labels []Label
 }
+
+// Label is a key and value of a stack's samples (pprof's sample labels,
+// OpenTelemetry's sample attributes).
+type Label struct{ Key, Value string }
 
 // Profile is the aggregate of a recording.
 type Profile struct {
@@ -295,6 +304,9 @@ func (p *Profile) Merge(q *Profile) {
 	moved := make([]int, len(q.Stacks))
 	for si, st := range q.Stacks {
 		moved[si] = p.Add(q.StackFrames(si), st.Count)
+		if p.Stacks[moved[si]].Labels == nil {
+			p.Stacks[moved[si]].Labels = st.Labels
+		}
 	}
 	if p.Timeline != nil {
 		shift := q.Start.Sub(p.Start)
