@@ -668,7 +668,7 @@ func (v *VM) frameMethodEntry(ep uint64) (uint64, bool) {
 // iseqCheck checks a Ruby frame's iseq against what the VM keeps of every
 // instruction sequence: it is an imemo_iseq whose body's label and
 // base_label are Strings, whose pathobj is a String or an Array ([path,
-// realpath]) other than them, whose instructions hold the frame's pc, and
+// realpath]), other than them in the script's <main>, whose instructions hold the frame's pc, and
 // whose line table ends at its last instruction (the succinct table's
 // rank of position iseq_size-1 is insns_info.size, or the last of
 // insns_info.positions lies before iseq_size).
@@ -683,7 +683,7 @@ func (v *VM) iseqCheck(iseq, pc uint64) error {
 		return fmt.Errorf("an instruction sequence's body (rb_iseq_struct.body at %d) is %#x: %w", L.IseqBody, body, ErrGarbage)
 	}
 	end := int64(0)
-	for _, o := range []int64{L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyIseqEncoded, L.BodyIseqSize, L.BodyInsnsInfoPos, L.BodyInsnsInfoSize, L.BodyInsnsInfoSuccTbl} {
+	for _, o := range []int64{L.BodyType, L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyIseqEncoded, L.BodyIseqSize, L.BodyInsnsInfoPos, L.BodyInsnsInfoSize, L.BodyInsnsInfoSuccTbl} {
 		end = max(end, o+8)
 	}
 	b, err := v.m.read(body, int(end))
@@ -700,7 +700,11 @@ func (v *VM) iseqCheck(iseq, pc uint64) error {
 			return fmt.Errorf("an instruction sequence's %s (rb_iseq_constant_body.%s at %d) is %#x, not a String: %w", s.field, s.field, s.off, s.val, ErrGarbage)
 		}
 	}
-	if t, _, err := v.objType(path); err != nil || (t != L.TString && t != L.TArray) || path == label || path == base {
+	// The script's <main> is named "<main>" and has the script's path; the
+	// VM's own top-level iseqs (rb_vm_call_cfunc's) are named by their
+	// path, one String.
+	main := int64(int32(le32(b, L.BodyType))) == L.IseqTypeMain
+	if t, _, err := v.objType(path); err != nil || (t != L.TString && t != L.TArray) || (main && (path == label || path == base)) {
 		return fmt.Errorf("an instruction sequence's path (rb_iseq_constant_body.location.pathobj at %d) is %#x, not a String or an Array of its own: %w", L.BodyPathObj, path, ErrGarbage)
 	}
 	encoded, size := le64(b, L.BodyIseqEncoded), uint64(le32(b, L.BodyIseqSize))
