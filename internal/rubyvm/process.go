@@ -505,7 +505,10 @@ func (v *VM) vmPtr() (uint64, error) {
 // execution context points back at it; its self is
 // a Thread object pointing back at it; it is on a thread list (its
 // ractor's), which closes; its status is one of the enum's and its name
-// nil or a String. Each error names the field whose offset it doubts.
+// nil or a String; its Thread object's class and the objects its frames
+// run are what the VM keeps of every class, iseq and method entry
+// (classCheck, frameObjectsCheck). Each error names the field whose
+// offset it doubts.
 func (v *VM) sanityCheck(maps []target.Mapping) error {
 	L := v.Layout
 	vm, err := v.vmPtr()
@@ -549,7 +552,10 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 	if name, err := v.m.u64(at(th, L.ThreadName)); err != nil || (name != uint64(L.Qnil) && !v.isString(name)) {
 		return fmt.Errorf("the main thread's name (rb_thread_struct.name at %d) is %#x, neither nil nor a String: %w", L.ThreadName, name, ErrGarbage)
 	}
-	return nil
+	if err := v.classCheck(th); err != nil {
+		return err
+	}
+	return v.frameObjectsCheck(ec)
 }
 
 // isString reports whether val is a String object.
@@ -578,4 +584,250 @@ func (v *VM) threadListed(vm, th uint64) error {
 		}
 	}
 	return fmt.Errorf("the main thread %#x is on no thread list: %w", th, ErrGarbage)
+}
+
+// checkFrames is how many of the main thread's innermost control frames
+// the layout check looks through for a method entry, and how many of its
+// outermost for a Ruby frame.
+const checkFrames = 32
+
+// checkIseqs is how many of the main thread's outermost Ruby frames the
+// layout check checks the iseq of: the VM's own top-level frame (a
+// two-instruction iseq of one line) and the script's <main> at least.
+const checkIseqs = 4
+
+// checkTries is how often the checks of the main thread's frames read
+// them again on a live process, whose main thread runs on while it is
+// read: a frame it left between two reads is no layout's fault. A core
+// stands still and is read once.
+const checkTries = 3
+
+// frameObjectsCheck checks the layout against what the VM keeps of the
+// objects the main thread's frames run: the outermost Ruby frame's iseq
+// (iseqCheck) and the innermost method entry (methodEntryCheck). A frame
+// that holds neither checks nothing.
+func (v *VM) frameObjectsCheck(ec uint64) error {
+	var err error
+	for try := 0; try < checkTries; try++ {
+		if err = v.frameObjectsCheckOnce(ec); err == nil || !v.live {
+			return err
+		}
+	}
+	return err
+}
+
+func (v *VM) frameObjectsCheckOnce(ec uint64) error {
+	L := v.Layout
+	st, err := v.readStackBounds(ec, nil)
+	if err != nil {
+		return fmt.Errorf("the main thread's execution context: %w", err)
+	}
+	sz := uint64(L.CFPSize)
+	n := (st.end - st.cfp) / sz
+	// The outermost frames, innermost first: the first Ruby frames from
+	// the end are the VM's top-level frame and the script's <main> (or a
+	// Fiber's block), whose iseqs stay while the thread runs.
+	out := min(n, checkFrames)
+	raw, err := v.m.read(st.end-out*sz, int(out*sz))
+	if err != nil {
+		return fmt.Errorf("the main thread's control frames: %w", err)
+	}
+	checked := 0
+	for i := int(out) - 1; i >= 0 && checked < checkIseqs; i-- {
+		cf := raw[uint64(i)*sz:]
+		iseq, pc := le64(cf, L.CFPIseq), le64(cf, L.CFPPC)
+		if iseq == 0 || pc == 0 || v.MayBeHalfPushed(int(n-out)+i) {
+			continue
+		}
+		if err := v.iseqCheck(iseq, pc); err != nil {
+			return err
+		}
+		checked++
+	}
+	in := min(n, checkFrames)
+	if raw, err = v.m.read(st.cfp, int(in*sz)); err != nil {
+		return fmt.Errorf("the main thread's control frames: %w", err)
+	}
+	for i := 0; i < int(in); i++ {
+		ep := le64(raw[uint64(i)*sz:], L.CFPEP)
+		if ep == 0 || v.MayBeHalfPushed(i) {
+			continue
+		}
+		me, ok := v.frameMethodEntry(ep)
+		if !ok {
+			continue
+		}
+		return v.methodEntryCheck(me)
+	}
+	return nil
+}
+
+// frameMethodEntry returns the method entry of a method's or a C
+// function's frame (its local environment's ep[VM_ENV_DATA_INDEX_ME_CREF],
+// through a svar), or false for other frames.
+func (v *VM) frameMethodEntry(ep uint64) (uint64, bool) {
+	L := v.Layout
+	lo := min(L.EnvIndexMECref, L.EnvIndexFlags)
+	env, err := v.m.read(uint64(int64(ep)+lo*8), int(max(L.EnvIndexMECref, L.EnvIndexFlags)-lo+1)*8)
+	if err != nil {
+		return 0, false
+	}
+	flags := int64(le64(env, (L.EnvIndexFlags-lo)*8))
+	if magic := flags & L.FrameMagicMask; flags&L.EnvFlagLocal == 0 || (magic != L.FrameMagicMethod && magic != L.FrameMagicCFunc) {
+		return 0, false
+	}
+	return v.methodEntryOf(le64(env, (L.EnvIndexMECref-lo)*8), true)
+}
+
+// iseqCheck checks a Ruby frame's iseq against what the VM keeps of every
+// instruction sequence: it is an imemo_iseq whose body's label and
+// base_label are Strings, whose pathobj is a String or an Array ([path,
+// realpath]), other than them in the script's <main>, whose instructions hold the frame's pc, and
+// whose line table ends at its last instruction (the succinct table's
+// rank of position iseq_size-1 is insns_info.size, or the last of
+// insns_info.positions lies before iseq_size).
+func (v *VM) iseqCheck(iseq, pc uint64) error {
+	L := v.Layout
+	typ, flags, err := v.objType(iseq)
+	if err != nil || typ != L.TImemo || int64(flags>>uint64(L.FlUShift))&L.ImemoMask != L.ImemoIseq {
+		return fmt.Errorf("one of the main thread's outermost Ruby frames (rb_control_frame_struct.iseq at %d) holds %#x, not an instruction sequence: %w", L.CFPIseq, iseq, ErrGarbage)
+	}
+	body, err := v.m.u64(at(iseq, L.IseqBody))
+	if err != nil || body == 0 {
+		return fmt.Errorf("an instruction sequence's body (rb_iseq_struct.body at %d) is %#x: %w", L.IseqBody, body, ErrGarbage)
+	}
+	end := int64(0)
+	for _, o := range []int64{L.BodyType, L.BodyPathObj, L.BodyLabel, L.BodyBaseLabel, L.BodyIseqEncoded, L.BodyIseqSize, L.BodyInsnsInfoPos, L.BodyInsnsInfoSize, L.BodyInsnsInfoSuccTbl} {
+		end = max(end, o+8)
+	}
+	b, err := v.m.read(body, int(end))
+	if err != nil {
+		return fmt.Errorf("an instruction sequence's body (rb_iseq_struct.body at %d) %#x: %w", L.IseqBody, body, err)
+	}
+	label, base, path := le64(b, L.BodyLabel), le64(b, L.BodyBaseLabel), le64(b, L.BodyPathObj)
+	for _, s := range []struct {
+		field string
+		off   int64
+		val   uint64
+	}{{"location.label", L.BodyLabel, label}, {"location.base_label", L.BodyBaseLabel, base}} {
+		if t, _, err := v.objType(s.val); err != nil || t != L.TString {
+			return fmt.Errorf("an instruction sequence's %s (rb_iseq_constant_body.%s at %d) is %#x, not a String: %w", s.field, s.field, s.off, s.val, ErrGarbage)
+		}
+	}
+	// The script's <main> is named "<main>" and has the script's path; the
+	// VM's own top-level iseqs (rb_vm_call_cfunc's) are named by their
+	// path, one String.
+	main := int64(int32(le32(b, L.BodyType))) == L.IseqTypeMain
+	if t, _, err := v.objType(path); err != nil || (t != L.TString && t != L.TArray) || (main && (path == label || path == base)) {
+		return fmt.Errorf("an instruction sequence's path (rb_iseq_constant_body.location.pathobj at %d) is %#x, not a String or an Array of its own: %w", L.BodyPathObj, path, ErrGarbage)
+	}
+	encoded, size := le64(b, L.BodyIseqEncoded), uint64(le32(b, L.BodyIseqSize))
+	if pc < encoded || pc > encoded+size*8 || (pc-encoded)%8 != 0 {
+		return fmt.Errorf("a Ruby frame's pc %#x (rb_control_frame_struct.pc at %d) is outside its instructions, %#x (rb_iseq_constant_body.iseq_encoded at %d) and %d words (iseq_size at %d): %w",
+			pc, L.CFPPC, encoded, L.BodyIseqEncoded, size, L.BodyIseqSize, ErrGarbage)
+	}
+	infoSize, infoPos, succ := uint64(le32(b, L.BodyInsnsInfoSize)), le64(b, L.BodyInsnsInfoPos), le64(b, L.BodyInsnsInfoSuccTbl)
+	lineTableEnd := func() bool {
+		switch {
+		case size == 0 || infoSize > size:
+			return false
+		case infoSize <= 1:
+			return true
+		case infoPos != 0:
+			last, err := v.m.u32(infoPos + (infoSize-1)*4)
+			return err == nil && uint64(last) < size
+		case succ != 0:
+			rank, err := v.succIndexLookup(succ, size-1)
+			return err == nil && rank == infoSize
+		}
+		return true
+	}
+	if !lineTableEnd() {
+		return fmt.Errorf("an instruction sequence's size (rb_iseq_constant_body.iseq_size at %d) is %d words, where its line table (insns_info.size at %d) does not end: %w", L.BodyIseqSize, size, L.BodyInsnsInfoSize, ErrGarbage)
+	}
+	return nil
+}
+
+// methodEntryCheck checks that a frame's method entry is owned by a
+// class, a module or an iclass, as every method entry is.
+func (v *VM) methodEntryCheck(me uint64) error {
+	L := v.Layout
+	owner, err := v.m.u64(at(me, L.MEOwner))
+	if err != nil {
+		return fmt.Errorf("a method entry's owner (rb_callable_method_entry_struct.owner at %d): %w", L.MEOwner, err)
+	}
+	if t, _, err := v.objType(owner); err != nil || (t != L.TClass && t != L.TModule && t != L.TIClass) {
+		return fmt.Errorf("a method entry's owner (rb_callable_method_entry_struct.owner at %d) is %#x, not a class or module: %w", L.MEOwner, owner, ErrGarbage)
+	}
+	return nil
+}
+
+// classCheck checks the layout against what the VM keeps of every class,
+// on the main thread's Thread object: its class (Thread) has a singleton
+// class attached to it (every class has one, its metaclass), and its
+// classext's origin is the class itself or an iclass (where its prepended
+// modules' methods moved). A Thread object with a singleton class of its
+// own is that class's attached object.
+func (v *VM) classCheck(th uint64) error {
+	L := v.Layout
+	self, err := v.m.u64(at(th, L.ThreadSelf))
+	if err != nil {
+		return err
+	}
+	klassOf := func(obj uint64) (uint64, int64, uint64) {
+		k, err := v.m.u64(at(obj, L.RBasicKlass))
+		if err != nil {
+			return 0, 0, 0
+		}
+		t, flags, err := v.objType(k)
+		if err != nil {
+			return 0, 0, 0
+		}
+		return k, t, flags
+	}
+	attachedWhere := fmt.Sprintf("rb_classext_struct.as.singleton_class.attached_object at %d", L.ClassExtAttached)
+	if L.ClassExtAttached < 0 {
+		attachedWhere = fmt.Sprintf("its __attached__ in rb_classext_struct.iv_tbl at %d", L.ClassExtIVTbl)
+	}
+	if L.RClassExtPtr >= 0 {
+		attachedWhere += fmt.Sprintf(", RClass.ptr at %d", L.RClassExtPtr)
+	}
+	klass, t, flags := klassOf(self)
+	if t != L.TClass {
+		return fmt.Errorf("the main thread's Thread object's class (RBasic.klass at %d) is %#x, not a class: %w", L.RBasicKlass, klass, ErrGarbage)
+	}
+	if flags&uint64(L.FlSingleton) != 0 {
+		if a, ok := v.attached(klass); !ok || a != self {
+			return fmt.Errorf("the main thread's singleton class is not attached to it (%s): %w", attachedWhere, ErrGarbage)
+		}
+		return nil
+	}
+	meta, t, flags := klassOf(klass)
+	if t != L.TClass || flags&uint64(L.FlSingleton) == 0 {
+		return fmt.Errorf("class Thread's class (RBasic.klass at %d) is %#x, not its singleton class: %w", L.RBasicKlass, meta, ErrGarbage)
+	}
+	if a, ok := v.attached(meta); !ok || a != klass {
+		return fmt.Errorf("class Thread's singleton class is not attached to it (%s): %w", attachedWhere, ErrGarbage)
+	}
+	if L.ClassExtOrigin < 0 {
+		return nil
+	}
+	where := fmt.Sprintf("rb_classext_struct.origin_ at %d", L.ClassExtOrigin)
+	if L.RClassExtPtr >= 0 {
+		where += fmt.Sprintf(", RClass.ptr at %d", L.RClassExtPtr)
+	}
+	ext, err := v.classExt(klass)
+	if err != nil {
+		return fmt.Errorf("class Thread's classext (%s): %w", where, err)
+	}
+	origin, err := v.m.u64(at(ext, L.ClassExtOrigin))
+	if err != nil {
+		return fmt.Errorf("class Thread's origin (%s): %w", where, err)
+	}
+	if origin != klass {
+		if t, _, err := v.objType(origin); err != nil || t != L.TIClass {
+			return fmt.Errorf("class Thread's classext does not point back at it (%s holds %#x, neither the class nor an iclass): %w", where, origin, ErrGarbage)
+		}
+	}
+	return nil
 }

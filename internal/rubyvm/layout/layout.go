@@ -488,6 +488,10 @@ type Layout struct {
 	ClassExtClassPath int64 `dwarf:"off:rb_classext_struct.classpath,optional"`
 	ClassExtAttached  int64 `dwarf:"off:rb_classext_struct.as.singleton_class.attached_object,optional"`
 	ClassExtIncluder  int64 `dwarf:"off:rb_classext_struct.includer|rb_classext_struct.as.iclass.includer,optional" need:"dump"`
+	// ClassExtOrigin is RCLASS_ORIGIN: the class itself (class_alloc sets
+	// it so), or the iclass the methods of a class with prepended modules
+	// moved to. The layout check's "a class's classext points back at it".
+	ClassExtOrigin int64 `dwarf:"off:rb_classext_struct.origin_,optional"`
 	// Before shapes (2.7, 3.1) an object's instance variables are named
 	// by its class's iv_index_tbl, an st_table from ID to the index of
 	// the ivar's slot (2.7) or to an rb_iv_index_tbl_entry holding it

@@ -101,19 +101,29 @@ func TestForUnknownFamily(t *testing.T) {
 	}
 }
 
-// TestUncheckedLeftOut: For leaves out the fields of the wasm-made tables
-// that no x86_64 process confirms; Committed keeps the table as made.
-func TestUncheckedLeftOut(t *testing.T) {
-	for _, fam := range []string{"3.2", "4.0"} {
-		if got := layouts.For(fam).VMTrapCmd; got != -1 {
-			t.Errorf("%s: For's VMTrapCmd = %d, want -1 (unchecked)", fam, got)
+// TestTrapListOffsets: the trap list (VMTrapCmd) of each release is where
+// rbspy's bindgen bindings of its headers (ruby-structs/src/ruby_X_Y_Z.rs),
+// compiled with rustc for x86_64, put rb_vm_struct.trap_list
+// (std::mem::offset_of!), for the releases where it moved and those the
+// tables were made from.
+func TestTrapListOffsets(t *testing.T) {
+	for _, c := range []struct {
+		release string
+		want    int64
+	}{
+		{"2.7.4", 472}, {"3.1.2", 456}, {"3.1.7", 464},
+		{"3.2.0", 480}, {"3.2.3", 488}, {"3.2.4", 496}, {"3.2.7", 496}, {"3.2.11", 496},
+		{"3.3.8", 656}, {"3.4.5", 664},
+		{"4.0.0", 592}, {"4.0.5", 592}, {"4.0.6", 600},
+	} {
+		l, known, _ := layouts.ForRelease(c.release)
+		if l == nil || !known {
+			t.Errorf("%s: no layout of its own", c.release)
+			continue
 		}
-		if got := layouts.Committed(fam).VMTrapCmd; got <= 0 {
-			t.Errorf("%s: the committed table's VMTrapCmd = %d", fam, got)
+		if l.VMTrapCmd != c.want {
+			t.Errorf("%s: VMTrapCmd = %d, the bindings' trap_list is at %d", c.release, l.VMTrapCmd, c.want)
 		}
-	}
-	if got := layouts.For("3.4").VMTrapCmd; got <= 0 {
-		t.Errorf("3.4: VMTrapCmd = %d, want the table's", got)
 	}
 }
 

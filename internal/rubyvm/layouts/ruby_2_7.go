@@ -306,6 +306,7 @@ func init() {
 		ClassExtClassPath:      -1,
 		ClassExtAttached:       -1,
 		ClassExtIncluder:       88,
+		ClassExtOrigin:         64,
 		ClassExtIVIndexTbl:     0,
 		IVIndexEntryIndex:      -1,
 		StEntriesStart:         32,

@@ -306,6 +306,7 @@ func init() {
 		ClassExtClassPath:      -1,
 		ClassExtAttached:       -1,
 		ClassExtIncluder:       104,
+		ClassExtOrigin:         80,
 		ClassExtIVIndexTbl:     0,
 		IVIndexEntryIndex:      0,
 		StEntriesStart:         32,

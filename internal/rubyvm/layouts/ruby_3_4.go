@@ -306,6 +306,7 @@ func init() {
 		ClassExtClassPath:      120,
 		ClassExtAttached:       96,
 		ClassExtIncluder:       104,
+		ClassExtOrigin:         80,
 		ClassExtIVIndexTbl:     -1,
 		IVIndexEntryIndex:      -1,
 		StEntriesStart:         32,

@@ -306,6 +306,7 @@ func init() {
 		ClassExtClassPath:      128,
 		ClassExtAttached:       112,
 		ClassExtIncluder:       112,
+		ClassExtOrigin:         96,
 		ClassExtIVIndexTbl:     -1,
 		IVIndexEntryIndex:      -1,
 		StEntriesStart:         32,
