@@ -102,7 +102,7 @@ vet:
 wasm:
 	@scripts/fetch-wasm.sh
 
-# -timeout: the command package alone runs about ten minutes on two busy
+# -timeout: the command package alone runs about twenty minutes on two busy
 # cores, past go test's default.
 # RBSCOPE_STRICT_TESTS makes a test fail, not skip, when something this
 # target provides is missing (testruby.Missing).
@@ -117,7 +117,7 @@ ARM64_TEST_PACKAGES := ./internal/arch ./internal/rubyvm/layout ./internal/profi
 	./internal/output ./internal/libc ./internal/malloc
 
 test: deps rubies wasm vet test-arm64
-	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 -timeout 40m ./...
+	RBSCOPE_STRICT_TESTS=1 $(GO) test -p 1 -count=1 -timeout 60m ./...
 
 test-arm64:
 	GOARCH=arm64 $(GO) test -exec qemu-aarch64-static -p 1 -count=1 $(ARM64_TEST_PACKAGES)
