@@ -22,7 +22,9 @@ import (
 // want or of also (values that may be there, not checked further). And a
 // value's samples of want are exactly those holding the frame
 // frame(value) names (the action's method, the job's perform): every
-// sample in the action or job is labelled, and none out of it.
+// sample in the action or job is labelled, and none out of it (with the
+// BPF sampler, a few of the deepest may lose their labels with their
+// outermost frames).
 func checkContextLabels(t *testing.T, pid int, key string, want, also []string, frame func(value string) string, flags ...string) {
 	t.Helper()
 	pyro := &fakePyroscope{t: t}
@@ -101,7 +103,13 @@ func checkContextLabels(t *testing.T, pid int, key string, want, also []string, 
 			}
 		}
 		for _, v := range want {
-			if got[w][v] != holding[w][v] {
+			// The BPF sampler copies at most 128 control frames of a stack
+			// and leaves out the outermost beyond (ebpfsample.MaxFrames):
+			// a view of IssuesController#show deep enough loses the frame
+			// that calls the action, and with it the label (CI once: 9 of
+			// 10 labelled). Never a label without its frame, though.
+			short := holding[w][v] - got[w][v]
+			if short < 0 || short > 0 && !slices.Contains(flags, "--ebpf") || short > max(1, holding[w][v]/5) {
 				t.Errorf("%s: %d samples labelled %s=%q, %d hold %s", w, got[w][v], key, v, holding[w][v], frame(v))
 			}
 		}
