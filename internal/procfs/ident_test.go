@@ -19,8 +19,10 @@ func TestIdent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	// Start returns once the child is forked; the exec may come after.
-	for deadline := time.Now().Add(10 * time.Second); Exe(pid) != bin && time.Now().Before(deadline); {
+	// Start returns once the child is forked; the exec may come after,
+	// and the kernel switches the exe link before it lays out the new
+	// arguments.
+	for deadline := time.Now().Add(10 * time.Second); (Exe(pid) != bin || Args(Root, pid) == nil) && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	if got := Comm(pid, 0); got != "sleep" {
