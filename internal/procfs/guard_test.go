@@ -2,14 +2,12 @@ package procfs
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/testsrc"
 )
 
 // procPath matches a literal naming a file under a process's /proc
@@ -30,32 +28,7 @@ var handles = map[string]map[string]bool{
 // no other package's code names one. Test helpers (internal/testruby,
 // which procfs's own tests use) and tests are left out.
 func TestOnlyProcfsReadsProcessFiles(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	checked := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			switch rel {
-			case filepath.Join("internal", "procfs"), filepath.Join("internal", "testruby"), ".git", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		checked++
+	testsrc.Files(t, "../..", []string{"internal/procfs", "internal/testruby"}, false, func(fset *token.FileSet, _ string, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.BasicLit)
 			if !ok || lit.Kind != token.STRING {
@@ -70,12 +43,5 @@ func TestOnlyProcfsReadsProcessFiles(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("only %d Go files looked at under %s", checked, root)
-	}
 }

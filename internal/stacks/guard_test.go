@@ -4,11 +4,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rbscope/rbscope/internal/testsrc"
 )
 
 // unwindPath is the import path of the native unwinder.
@@ -20,36 +21,11 @@ const unwindPath = "github.com/rbscope/rbscope/internal/unwind"
 // frame) and nothing else. Every Go file of the module is looked at,
 // tests and benchmarks too.
 func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	types := unwindTypes(t, filepath.Join(root, "internal", "unwind"))
+	types := unwindTypes(t, "../unwind")
 	if !types["Frame"] {
-		t.Fatalf("no type Frame found in internal/unwind: the test reads the wrong directory (%s)", root)
+		t.Fatal("no type Frame found in internal/unwind: the test reads the wrong directory")
 	}
-	fset := token.NewFileSet()
-	checked := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			switch rel {
-			case filepath.Join("internal", "unwind"), filepath.Join("internal", "stacks"), ".git", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		checked++
+	testsrc.Files(t, "../..", []string{"internal/unwind", "internal/stacks"}, true, func(fset *token.FileSet, _ string, f *ast.File) {
 		name := ""
 		for _, imp := range f.Imports {
 			if p, _ := strconv.Unquote(imp.Path.Value); p == unwindPath {
@@ -60,7 +36,7 @@ func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
 			}
 		}
 		if name == "" {
-			return nil
+			return
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			sel, ok := n.(*ast.SelectorExpr)
@@ -72,14 +48,7 @@ func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("only %d Go files looked at under %s", checked, root)
-	}
 }
 
 // unwindTypes returns the names of the types internal/unwind declares.
