@@ -1,9 +1,6 @@
 package stacks
 
 import (
-	"bufio"
-	"encoding/json"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,32 +22,18 @@ func TestReaderSelection(t *testing.T) {
 			continue // no Thread#native_thread_id to tell the threads' TIDs
 		}
 		t.Run(rb.Name, func(t *testing.T) {
-			cmd := exec.Command(rb.Bin, "-e", `
+			var self struct{ A, B, Threads int }
+			pid := testruby.StartInline(t, rb, `
+require "json"
 def park_a; sleep; end
 def park_b; sleep; end
 a = Thread.new { Thread.current.name = "a"; park_a }
 b = Thread.new { Thread.current.name = "b"; park_b }
 sleep 0.01 until a.status == "sleep" && b.status == "sleep"
-puts "{\"a\": #{a.native_thread_id}, \"b\": #{b.native_thread_id}, \"threads\": #{Thread.list.size}}"
+puts JSON.generate("a" => a.native_thread_id, "b" => b.native_thread_id, "threads" => Thread.list.size)
 $stdout.flush
-sleep`)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
-			var self struct{ A, B, Threads int }
-			if err := json.Unmarshal([]byte(line), &self); err != nil {
-				t.Fatalf("%q: %v", line, err)
-			}
-			l, vm := testvm.Attach(t, cmd.Process.Pid)
+sleep`, &self)
+			l, vm := testvm.Attach(t, pid)
 			r := NewReader(l, vm, ReaderOptions{Native: true})
 			defer r.Close()
 			for _, c := range []struct {

@@ -446,3 +446,30 @@ func StartReporting(t testing.TB, bin string, env ...string) (int, []string) {
 	}
 	return 0, nil
 }
+
+// StartInline runs rb on program (ruby -e), which prints one line of JSON
+// on its standard output, what it knows of itself, once it is ready, and
+// then keeps running; it decodes that line into report and returns the
+// process's PID. The process is killed when the test ends.
+func StartInline(t testing.TB, rb Ruby, program string, report any) int {
+	t.Helper()
+	cmd := rb.Command("-e", program)
+	cmd.Env = append(os.Environ(), rb.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", rb.Name, err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s ended before its report: %v", rb.Name, err)
+	}
+	if err := json.Unmarshal([]byte(line), report); err != nil {
+		t.Fatalf("%s's report %q: %v", rb.Name, line, err)
+	}
+	return cmd.Process.Pid
+}

@@ -1,12 +1,10 @@
 package ui
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,32 +23,17 @@ import (
 // is refused.
 func TestLiveView(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	cmd := exec.Command(rb.Bin, "-e", `
-t = Thread.new { Thread.current.name = "ui-worker"; sleep }
-sleep 0.01 until t.status == "sleep"
-puts({ "version" => RUBY_VERSION, "threads" => Thread.list.map { |th| th == Thread.main ? "main" : th.name } }.inspect.gsub("=>", ":"))
-$stdout.flush
-sleep`)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
 	var self struct {
 		Version string   `json:"version"`
 		Threads []string `json:"threads"`
 	}
-	if err := json.Unmarshal([]byte(line), &self); err != nil {
-		t.Fatalf("the program's report %q: %v", line, err)
-	}
-	pid := cmd.Process.Pid
+	pid := testruby.StartInline(t, rb, `
+require "json"
+t = Thread.new { Thread.current.name = "ui-worker"; sleep }
+sleep 0.01 until t.status == "sleep"
+puts JSON.generate("version" => RUBY_VERSION, "threads" => Thread.list.map { |th| th == Thread.main ? "main" : th.name })
+$stdout.flush
+sleep`, &self)
 	vm := rubyvm.Options{Builds: rubyvm.NewBuildCache()}
 	s, base := serve(t, Options{Processes: discover.NewLister(procfs.Root, vm), VM: vm})
 	tok := "token=" + s.guard.token
