@@ -33,13 +33,14 @@ build:
 # applications the tests run (TestRedmine, TestRealCLIs): Debian's Redmine
 # on SQLite (its debconf answers set first, below), Jekyll, and
 # stackprof, the in-process profiler they are compared with; heapy, a
-# reader of dump_all's format that rbscope's dumps must not break.
+# reader of dump_all's format that rbscope's dumps must not break; Sinatra,
+# whose routes the agent labels (TestAgentLabelsSinatra).
 # qemu-user-static runs Debian's arm64 Ruby (its sysroot made by
 # scripts/arm64-sysroot.sh) for the arm64 tests, and arm64 test binaries.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-activejob ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
-	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy \
+	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy ruby-sinatra \
 	qemu-user-static
 
 # REDMINE_DEBCONF answers the redmine package's questions: SQLite, so that

@@ -49,7 +49,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks use half of a CPU); --realtime=false to keep it at normal priority")
 	fs.BoolVar(&s.ebpf, "ebpf", s.ebpf, "sample with the BPF sampler (experimental): the Ruby frame walk runs in the kernel on each CPU's clock and the agent wakes 20 times a second, whatever the rate and the number of processes; CPU profiles only; needs root (CAP_BPF, CAP_PERFMON) in the host's PID namespace")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
-	fs.BoolVar(&s.contextLabels, "context-labels", s.contextLabels, "label each sample with the program's context, read from its stack: endpoint, the Rails controller action (IssuesController#show), and job, the Sidekiq or ActiveJob job class; --context-labels=false for none")
+	fs.BoolVar(&s.contextLabels, "context-labels", s.contextLabels, "label each sample with the program's context, read from its stack: endpoint, the Rails controller action (IssuesController#show) or Sinatra route (GET /items/:id), and job, the Sidekiq or ActiveJob job class; --context-labels=false for none")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
 	fs.StringVar(&s.basicAuthUser, "basic-auth-user", s.basicAuthUser, "HTTP basic auth user")
 	fs.StringVar(&s.passwordFile, "basic-auth-password-file", s.passwordFile, "file holding the HTTP basic auth password")
@@ -186,7 +186,8 @@ puma, 'sidekiq 7.1.0 app' -> sidekiq).
 Each sample carries the program's context, read from its stack
 (--context-labels=false for none): endpoint, the Rails controller action
 that Rails' dispatch called ('IssuesController#show'; not in filters,
-middleware or rendering after the action), and job, the class whose perform
+middleware or rendering after the action) or the Sinatra route whose block
+runs ('GET /items/:id'; not with --ebpf), and job, the class whose perform
 Sidekiq's processor or ActiveJob called ('HardJob'). They are pprof sample
 labels, which Pyroscope makes series labels to filter by, and OTLP sample
 attributes; a sample out of any action or job has neither.

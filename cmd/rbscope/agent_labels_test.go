@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -214,5 +215,85 @@ func TestAgentLabelsActiveJob(t *testing.T) {
 			checkContextLabels(t, s.master(), ctxlabels.Job, []string{"ReportJob"}, []string{"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"},
 				func(v string) string { return v + "#perform" }, sampler.flags...)
 		})
+	}
+}
+
+// TestAgentLabelsSinatra: the agent labels the samples of an application
+// on Debian's Sinatra under Puma (testdata/apps/sinatra.ru), while ab
+// requests two of its routes, with the route each ran: every route
+// Sinatra says it served (its own env["sinatra.route"]) has samples
+// labelled endpoint="GET /items/:id" in the CPU and the wall profiles,
+// read back from Pyroscope's and OTLP's receivers, exactly those holding
+// the route's block; no sample is labelled with another route. The BPF
+// sampler labels no route: a route's method entry is made for each request
+// and may be gone by the time its records are decoded; it must never give
+// a wrong one.
+func TestAgentLabelsSinatra(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testruby.Missing(t, "needs root to trace the application's process")
+	}
+	needCommand(t, "puma", "ab")
+	if out, err := exec.Command("ruby", "-e", "require 'sinatra/base'").CombinedOutput(); err != nil {
+		testruby.Missing(t, "Debian's Sinatra is not installed (make deps installs ruby-sinatra): %s", out)
+	}
+	s := &server{kind: "sinatra", dir: t.TempDir(), port: freePort(t)}
+	s.cmd = exec.Command("puma", "-e", "production", "-t", "4:4", "-b", fmt.Sprintf("tcp://127.0.0.1:%d", s.port), testruby.Testdata("apps/sinatra.ru"))
+	s.cmd.Dir = s.dir
+	s.log = startGroup(t, s.cmd)
+	var stats struct {
+		PID    int              `json:"pid"`
+		Served map[string]int64 `json:"served"`
+	}
+	readStats := func() error {
+		b, err := s.fetch("/__rbscope/stats")
+		if err == nil {
+			err = json.Unmarshal(b, &stats)
+		}
+		return err
+	}
+	for deadline := time.Now().Add(120 * time.Second); readStats() != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) || processZombie(s.master()) {
+			t.Fatalf("setup: the Sinatra application does not answer on port %d; output:\n%s", s.port, s.log.String())
+		}
+	}
+	if stats.PID != s.master() {
+		t.Fatalf("setup: the application says pid %d, Puma started as %d", stats.PID, s.master())
+	}
+	s.abLoad(t, 2, "/items/7")
+	s.abLoad(t, 1, "/search")
+	// The route blocks' frames, by the route Sinatra names: a block
+	// defined in Shop.catalog_routes and run as an instance method of Shop.
+	blocks := map[string]string{"GET /items/:id": "block in Shop#catalog_routes", "GET /search": "block in Shop#search_routes"}
+	want := slices.Sorted(maps.Keys(blocks))
+	checkContextLabels(t, s.master(), ctxlabels.Endpoint, want, nil, func(v string) string { return blocks[v] })
+	t.Run("ebpf", func(t *testing.T) {
+		pyro := &fakePyroscope{t: t}
+		pyro.start()
+		defer pyro.stop()
+		agentErr := &lockedBuffer{}
+		_, exited := startRbscope(t, nil, agentErr, "agent", "--ebpf", "--server", "http://"+pyro.addr, "--pid", strconv.Itoa(s.master()), "--upload-interval", "1s")
+		inRoutes := func(rs []received) (n int64) {
+			for _, r := range rs {
+				n += r.counts["Sinatra::Base#route!"]
+			}
+			return n
+		}
+		for deadline := time.Now().Add(120 * time.Second); inRoutes(pyro.since(time.Time{})) < 20; time.Sleep(500 * time.Millisecond) {
+			checkRuns(t, "the agent", exited, agentErr)
+			if time.Now().After(deadline) {
+				t.Fatalf("after 120 s, %d samples in Sinatra's routing; agent:\n%s", inRoutes(pyro.since(time.Time{})), agentErr.String())
+			}
+		}
+		for _, r := range pyro.since(time.Time{}) {
+			if len(r.labelled[ctxlabels.Endpoint]) > 0 {
+				t.Errorf("the BPF sampler labelled routes: %v", r.labelled[ctxlabels.Endpoint])
+			}
+		}
+	})
+	if err := readStats(); err != nil {
+		t.Fatal(err)
+	}
+	if served := slices.Sorted(maps.Keys(stats.Served)); fmt.Sprint(served) != fmt.Sprint(want) {
+		t.Errorf("setup: Sinatra served %v, the test requested %v", served, want)
 	}
 }

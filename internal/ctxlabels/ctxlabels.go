@@ -1,6 +1,6 @@
 // Package ctxlabels derives labels from the program's own context out of a
-// sampled stack: the Rails controller action a request runs (Endpoint) and
-// the job a Sidekiq processor or ActiveJob runs (Job). The stack is all it reads, so it
+// sampled stack: the Rails controller action or the Sinatra route a
+// request runs (Endpoint) and the job a Sidekiq processor or ActiveJob runs (Job). The stack is all it reads, so it
 // costs no read of the target beyond the sample's; the rule is anchored on
 // the framework's own frames, each label being the frame the framework
 // calls:
@@ -17,6 +17,14 @@
 //     action, nor a filter (before_action, around_action): samples in
 //     filters, in the middleware and in the view rendered after the
 //     action returns have no endpoint.
+//   - For a Sinatra application (Sinatra 2 to 4), Endpoint is the route:
+//     Sinatra defines each route's block as a method named for its verb
+//     and pattern and calls it from the wrapper compile! makes, so the
+//     endpoint is that method's name ("GET /hello/:name", rubyvm's
+//     Frame.Method) in the first Ruby frame that "block in
+//     Sinatra::Base.compile!" calls through Method#call. Samples in
+//     filters, in the middleware and in rendering after the route's block
+//     returns have no endpoint.
 //   - Job is the class of the Ruby method frame that Sidekiq's processor
 //     calls to run a job: the callee of Sidekiq::Processor#execute_job
 //     (Sidekiq 6 and 7), "HardJob" for "HardJob#perform"; for an ActiveJob
@@ -56,6 +64,7 @@ const (
 	callsAction         // the callee is a controller action (Endpoint)
 	callsJob            // the callee is a job's perform (Job)
 	callsActiveJob      // the callee is an ActiveJob job's perform (Job, before callsJob's)
+	callsRoute          // the callee, through Method#call, runs a Sinatra route's block (Endpoint)
 )
 
 // anchors are the framework's frames whose callee names the context.
@@ -65,6 +74,7 @@ var anchors = map[string]role{
 	"Sidekiq::Processor#execute_job":                    callsJob,
 	"block in ActiveJob::Execution#perform_now":         callsActiveJob,
 	"block in ActiveJob::Execution#_perform_job":        callsActiveJob,
+	"block in Sinatra::Base.compile!":                   callsRoute,
 }
 
 func roleOf(f profile.Frame) role {
@@ -95,6 +105,12 @@ func of(frames []profile.Frame, roles []role, ids []int) (endpoint, job string) 
 			continue
 		}
 		callee := frames[ids[i+1]]
+		if r == callsRoute {
+			if endpoint == "" {
+				endpoint = route(frames, ids[i+1:])
+			}
+			continue
+		}
 		if callee.Kind != profile.KindRuby {
 			continue
 		}
@@ -115,6 +131,20 @@ func of(frames []profile.Frame, roles []role, ids []int) (endpoint, job string) 
 		job = activeJob
 	}
 	return endpoint, job
+}
+
+// route returns the Sinatra route whose block the first frames of ids
+// run: the define_method name of the Ruby frame that Method#call, the
+// first frame, calls; "" for any other stack.
+func route(frames []profile.Frame, ids []int) string {
+	if len(ids) < 2 {
+		return ""
+	}
+	call, block := frames[ids[0]], frames[ids[1]]
+	if call.Kind != profile.KindCFunc || call.Label != "Method#call" || block.Kind != profile.KindRuby {
+		return ""
+	}
+	return block.Method
 }
 
 // method splits the label of an instance method's frame, "Owner#name",

@@ -8,7 +8,8 @@ import (
 )
 
 // stack makes frames, root first, from labels: "name (cfunc)" is a C
-// method, any other a Ruby frame.
+// method, any other a Ruby frame; "label => method" is a Ruby frame
+// running the block of a method defined with define_method.
 func stack(labels ...string) []profile.Frame {
 	var fs []profile.Frame
 	for _, l := range labels {
@@ -16,7 +17,8 @@ func stack(labels ...string) []profile.Frame {
 			fs = append(fs, profile.Frame{Kind: profile.KindCFunc, Label: name})
 			continue
 		}
-		fs = append(fs, profile.Frame{Kind: profile.KindRuby, Label: l, Path: "x.rb", Line: 1})
+		label, method, _ := strings.Cut(l, " => ")
+		fs = append(fs, profile.Frame{Kind: profile.KindRuby, Label: label, Path: "x.rb", Line: 1, Method: method})
 	}
 	return fs
 }
@@ -38,6 +40,20 @@ var (
 		"ActionController::Rendering#process_action",
 		"AbstractController::Base#process_action",
 		"ActionController::BasicImplicitRender#send_action",
+	}
+	// Sinatra 3.0.5's, on Debian's Ruby 3.1.
+	sinatraTop = []string{
+		"Sinatra::Base#call!",
+		"block in Sinatra::Base#call!",
+		"Sinatra::Base#dispatch!",
+		"Sinatra::Base#route!",
+		"block in Sinatra::Base#route!",
+		"Sinatra::Base#process_route",
+		"block in Sinatra::Base#process_route",
+		"block (2 levels) in Sinatra::Base#route!",
+		"Sinatra::Base#route_eval",
+		"block (3 levels) in Sinatra::Base#route!",
+		"block in Sinatra::Base.compile!",
 	}
 	sidekiqTop = []string{
 		"block in Sidekiq::Util#safe_thread",
@@ -88,6 +104,12 @@ func TestOf(t *testing.T) {
 			"", "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"},
 		{"ActiveJob inline in an action", cat(railsTop, railsAction, []string{"ReportsController#create", "ActiveJob::Execution#perform_now", "block in ActiveJob::Execution#perform_now", "ReportJob#perform"}),
 			"ReportsController#create", "ReportJob"},
+		{"Sinatra route", cat(sinatraTop, []string{"Method#call (cfunc)", "block in <class:App> => GET /hello/:name", "App#greet", "Kernel#sleep (cfunc)"}), "GET /hello/:name", ""},
+		{"Sinatra route's own line", cat(sinatraTop, []string{"Method#call (cfunc)", "block in <class:App> => POST /items"}), "POST /items", ""},
+		{"Sinatra block not a method", cat(sinatraTop, []string{"Method#call (cfunc)", "block in <class:App>"}), "", ""},
+		{"Sinatra without Method#call", cat(sinatraTop, []string{"block in <class:App> => GET /x"}), "", ""},
+		{"Sinatra filter", cat(sinatraTop[:4], []string{"Sinatra::Base#filter!"}), "", ""},
+		{"define_method outside Sinatra", []string{"<main>", "Method#call (cfunc)", "block in <class:A> => GET /x"}, "", ""},
 		{"neither", []string{"<main>", "Object#work", "Kernel#sleep (cfunc)"}, "", ""},
 		{"singleton callee", cat(sidekiqTop, []string{"Foo.perform"}), "", ""},
 	} {

@@ -278,8 +278,7 @@ func ProfileFrames(smp *Sample, thread string) []profile.Frame {
 		frames = append(frames, profile.Frame{Kind: profile.KindThread, Label: "thread " + thread})
 	}
 	for i := len(smp.Frames) - 1; i >= 0; i-- {
-		f := smp.Frames[i]
-		frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
+		frames = append(frames, sampling.ProfileFrame(smp.Frames[i]))
 	}
 	return append(frames, gc...)
 }

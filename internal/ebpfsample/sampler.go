@@ -399,6 +399,12 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 		d, cached := cache[key]
 		if !cached {
 			d.f, d.ok, d.err = s.vm.DecodeControlFrame(iseq, pc, ep, stackBase, stack)
+			// The method entry of a define_method frame may have been
+			// made for that one call (Sinatra binds each route's method
+			// anew for each request) and be freed, its memory reused,
+			// by the time the record is decoded: its name is not taken
+			// from here (no Sinatra route labels from this sampler).
+			d.f.Method = ""
 			if d.err == nil {
 				if len(cache) >= maxDecoded {
 					clear(cache)

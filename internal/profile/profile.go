@@ -47,6 +47,11 @@ type Frame struct {
 	Label string
 	Path  string
 	Line  int
+	// Method is, for a Ruby frame running the block of a method defined
+	// with define_method, the method's name (rubyvm.Frame.Method): what
+	// a Sinatra route's frame says of its route. Profiles show the
+	// label; context labels (package ctxlabels) read this.
+	Method string
 }
 
 // Name is how the frame is shown in flame graphs and collapsed stacks:

@@ -26,6 +26,12 @@ type Frame struct {
 	BaseLabel string
 	Path      string
 	Line      int
+	// Method is, for a Ruby frame running the block of a method defined
+	// with define_method (Sinatra's routes, for one), the method's name
+	// as defined ("GET /hello/:name"), which its label does not carry
+	// (Ruby labels the block where it was written: "block in
+	// <class:App>"); empty for every other frame.
+	Method string
 	// ExecEnds marks the outermost frame one call of the VM's exec loop
 	// runs (the frame Ruby pushed with VM_FRAME_FLAG_FINISH, or the frame
 	// inside a skipped one that was), when read WithExecBoundaries:
@@ -929,7 +935,7 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 		// Without its owner (an environment that cannot be read) the
 		// frame keeps its path and line, under the bare label; an
 		// environment that cannot be its own makes the frame unreadable.
-		owner, err := v.frameOwner(ep)
+		owner, bmethod, err := v.frameOwner(ep)
 		if errors.Is(err, errForeignEnv) {
 			return Frame{}, false, err
 		}
@@ -947,7 +953,13 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 				v.noteYoung(cacheLabel, iseq, owner)
 			}
 		}
-		return Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line}, true, nil
+		f := Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line}
+		if bmethod != 0 {
+			if _, name, err := v.methodName(bmethod); err == nil && name != "?" {
+				f.Method = name
+			}
+		}
+		return f, true, nil
 	}
 	if ep == 0 {
 		return Frame{}, false, nil
@@ -970,9 +982,28 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	if err != nil {
 		return Frame{}, false, err
 	}
-	b, err := v.m.read(me, int(max(L.MEOwner, L.MEDef, L.MECalledID)+8))
+	owner, name, err := v.methodName(me)
 	if err != nil {
 		return Frame{}, false, err
+	}
+	label := v.methodLabel(owner, name)
+	if name != "?" {
+		v.cfuncs[meCref] = label
+		if v.youngAt(meCref) || v.ownerYoung(owner) {
+			v.noteYoung(cacheCFunc, meCref, 0)
+		}
+	}
+	return Frame{Kind: KindCFunc, Label: label}, true, nil
+}
+
+// methodName returns the owner of method entry me and the method's name as
+// it was defined (its definition's original ID: an alias names the
+// original), "?" where the name cannot be read.
+func (v *VM) methodName(me uint64) (owner uint64, name string, err error) {
+	L := v.Layout
+	b, err := v.m.read(me, int(max(L.MEOwner, L.MEDef, L.MECalledID)+8))
+	if err != nil {
+		return 0, "", err
 	}
 	id := le64(b, L.MECalledID)
 	if def := le64(b, L.MEDef); def != 0 {
@@ -980,18 +1011,10 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			id = orig
 		}
 	}
-	name, err := v.idName(id)
-	if err != nil {
+	if name, err = v.idName(id); err != nil {
 		name = "?"
 	}
-	label := v.methodLabel(le64(b, L.MEOwner), name)
-	if name != "?" {
-		v.cfuncs[meCref] = label
-		if v.youngAt(meCref) || v.ownerYoung(le64(b, L.MEOwner)) {
-			v.noteYoung(cacheCFunc, meCref, 0)
-		}
-	}
-	return Frame{Kind: KindCFunc, Label: label}, true, nil
+	return le64(b, L.MEOwner), name, nil
 }
 
 // errForeignEnv means a Ruby frame whose environment is not a Ruby
@@ -1013,32 +1036,39 @@ func (v *VM) rubyFrameMagic(magic int64) bool {
 // frameOwner returns the owner of the method a Ruby frame runs in, found
 // as rb_vm_frame_method_entry finds it: the first method entry on the way
 // from the frame's environment to its local one; 0 for code outside any
-// method (top level, class bodies).
-func (v *VM) frameOwner(ep uint64) (uint64, error) {
+// method (top level, class bodies). bmethod is the method entry of a
+// method defined with define_method whose block the frame runs (a bmethod
+// frame: Ruby pushes the block's frame with the method entry in its own,
+// not local, environment; other block frames hold a cref or nothing
+// there), 0 for any other frame.
+func (v *VM) frameOwner(ep uint64) (owner, bmethod uint64, err error) {
 	L := v.Layout
 	if ep == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	lo := min(L.EnvIndexMECref, L.EnvIndexSpecval, L.EnvIndexFlags)
 	n := int(max(L.EnvIndexMECref, L.EnvIndexSpecval, L.EnvIndexFlags)-lo+1) * 8
 	for depth := 0; depth < maxIseqNesting; depth++ {
 		env, err := v.envRead(uint64(int64(ep)+lo*8), n)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		word := func(i int64) uint64 { return le64(env, (i-lo)*8) }
 		if depth == 0 && !v.rubyFrameMagic(int64(word(L.EnvIndexFlags))&L.FrameMagicMask) {
-			return 0, errForeignEnv
+			return 0, 0, errForeignEnv
 		}
 		local := int64(word(L.EnvIndexFlags))&L.EnvFlagLocal != 0
 		meCref := word(L.EnvIndexMECref)
 		if owner, ok := v.owners[meCref]; ok && local {
-			return owner, nil
+			return owner, 0, nil
 		}
 		if me, ok := v.methodEntryOf(meCref, local); ok {
 			owner, err := v.m.u64(at(me, L.MEOwner))
 			if err != nil {
-				return 0, err
+				return 0, 0, err
+			}
+			if depth == 0 && !local {
+				return owner, me, nil
 			}
 			if local {
 				v.owners[meCref] = owner
@@ -1046,20 +1076,20 @@ func (v *VM) frameOwner(ep uint64) (uint64, error) {
 					v.noteYoung(cacheOwner, meCref, 0)
 				}
 			}
-			return owner, nil
+			return owner, 0, nil
 		}
 		if local {
 			v.owners[meCref] = 0 // a cref: code outside any method
 			if v.youngAt(meCref) {
 				v.noteYoung(cacheOwner, meCref, 0)
 			}
-			return 0, nil
+			return 0, 0, nil
 		}
 		if ep = word(L.EnvIndexSpecval) &^ uint64(L.EnvGuardMask); ep == 0 { // VM_ENV_PREV_EP
-			return 0, nil
+			return 0, 0, nil
 		}
 	}
-	return 0, fmt.Errorf("environment chain too long: %w", ErrGarbage)
+	return 0, 0, fmt.Errorf("environment chain too long: %w", ErrGarbage)
 }
 
 // methodEntryOf is check_method_entry: obj (an ep[me_cref] value) as a

@@ -49,8 +49,7 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 			}
 		} else {
 			for i := len(th.Frames) - 1; i >= 0; i-- {
-				f := th.Frames[i]
-				frames = append(frames, profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line})
+				frames = append(frames, sampling.ProfileFrame(th.Frames[i]))
 			}
 		}
 		switch {
@@ -107,7 +106,7 @@ func (p *proc) rememberStack(prof *profile.Profile, tid int, frames []profile.Fr
 // the start of its function's CFI range; its object is the frame's path.
 func profileFrame(f stacks.Frame) profile.Frame {
 	if f.Kind != stacks.KindNative {
-		return profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line}
+		return profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line, Method: f.Method}
 	}
 	n := f.Native
 	label := n.Function

@@ -25,6 +25,11 @@ type Progress struct {
 	Processes int
 }
 
+// ProfileFrame is a Ruby stack's frame as profiles keep it.
+func ProfileFrame(f rubyvm.Frame) profile.Frame {
+	return profile.Frame{Kind: profile.Kind(f.Kind), Label: f.Label, Path: f.Path, Line: f.Line, Method: f.Method}
+}
+
 // gcFrames are the frames a sample gets above the Ruby stack of the thread
 // holding the GVL while the GC runs, by phase.
 var gcFrames = map[rubyvm.GCPhase][]profile.Frame{

@@ -41,6 +41,9 @@ type Frame struct {
 	// Path and Line are the Ruby source line the frame runs.
 	Path string
 	Line int
+	// Method is the define_method name of a Ruby frame running a
+	// method's block (rubyvm.Frame.Method).
+	Method string
 	// Native is a native frame's: its pc, CFA, size, object, function and
 	// source line.
 	Native unwind.Frame
@@ -66,7 +69,7 @@ func (f Frame) Object() string {
 
 // rubyFrame makes a Frame of a frame of Ruby's stack.
 func rubyFrame(f rubyvm.Frame) Frame {
-	return Frame{Kind: Kind(f.Kind), Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, Line: f.Line}
+	return Frame{Kind: Kind(f.Kind), Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, Line: f.Line, Method: f.Method}
 }
 
 // RubyFrames makes Frames of a Ruby stack (nil for nil).
