@@ -439,8 +439,30 @@ const maxClocks = 256
 // nil), opening counters as needed and closing those of threads no longer
 // in alive. It returns nil when counters are not available.
 func (p *proc) cpuTimes(tids []int, alive map[int]bool, out map[int]uint64) map[int]uint64 {
-	if p.noClocks {
+	if !p.pruneClocks(tids, alive) {
 		return nil
+	}
+	if out == nil {
+		out = make(map[int]uint64, len(tids))
+	}
+	for _, tid := range tids {
+		t, ok, refused := p.cpuTime(tid)
+		if refused {
+			return nil
+		}
+		if ok {
+			out[tid] = t
+		}
+	}
+	return out
+}
+
+// pruneClocks closes the CPU-time counters of the threads not alive, and,
+// past maxClocks, of those not in tids; false where the kernel refuses
+// counters.
+func (p *proc) pruneClocks(tids []int, alive map[int]bool) bool {
+	if p.noClocks {
+		return false
 	}
 	if p.clocks == nil {
 		p.clocks = map[int]*target.CPUClock{}
@@ -460,27 +482,33 @@ func (p *proc) cpuTimes(tids []int, alive map[int]bool, out map[int]uint64) map[
 			delete(p.clocks, tid)
 		}
 	}
-	if out == nil {
-		out = make(map[int]uint64, len(tids))
+	return true
+}
+
+// cpuTime reads thread tid's CPU time, opening its counter the first time;
+// ok is false for a thread that ended meanwhile, refused true (and kept)
+// when the kernel refuses the process counters.
+func (p *proc) cpuTime(tid int) (t uint64, ok, refused bool) {
+	if p.noClocks {
+		return 0, false, true
 	}
-	for _, tid := range tids {
-		c, ok := p.clocks[tid]
-		if !ok {
-			var err error
-			if c, err = p.live.CPUClock(tid); err != nil {
-				if len(p.clocks) == 0 {
-					p.noClocks = true // not allowed here: always stop
-					return nil
-				}
-				continue // the thread ended meanwhile
+	if p.clocks == nil {
+		p.clocks = map[int]*target.CPUClock{}
+	}
+	c, open := p.clocks[tid]
+	if !open {
+		var err error
+		if c, err = p.live.CPUClock(tid); err != nil {
+			if len(p.clocks) == 0 {
+				p.noClocks = true // not allowed here: always stop
+				return 0, false, true
 			}
-			p.clocks[tid] = c
+			return 0, false, false // the thread ended meanwhile
 		}
-		if t, err := c.Read(); err == nil {
-			out[tid] = t
-		}
+		p.clocks[tid] = c
 	}
-	return out
+	t, err := c.Read()
+	return t, err == nil, false
 }
 
 // scratchClocks returns one of the two maps onCPUNow's readings go into,

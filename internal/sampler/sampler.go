@@ -118,6 +118,9 @@ type proc struct {
 	// wallStacks are the stacks the last wall-clock sample read, by
 	// thread (sampleWall).
 	wallStacks map[uint64]wallStack
+	// wallCPU holds the CPU times the last wall-clock read read, by TID
+	// (kept between reads: a read allocates no map).
+	wallCPU map[int]uint64
 	// wallAdded are the samples the last wall-clock read added to
 	// wallAddedTo (addSamples), which a tick at which no thread ran adds
 	// again without reading (sampleWall); still says this tick's gate

@@ -32,16 +32,41 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 	}
 	p.wallAdded, p.wallAddedTo = p.wallAdded[:0], nil
 	p.wallReads++
-	threads, err := p.reader.List()
-	if err != nil {
-		p.wall.Errors++
-		return
-	}
 	tidOf := func(th rubyvm.Thread) int {
 		if th.Main && th.TID != p.pid && p.foreignMain(th.TID) {
 			return p.pid
 		}
 		return th.TID
+	}
+	if p.wallStacks == nil {
+		p.wallStacks = map[uint64]wallStack{}
+	}
+	// One walk lists the threads and reads the stacks of those that ran
+	// since their last wall sample, each thread's clock read as the walk
+	// comes to it (the stack read then is as late as the clock reading).
+	cpu := p.wallCPU
+	if cpu == nil {
+		cpu = map[int]uint64{}
+		p.wallCPU = cpu
+	}
+	clear(cpu)
+	fresh := func(th rubyvm.Thread) bool {
+		tid := tidOf(th)
+		if tid <= 0 {
+			return true
+		}
+		c, ok, _ := p.cpuTime(tid)
+		if !ok {
+			return true
+		}
+		cpu[tid] = c
+		ws, had := p.wallStacks[th.Addr]
+		return !had || ws.cpu != c
+	}
+	threads, err := p.reader.ListWith(fresh)
+	if err != nil {
+		p.wall.Errors++
+		return
 	}
 	alive := make(map[int]bool, len(threads))
 	tids := make([]int, 0, len(threads))
@@ -50,19 +75,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 			alive[tid], tids = true, append(tids, tid)
 		}
 	}
-	cpu := p.cpuTimes(tids, alive, nil) // nil where the kernel refuses counters
-	if p.wallStacks == nil {
-		p.wallStacks = map[uint64]wallStack{}
-	}
-	fresh := func(th rubyvm.Thread) bool {
-		c, ok := cpu[tidOf(th)]
-		ws, had := p.wallStacks[th.Addr]
-		if ok && had && ws.cpu == c {
-			return false
-		}
-		return true
-	}
-	p.reader.ReadStacks(threads, fresh)
+	p.pruneClocks(tids, alive)
 	seen := make(map[uint64]bool, len(threads))
 	for i := range threads {
 		th := &threads[i]

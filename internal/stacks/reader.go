@@ -178,11 +178,17 @@ func (r *Reader) Prepare() error {
 
 // List reads the Ruby thread list (who the threads are: TIDs, names,
 // states, the GVL) without their stacks and without stopping anything.
-func (r *Reader) List() ([]rubyvm.Thread, error) {
+func (r *Reader) List() ([]rubyvm.Thread, error) { return r.ListWith(nil) }
+
+// ListWith lists the Ruby threads as List does and, in the same walk, reads
+// the stacks of those want accepts (nil: none), without stopping
+// anything; their frames are the caller's to keep (never reused by a later
+// read).
+func (r *Reader) ListWith(want func(rubyvm.Thread) bool) ([]rubyvm.Thread, error) {
 	if r.vm == nil {
 		return nil, nil
 	}
-	return r.vm.ReadThreads(nil)
+	return r.vm.ReadThreads(want)
 }
 
 // Read reads the threads sel selects. A live process is paused for it
