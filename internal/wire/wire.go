@@ -12,12 +12,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // SchemaVersion is the version of the shape of every JSON document, its
 // schema_version key. It changes when a key is renamed or removed or a
 // value changes meaning; new keys keep it.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Write writes the JSON object v as indented JSON with schema_version as
 // its first key.
@@ -54,3 +56,17 @@ func Versioned(v any) ([]byte, error) {
 
 // hex writes an address as the documents do: "0x7f3a...".
 func hex(v uint64) string { return fmt.Sprintf("%#x", v) }
+
+// hexKnown is hex for an address of which 0 means unknown: "" then.
+func hexKnown(v uint64) string {
+	if v == 0 {
+		return ""
+	}
+	return hex(v)
+}
+
+// unhex reads an address hex wrote ("" and a malformed one are 0).
+func unhex(s string) uint64 {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	return v
+}
