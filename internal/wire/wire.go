@@ -2,7 +2,7 @@
 // the --json output of each command, the crash handler's report.json and
 // config, the raw recording's header. Each document has its own structs
 // here, mapped from the model packages (stacks, rubyvm, heap, alloctrace,
-// crash, profile), so that a field renamed in the code never renames a key
+// crashreport, profile), so that a field renamed in the code never renames a key
 // users rely on. docs/json.md documents each document and key;
 // TestDocumented holds the two together.
 package wire
@@ -18,7 +18,9 @@ import (
 
 // SchemaVersion is the version of the shape of every JSON document, its
 // schema_version key. It changes when a key is renamed or removed or a
-// value changes meaning; new keys keep it.
+// value changes meaning; new keys keep it. 2: a native frame is spelled
+// one way (NativeFrame) in every document, the crash report's included
+// (it was addr, symbol and file), and report.json carries the version.
 const SchemaVersion = 2
 
 // Write writes the JSON object v as indented JSON with schema_version as
