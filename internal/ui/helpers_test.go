@@ -42,6 +42,24 @@ func newTestServer(t *testing.T, o Options) *testServer {
 	for _, f := range s.snapshot() {
 		s.load(f)
 	}
+	// Opening a dump starts its comparisons with the others in the
+	// background (pairs.prepare), which keep files under CacheDir: they
+	// are done before the test's directories go.
+	t.Cleanup(func() {
+		var heaps []*file
+		for _, f := range s.snapshot() {
+			if f.heap != nil {
+				heaps = append(heaps, f)
+			}
+		}
+		for _, a := range heaps {
+			for _, b := range heaps {
+				if a != b {
+					s.pairs.of(a, b, true)
+				}
+			}
+		}
+	})
 	return &testServer{Server: s, host: ln.Addr().String()}
 }
 
