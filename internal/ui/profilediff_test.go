@@ -36,7 +36,8 @@ func recordRaw(t *testing.T, pid int, d time.Duration, path string) {
 }
 
 // TestProfileDiffViews: two recordings of one program (testdata/split.rb:
-// burn called from chain_a's, chain_b's and chain_c's blocks) compared in
+// burn called from chain_a's, chain_b's and chain_c's blocks); the first's
+// stack chart is its samples (checkStackChart); the two compared in
 // every view that compares: each call tree node's, sandwich row's, stack
 // chart box's and timeline stretch's shares of each recording are the
 // ones each recording's own view gives, the change their difference on
@@ -66,6 +67,9 @@ func TestProfileDiffViews(t *testing.T) {
 	if burn == "" || chainA == "" {
 		t.Fatalf("setup: no burn or chain_a among %+v", fns.Page.Rows)
 	}
+	// The stack chart of the split workload's one thread, box by box, is
+	// the recording's samples.
+	checkStackChart(t, ts, 0, first, chainA)
 	checkTreeDiff(t, ts, 0, 1)
 	checkSandwichDiff(t, ts, 0, 1, burn)
 	checkSandwichDiff(t, ts, 0, 1, chainA)
