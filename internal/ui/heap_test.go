@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -415,6 +416,56 @@ func TestHeapDiffPairs(t *testing.T) {
 	for p, id := range was {
 		if identity(p) != id {
 			t.Errorf("the comparison kept in %s was made again", p)
+		}
+	}
+}
+
+// TestCutDumps: a dump of rbscope's own cut short, mid-line or at a line
+// boundary, is refused, saying so on the page and once on the log; the
+// whole dump is served. Ruby's own dump_all, cut at a line boundary,
+// cannot be told from a whole one and is served.
+func TestCutDumps(t *testing.T) {
+	dir := t.TempDir()
+	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_dump.rb", nil, filepath.Join(dir, "ruby.json"))
+	var rep struct{}
+	p.WaitReport(t, &rep, 60*time.Second)
+	whole := filepath.Join(dir, "rbscope.json")
+	dumpHeap(t, p.PID(), whole, false)
+	cut := func(src, name string, mid bool) string {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := bytes.IndexByte(b[len(b)/2:], '\n') + len(b)/2 + 1
+		if mid {
+			n += 10
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	midLine := cut(whole, "mid.json", true)
+	atLine := cut(whole, "atline.json", false)
+	theirs := cut(filepath.Join(dir, "ruby.json"), "theirs.json", false)
+	var log bytes.Buffer
+	ts := newTestServer(t, Options{Files: []string{whole, midLine, atLine, theirs}, Log: &log})
+	files := ts.files(t)
+	if len(files) != 4 || files[0].State != "ready" || files[3].State != "ready" {
+		t.Fatalf("the whole dump and Ruby's cut at a line are served: %+v", files)
+	}
+	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`} {
+		if files[i].State != "error" || !regexp.MustCompile(want).MatchString(files[i].Error) {
+			t.Errorf("page: %+v, want an error matching %s", files[i], want)
+		}
+		if code, msg := ts.getError(t, fmt.Sprintf("/api/heap/top?f=%d", i)); code != http.StatusUnprocessableEntity || msg != files[i].Error {
+			t.Errorf("top of %s: %d %q, want 422 %q", files[i].Name, code, msg, files[i].Error)
+		}
+	}
+	for _, name := range []string{"mid.json:", "atline.json:"} {
+		if n := strings.Count(log.String(), name); n != 1 {
+			t.Errorf("the log names %s %d times: %s", name, n, log.String())
 		}
 	}
 }
