@@ -69,18 +69,18 @@ func ReadCrashReport(b []byte) (*crashreport.Report, error) {
 		SchemaVersion int `json:"schema_version"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("not a crash report: %w", err)
 	}
 	if head.SchemaVersion > SchemaVersion {
 		return nil, fmt.Errorf("a report of schema version %d, newer than this rbscope's %d", head.SchemaVersion, SchemaVersion)
 	}
 	var d CrashReport
 	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("not a crash report: %w", err)
 	}
 	if head.SchemaVersion < 2 {
 		if err := readV1NativeFrames(b, &d); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("not a crash report of schema version 1: %w", err)
 		}
 	}
 	return d.report(), nil
