@@ -14,15 +14,27 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heapfile"
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // dumpHeap writes the heap of live process pid to path as rbscope heap
-// dump does (from a snapshot), strings redacted or not.
+// dump does (from a snapshot), strings redacted or not, once its main
+// thread sleeps: the test programs report before their last GC, which
+// the dump must not stop halfway (the command, started afterwards, is
+// late enough).
 func dumpHeap(t *testing.T, pid int, path string, redact bool) {
 	t.Helper()
+	asleep := 0
+	for deadline := time.Now().Add(30 * time.Second); asleep < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st, err := procfs.ReadStat(pid, pid); err == nil && st.State == 'S' {
+			asleep++
+		} else {
+			asleep = 0
+		}
+	}
 	if _, err := heapfile.Write(pid, path, heapfile.Options{Pause: true, Redact: redact, VM: rubyvm.Options{}}); err != nil {
 		t.Fatalf("heap dump of pid %d: %v", pid, err)
 	}
