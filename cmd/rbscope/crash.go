@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/textsafe"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 func newCrashCmd() *cobra.Command {
@@ -155,10 +156,11 @@ settings exactly.`,
 			if err != nil {
 				return err
 			}
-			doc, err := crash.ListReports(cfg.Dir)
+			entries, err := crash.ListReports(cfg.Dir)
 			if err != nil {
 				return err
 			}
+			doc := wire.NewCrashList(entries)
 			if asJSON {
 				return printJSON(doc)
 			}
@@ -184,7 +186,7 @@ settings exactly.`,
 				return err
 			}
 			if asJSON {
-				return printJSON(r)
+				return printJSON(wire.NewCrashReport(r))
 			}
 			crash.WriteText(os.Stdout, r)
 			return nil

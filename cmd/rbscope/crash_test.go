@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,7 +21,10 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/crashreport"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/unwind"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -108,7 +110,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 				t.Fatalf("no Ruby state in the report; problems: %v", r.Problems)
 			}
 			var mainFrames []string
-			var main []wire.Frame
+			var main []stacks.Frame
 			other := false
 			for _, th := range r.Ruby.Threads {
 				if th.Name == want.Other {
@@ -141,7 +143,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 			if !same {
 				t.Errorf("main thread frames:\n%s\nwant Fiddle::Pointer#[] above:\n%s", strings.Join(mainFrames, "\n"), strings.Join(wantFrames, "\n"))
 			}
-			if r.Registers["rip"] == "" || len(r.Native) < 2 {
+			if r.Registers == nil || r.Registers.PC() == 0 || len(r.Native) < 2 {
 				t.Errorf("registers %v, %d native threads", r.Registers, len(r.Native))
 			}
 			tids := map[int]bool{}
@@ -156,7 +158,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 				// stops in the C library's raise, which has no call frame
 				// information, above the signal frame that holds the
 				// fault; the crashing thread's walk says so.
-				var crashing wire.CrashNativeThread
+				var crashing crashreport.NativeThread
 				for _, nt := range r.Native {
 					if nt.TID == r.TID {
 						crashing = nt
@@ -234,7 +236,7 @@ func openZst(t *testing.T, path string) io.Reader {
 
 // compareCrashWithGDB checks the crashing thread's native frames in the
 // report against gdb's on the kept core: the same pc, frame by frame.
-func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *wire.CrashReport, zst string) {
+func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crashreport.Report, zst string) {
 	t.Helper()
 	zr := openZst(t, zst)
 	core := filepath.Join(t.TempDir(), "core")
@@ -248,7 +250,7 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *wire.CrashReport, zs
 	out.Close()
 	exe, _ := filepath.EvalSymlinks(rb.Bin)
 	want := gdbFrames(t, exe, core)[r.TID]
-	var got []wire.CrashNativeFrame
+	var got []unwind.Frame
 	for _, nt := range r.Native {
 		if nt.TID == r.TID {
 			got = nt.Frames
@@ -258,8 +260,8 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *wire.CrashReport, zs
 		t.Fatalf("crashing thread %d: %d native frames in the report, gdb %d on its core\nreport: %v\ngdb: %v", r.TID, len(got), len(want), got, want)
 	}
 	for i := 0; i < min(len(got), len(want)); i++ {
-		if pc, _ := strconv.ParseUint(strings.TrimPrefix(got[i].Addr, "0x"), 16, 64); pc != want[i].pc {
-			t.Errorf("crashing thread frame %d: %s %s, gdb %#x %s", i, got[i].Addr, got[i].Symbol, want[i].pc, want[i].name)
+		if got[i].PC != want[i].pc {
+			t.Errorf("crashing thread frame %d: %#x %s, gdb %#x %s", i, got[i].PC, got[i].Name(), want[i].pc, want[i].name)
 			return
 		}
 	}
@@ -370,7 +372,7 @@ func TestCrashHandleInputs(t *testing.T) {
 		read[r.Core.Bytes] = true
 		switch r.Core.Bytes {
 		case int64(len(core)):
-			if r.Registers["rip"] == "" {
+			if r.Registers == nil || r.Registers.PC() == 0 {
 				t.Errorf("full core: no registers; problems %v", r.Problems)
 			}
 			if !r.Core.Truncated || r.Core.Stored == 0 {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/wire"
 
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -44,7 +45,7 @@ func TestHeapCensusJSONAndText(t *testing.T) {
 			Bytes uint64 `json:"bytes"`
 		} `json:"classes"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.SchemaVersion != 1 {
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.SchemaVersion != wire.SchemaVersion {
 		t.Fatalf("--json output (schema %d): %v\n%s", doc.SchemaVersion, err, stdout)
 	}
 	rows := doc.Classes

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -79,7 +80,7 @@ func TestCrashListShowJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &list); err != nil {
 		t.Fatalf("crash list --json: %v\n%s", err, stdout)
 	}
-	if list.SchemaVersion != 1 || len(list.Crashes) != 1 || list.Crashes[0].ID != id || list.Crashes[0].PID != 4242 ||
+	if list.SchemaVersion != wire.SchemaVersion || len(list.Crashes) != 1 || list.Crashes[0].ID != id || list.Crashes[0].PID != 4242 ||
 		list.Crashes[0].Signal != "SIGSEGV" || list.Crashes[0].TopRubyFrame != "Object#boom (app.rb:3)" {
 		t.Errorf("crash list --json:\n%s", stdout)
 	}
@@ -95,14 +96,14 @@ func TestCrashListShowJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &show); err != nil {
 		t.Fatalf("crash show --json: %v\n%s", err, stdout)
 	}
-	if show["schema_version"] != 1.0 || show["id"] != id || !strings.HasPrefix(stdout, "{\n  \"schema_version\": 1,") {
+	if show["schema_version"] != float64(wire.SchemaVersion) || show["id"] != id || !strings.HasPrefix(stdout, fmt.Sprintf("{\n  \"schema_version\": %d,", wire.SchemaVersion)) {
 		t.Errorf("crash show --json:\n%s", stdout)
 	}
 	checkSnakeCase(t, "crash show", show)
 
 	stdout, _, _ = rbscope(t, "crash", "status", "--json", "--config", config)
 	var status map[string]any
-	if err := json.Unmarshal([]byte(stdout), &status); err != nil || status["schema_version"] != 1.0 {
+	if err := json.Unmarshal([]byte(stdout), &status); err != nil || status["schema_version"] != float64(wire.SchemaVersion) {
 		t.Errorf("crash status --json: %v\n%s", err, stdout)
 	}
 	checkSnakeCase(t, "crash status", status)
@@ -114,10 +115,10 @@ func TestCrashVersionedJSON(t *testing.T) {
 	b, err := wire.Versioned(struct {
 		A int `json:"a"`
 	}{7})
-	if err != nil || string(b) != `{"schema_version":1,"a":7}` {
+	if err != nil || string(b) != fmt.Sprintf(`{"schema_version":%d,"a":7}`, wire.SchemaVersion) {
 		t.Errorf("versioned = %s, %v", b, err)
 	}
-	if b, err := wire.Versioned(struct{}{}); err != nil || string(b) != `{"schema_version":1}` {
+	if b, err := wire.Versioned(struct{}{}); err != nil || string(b) != fmt.Sprintf(`{"schema_version":%d}`, wire.SchemaVersion) {
 		t.Errorf("wire.Versioned(empty) = %s, %v", b, err)
 	}
 	if _, err := wire.Versioned([]int{1}); err == nil {

@@ -45,7 +45,7 @@ func TestThreadsTable(t *testing.T) {
 				SchemaVersion int              `json:"schema_version"`
 				Threads       []wire.ThreadRow `json:"threads"`
 			}
-			if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.SchemaVersion != 1 {
+			if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.SchemaVersion != wire.SchemaVersion {
 				t.Fatalf("schema %d: %v\n%s", doc.SchemaVersion, err, out)
 			}
 			rows := doc.Threads

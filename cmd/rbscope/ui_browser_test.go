@@ -352,3 +352,26 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// crashStoreConfig copies the stored report of a real crash to a store
+// and returns the crash handler config naming it, and the crash's ID.
+func crashStoreConfig(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	src := testruby.Testdata("golden/crash-store")
+	ids, err := os.ReadDir(src)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("no stored crash report in %s: %v", src, err)
+	}
+	id := ids[0].Name()
+	store := filepath.Join(dir, "store")
+	os.MkdirAll(filepath.Join(store, id), 0o700)
+	b, err := os.ReadFile(filepath.Join(src, id, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(store, id, "report.json"), b, 0o600)
+	config := filepath.Join(dir, "crash.json")
+	os.WriteFile(config, []byte(fmt.Sprintf(`{"dir": %q}`, store)), 0o600)
+	return config, id
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,10 +36,9 @@ type heapGraphReport struct {
 	} `json:"path"`
 }
 
-// TestCutDumps: a dump of rbscope's own cut short, mid-line or at a line
-// boundary, is refused by the page and by heap top, saying so; the whole
-// dump is served. Ruby's own dump_all, cut at a line boundary, cannot be
-// told from a whole one and is served.
+// TestCutDumps: a dump of rbscope's own is read whole by other readers of
+// dump_all's format; cut short at a line boundary, heap top refuses it,
+// saying so (the page's answer to cut dumps: internal/ui's TestCutDumps).
 func TestCutDumps(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	dir := t.TempDir()
@@ -73,38 +70,10 @@ func TestCutDumps(t *testing.T) {
 	if out, err := exec.Command(rb.Bin, "-e", skipRoots, whole).Output(); err != nil || string(out) != strconv.Itoa(objects) {
 		t.Errorf("a reader skipping ROOT lines counts %q objects (%v), want %d", out, err, objects)
 	}
-	cut := func(src, name string, mid bool) string {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := bytes.IndexByte(b[len(b)/2:], '\n') + len(b)/2 + 1
-		if mid {
-			n += 10
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, b[:n], 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	midLine := cut(whole, "mid.json", true)
-	atLine := cut(whole, "atline.json", false)
-	theirs := cut(filepath.Join(dir, "ruby.json"), "theirs.json", false)
-	s := startUI(t, whole, midLine, atLine, theirs)
-	files := s.waitLoaded(t)
-	if len(files) != 4 || files[0].State != "ready" || files[3].State != "ready" {
-		t.Fatalf("the whole dump and Ruby's cut at a line are served: %+v", files)
-	}
-	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`} {
-		if files[i].State != "error" || !regexp.MustCompile(want).MatchString(files[i].Error) {
-			t.Errorf("page: %+v, want an error matching %s", files[i], want)
-		}
-	}
-	for _, name := range []string{"mid.json:", "atline.json:"} {
-		if n := strings.Count(s.errors(), name); n != 1 {
-			t.Errorf("stderr names %s %d times: %s", name, n, s.errors())
-		}
+	b = b[:bytes.IndexByte(b[len(b)/2:], '\n')+len(b)/2+1]
+	atLine := filepath.Join(dir, "atline.json")
+	if err := os.WriteFile(atLine, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if _, stderr, code := rbscope(t, "heap", "top", atLine); code == 0 || !strings.Contains(stderr, "cut short") {
 		t.Errorf("heap top on rbscope's dump cut at a line boundary: exit %d, %s", code, stderr)
@@ -394,15 +363,14 @@ func TestUIHeapAgainstCLI(t *testing.T) {
 
 // TestUIHeapDiff: the page's comparison of two dumps of a real program is
 // heap diff --json's, by class and by allocation site, and its largest row
-// is the objects the program says it kept between the dumps.
+// is the objects the program says it kept between the dumps (the view's
+// bad requests and kept comparisons: internal/ui's TestHeapDiffPairs).
 func TestUIHeapDiff(t *testing.T) {
 	before, after, rep := diffDumps(t)
-	cache := t.TempDir()
-	s := startUI(t, "--cache-dir", cache, before, after)
+	s := startUI(t, before, after)
 	if files := s.waitLoaded(t); len(files) != 2 || files[0].State != "ready" || files[1].State != "ready" {
 		t.Fatalf("files: %+v", files)
 	}
-	defer samePairsReopened(t, s, cache, before, after)
 	for _, by := range []string{"class", "site"} {
 		stdout, stderr, code := rbscope(t, "heap", "diff", before, after, "--json", "--by", by, "--top", "10")
 		if code != 0 {
@@ -420,162 +388,23 @@ func TestUIHeapDiff(t *testing.T) {
 			t.Errorf("by %s: first row %+v, the program kept %d Leaky from %s", by, ui.Rows, rep.Leaky, rep.Site)
 		}
 	}
-	// Bad requests: one message each.
-	for path, want := range map[string]string{
-		"/api/heap/diff?f=1&before=7":         `no file "7"`,
-		"/api/heap/diff?f=1&before=0&by=size": `by="size": want one of class, site`,
-		"/api/heap/diff?f=1&before=0&top=-1":  `top="-1": want a number from 0 to 1000`,
-	} {
-		resp, err := http.Get(s.base + path + "&token=" + s.token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e struct{ Error string }
-		err = json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
-		if resp.StatusCode == 200 || err != nil || !strings.Contains(e.Error, want) {
-			t.Errorf("GET %s: %d %q (%v), want an error saying %s", path, resp.StatusCode, e.Error, err, want)
-		}
-	}
 }
 
-// samePairsReopened holds a second server on the dumps before and after
-// (the cache directory of s shared) to the comparisons s made, both
-// ways: read back from the files s kept under the cache directory, not
-// computed again (the files are left as they were).
-func samePairsReopened(t *testing.T, s *uiServer, cache, before, after string) {
-	t.Helper()
-	views := []string{"/api/heap/suspects?f=1&before=0&top=100", "/api/heap/suspects?f=0&before=1&top=100",
-		"/api/heap/diff?f=1&before=0&top=100&by=class", "/api/heap/diff?f=0&before=1&top=100&by=site"}
-	first := make([]any, len(views))
-	for k, v := range views {
-		s.get(t, v, &first[k])
-	}
-	kept, _ := filepath.Glob(filepath.Join(cache, "heap-pairs", "*.rbscope-pair"))
-	if len(kept) != 2 {
-		t.Fatalf("comparisons kept: %v, want both ways", kept)
-	}
-	identity := func(p string) [3]int64 {
-		var st syscall.Stat_t
-		if err := syscall.Stat(p, &st); err != nil {
-			t.Fatal(err)
-		}
-		return [3]int64{int64(st.Ino), st.Ctim.Sec, st.Ctim.Nsec}
-	}
-	was := map[string][3]int64{}
-	for _, p := range kept {
-		was[p] = identity(p)
-	}
-	s2 := startUI(t, "--cache-dir", cache, before, after)
-	s2.waitLoaded(t)
-	for k, v := range views {
-		var again any
-		s2.get(t, v, &again)
-		if !reflect.DeepEqual(first[k], again) {
-			t.Errorf("%s reopened differs:\n%v\nfirst:\n%v", v, again, first[k])
-		}
-	}
-	for p, id := range was {
-		if identity(p) != id {
-			t.Errorf("the comparison kept in %s was made again", p)
-		}
-	}
-}
-
-// TestUIHeapPivots: on a dump with allocation sites, the overview groups
-// by site and by gem, and its rows hold the objects the program says it
-// made there: 3,000 Strings at a line of a gem of its own, 2,000 Objects
-// at a line of its own, all of them under the gem's row or the app's.
-// A dump without sites says why it has no such grouping.
+// TestUIHeapPivots: in Chromium, the overview of a dump with allocation
+// sites offers every grouping and shows the gem's and the app's rows, and
+// the generations by name; a dump without sites says how to get them. The
+// rows' contents against the program: internal/ui's TestHeapPivots.
 func TestUIHeapPivots(t *testing.T) {
 	dir := t.TempDir()
 	dump := filepath.Join(dir, "gems.json")
 	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_gems.rb", nil, dump, dir)
 	var rep struct {
-		GemSite    string `json:"gem_site"`
-		AppSite    string `json:"app_site"`
-		GemStrings uint64 `json:"gem_strings"`
-		AppObjects uint64 `json:"app_objects"`
-		Later      uint64 `json:"later_objects"`
-		LaterGen   uint64 `json:"later_generation"`
-		AppGen     uint64 `json:"app_generation"`
+		LaterGen uint64 `json:"later_generation"`
 	}
 	p.WaitReport(t, &rep, 60*time.Second)
 	plain, _ := heapGraphDump(t, dir)
 	s := startUI(t, dump, plain)
-	files := s.waitLoaded(t)
-	type row struct {
-		ID                int
-		Site, Gem, Class  string
-		Generation        *uint64
-		Type              string
-		Count             uint64
-		Shallow, Retained uint64
-	}
-	overview := func(by string) (rows []row, objects int) {
-		var ov struct {
-			Objects  int  `json:"objects"`
-			HasSites bool `json:"has_sites"`
-			Page     struct{ Rows []row }
-		}
-		s.get(t, "/api/heap/overview?f=0&limit=1000&by="+by, &ov)
-		var sum uint64
-		for _, r := range ov.Page.Rows {
-			sum += r.Count
-		}
-		if !ov.HasSites || int(sum) != ov.Objects || ov.Objects != files[0].Objects {
-			t.Errorf("by %s: has_sites %v; rows add up to %d objects of %d (the dump has %d)", by, ov.HasSites, sum, ov.Objects, files[0].Objects)
-		}
-		return ov.Page.Rows, ov.Objects
-	}
-	find := func(rows []row, f func(row) bool) (row, bool) {
-		for _, r := range rows {
-			if f(r) {
-				return r, true
-			}
-		}
-		return row{}, false
-	}
-	rows, _ := overview("site")
-	if r, ok := find(rows, func(r row) bool { return r.Site == rep.GemSite && r.Class == "String" }); !ok || r.Count != rep.GemStrings || r.Type != "STRING" {
-		t.Errorf("by site: the gem's row %+v (found %v), the program made %d Strings at %s", r, ok, rep.GemStrings, rep.GemSite)
-	} else {
-		var objs struct{ Page struct{ Total int } }
-		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=site&group=%d&limit=1", r.ID), &objs)
-		if objs.Page.Total != int(rep.GemStrings) {
-			t.Errorf("by site: the gem's row drills down to %d objects, want %d", objs.Page.Total, rep.GemStrings)
-		}
-	}
-	if r, ok := find(rows, func(r row) bool { return r.Site == rep.AppSite && r.Class == "Object" }); !ok || r.Count != rep.AppObjects {
-		t.Errorf("by site: the app's row %+v (found %v), the program made %d Objects at %s", r, ok, rep.AppObjects, rep.AppSite)
-	}
-	rows, _ = overview("gem")
-	if r, ok := find(rows, func(r row) bool { return r.Gem == "fakegem-1.2.3" }); !ok || r.Count < rep.GemStrings {
-		t.Errorf("by gem: fakegem-1.2.3's row %+v (found %v), want at least its %d Strings", r, ok, rep.GemStrings)
-	}
-	if r, ok := find(rows, func(r row) bool { return r.Gem == "(app)" }); !ok || r.Count < rep.AppObjects {
-		t.Errorf("by gem: the app's row %+v (found %v), want at least its %d Objects", r, ok, rep.AppObjects)
-	}
-	// By GC generation: the 1,500 Objects made after a GC are in the row
-	// of the generation Ruby gives them, apart from the 2,000 made before
-	// it; the objects Ruby made before tracing began have a row of their
-	// own, first by name (the order of allocation).
-	var ov struct{ Page struct{ Rows []row } }
-	s.get(t, "/api/heap/overview?f=0&limit=1000&by=generation&sort=name", &ov)
-	overview("generation")
-	gens := ov.Page.Rows
-	if len(gens) < 3 || gens[0].Generation != nil || gens[0].Count == 0 {
-		t.Errorf("by generation, by name: want the objects before tracing first, then the generations: %+v", gens[:min(3, len(gens))])
-	}
-	if r, ok := find(gens, func(r row) bool { return r.Generation != nil && *r.Generation == rep.LaterGen }); !ok || r.Count < rep.Later || rep.LaterGen == rep.AppGen {
-		t.Errorf("by generation: generation %d's row %+v (found %v), want at least the %d Objects Ruby made then (the 2,000 before in generation %d)", rep.LaterGen, r, ok, rep.Later, rep.AppGen)
-	} else {
-		var objs struct{ Page struct{ Total int } }
-		s.get(t, fmt.Sprintf("/api/heap/objects?f=0&by=generation&group=%d&limit=1", r.ID), &objs)
-		if uint64(objs.Page.Total) != r.Count {
-			t.Errorf("by generation: the row of %d objects drills down to %d", r.Count, objs.Page.Total)
-		}
-	}
+	s.waitLoaded(t)
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/heap/0/overview?by=generation&sort=name", "heap-overview-generation")
 	if text := eval[string](t, ctx, `document.getElementById("rows").innerText`); !strings.Contains(text, "(before tracing)") || !strings.Contains(text, fmt.Sprintf("generation %d", rep.LaterGen)) {
@@ -595,107 +424,29 @@ func TestUIHeapPivots(t *testing.T) {
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
 	}
-	resp, err := http.Get(s.base + "/api/heap/overview?f=1&by=gem&token=" + s.token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e struct{ Error string }
-	json.NewDecoder(resp.Body).Decode(&e)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(e.Error, "has no allocation sites (file/line): dump after ObjectSpace.trace_object_allocations_start to group by gem") {
-		t.Errorf("by gem on a dump without sites: %d %q", resp.StatusCode, e.Error)
-	}
 }
 
-// TestUIHeapWaste: the Waste view finds the value a program holds in
-// 4,000 Strings, first, with the bytes the program measures them at, and
-// the 3,000 empty Arrays it made, at the line Ruby says; in Chromium too.
+// TestUIHeapWaste: in Chromium, the Waste view shows the value a program
+// holds in 4,000 Strings first, and its oversized Arrays, as the view's
+// API answers them (held to the program: internal/ui's TestHeapWaste).
 func TestUIHeapWaste(t *testing.T) {
 	dir := t.TempDir()
 	dump := filepath.Join(dir, "waste.json")
 	p := testruby.Start(t, testruby.Rubies(t)[0], "heap_waste.rb", nil, dump)
 	var rep struct {
-		Value       string `json:"value"`
-		Copies      uint64 `json:"copies"`
-		CopyBytes   uint64 `json:"copy_bytes"`
-		EmptyArrays uint64 `json:"empty_arrays"`
-		EmptySite   string `json:"empty_site"`
-		Oversized   uint64 `json:"oversized_arrays"`
-		OverLength  uint64 `json:"oversized_length"`
-		OverBytes   uint64 `json:"oversized_bytes"`
-		OverSite    string `json:"oversized_site"`
+		Value      string `json:"value"`
+		OverLength uint64 `json:"oversized_length"`
 	}
 	p.WaitReport(t, &rep, 60*time.Second)
 	s := startUI(t, dump)
 	s.waitLoaded(t)
 	var w struct {
-		Strings []struct {
-			Value                string
-			Cut                  bool
-			Count, Bytes, Wasted uint64
-		}
-		StringsWasted uint64         `json:"strings_wasted"`
-		Empty         []wire.DiffRow `json:"empty"`
-		EmptySites    []wire.DiffRow `json:"empty_sites"`
-		Oversized     []struct {
-			Object               struct{ Type, Class string }
-			Length, Bytes, Spare uint64
-		}
-		OversizedSpare uint64         `json:"oversized_spare"`
-		OverClasses    []wire.DiffRow `json:"oversized_classes"`
-		OverSites      []wire.DiffRow `json:"oversized_sites"`
+		Strings   []struct{ Count uint64 }
+		Oversized []struct{ Spare uint64 }
 	}
 	s.get(t, "/api/heap/waste?f=0&n=10", &w)
-	// The program's Strings, and perhaps the one its report built.
-	if len(w.Strings) == 0 || w.Strings[0].Value != rep.Value || w.Strings[0].Cut || w.Strings[0].Count < rep.Copies || w.Strings[0].Count > rep.Copies+1 ||
-		w.Strings[0].Bytes < rep.CopyBytes || w.Strings[0].Wasted < rep.CopyBytes*(rep.Copies-1)/rep.Copies || w.StringsWasted < w.Strings[0].Wasted {
-		t.Errorf("duplicate Strings %+v (%d wasted in all); the program holds %q %d times in %d bytes", w.Strings, w.StringsWasted, rep.Value, rep.Copies, rep.CopyBytes)
-	}
-	var byClass, bySite uint64
-	for _, r := range w.Empty {
-		if r.Class == "Array" {
-			byClass = r.Count
-		}
-	}
-	for _, r := range w.EmptySites {
-		if r.Class == "Array" && r.Site == rep.EmptySite {
-			bySite = r.Count
-		}
-	}
-	if byClass < rep.EmptyArrays || bySite != rep.EmptyArrays {
-		t.Errorf("empty Arrays: %d in all, %d at %s; the program made %d there (%+v)", byClass, bySite, rep.EmptySite, rep.EmptyArrays, w.EmptySites)
-	}
-	// The oversized Arrays: each needs its slot and 8 bytes an element,
-	// the rest of the memsize the program measured is spare. Nothing else
-	// the program made at that line is an Array.
-	want := rep.OverBytes - rep.Oversized*(40+8*rep.OverLength)
-	var atSite *wire.DiffRow
-	for k, r := range w.OverSites {
-		if r.Site == rep.OverSite {
-			atSite = &w.OverSites[k]
-		}
-	}
-	if atSite == nil || atSite.Class != "Array" || atSite.Count != rep.Oversized || atSite.Bytes != want {
-		t.Errorf("oversized Arrays at %s: %+v; the program made %d of %d elements, %d bytes spare by its memsizes (%+v)", rep.OverSite, atSite, rep.Oversized, rep.OverLength, want, w.OverSites)
-	}
-	t.Logf("oversized by class: %+v", w.OverClasses)
-	if len(w.Oversized) != 10 || w.OversizedSpare < want {
-		t.Errorf("%d oversized collections listed, %d bytes spare in all; want 10, at least %d", len(w.Oversized), w.OversizedSpare, want)
-	}
-	for _, o := range w.Oversized {
-		if o.Object.Type != "ARRAY" || o.Length != rep.OverLength || o.Spare != o.Bytes-(40+8*o.Length) {
-			t.Errorf("oversized %+v: want the program's Arrays of %d elements", o, rep.OverLength)
-		}
-	}
-	// Opened again, from the index the first server wrote (which keeps
-	// the waste found as the dump was first opened): the same answer.
-	again := startUI(t, dump)
-	again.waitLoaded(t)
-	kept := w
-	kept.Strings, kept.Empty, kept.EmptySites, kept.Oversized, kept.OverClasses, kept.OverSites = nil, nil, nil, nil, nil, nil
-	again.get(t, "/api/heap/waste?f=0&n=10", &kept)
-	if !reflect.DeepEqual(kept, w) {
-		t.Errorf("the waste opened again from the index: %+v; first %+v", kept, w)
+	if len(w.Strings) == 0 || len(w.Oversized) == 0 {
+		t.Fatalf("waste: %+v", w)
 	}
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/heap/0/waste", "heap-waste")
@@ -711,54 +462,9 @@ func TestUIHeapWaste(t *testing.T) {
 	}
 }
 
-// TestUIRedactedDump: a --redact-strings dump stays redacted in every heap
-// view of the page and in the index it builds: the program's secret
-// String shows with its size only.
-func TestUIRedactedDump(t *testing.T) {
-	cmd, _, addr := startSecretHolder(t)
-	dir := t.TempDir()
-	dump := filepath.Join(dir, "redacted.json")
-	if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(cmd.Process.Pid), "-o", dump, "--redact-strings"); code != 0 {
-		t.Fatalf("heap dump: %s", errOut)
-	}
-	s := startUI(t, dump)
-	s.waitLoaded(t)
-	group := s.classGroup(t, 0, "String")
-	var obj struct {
-		Object struct{ Desc string }
-	}
-	s.get(t, "/api/heap/object?f=0&addr="+addr, &obj)
-	if strings.Contains(obj.Object.Desc, "secret") {
-		t.Errorf("the object page describes the String as %q", obj.Object.Desc)
-	}
-	for _, path := range []string{
-		fmt.Sprintf("/api/heap/objects?f=0&by=class&group=%d&limit=1000", group),
-		"/api/heap/object?f=0&addr=" + addr,
-		"/api/heap/paths?f=0&addr=" + addr,
-		"/api/heap/top?f=0&n=1000",
-		"/api/heap/waste?f=0&n=1000",
-		"/api/heap/diff?f=0&before=0&by=class",
-		"/api/heap/suspects?f=0&before=0",
-	} {
-		var v any
-		s.get(t, path, &v)
-		if b, _ := json.Marshal(v); strings.Contains(string(b), "secret-marker") {
-			t.Errorf("%s shows the redacted String", path)
-		}
-	}
-	index := filepath.Join(dir, ".redacted.json.rbscope-index")
-	b, err := os.ReadFile(index)
-	if st, serr := os.Stat(index); err != nil || serr != nil || st.Mode().Perm() != 0o600 || bytes.Contains(b, []byte("secret-marker")) {
-		t.Errorf("the index %s: %v %v, mode %v, holds the String: %v", index, err, serr, st, bytes.Contains(b, []byte("secret-marker")))
-	}
-}
-
-// TestUIDomTree: the dominator tree, a level a request, holds together as
-// heap top --json says: the roots' largest child is heap top's first
-// retainer; the roots' children retain every reachable byte, by object and
-// by class alike; a node retains its own bytes and its children's; its
-// children are the object page's dominated objects; it renders in
-// Chromium.
+// TestUIDomTree: the dominator tree's roots' largest child is heap top
+// --json's first retainer, and the tree renders in Chromium (the tree's
+// sums, a level a request: internal/ui's TestDomTree).
 func TestUIDomTree(t *testing.T) {
 	dump, _ := heapGraphDump(t, t.TempDir())
 	s := startUI(t, dump)
@@ -768,66 +474,13 @@ func TestUIDomTree(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &top) != nil {
 		t.Fatalf("heap top: %s", stdout)
 	}
-	type row struct {
-		Address           string
-		Memsize, Retained uint64
-		Children          int
-	}
-	type level struct {
+	var root struct {
 		ReachableBytes uint64 `json:"reachable_bytes"`
-		Node           *row
-		Ancestors      []row
-		Objects        *uiPage[row]
-		Groups         *uiPage[struct {
-			Count    int
-			Retained uint64
-		}]
+		Objects        uiPage[struct{ Address string }]
 	}
-	children := func(addr string) (level, []row) {
-		var all []row
-		var lv level
-		for off := 0; ; off += 1000 {
-			lv = level{}
-			s.get(t, fmt.Sprintf("/api/heap/domtree?f=0&limit=1000&offset=%d&addr=%s", off, addr), &lv)
-			all = append(all, lv.Objects.Rows...)
-			if off+1000 >= lv.Objects.Total {
-				return lv, all
-			}
-		}
-	}
-	root, kids := children("")
-	var sum uint64
-	for _, k := range kids {
-		sum += k.Retained
-	}
-	if len(kids) == 0 || kids[0].Address != top.Retainers[0].Address || sum != root.ReachableBytes || root.Node != nil {
-		t.Errorf("the roots' children: %d, first %+v, retaining %d; heap top's first %s, %d reachable bytes", len(kids), kids[0], sum, top.Retainers[0].Address, root.ReachableBytes)
-	}
-	var groups level
-	s.get(t, "/api/heap/domtree?f=0&by=class&limit=1000", &groups)
-	var gsum uint64
-	gcount := 0
-	for _, g := range groups.Groups.Rows {
-		gsum, gcount = gsum+g.Retained, gcount+g.Count
-	}
-	if gsum != root.ReachableBytes || gcount != len(kids) {
-		t.Errorf("the roots' children by class: %d objects retaining %d; by object %d retaining %d", gcount, gsum, len(kids), root.ReachableBytes)
-	}
-	node, nkids := children(top.Retainers[0].Address)
-	var obj struct {
-		Object    struct{ Memsize uint64 }
-		Dominated uiPage[struct{ Address string }]
-	}
-	s.get(t, "/api/heap/object?f=0&limit=1000&addr="+top.Retainers[0].Address, &obj)
-	sum = obj.Object.Memsize
-	for k, c := range nkids {
-		sum += c.Retained
-		if k < len(obj.Dominated.Rows) && obj.Dominated.Rows[k].Address != c.Address {
-			t.Errorf("child %d: %s, the object page's dominated %s", k, c.Address, obj.Dominated.Rows[k].Address)
-		}
-	}
-	if node.Node == nil || sum != node.Node.Retained || len(nkids) != obj.Dominated.Total || len(node.Ancestors) != 0 {
-		t.Errorf("node %s: retains %v; itself and its %d children %d (object page: %d dominated)", top.Retainers[0].Address, node.Node, len(nkids), sum, obj.Dominated.Total)
+	s.get(t, "/api/heap/domtree?f=0&limit=1", &root)
+	if len(root.Objects.Rows) == 0 || root.Objects.Rows[0].Address != top.Retainers[0].Address || root.ReachableBytes != top.ReachableBytes {
+		t.Errorf("the roots' first child %+v, %d reachable bytes; heap top's first %s, %d reachable bytes", root.Objects.Rows, root.ReachableBytes, top.Retainers[0].Address, top.ReachableBytes)
 	}
 	ctx, problems := browser(t)
 	visit(t, ctx, s, "#/heap/0/domtree", "heap-domtree")
@@ -842,8 +495,8 @@ func TestUIDomTree(t *testing.T) {
 
 // TestUIMergedPaths: the merged paths of a program's 5,000 leaked objects
 // (one class, held in a global Array) are one chain, the one heap path
-// gives for the last of them, every object on it passing all 5,000; a
-// node passes at least as many as its children together; in Chromium too.
+// gives for the last of them, every object on it passing all 5,000; in
+// Chromium too (a node's sums: internal/ui's TestPathsAndMerged).
 func TestUIMergedPaths(t *testing.T) {
 	_, after, rep := diffDumps(t)
 	s := startUI(t, after)
@@ -860,20 +513,6 @@ func TestUIMergedPaths(t *testing.T) {
 		Tree                []*node
 	}
 	s.get(t, fmt.Sprintf("/api/heap/merged?f=0&by=class&group=%d", group), &m)
-	var check func(n *node) int
-	check = func(n *node) int {
-		sum := 0
-		for _, c := range n.Children {
-			sum += check(c)
-		}
-		if sum > n.Targets {
-			t.Errorf("a node passes %d, its children %d", n.Targets, sum)
-		}
-		return n.Targets
-	}
-	for _, r := range m.Tree {
-		check(r)
-	}
 	stdout, _, code := rbscope(t, "heap", "path", after, rep.LastLeaky, "--json")
 	var path wire.HeapPath
 	if code != 0 || json.Unmarshal([]byte(stdout), &path) != nil || len(path.Paths) == 0 {

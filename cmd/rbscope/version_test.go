@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // goVersionM reads a binary's build information as `go version -m` prints
@@ -82,9 +83,9 @@ func TestVersionBuildInfo(t *testing.T) {
 			t.Errorf("version --json says version %q commit %q date %q modified %v; the build information: %q %q %q %q",
 				doc.Version, doc.Commit, doc.Date, doc.Modified, want, settings["vcs.revision"], settings["vcs.time"], settings["vcs.modified"])
 		}
-		if doc.SchemaVersion != 1 || doc.GoVersion != strings.TrimSpace(string(goOut)) || doc.Platform != settings["GOOS"]+"/"+settings["GOARCH"] {
-			t.Errorf("version --json: schema %d, go %q on %q; want 1, %q on %s/%s", doc.SchemaVersion, doc.GoVersion, doc.Platform,
-				strings.TrimSpace(string(goOut)), settings["GOOS"], settings["GOARCH"])
+		if doc.SchemaVersion != wire.SchemaVersion || doc.GoVersion != strings.TrimSpace(string(goOut)) || doc.Platform != settings["GOOS"]+"/"+settings["GOARCH"] {
+			t.Errorf("version --json: schema %d, go %q on %q; want %d, %q on %s/%s", doc.SchemaVersion, doc.GoVersion, doc.Platform,
+				wire.SchemaVersion, strings.TrimSpace(string(goOut)), settings["GOOS"], settings["GOARCH"])
 		}
 		// --version prints what the command prints.
 		text, _, code := rbscope(t, "version")

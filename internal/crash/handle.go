@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbscope/rbscope/internal/arch"
+	"github.com/rbscope/rbscope/internal/crashreport"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/unwind"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -73,12 +74,17 @@ const reportFrameBytes = 32 << 20
 
 // frameCost is what a frame is charged against reportFrameBytes: its
 // strings, plus what the report's JSON spends around them.
-func frameCost(f wire.Frame) int { return len(f.Label) + len(f.BaseLabel) + len(f.Path) + 64 }
+func frameCost(f stacks.Frame) int { return len(f.Label) + len(f.BaseLabel) + len(f.Path) + 64 }
+
+// nativeFrameCost is what a native frame is charged against
+// reportFrameBytes: its names, plus what the report's JSON spends around
+// them (its addresses and keys).
+func nativeFrameCost(f unwind.Frame) int { return len(f.Function) + len(f.Object) + len(f.File) + 128 }
 
 // keepFrameBytes cuts the Ruby stacks of a report to budget bytes (see
 // frameCost), spending it on the crashing thread first, then on the others
 // in order, and returns how many frames it left out.
-func keepFrameBytes(threads []wire.Thread, crashed, budget int) (cut int) {
+func keepFrameBytes(threads []stacks.Thread, crashed, budget int) (cut int) {
 	order := make([]int, 0, len(threads))
 	for i, th := range threads {
 		if th.TID == crashed {
@@ -106,7 +112,7 @@ const notesPrefix = 16 << 20
 
 // Handle keeps a report of one crash. core is the kernel's pipe. It never
 // executes anything from the crashed process's filesystem.
-func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
+func Handle(cfg *Config, a Args, core io.Reader) (*crashreport.Report, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
@@ -121,12 +127,12 @@ func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 		io.Copy(io.Discard, core)
 		return nil, err
 	}
-	r := &wire.CrashReport{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, UID: uid, Signal: a.Signal, SignalName: SignalName(a.Signal)}
+	r := &crashreport.Report{ID: id, Time: a.Time, PID: a.PID, TID: a.TID, UID: uid, Signal: a.Signal, SignalName: SignalName(a.Signal)}
 
 	// The core streams to disk (and to a previous handler) while /proc is
 	// read: the kernel keeps the process and its memory until we exit.
 	type streamed struct {
-		info wire.CrashCore
+		info crashreport.Core
 		err  error
 	}
 	streamDone := make(chan streamed, 1)
@@ -156,13 +162,13 @@ func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 	}) {
 		r.Exe, r.Cmdline = exe, cmdline
 	}
-	var snap wire.CrashProc
+	var snap crashreport.Proc
 	var snapProblems []string
 	if within(readCtx, "/proc", &r.Problems, func() { snap = snapshot(a.PID, &snapProblems) }) {
 		r.Proc = snap
 		r.Problems = append(r.Problems, snapProblems...)
 	}
-	var ruby *wire.CrashRuby
+	var ruby *crashreport.Ruby
 	var rubyProblems []string
 	if within(readCtx, "ruby", &r.Problems, func() { ruby, rubyProblems = readRubyState(a.PID) }) {
 		r.Ruby = ruby
@@ -199,7 +205,7 @@ func Handle(cfg *Config, a Args, core io.Reader) (*wire.CrashReport, error) {
 		r.Registers, r.Native, r.Fault = native.registers, native.threads, native.fault
 		r.Problems = append(r.Problems, native.problems...)
 	}
-	r.HandledIn = time.Since(start).Round(time.Millisecond).String()
+	r.HandledIn = time.Since(start).Round(time.Millisecond)
 	// A report that cannot be written (a full disk) is still sent.
 	werr := write(r, dir)
 	if n := notify(ctx, r, cfg); n > 0 && werr == nil {
@@ -334,8 +340,8 @@ func (c *noteCatcher) findNotes() bool {
 // stream reads the whole core: into core.zst up to the size cap and while
 // the disk keeps its reserve, into the previous handler if there was one,
 // and its notes into notes. It says what became of the core.
-func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) (wire.CrashCore, error) {
-	var info wire.CrashCore
+func stream(ctx context.Context, cfg *Config, dir string, a Args, core io.Reader, notes *noteCatcher) (crashreport.Core, error) {
+	var info crashreport.Core
 	writers := []io.Writer{notes}
 	var zw *zstd.Encoder
 	var zf *os.File
@@ -503,10 +509,10 @@ func expandPattern(argv []string, a Args) []string {
 	return out
 }
 
-func snapshot(pid int, problems *[]string) wire.CrashProc {
+func snapshot(pid int, problems *[]string) crashreport.Proc {
 	f, probs := procfs.ReadProcessFiles(pid)
 	*problems = append(*problems, probs...)
-	s := wire.CrashProc{Maps: f.Maps, Status: f.Status, Limits: f.Limits, Cgroup: f.Cgroup, Cwd: f.Cwd, FDs: f.FDs, Environ: map[string]string{}}
+	s := crashreport.Proc{Maps: f.Maps, Status: f.Status, Limits: f.Limits, Cgroup: f.Cgroup, Cwd: f.Cwd, FDs: f.FDs, Environ: map[string]string{}}
 	for _, kv := range f.Environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			s.Environ[k] = redactEnv(k, v)
@@ -520,7 +526,7 @@ var readRubyState = readRuby
 
 // readRuby reads the Ruby stacks of the crashed process from its memory,
 // which the kernel keeps until the handler exits, and says what it could not.
-func readRuby(pid int) (*wire.CrashRuby, []string) {
+func readRuby(pid int) (*crashreport.Ruby, []string) {
 	t, err := target.Attach(pid)
 	if err != nil {
 		return nil, []string{"memory: " + err.Error()}
@@ -544,7 +550,13 @@ func readRuby(pid int) (*wire.CrashRuby, []string) {
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())
 	}
-	return &wire.CrashRuby{Version: vm.Version, Threads: wire.Threads(threads)}, problems
+	ruby := &crashreport.Ruby{Version: vm.Version, Threads: make([]stacks.Thread, 0, len(threads))}
+	for _, th := range threads {
+		if th.Ruby {
+			ruby.Threads = append(ruby.Threads, th)
+		}
+	}
+	return ruby, problems
 }
 
 // noteTarget is the crashed process as the handler reads its native
@@ -576,8 +588,8 @@ func (n noteTarget) Registers(tid int) (target.Regs, error) {
 
 // nativeState is what readNative found.
 type nativeState struct {
-	registers map[string]string // the crashing thread's
-	threads   []wire.CrashNativeThread
+	registers *target.Regs // the crashing thread's
+	threads   []crashreport.NativeThread
 	problems  []string
 	fault     string // see Fault
 }
@@ -615,25 +627,18 @@ func readNative(pid, crashed, signal int, notes *noteCatcher) nativeState {
 	for _, th := range threads {
 		crashing := th.TID == crashed || len(threads) == 1
 		if crashing {
-			ns.registers = map[string]string{}
-			names := th.Regs.Names()
-			for i, v := range th.Regs.Values() {
-				ns.registers[names[i]] = fmt.Sprintf("%#x", v)
-			}
+			regs := th.Regs
+			ns.registers = &regs
 		}
-		nt := wire.CrashNativeThread{TID: th.TID, PC: fmt.Sprintf("%#x", th.Regs.PC()), SP: fmt.Sprintf("%#x", th.Regs.SP())}
+		nt := crashreport.NativeThread{TID: th.TID, PC: th.Regs.PC(), SP: th.Regs.SP()}
 		if c, ok := captured[th.TID]; ok {
 			frames := c.NativeFrames()
 			for k, f := range frames {
-				nf := wire.CrashNativeFrame{Addr: fmt.Sprintf("%#x", f.PC), Symbol: f.Name(), File: f.Object, FrameSize: f.Size}
-				if f.Signal != nil {
-					nf.Signal = &wire.Signal{Number: f.Signal.Number, Addr: f.Signal.Addr}
-				}
-				if budget -= len(nf.Symbol) + len(nf.File) + len(nf.Addr) + 64; budget < 0 {
+				if budget -= nativeFrameCost(f); budget < 0 {
 					cut += len(frames) - k
 					break
 				}
-				nt.Frames = append(nt.Frames, nf)
+				nt.Frames = append(nt.Frames, f)
 			}
 			nt.Error = c.NativeError
 			if crashing {
@@ -689,8 +694,8 @@ func SignalName(sig int) string {
 }
 
 // write saves report.json and report.txt atomically.
-func write(r *wire.CrashReport, dir string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+func write(r *crashreport.Report, dir string) error {
+	b, err := wire.EncodeCrashReport(r)
 	if err != nil {
 		return err
 	}

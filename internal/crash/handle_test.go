@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/crashreport"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/testruby"
-	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // TestHandleReadDeadline: a read of the dying process that never returns
@@ -22,7 +23,7 @@ import (
 func TestHandleReadDeadline(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
-	readRubyState = func(int) (*wire.CrashRuby, []string) { <-block; return nil, nil }
+	readRubyState = func(int) (*crashreport.Ruby, []string) { <-block; return nil, nil }
 	defer func() { readRubyState = readRuby }()
 	store := filepath.Join(t.TempDir(), "s")
 	cfg := &Config{Dir: store, Timeout: 2 * time.Second}
@@ -30,7 +31,7 @@ func TestHandleReadDeadline(t *testing.T) {
 	cfg.KeepFreeBytes = 1
 	pid := testruby.NoSuchPID()
 	start := time.Now()
-	done := make(chan *wire.CrashReport, 1)
+	done := make(chan *crashreport.Report, 1)
 	go func() {
 		r, err := Handle(cfg, Args{PID: pid, TID: pid, Signal: 11, Time: time.Now()}, strings.NewReader("not a core"))
 		if err != nil {
@@ -102,14 +103,14 @@ func TestUIDIsTheRealOne(t *testing.T) {
 // TestKeepFrameBytes: a report's Ruby frames are cut at its byte budget,
 // spent on the crashing thread first, and the cut is counted.
 func TestKeepFrameBytes(t *testing.T) {
-	frames := func(n int) []wire.Frame {
-		fs := make([]wire.Frame, n)
+	frames := func(n int) []stacks.Frame {
+		fs := make([]stacks.Frame, n)
 		for i := range fs {
-			fs[i] = wire.Frame{Label: "m", Path: strings.Repeat("p", 1000)}
+			fs[i] = stacks.Frame{Label: "m", Path: strings.Repeat("p", 1000)}
 		}
 		return fs
 	}
-	threads := []wire.Thread{{TID: 1, Frames: frames(10)}, {TID: 2, Frames: frames(10)}}
+	threads := []stacks.Thread{{TID: 1, Frames: frames(10)}, {TID: 2, Frames: frames(10)}}
 	per := frameCost(threads[0].Frames[0])
 	cut := keepFrameBytes(threads, 2, 15*per)
 	if len(threads[1].Frames) != 10 || len(threads[0].Frames) != 5 || cut != 5 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,13 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/crashreport"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // notify sends the report where the config says, within ctx's time, and
 // records each outcome in the report. It returns how many it tried.
-func notify(ctx context.Context, r *wire.CrashReport, cfg *Config) int {
+func notify(ctx context.Context, r *crashreport.Report, cfg *Config) int {
 	tried := 0
 	sent := forNotification(r)
 	if cfg.Webhook != "" {
@@ -41,7 +41,7 @@ func notify(ctx context.Context, r *wire.CrashReport, cfg *Config) int {
 // forNotification is the report as it leaves the host: without the
 // process's environment, which holds credentials more often than not (what
 // redaction misses stays in the local report, readable by root only).
-func forNotification(r *wire.CrashReport) *wire.CrashReport {
+func forNotification(r *crashreport.Report) *crashreport.Report {
 	c := *r
 	c.Proc.Environ = nil
 	return &c
@@ -59,16 +59,16 @@ func CheckWebhook(url string, insecure bool) error {
 	return nil
 }
 
-func outcome(kind, to string, err error) wire.CrashNotification {
-	n := wire.CrashNotification{Kind: kind, To: to, OK: err == nil}
+func outcome(kind, to string, err error) crashreport.Notification {
+	n := crashreport.Notification{Kind: kind, To: to, OK: err == nil}
 	if err != nil {
 		n.Error = err.Error()
 	}
 	return n
 }
 
-func postWebhook(ctx context.Context, r *wire.CrashReport, url string) error {
-	body, err := json.Marshal(r)
+func postWebhook(ctx context.Context, r *crashreport.Report, url string) error {
+	body, err := wire.Versioned(wire.NewCrashReport(r))
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func postWebhook(ctx context.Context, r *wire.CrashReport, url string) error {
 	return nil
 }
 
-func sendEmail(ctx context.Context, r *wire.CrashReport, server, to string, insecure bool) error {
+func sendEmail(ctx context.Context, r *crashreport.Report, server, to string, insecure bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", server)

@@ -8,11 +8,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/rbscope/rbscope/internal/arch"
-	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
+	"github.com/rbscope/rbscope/internal/crashreport"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/textsafe"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -34,8 +32,9 @@ func List(dir string) ([]string, error) {
 	return ids, nil
 }
 
-// Load reads one crash's report.
-func Load(dir, id string) (*wire.CrashReport, error) {
+// Load reads one crash's report (written by this version or an earlier
+// one: wire.ReadCrashReport).
+func Load(dir, id string) (*crashreport.Report, error) {
 	if strings.ContainsAny(id, "/\\") || id == ".." || id == "." {
 		return nil, fmt.Errorf("bad crash id %q", id)
 	}
@@ -48,30 +47,27 @@ func Load(dir, id string) (*wire.CrashReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crash %s has no report yet: %w", id, err)
 	}
-	var r wire.CrashReport
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := wire.ReadCrashReport(b)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	return &r, nil
+	return r, nil
 }
 
-// ListReports is `crash list`'s document: a row per kept crash, oldest
-// first; a crash whose report cannot be read says why in its signal.
-func ListReports(dir string) (*wire.CrashList, error) {
+// ListReports reads the store's crashes, oldest first: each one's report,
+// or why it could not be read (wire.NewCrashList makes crash list's
+// document of them).
+func ListReports(dir string) ([]crashreport.Entry, error) {
 	ids, err := List(dir)
 	if err != nil {
 		return nil, err
 	}
-	doc := &wire.CrashList{Crashes: []wire.CrashListRow{}}
+	entries := make([]crashreport.Entry, 0, len(ids))
 	for _, id := range ids {
 		r, err := Load(dir, id)
-		if err != nil {
-			doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Signal: "(no report: " + err.Error() + ")"})
-			continue
-		}
-		doc.Crashes = append(doc.Crashes, wire.CrashListRow{ID: id, Time: r.Time.UTC().Format(time.RFC3339), PID: r.PID, Exe: r.Exe, Signal: r.SignalName, TopRubyFrame: TopRubyFrame(r)})
+		entries = append(entries, crashreport.Entry{ID: id, Report: r, Err: err})
 	}
-	return doc, nil
+	return entries, nil
 }
 
 // rotate removes the oldest crashes of user uid so that at most keep of
@@ -135,28 +131,6 @@ func reportUID(dir, id string) (uid int64, ok bool) {
 // crashes of all users together.
 const rotateAllFactor = 8
 
-// TopRubyFrame is the innermost frame of the crashing (or main) Ruby thread.
-func TopRubyFrame(r *wire.CrashReport) string {
-	if r.Ruby == nil {
-		return ""
-	}
-	var pick *wire.Thread
-	for i := range r.Ruby.Threads {
-		th := &r.Ruby.Threads[i]
-		if th.TID == r.TID || (pick == nil && th.Main) {
-			pick = th
-		}
-	}
-	if pick == nil || len(pick.Frames) == 0 {
-		return ""
-	}
-	f := pick.Frames[0]
-	if f.Kind == string(rubyvm.KindRuby) {
-		return fmt.Sprintf("%s (%s:%d)", f.Label, f.Path, f.Line)
-	}
-	return f.Label
-}
-
 // cleanArgs joins a command line with its arguments' unprintable bytes
 // escaped.
 func cleanArgs(args []string) string {
@@ -167,20 +141,9 @@ func cleanArgs(args []string) string {
 	return strings.Join(out, " ")
 }
 
-// registerNames lists a report's registers in the order its
-// architecture's kernel records them.
-func registerNames(regs map[string]string) []string {
-	for _, a := range arch.All {
-		if _, ok := regs[a.Regs[0]]; ok {
-			return target.Regs{Arch: a}.Names()
-		}
-	}
-	return nil
-}
-
 // WriteText writes the report for people; everything in it that came from
 // the crashed process has its unprintable bytes escaped (textsafe.Clean).
-func WriteText(w io.Writer, r *wire.CrashReport) {
+func WriteText(w io.Writer, r *crashreport.Report) {
 	fmt.Fprintf(w, "crash %s\n", r.ID)
 	fmt.Fprintf(w, "time:    %s\npid:     %d (thread %d)\nsignal:  %s (%d)\nexe:     %s\ncmdline: %s\n",
 		r.Time.UTC().Format("2006-01-02 15:04:05 UTC"), r.PID, r.TID, r.SignalName, r.Signal, textsafe.Clean(r.Exe), cleanArgs(r.Cmdline))
@@ -201,10 +164,11 @@ func WriteText(w io.Writer, r *wire.CrashReport) {
 	if r.Core.ChainedTo != "" {
 		fmt.Fprintf(w, "also sent to: %s %s\n", textsafe.Clean(r.Core.ChainedTo), textsafe.Clean(r.Core.ChainError))
 	}
-	if r.Registers != nil {
+	if r.Registers != nil && r.Registers.Arch != nil {
 		fmt.Fprintf(w, "\nregisters of thread %d:\n", r.TID)
-		for i, name := range registerNames(r.Registers) {
-			fmt.Fprintf(w, "  %-8s %-18s", name, r.Registers[name])
+		values := r.Registers.Values()
+		for i, name := range r.Registers.Names() {
+			fmt.Fprintf(w, "  %-8s %-18s", name, fmt.Sprintf("%#x", values[i]))
 			if i%3 == 2 {
 				fmt.Fprintln(w)
 			}
@@ -225,7 +189,7 @@ func WriteText(w io.Writer, r *wire.CrashReport) {
 			fmt.Fprintf(w, "Thread %q tid=%d status=%s%s\n", name, th.TID, th.Status, mark)
 			for _, f := range th.Frames {
 				loc := "<cfunc>"
-				if f.Kind == string(rubyvm.KindRuby) {
+				if f.Kind == stacks.KindRuby {
 					loc = fmt.Sprintf("%s:%d", textsafe.Clean(f.Path), f.Line)
 				}
 				fmt.Fprintf(w, "  %s  %s\n", textsafe.Clean(f.Label), loc)
@@ -235,11 +199,11 @@ func WriteText(w io.Writer, r *wire.CrashReport) {
 	if len(r.Native) > 0 {
 		fmt.Fprintln(w, "\nnative threads (unwound with the code's call frame information):")
 		for _, nt := range r.Native {
-			fmt.Fprintf(w, "thread %d pc=%s sp=%s\n", nt.TID, nt.PC, nt.SP)
+			fmt.Fprintf(w, "thread %d pc=%#x sp=%#x\n", nt.TID, nt.PC, nt.SP)
 			for _, f := range nt.Frames {
-				fmt.Fprintf(w, "  %s %s (%s)", f.Addr, textsafe.Clean(f.Symbol), textsafe.Clean(filepath.Base(f.File)))
-				if f.FrameSize > 0 {
-					fmt.Fprintf(w, " %d B", f.FrameSize)
+				fmt.Fprintf(w, "  %#x %s (%s)", f.PC, textsafe.Clean(f.Name()), textsafe.Clean(filepath.Base(f.Object)))
+				if f.Size > 0 {
+					fmt.Fprintf(w, " %d B", f.Size)
 				}
 				if f.Signal != nil {
 					fmt.Fprintf(w, "  <- %s at %#x", SignalName(f.Signal.Number), f.Signal.Addr)

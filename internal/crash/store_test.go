@@ -1,7 +1,6 @@
 package crash
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/crashreport"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -22,7 +22,7 @@ func TestRotatePerUser(t *testing.T) {
 		}
 		// A report is large (rotation must not need all of it to know
 		// whose it is).
-		b, _ := json.Marshal(wire.CrashReport{ID: id, UID: uid, Cmdline: []string{strings.Repeat("x", 100<<10)}})
+		b, _ := wire.EncodeCrashReport(&crashreport.Report{ID: id, UID: uid, Cmdline: []string{strings.Repeat("x", 100<<10)}})
 		if err := os.WriteFile(filepath.Join(dir, id, "report.json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestExpandPatternKernelValues(t *testing.T) {
 // TestTextSaysWhyCoreIsShort: a core that was stored only in part (the
 // disk filled, the time ran out) says so in report.txt beside its file.
 func TestTextSaysWhyCoreIsShort(t *testing.T) {
-	r := wire.CrashReport{ID: "x", Core: wire.CrashCore{File: "core.zst", Bytes: 10, Stored: 4, NotStored: "writing core.zst failed (what it holds is cut short): no space left on device"}}
+	r := crashreport.Report{ID: "x", Core: crashreport.Core{File: "core.zst", Bytes: 10, Stored: 4, NotStored: "writing core.zst failed (what it holds is cut short): no space left on device"}}
 	var b strings.Builder
 	WriteText(&b, &r)
 	if !strings.Contains(b.String(), "core.zst (10 bytes read, 4 stored): writing core.zst failed") {

@@ -809,12 +809,12 @@ func (s *Server) apiCrashes(w http.ResponseWriter, r *http.Request) {
 	if dir == "" {
 		return
 	}
-	doc, err := crash.ListReports(dir)
+	entries, err := crash.ListReports(dir)
 	if err != nil {
 		fail(w, http.StatusUnprocessableEntity, "crash store %s: %s", dir, unwrapPath(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, doc)
+	writeJSON(w, http.StatusOK, wire.NewCrashList(entries))
 }
 
 // apiCrash: one report, as crash show --json prints it and as its text.
@@ -833,7 +833,7 @@ func (s *Server) apiCrash(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Report *wire.CrashReport `json:"report"`
 		Text   string            `json:"text"`
-	}{rep, text.String()})
+	}{wire.NewCrashReport(rep), text.String()})
 }
 
 // domRow is a child of a node of the dominator tree as the page shows it:

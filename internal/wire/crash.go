@@ -4,7 +4,8 @@ import "time"
 
 // CrashReport is what the crash handler keeps of one crash: report.json in
 // the crash's directory, the body of its webhook, and the document
-// `rbscope crash show --json` prints (with schema_version first there).
+// `rbscope crash show --json` prints, each with schema_version first
+// (NewCrashReport maps it from the model, ReadCrashReport back).
 type CrashReport struct {
 	ID         string    `json:"id"`
 	Time       time.Time `json:"time"`
@@ -38,22 +39,12 @@ type CrashRuby struct {
 // CrashNativeThread is one thread's registers and its native backtrace,
 // unwound with the code's call frame information.
 type CrashNativeThread struct {
-	TID    int                `json:"tid"`
-	PC     string             `json:"pc"`
-	SP     string             `json:"sp"`
-	Frames []CrashNativeFrame `json:"frames"`
+	TID    int           `json:"tid"`
+	PC     string        `json:"pc"`
+	SP     string        `json:"sp"`
+	Frames []NativeFrame `json:"frames"`
 	// Error says why the unwind stopped before the outermost frame.
 	Error string `json:"error,omitempty"`
-}
-
-// CrashNativeFrame is one native frame.
-type CrashNativeFrame struct {
-	Addr   string `json:"addr"`
-	Symbol string `json:"symbol"` // function+offset, or object+offset
-	File   string `json:"file"`   // the object file
-	// FrameSize is the stack the frame holds (0: unknown).
-	FrameSize uint64  `json:"frame_size,omitempty"`
-	Signal    *Signal `json:"signal,omitempty"`
 }
 
 // CrashProc is /proc/PID as it was during the crash.

@@ -37,7 +37,7 @@ var documents = []document{
 	{"alloc --json", Alloc{}, true},
 	{"crash list --json", CrashList{}, true},
 	{"crash show --json", CrashReport{}, true},
-	{"report.json", CrashReport{}, false},
+	{"report.json", CrashReport{}, true},
 	{"crash status --json", CrashStatus{}, true},
 	{"crash.json", CrashConfig{}, false},
 	{"raw recording header", RawHeader{}, false},

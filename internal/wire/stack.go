@@ -3,6 +3,7 @@ package wire
 import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
+	"github.com/rbscope/rbscope/internal/unwind"
 )
 
 // Process is what every stack document says first: the process and the
@@ -101,22 +102,30 @@ type NativeThread struct {
 }
 
 // MixedFrame is a Ruby frame (kind, label, base_label, path, line) or a
-// native one (kind "native", function, object, offset, pc, cfa,
-// frame_size, file and line, signal).
+// native one (kind "native" and NativeFrame's keys). Line is a Ruby
+// frame's line or a native frame's source line.
 type MixedFrame struct {
 	Kind      string `json:"kind"`
 	Label     string `json:"label,omitempty"`
 	BaseLabel string `json:"base_label,omitempty"`
 	Path      string `json:"path,omitempty"`
-	Line      int    `json:"line,omitempty"`
+	NativeFrame
+}
 
-	Function  string  `json:"function,omitempty"`
-	Object    string  `json:"object,omitempty"`
-	Offset    string  `json:"offset,omitempty"`
-	PC        string  `json:"pc,omitempty"`
+// NativeFrame is a native frame as every document spells it: the native
+// frames of stack --native and core --native (in MixedFrame) and of the
+// crash report.
+type NativeFrame struct {
+	Line           int    `json:"line,omitempty"` // the source line in File
+	Function       string `json:"function,omitempty"`
+	FunctionOffset string `json:"function_offset,omitempty"`
+	Object         string `json:"object,omitempty"`
+	Offset         string `json:"offset,omitempty"`
+	PC             string `json:"pc,omitempty"`
+	// CFA is left out when unknown (no call frame information).
 	CFA       string  `json:"cfa,omitempty"`
 	FrameSize uint64  `json:"frame_size,omitempty"`
-	File      string  `json:"file,omitempty"` // a native frame's source file (Line is its line)
+	File      string  `json:"file,omitempty"` // the source file (Line is its line)
 	Signal    *Signal `json:"signal,omitempty"`
 }
 
@@ -161,13 +170,33 @@ func NativeThreads(threads []stacks.Thread) []NativeThread {
 // NewMixedFrame maps a frame of either kind.
 func NewMixedFrame(f stacks.Frame) MixedFrame {
 	if f.Kind != stacks.KindNative {
-		return MixedFrame{Kind: string(f.Kind), Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, Line: f.Line}
+		return MixedFrame{Kind: string(f.Kind), Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, NativeFrame: NativeFrame{Line: f.Line}}
 	}
-	n := f.Native
-	m := MixedFrame{Kind: string(f.Kind), Function: n.Function, Object: n.Object, Offset: hex(n.Offset), PC: hex(n.PC), CFA: hex(n.CFA),
+	return MixedFrame{Kind: string(f.Kind), NativeFrame: NewNativeFrame(f.Native)}
+}
+
+// NewNativeFrame maps a native frame. An address that is 0 (unknown: the
+// CFA without call frame information, the offset of code in no object) is
+// left out, and so is the function's offset at its first byte.
+func NewNativeFrame(n unwind.Frame) NativeFrame {
+	m := NativeFrame{Function: n.Function, Object: n.Object, Offset: hexKnown(n.Offset), PC: hex(n.PC), CFA: hexKnown(n.CFA),
 		FrameSize: n.Size, File: n.File, Line: n.Line}
+	if n.Function != "" {
+		m.FunctionOffset = hexKnown(n.FuncOffset)
+	}
 	if n.Signal != nil {
 		m.Signal = &Signal{Number: n.Signal.Number, Addr: n.Signal.Addr}
 	}
 	return m
+}
+
+// frame maps a native frame document back to the model (a stored crash
+// report read back).
+func (m NativeFrame) frame() unwind.Frame {
+	f := unwind.Frame{PC: unhex(m.PC), CFA: unhex(m.CFA), Size: m.FrameSize, Object: m.Object, Offset: unhex(m.Offset),
+		Function: m.Function, FuncOffset: unhex(m.FunctionOffset), File: m.File, Line: m.Line}
+	if m.Signal != nil {
+		f.Signal = &unwind.Signal{Number: m.Signal.Number, Addr: m.Signal.Addr}
+	}
+	return f
 }
