@@ -336,11 +336,22 @@ func TestThreadsAndTruncation(t *testing.T) {
 				byThread := map[string]int{}
 				total, bad := 0, 0
 				mainRan := 0
+				var mainFrames []string
 				_, err := s.Drain(func(smp *Sample) {
-					if names[smp.TID] == "" && len(smp.Frames) > 0 && strings.HasSuffix(smp.Frames[0].Label, "#join") {
+					if smp.TID == rep.PID {
 						// The main thread, in Thread#join, woken for a moment
 						// (to look at its interrupts): on a CPU, so sampled.
+						// On 2.7 a few of its samples were caught out of
+						// join's frame (CI: 3 of 158); this test is of the
+						// spinning threads, the main thread's are only logged.
 						mainRan++
+						if len(smp.Frames) == 0 || !strings.HasSuffix(smp.Frames[0].Label, "#join") {
+							var fs []string
+							for _, f := range smp.Frames {
+								fs = append(fs, f.Label)
+							}
+							mainFrames = append(mainFrames, strings.Join(fs, " < "))
+						}
 						return
 					}
 					total++
@@ -356,7 +367,10 @@ func TestThreadsAndTruncation(t *testing.T) {
 					t.Fatal(err)
 				}
 				s.Close()
-				t.Logf("max frames %d: %d samples by thread %v (and %d of the main thread in Thread#join), %d not as expected", maxFrames, total, byThread, mainRan, bad)
+				t.Logf("max frames %d: %d samples by thread %v (and %d of the main thread), %d not as expected", maxFrames, total, byThread, mainRan, bad)
+				if len(mainFrames) > 0 {
+					t.Logf("main thread samples out of Thread#join: %q", mainFrames)
+				}
 				if byThread["spin-a"] == 0 || byThread["spin-b"] == 0 || byThread["spin-a"]+byThread["spin-b"] != total {
 					t.Errorf("samples by thread: %v of %d", byThread, total)
 				}
