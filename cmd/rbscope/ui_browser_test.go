@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -309,7 +310,7 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("icicle subtitle %q", sub)
 	}
 	visit(t, ctx, s, "#/profile/1/stack", "profile-stack")
-	threads := recordedSamples(t, raw, func(_ profile.Sample, fns []string) []string { return fns })
+	threads := rawtest.Samples(t, raw, func(_ profile.Sample, fns []string) []string { return fns })
 	if n := eval[int](t, ctx, `document.getElementById("stackchart").contentDocument.querySelectorAll("g.track").length`); n != len(threads) {
 		t.Errorf("stack chart: %d tracks, the demo's %d threads", n, len(threads))
 	}

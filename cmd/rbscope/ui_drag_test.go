@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -164,7 +165,7 @@ func TestUITimelineDrag(t *testing.T) {
 	// as the recording itself has them.
 	inRecording := func(from, to float64) int {
 		n := 0
-		for _, ss := range recordedSamples(t, raw, func(s profile.Sample, fns []string) []string {
+		for _, ss := range rawtest.Samples(t, raw, func(s profile.Sample, fns []string) []string {
 			if sec := s.Time.Seconds(); sec >= from && sec < to {
 				return fns
 			}
@@ -187,7 +188,7 @@ func TestUITimelineDrag(t *testing.T) {
 	// so that it keeps some of the samples and not all, however sparse a
 	// busy machine left the ticks.
 	var ticks []time.Duration
-	recordedSamples(t, raw, func(s profile.Sample, _ []string) []string {
+	rawtest.Samples(t, raw, func(s profile.Sample, _ []string) []string {
 		if !slices.Contains(ticks, s.Time) {
 			ticks = append(ticks, s.Time)
 		}
@@ -286,7 +287,7 @@ func TestUITimelineDrag(t *testing.T) {
 	// recording took in its 200th of the range.
 	lo, hi := time.Duration(from*float64(time.Second)), time.Duration(to*float64(time.Second))
 	want, got := make([]int, 200), make([]int, 200)
-	recordedSamples(t, raw, func(s profile.Sample, _ []string) []string {
+	rawtest.Samples(t, raw, func(s profile.Sample, _ []string) []string {
 		if s.Time >= lo && s.Time < hi {
 			want[int64(s.Time-lo)*200/int64(hi-lo)]++
 		}

@@ -1,11 +1,9 @@
 package ui
 
 import (
-	"cmp"
 	"fmt"
 	"html"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 )
 
@@ -72,35 +70,6 @@ func chartSamples(t *testing.T, ts *testServer, f int, tr string) map[int][][]st
 	return out
 }
 
-// recordedSamples reads the raw recording path and returns, per thread
-// id, its samples in time order, each as its functions root first, as
-// keep leaves them (nil: the sample is left out).
-func recordedSamples(t *testing.T, path string, keep func(s profile.Sample, fns []string) []string) map[int][][]string {
-	t.Helper()
-	file, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	p, _, err := output.ReadRaw(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	timeline := slices.Clone(p.Timeline)
-	slices.SortStableFunc(timeline, func(a, b profile.Sample) int { return cmp.Compare(a.Time, b.Time) })
-	out := map[int][][]string{}
-	for _, s := range timeline {
-		var fns []string
-		for _, fr := range p.StackFrames(s.Stack) {
-			fns = append(fns, fr.Name(false))
-		}
-		if fns = keep(s, fns); fns != nil {
-			out[s.TID] = append(out[s.TID], fns)
-		}
-	}
-	return out
-}
-
 // checkStackChart checks the stack chart of the page's recording f, the
 // raw recording path, against the recording itself: as it is, focused on
 // the function focus (the samples through it, from it down) and over the
@@ -109,11 +78,11 @@ func recordedSamples(t *testing.T, path string, keep func(s profile.Sample, fns 
 func checkStackChart(t *testing.T, ts *testServer, f int, path, focus string) {
 	t.Helper()
 	all := func(_ profile.Sample, fns []string) []string { return fns }
-	recorded := recordedSamples(t, path, all)
+	recorded := rawtest.Samples(t, path, all)
 	// half: the time by which about half the samples were taken (a busy
 	// machine may have taken most of them late).
 	var times []time.Duration
-	recordedSamples(t, path, func(s profile.Sample, fns []string) []string { times = append(times, s.Time); return nil })
+	rawtest.Samples(t, path, func(s profile.Sample, fns []string) []string { times = append(times, s.Time); return nil })
 	slices.Sort(times)
 	half := times[len(times)/2].Truncate(time.Millisecond)
 	for _, tc := range []struct {
@@ -136,7 +105,7 @@ func checkStackChart(t *testing.T, ts *testServer, f int, path, focus string) {
 	} {
 		want := recorded
 		if tc.ts != "" {
-			want = recordedSamples(t, path, tc.keep)
+			want = rawtest.Samples(t, path, tc.keep)
 		}
 		got := chartSamples(t, ts, f, tc.ts)
 		samples := 0

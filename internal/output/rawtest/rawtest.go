@@ -1,4 +1,6 @@
-package main
+// Package rawtest reads a raw recording (output.ReadRaw) for tests: the
+// samples of each thread in time order, as the functions of their stacks.
+package rawtest
 
 import (
 	"cmp"
@@ -10,10 +12,10 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 )
 
-// recordedSamples reads the raw recording path and returns, per thread
-// id, its samples in time order, each as its functions root first, as
-// keep leaves them (nil: the sample is left out).
-func recordedSamples(t *testing.T, path string, keep func(s profile.Sample, fns []string) []string) map[int][][]string {
+// Samples reads the raw recording path and returns, per thread id, its
+// samples in time order, each as its functions root first, as keep leaves
+// them (nil: the sample is left out).
+func Samples(t testing.TB, path string, keep func(s profile.Sample, fns []string) []string) map[int][][]string {
 	t.Helper()
 	file, err := os.Open(path)
 	if err != nil {
