@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -41,7 +42,7 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 			}
 		}
 	}
-	spinner := exec.Command("sh", "-c", "while :; do :; done")
+	spinner := spinnerCmd()
 	if err := spinner.Start(); err != nil {
 		t.Fatalf("start a spinner: %v", err)
 	}
@@ -65,7 +66,7 @@ func ShareCPU(t *testing.T, pid int) (stop func()) {
 func Spinners(t *testing.T, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd := spinnerCmd()
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start a spinner: %v", err)
 		}
@@ -74,6 +75,16 @@ func Spinners(t *testing.T, n int) {
 			_ = cmd.Wait()
 		})
 	}
+}
+
+// spinnerCmd is a process that spins on a CPU until killed, or until the
+// test binary that started it dies: a test killed by its timeout, or a
+// run interrupted, runs no cleanup, and its spinners went on for an hour
+// and more, skewing what ran after them.
+func spinnerCmd() *exec.Cmd {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // NoSuchPID is a PID no process can have (above the kernel's pid_max), for
