@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // dumpReport is what testdata/heap_dump.rb writes about itself.
@@ -437,4 +439,57 @@ func checkDump(t *testing.T, out *bytes.Buffer, st *rubyvm.DumpStats, rep *dumpR
 	}
 
 	checkGraph(t, out.Bytes(), rep, rubyDump)
+}
+
+// TestSnapshotAfterTheHeapGrew: a VM opened on a process that then maps
+// more heap (a program allocating 300,000 Strings after rbscope attached)
+// dumps it from a snapshot taken afterwards, whole: the new pages are read
+// against the snapshot's mappings, not refused as a layout that does not
+// fit (read against the mappings of the opening, 9 of 12 snapshots of a
+// program still growing its heap were); and the dump holds at least the
+// Strings the program counts alive.
+func TestSnapshotAfterTheHeapGrew(t *testing.T) {
+	for _, rb := range testruby.Rubies(t) {
+		t.Run(rb.Name, func(t *testing.T) {
+			done := filepath.Join(t.TempDir(), "grown")
+			program := fmt.Sprintf(`
+				go = false
+				trap("USR1") { go = true }
+				$stdout.puts(format(%q, Process.pid)); $stdout.flush
+				sleep 0.01 until go
+				$keep = Array.new(300_000) { |i| "grown-#{i}" }
+				GC.start
+				GC.disable
+				File.write(%q, ObjectSpace.count_objects[:T_STRING].to_s)
+				sleep`, `{"pid": %d}`, done)
+			var rep struct{ PID int }
+			pid := testruby.StartInline(t, rb, program, &rep)
+			_, vm := testvm.Attach(t, pid)
+			if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			var strings int
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if b, err := os.ReadFile(done); err == nil && len(b) > 0 {
+					if strings, err = strconv.Atoi(string(b)); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the program did not grow its heap within 60 s")
+				}
+			}
+			var out bytes.Buffer
+			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			if err != nil {
+				t.Fatalf("snapshot after the heap grew: %v", err)
+			}
+			got := bytes.Count(out.Bytes(), []byte(`"type":"STRING"`))
+			t.Logf("Ruby %s: %d objects, %d Strings (the program counts %d)", vm.Version, st.Objects, got, strings)
+			if got < strings || strings < 300_000 {
+				t.Errorf("the dump holds %d Strings, the program counts %d (300,000 of them made after the VM was opened)", got, strings)
+			}
+		})
+	}
 }
