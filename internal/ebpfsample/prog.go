@@ -8,20 +8,44 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
-// The per-CPU scratch value the program works in: its counters, the
-// control frames it copies out of the target in one read, and the record
-// it sends to user space: a header, an (iseq, pc, ep) triple a frame, then
-// a copy of the top of the thread's value stack (up to the innermost
-// frame's sp), where the frames' environments mostly lie, so that user
-// space decodes each frame's method entry as it was at the sample.
+// The per-CPU scratch value the programs work in: their counters (the
+// clock's program's, then the switch program's), the control frames
+// copied out of the target in one read, and the record sent to user
+// space: a header, an (iseq, pc, ep) triple a frame, then a copy of the
+// top of the thread's value stack (up to the innermost frame's sp), where
+// the frames' environments mostly lie, so that user space decodes each
+// frame's method entry as it was at the sample.
 const (
 	numCounters  = 8
-	countersSize = numCounters * 8
-	headerSize   = 56 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0, GC flags (16), time (8)
-	gcFlagsOff   = 32
-	timeOff      = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
-	gcFlagsMax   = 16
-	tripleSize   = 24
+	countersSize = 2 * numCounters * 8
+	// TID, frames copied, frames in all, truncated, value stack base
+	// (8), its bytes, flags, GC flags (16), time (8), and for a switch
+	// record the end of the off-CPU time before it: when it began (8)
+	// and ended (8).
+	headerSize = 72
+	flagsOff   = 28
+	gcFlagsOff = 32
+	timeOff    = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
+	offOff     = 56 // the thread's switch-out before (0: unknown)
+	onOff      = 64 // its switch-in after that
+	gcFlagsMax = 16
+	tripleSize = 24
+)
+
+// Record flags.
+const (
+	flagSwitch = 1 // taken as the thread left its CPU (sched_switch), not on the clock
+	flagSame   = 2 // a switch record whose stack is the thread's last one: no frames
+)
+
+// The wall state of a thread, the switch programs' per-TID value: its
+// last switch-out's time (0: none known), its last switch-in's, and a
+// hash of the frames the last switch record sent.
+const (
+	wallOut   = 0
+	wallIn    = 8
+	wallHash  = 16
+	wallValue = 24
 )
 
 // Counter indexes in the scratch value.
@@ -35,6 +59,11 @@ const (
 	cntRingFull          // the ring buffer had no room
 	cntTruncated         // more frames than MaxFrames: the outermost left out
 )
+
+// cntSame, in the switch program's counters, counts the switch records
+// whose stack was the thread's last (no frames sent); its cntTruncated
+// place is free, as truncation is counted once, by the clock's program.
+const cntSame = cntTruncated
 
 // progParams are the constants the program is built with: where the
 // target's Ruby keeps what the walk reads (from its Layout) and the size
@@ -112,7 +141,27 @@ const (
 	slotEC    = -16 // the execution context's address
 	ecBufSize = 48
 	slotECBuf = -16 - ecBufSize // the execution context fields read
+	slotWall  = slotECBuf - 8   // the switch program's walls map value
+	slotHash  = slotWall - 8    // and the hash of the frames
 )
+
+// hashStep mixes R3 into the hash in R4 (a bijection of the hash for each
+// value: two stacks hash alike by chance alone), with R5 as scratch.
+func hashStep() asm.Instructions {
+	return asm.Instructions{
+		asm.Xor.Reg(asm.R4, asm.R3),
+		asm.Mul.Imm(asm.R4, 0x5bd1e995),
+		asm.Mov.Reg(asm.R5, asm.R4),
+		asm.RSh.Imm(asm.R5, 29),
+		asm.Xor.Reg(asm.R4, asm.R5),
+	}
+}
+
+// programFDs are the maps a program of the sampler uses; walls only in
+// the switch program.
+type programFDs struct {
+	threads, scratch, events, walls int
+}
 
 // program returns the instructions of the sampler: on a perf event on a
 // thread of the target it finds the thread's rb_thread_t (the threads map,
@@ -124,20 +173,40 @@ const (
 // (at most maxStack bytes below the innermost frame's sp) after them, and
 // sends the record to the ring buffer. Counters go to the per-CPU scratch
 // value.
-func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions {
+//
+// With switched, it is the switch program instead (switch.go), tail-called
+// as a thread of the target leaves its CPU: it walks the same way and
+// sends a switch record (flagSwitch) with the thread's last off-CPU span
+// (its switch-out and switch-in times, from the walls map), unless the
+// stack is the one the thread's last switch record sent (a hash of its
+// frames), when the record is its header alone (flagSame) and nothing is
+// copied. The walls map's switch-out time is set only when a record was
+// sent (cleared when not), so that an off-CPU span always follows the
+// stack of the record user space has.
+func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	lo, hi := p.ecSpan()
+	base := 0
+	if switched {
+		base = numCounters
+	}
 	count := func(idx int) asm.Instructions { // R6 is the scratch value
 		return asm.Instructions{
-			asm.LoadMem(asm.R1, asm.R6, int16(idx*8), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R6, int16((base+idx)*8), asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R6, int16(idx*8), asm.R1, asm.DWord),
+			asm.StoreMem(asm.R6, int16((base+idx)*8), asm.R1, asm.DWord),
 		}
 	}
 	countExit := func(label string, idx int) asm.Instructions {
 		ins := count(idx)
 		ins[0] = ins[0].WithSymbol(label)
+		if switched {
+			// No record: the thread's next span is not known to
+			// follow the stack user space has.
+			return append(ins, asm.Ja.Label("forget"))
+		}
 		return append(ins, asm.Ja.Label("exit"))
 	}
+	threadsFD, scratchFD, eventsFD := fd.threads, fd.scratch, fd.events
 	recOff, raw := int32(p.recOff()), int32(p.rawOff())
 	vmStackSlot := int16(slotECBuf + p.ecVMStack - lo)
 	var ins asm.Instructions
@@ -158,6 +227,18 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R6, asm.R0),
 	)
 	ins = append(ins, count(cntRuns)...)
+	if switched {
+		ins = append(ins,
+			// The thread's wall state, kept in slotWall.
+			asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
+			asm.LoadMapPtr(asm.R1, fd.walls),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, slotKey),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "nowall"),
+			asm.StoreMem(asm.R10, slotWall, asm.R0, asm.DWord),
+		)
+	}
 	ins = append(ins,
 		// The thread's &th->ec.
 		asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
@@ -203,13 +284,18 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.StoreImm(asm.R6, int16(recOff+16), 0, asm.Word),
 		asm.StoreImm(asm.R6, int16(recOff+20), 0, asm.Word),
 		asm.StoreImm(asm.R6, int16(recOff+24), 0, asm.Word),
-		asm.StoreImm(asm.R6, int16(recOff+28), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+flagsOff), 0, asm.Word),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R2, asm.DWord),
+		asm.StoreMem(asm.R6, int16(recOff+onOff), asm.R2, asm.DWord),
 		asm.Mov.Reg(asm.R8, asm.R1), // R8: frames to copy
 		asm.JLE.Imm(asm.R1, int32(p.maxFrames), "fits"),
 		asm.Mov.Imm(asm.R8, int32(p.maxFrames)),
 		asm.StoreImm(asm.R6, int16(recOff+12), 1, asm.Word),
 	)
-	ins = append(ins, count(cntTruncated)...)
+	if !switched {
+		ins = append(ins, count(cntTruncated)...)
+	}
 	ins = append(ins,
 		asm.StoreMem(asm.R6, int16(recOff+4), asm.R8, asm.Word).WithSymbol("fits"),
 		asm.JEq.Imm(asm.R8, 0, "bounds"),
@@ -240,7 +326,10 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.FnProbeReadUser.Call(),
 		asm.JNE.Imm(asm.R0, 0, "framesfault"),
-		// Each frame's iseq, pc and ep into the record.
+		// Each frame's iseq, pc and ep into the record; R4 hashes
+		// them (with cfp and the frames' count) for the switch program.
+		asm.Mov.Reg(asm.R4, asm.R9),
+		asm.Xor.Reg(asm.R4, asm.R8),
 		asm.Mov.Imm(asm.R7, 0), // R7: frame index
 		asm.JGE.Reg(asm.R7, asm.R8, "copied").WithSymbol("loop"),
 		asm.JGE.Imm(asm.R7, int32(p.maxFrames), "copied"),
@@ -250,12 +339,17 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R2, asm.R7),
 		asm.Mul.Imm(asm.R2, tripleSize),
 		asm.Add.Reg(asm.R2, asm.R6),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpIseq), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize), asm.R3, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpPC), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize+8), asm.R3, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpEP), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize+16), asm.R3, asm.DWord),
+	)
+	for _, f := range [][2]int64{{p.cfpIseq, 0}, {p.cfpPC, 8}, {p.cfpEP, 16}} {
+		ins = append(ins,
+			asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+f[0]), asm.DWord),
+			asm.StoreMem(asm.R2, int16(int64(recOff)+headerSize+f[1]), asm.R3, asm.DWord),
+		)
+		if switched {
+			ins = append(ins, hashStep()...)
+		}
+	}
+	ins = append(ins,
 		asm.Add.Imm(asm.R7, 1),
 		asm.Ja.Label("loop"),
 		// R7: the record's bytes so far.
@@ -263,6 +357,28 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mul.Imm(asm.R7, tripleSize),
 		asm.Add.Imm(asm.R7, headerSize),
 	)
+	if switched {
+		ins = append(ins,
+			// The span the thread was off a CPU before, ending at its
+			// last switch-in.
+			asm.StoreMem(asm.R10, slotHash, asm.R4, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R1, wallOut, asm.DWord),
+			asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R2, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R1, wallIn, asm.DWord),
+			asm.StoreMem(asm.R6, int16(recOff+onOff), asm.R2, asm.DWord),
+			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch, asm.Word),
+			// The stack the last record sent: the header alone.
+			asm.LoadMem(asm.R2, asm.R1, wallHash, asm.DWord),
+			asm.JNE.Reg(asm.R2, asm.R4, "changed"),
+			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch|flagSame, asm.Word),
+			asm.StoreImm(asm.R6, int16(recOff+4), 0, asm.Word),
+			asm.Mov.Imm(asm.R7, headerSize),
+		)
+		ins = append(ins, count(cntSame)...)
+		ins = append(ins, asm.Ja.Label("send"))
+		ins = append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol("changed"))
+	}
 	if p.maxStack > 0 {
 		ins = append(ins,
 			// The value stack from max(vm_stack, sp-maxStack) to the
@@ -303,12 +419,34 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.JNE.Imm(asm.R0, 0, "full"),
 	)
 	ins = append(ins, count(cntEmitted)...)
+	if switched {
+		ins = append(ins,
+			// The thread's state: its switch-out now, and the stack sent.
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R6, int16(recOff+timeOff), asm.DWord),
+			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R10, slotHash, asm.DWord),
+			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+		)
+	}
 	ins = append(ins, asm.Ja.Label("exit"))
+	if switched {
+		ins = append(ins, countExit("nowall", cntNoThread)...)
+		ins[len(ins)-1] = asm.Ja.Label("exit") // no state to forget
+	}
 	ins = append(ins, countExit("nothread", cntNoThread)...)
 	ins = append(ins, countExit("ecfault", cntECFault)...)
 	ins = append(ins, countExit("bounds", cntBadBounds)...)
 	ins = append(ins, countExit("framesfault", cntFramesRead)...)
 	ins = append(ins, countExit("full", cntRingFull)...)
+	if switched {
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord).WithSymbol("forget"),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
+			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+		)
+	}
 	ins = append(ins,
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
 		asm.Return(),
