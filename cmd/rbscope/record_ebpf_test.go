@@ -162,7 +162,6 @@ func TestRecordEBPFRefused(t *testing.T) {
 	for _, tc := range []struct {
 		flag, want string
 	}{
-		{"--idle", "--idle cannot be used with --ebpf"},
 		{"--gvl", "--gvl cannot be used with --ebpf"},
 		{"--native", "--native cannot be used with --ebpf"},
 		{"--subprocesses", "--subprocesses cannot be used with --ebpf"},

@@ -32,6 +32,14 @@ type RecordOptions struct {
 	// Timeline keeps every sample's time and thread in the profile
 	// (profile.Profile.Timeline), as the raw and firefox formats need.
 	Timeline bool
+	// FlushEvery, with Flush, hands the profile since the last flush to
+	// Flush and starts a new one (top --ebpf); Run then returns the last.
+	// Flush runs on the sampling goroutine and must not block for long.
+	FlushEvery time.Duration
+	Flush      func(*profile.Profile)
+	// ThreadFilter, if set, keeps only the samples of the threads whose
+	// name (sampling.ThreadName) it accepts (top --thread).
+	ThreadFilter func(name string) bool
 	// Idle records every thread whatever it does (record --idle): the
 	// threads on a CPU at the clock's samples, and the others for the
 	// time they spend off a CPU, weighed at Rate under the stack they
@@ -52,6 +60,10 @@ type Recorder struct {
 	opts RecordOptions
 	// ps is where Run puts the samples.
 	ps profiles
+	// counted and switchCounted are the programs' counters at the last
+	// flush (FlushEvery): a profile's ticks and errors are the
+	// difference.
+	counted, switchCounted Counters
 }
 
 // attached is a process the BPF sampler was loaded on: what open made,
@@ -195,15 +207,8 @@ const (
 // failed; the profile then holds the samples taken before.
 func (r *Recorder) Run(ctx context.Context) (*profile.Profile, error) {
 	defer r.Close()
-	prof := profile.NewProfile(r.opts.Rate)
-	if r.opts.Timeline {
-		prof.KeepTimeline()
-	}
-	prof.Start = time.Now()
-	r.ps = profiles{cpu: prof, threads: r.opts.Threads}
-	if r.opts.Idle {
-		r.ps = profiles{wall: prof, clock: newWallClock(r.opts.Rate), threads: r.opts.Threads}
-	}
+	prof := r.newProfile()
+	lastFlush := time.Now()
 	var end <-chan time.Time
 	if r.opts.Duration > 0 {
 		timer := time.NewTimer(r.opts.Duration)
@@ -245,6 +250,22 @@ loop:
 				lastRefresh, noThread = time.Now(), c.NoThread
 			}
 		}
+		if r.opts.Flush != nil && time.Since(lastFlush) >= r.opts.FlushEvery {
+			lastFlush = time.Now()
+			if r.ps.clock != nil {
+				if err = r.ps.clock.settle(r.s, prof, r.pid); err != nil {
+					break
+				}
+			}
+			prof.Duration = time.Since(prof.Start)
+			r.count(prof, c)
+			r.counted = c
+			if sc, err := r.s.SwitchCounters(); err == nil {
+				r.switchCounted = sc
+			}
+			r.opts.Flush(prof)
+			prof = r.newProfile()
+		}
 		if r.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			r.count(prof, c)
@@ -270,14 +291,32 @@ loop:
 	return prof, err
 }
 
+// newProfile starts the profile Run fills, as r.ps says.
+func (r *Recorder) newProfile() *profile.Profile {
+	prof := profile.NewProfile(r.opts.Rate)
+	if r.opts.Timeline {
+		prof.KeepTimeline()
+	}
+	prof.Start = time.Now()
+	r.ps = profiles{cpu: prof, threads: r.opts.Threads, keep: r.opts.ThreadFilter}
+	if r.opts.Idle {
+		clock := r.ps.clock
+		if clock == nil {
+			clock = newWallClock(r.opts.Rate)
+		}
+		r.ps = profiles{wall: prof, clock: clock, threads: r.opts.Threads, keep: r.opts.ThreadFilter}
+	}
+	return prof
+}
+
 // count sets the profile's ticks and errors from the program's counters:
 // a tick is a perf event on a thread of the target, and an error one
 // whose stack could not be read or sent. A recording of every thread
 // (Idle) has a tick a period of its time, as the user-space sampler's,
 // and its errors are the switch program's too.
 func (r *Recorder) count(prof *profile.Profile, c Counters) {
-	prof.Ticks = int(c.Runs)
-	prof.Errors = int(c.errors())
+	prof.Ticks = int(c.Runs - r.counted.Runs)
+	prof.Errors = int(c.errors() - r.counted.errors())
 	if r.ps.clock != nil {
 		d := prof.Duration
 		if d == 0 { // still recording
@@ -285,7 +324,7 @@ func (r *Recorder) count(prof *profile.Profile, c Counters) {
 		}
 		prof.Ticks = int(d.Seconds() * r.opts.Rate)
 		if sc, err := r.s.SwitchCounters(); err == nil {
-			prof.Errors += int(sc.errors())
+			prof.Errors += int(sc.errors() - r.switchCounted.errors())
 		}
 	}
 }
@@ -305,6 +344,8 @@ type profiles struct {
 	clock     *wallClock
 	// threads puts each sample under a root frame naming its thread.
 	threads bool
+	// keep, if set, says which threads' samples are kept, by name.
+	keep func(thread string) bool
 }
 
 // drainInto adds the samples in s's ring buffer to ps and returns how
@@ -315,6 +356,9 @@ func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
 			return // a thread not yet running Ruby code
 		}
 		thread := s.ThreadName(smp.TID)
+		if ps.keep != nil && !ps.keep(thread) {
+			return
+		}
 		root := ""
 		if ps.threads {
 			root = thread
