@@ -20,32 +20,33 @@ const (
 	countersSize = 2 * numCounters * 8
 	// TID, frames copied, frames in all, truncated, value stack base
 	// (8), its bytes, flags, GC flags (16), time (8), and for a switch
-	// record the end of the off-CPU time before it: when it began (8)
-	// and ended (8).
+	// record the thread's time off a CPU under its last stack (8) and
+	// its CPU time now (8).
 	headerSize = 72
 	flagsOff   = 28
 	gcFlagsOff = 32
 	timeOff    = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
-	offOff     = 56 // the thread's switch-out before (0: unknown)
-	onOff      = 64 // its switch-in after that
+	offOff     = 56 // nanoseconds
+	ranOff     = 64 // the thread's sum_exec_runtime (0: unknown)
 	gcFlagsMax = 16
 	tripleSize = 24
 )
 
-// Record flags.
-const (
-	flagSwitch = 1 // taken as the thread left its CPU (sched_switch), not on the clock
-	flagSame   = 2 // a switch record whose stack is the thread's last one: no frames
-)
+// flagSwitch, a record flag, says it was taken as the thread left its
+// CPU with another stack than at its last switch (sched_switch), not on
+// the clock.
+const flagSwitch = 1
 
-// The wall state of a thread, the switch programs' per-TID value: its
-// last switch-out's time (0: none known), its last switch-in's, and a
-// hash of the frames the last switch record sent.
+// The wall state of a thread, the switch program's per-TID value: the
+// time of its last switch (0: none known, or a record was lost), its CPU
+// time then, its time off a CPU since the last record it sent (acc: under
+// that record's stack), and a hash of that record's frames.
 const (
 	wallOut   = 0
-	wallIn    = 8
-	wallHash  = 16
-	wallValue = 24
+	wallRan   = 8
+	wallAcc   = 16
+	wallHash  = 24
+	wallValue = 32
 )
 
 // Counter indexes in the scratch value.
@@ -60,8 +61,8 @@ const (
 	cntTruncated         // more frames than MaxFrames: the outermost left out
 )
 
-// cntSame, in the switch program's counters, counts the switch records
-// whose stack was the thread's last (no frames sent); its cntTruncated
+// cntSame, in the switch program's counters, counts the switches whose
+// stack was the thread's last record's (nothing sent); its cntTruncated
 // place is free, as truncation is counted once, by the clock's program.
 const cntSame = cntTruncated
 
@@ -81,6 +82,9 @@ type progParams struct {
 	// from the Layout
 	ecVMStack, ecVMStackSize, ecCFP       int64
 	cfpSize, cfpPC, cfpSP, cfpIseq, cfpEP int64
+	// taskRan is the offset of task_struct's se.sum_exec_runtime in the
+	// kernel (the switch program's; switchHook.taskRan).
+	taskRan int32
 }
 
 // newProgParams takes the program's offsets from the target's Layout.
@@ -175,14 +179,15 @@ type programFDs struct {
 // value.
 //
 // With switched, it is the switch program instead (switch.go), tail-called
-// as a thread of the target leaves its CPU: it walks the same way and
-// sends a switch record (flagSwitch) with the thread's last off-CPU span
-// (its switch-out and switch-in times, from the walls map), unless the
-// stack is the one the thread's last switch record sent (a hash of its
-// frames), when the record is its header alone (flagSame) and nothing is
-// copied. The walls map's switch-out time is set only when a record was
-// sent (cleared when not), so that an off-CPU span always follows the
-// stack of the record user space has.
+// as a thread of the target leaves its CPU: it walks the same way, and
+// adds the thread's time off a CPU since its last switch (the time since
+// less its CPU time since, the scheduler's sum_exec_runtime) to its acc in
+// the walls map. When the stack is the one the thread's last record sent
+// (a hash of its frames), that is all: nothing is sent. Else it sends a
+// switch record (flagSwitch) with the acc, the time off a CPU under the
+// last record's stack, and starts a new acc. A failure clears the
+// thread's state, so that no time goes under a stack user space did not
+// get.
 func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	lo, hi := p.ecSpan()
 	base := 0
@@ -287,7 +292,7 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		asm.StoreImm(asm.R6, int16(recOff+flagsOff), 0, asm.Word),
 		asm.Mov.Imm(asm.R2, 0),
 		asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R2, asm.DWord),
-		asm.StoreMem(asm.R6, int16(recOff+onOff), asm.R2, asm.DWord),
+		asm.StoreMem(asm.R6, int16(recOff+ranOff), asm.R2, asm.DWord),
 		asm.Mov.Reg(asm.R8, asm.R1), // R8: frames to copy
 		asm.JLE.Imm(asm.R1, int32(p.maxFrames), "fits"),
 		asm.Mov.Imm(asm.R8, int32(p.maxFrames)),
@@ -304,18 +309,34 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		asm.FnKtimeGetNs.Call(),
 		asm.StoreMem(asm.R6, int16(recOff+timeOff), asm.R0, asm.DWord),
 	)
+	if switched {
+		ins = append(ins,
+			// The thread's CPU time (current is the task leaving).
+			asm.FnGetCurrentTask.Call(),
+			asm.Mov.Reg(asm.R3, asm.R0),
+			asm.Add.Imm(asm.R3, p.taskRan),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Add.Imm(asm.R1, recOff+ranOff),
+			asm.Mov.Imm(asm.R2, 8),
+			asm.FnProbeReadKernel.Call(),
+		)
+	}
 	for w := int16(0); w < gcFlagsMax/4; w++ {
 		ins = append(ins, asm.StoreImm(asm.R6, int16(recOff+gcFlagsOff)+4*w, 0, asm.Word))
 	}
+	gcFlags := asm.Instructions{}
 	if p.gcFlagsLen > 0 {
-		ins = append(ins,
+		gcFlags = asm.Instructions{
 			// The collector's flags (zeros when they cannot be read).
 			asm.Mov.Reg(asm.R1, asm.R6),
 			asm.Add.Imm(asm.R1, recOff+gcFlagsOff),
 			asm.Mov.Imm(asm.R2, int32(p.gcFlagsLen)),
 			asm.LoadImm(asm.R3, int64(p.gcFlags), asm.DWord),
 			asm.FnProbeReadUser.Call(),
-		)
+		}
+	}
+	if !switched {
+		ins = append(ins, gcFlags...)
 	}
 	ins = append(ins,
 		// The control frames, in one read.
@@ -359,25 +380,47 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	)
 	if switched {
 		ins = append(ins,
-			// The span the thread was off a CPU before, ending at its
-			// last switch-in.
+			// R3: the thread's time off a CPU since its last switch
+			// (its time since less its CPU time since; 0 when unknown)
+			// and before, under the same stack (its acc).
 			asm.StoreMem(asm.R10, slotHash, asm.R4, asm.DWord),
 			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.Mov.Imm(asm.R3, 0),
 			asm.LoadMem(asm.R2, asm.R1, wallOut, asm.DWord),
-			asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R2, asm.DWord),
-			asm.LoadMem(asm.R2, asm.R1, wallIn, asm.DWord),
-			asm.StoreMem(asm.R6, int16(recOff+onOff), asm.R2, asm.DWord),
-			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch, asm.Word),
-			// The stack the last record sent: the header alone.
+			asm.JEq.Imm(asm.R2, 0, "nospan"),
+			asm.LoadMem(asm.R5, asm.R1, wallRan, asm.DWord),
+			asm.JEq.Imm(asm.R5, 0, "nospan"),
+			asm.LoadMem(asm.R0, asm.R6, int16(recOff+ranOff), asm.DWord),
+			asm.JEq.Imm(asm.R0, 0, "nospan"),
+			asm.Sub.Reg(asm.R0, asm.R5), // CPU time since
+			asm.LoadMem(asm.R3, asm.R6, int16(recOff+timeOff), asm.DWord),
+			asm.Sub.Reg(asm.R3, asm.R2), // time since
+			asm.Sub.Reg(asm.R3, asm.R0),
+			asm.JSGE.Imm(asm.R3, 0, "nospan"),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.LoadMem(asm.R2, asm.R1, wallAcc, asm.DWord).WithSymbol("nospan"),
+			asm.Add.Reg(asm.R3, asm.R2),
+			// This switch is the thread's last from now on.
+			asm.LoadMem(asm.R2, asm.R6, int16(recOff+timeOff), asm.DWord),
+			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R6, int16(recOff+ranOff), asm.DWord),
+			asm.StoreMem(asm.R1, wallRan, asm.R2, asm.DWord),
+			// The stack the last record sent: its time adds up, and
+			// nothing is sent.
 			asm.LoadMem(asm.R2, asm.R1, wallHash, asm.DWord),
 			asm.JNE.Reg(asm.R2, asm.R4, "changed"),
-			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch|flagSame, asm.Word),
-			asm.StoreImm(asm.R6, int16(recOff+4), 0, asm.Word),
-			asm.Mov.Imm(asm.R7, headerSize),
+			asm.StoreMem(asm.R1, wallAcc, asm.R3, asm.DWord),
 		)
 		ins = append(ins, count(cntSame)...)
-		ins = append(ins, asm.Ja.Label("send"))
-		ins = append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol("changed"))
+		ins = append(ins, asm.Ja.Label("exit"))
+		ins = append(ins,
+			// Another stack: the record says the time off a CPU under
+			// the last.
+			asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R3, asm.DWord).WithSymbol("changed"),
+			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch, asm.Word),
+		)
+		// (Read for a record sent only.)
+		ins = append(ins, gcFlags...)
 	}
 	if p.maxStack > 0 {
 		ins = append(ins,
@@ -421,12 +464,12 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	ins = append(ins, count(cntEmitted)...)
 	if switched {
 		ins = append(ins,
-			// The thread's state: its switch-out now, and the stack sent.
+			// The thread's state: the stack sent, no time under it yet.
 			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
-			asm.LoadMem(asm.R2, asm.R6, int16(recOff+timeOff), asm.DWord),
-			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
 			asm.LoadMem(asm.R2, asm.R10, slotHash, asm.DWord),
 			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.StoreMem(asm.R1, wallAcc, asm.R2, asm.DWord),
 		)
 	}
 	ins = append(ins, asm.Ja.Label("exit"))
@@ -445,6 +488,7 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			asm.Mov.Imm(asm.R2, 0),
 			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
 			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+			asm.StoreMem(asm.R1, wallAcc, asm.R2, asm.DWord),
 		)
 	}
 	ins = append(ins,

@@ -349,9 +349,13 @@ type profiles struct {
 }
 
 // drainInto adds the samples in s's ring buffer to ps and returns how
-// many it read.
+// many of them the clock took (not the switch samples).
 func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
-	return s.Drain(func(smp *Sample) {
+	clocked := 0
+	_, err := s.Drain(func(smp *Sample) {
+		if !smp.Switch {
+			clocked++
+		}
 		if len(smp.Frames) == 0 && !smp.Switch {
 			return // a thread not yet running Ruby code
 		}
@@ -381,6 +385,7 @@ func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
 			}
 		}
 	})
+	return clocked, err
 }
 
 // ProfileFrames returns the stack of smp as a profile keeps it, root

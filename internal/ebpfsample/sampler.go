@@ -75,15 +75,12 @@ type Sample struct {
 	// the perf event, on the wall clock's scale).
 	Time time.Time
 	// Switch says the sample was taken as the thread left its CPU (a
-	// context switch), not on the clock; Same that its stack is the one
-	// of the thread's last switch sample, not sent again (Frames empty).
-	Switch, Same bool
-	// OffFrom and OffTo, in a switch sample, are the thread's last span
-	// off a CPU before it: from its last switch sample to its last
-	// switch-in. OffFrom is zero when the span is not known to follow
-	// the thread's last switch sample (one was lost), OffTo before
-	// OffFrom when no switch-in was seen.
-	OffFrom, OffTo time.Time
+	// context switch) with another stack than at the last switch sample
+	// of it, not on the clock; Off is then the thread's time off a CPU
+	// since that sample, under its stack (zero when unknown: a sample
+	// was lost).
+	Switch bool
+	Off    time.Duration
 }
 
 // Counters are what the BPF program counted, summed over the CPUs.
@@ -220,6 +217,7 @@ func (s *Sampler) load(opts Options) error {
 	}
 	if s.switches != nil {
 		fds.walls = s.switches.walls.FD()
+		s.params.taskRan = s.switches.taskRan
 		s.sprog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 			Name:         "rbs_switched",
 			Type:         ebpf.RawTracepoint,
@@ -414,11 +412,8 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	le := binary.LittleEndian
 	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
 	smp.Time = s.wallTime(le.Uint64(b[timeOff:]))
-	if flags := le.Uint32(b[flagsOff:]); flags&flagSwitch != 0 {
-		smp.Switch, smp.Same = true, flags&flagSame != 0
-		if off := le.Uint64(b[offOff:]); off != 0 {
-			smp.OffFrom, smp.OffTo = s.wallTime(off), s.wallTime(le.Uint64(b[onOff:]))
-		}
+	if le.Uint32(b[flagsOff:])&flagSwitch != 0 {
+		smp.Switch, smp.Off = true, time.Duration(le.Uint64(b[offOff:]))
 	}
 	if s.params.gcFlagsLen > 0 {
 		smp.GC = s.vm.GCPhaseFrom(b[gcFlagsOff : gcFlagsOff+s.params.gcFlagsLen])
@@ -523,8 +518,8 @@ func (s *Sampler) Counters() (Counters, error) {
 
 // SwitchCounters sums the switch program's counters over the CPUs: Runs
 // are its runs on a thread of the target (a thread leaving its CPU), and
-// Truncated counts the switch samples whose stack was the thread's last
-// (Sample.Same).
+// Truncated counts those whose stack was the thread's last switch
+// sample's (no sample sent).
 func (s *Sampler) SwitchCounters() (Counters, error) {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {

@@ -346,7 +346,9 @@ func (m *member) newProfiles(rate float64) {
 }
 
 // drain adds the samples in m's ring buffer to its profiles and returns
-// how many it read.
+// how many the clock took: a process none of whose threads ran on a CPU
+// keeps its clocks' phases (visit), however many times its threads
+// left a CPU.
 func (m *member) drain() (int, error) {
 	return drainInto(m.s, profiles{cpu: m.prof, wall: m.wall, clock: m.clock}, m.pid)
 }

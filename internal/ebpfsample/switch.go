@@ -14,12 +14,15 @@ import (
 
 // switchHook is what wall-clock profiles with the BPF sampler share: one
 // program on the scheduler's sched_switch raw tracepoint, run at every
-// context switch of the host, which notes the switch-in time of a thread
-// the walls map lists (its next task) and, when the thread leaving the
-// CPU (current) is of a process sampled, tail-calls that process's
-// switch program (program with switched), found by its PID. One
-// dispatcher for any number of processes keeps the cost of a switch one
-// map lookup by PID, not one program run a process.
+// context switch of the host, which, when the thread leaving the CPU
+// (current) is of a process sampled, tail-calls that process's switch
+// program (program with switched), found by its PID. One dispatcher for
+// any number of processes keeps the cost of the host's other switches
+// one map lookup, not one program run a process; and no program runs as
+// a thread comes back to a CPU: the time it spent off one is its time
+// between two switch records less its CPU time between them, which the
+// switch program reads from the kernel's task (its sum_exec_runtime, at
+// the offset the kernel's BTF gives).
 type switchHook struct {
 	// walls is the wall state of each thread listed (wallValue bytes),
 	// by TID; tgids the slot in progs of each process's switch
@@ -27,6 +30,8 @@ type switchHook struct {
 	walls, tgids, progs *ebpf.Map
 	disp                *ebpf.Program
 	link                link.Link
+	// taskRan is the offset of task_struct's se.sum_exec_runtime.
+	taskRan int32
 
 	mu   sync.Mutex
 	used map[uint32]bool // the slots taken
@@ -41,12 +46,12 @@ const (
 
 // ErrNoBTF is returned where the kernel gives no BTF of its types
 // (/sys/kernel/btf/vmlinux), which the switch program needs to read a
-// task's PID.
+// task's CPU time.
 var ErrNoBTF = errors.New("the kernel gives no BTF (/sys/kernel/btf/vmlinux)")
 
-// taskPIDOffset is the offset of task_struct's pid (the TID) in this
-// kernel, from its BTF.
-func taskPIDOffset() (int32, error) {
+// taskRanOffset is the offset of task_struct's se.sum_exec_runtime (the
+// task's CPU time, in nanoseconds) in this kernel, from its BTF.
+func taskRanOffset() (int32, error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNoBTF, err)
@@ -55,24 +60,42 @@ func taskPIDOffset() (int32, error) {
 	if err := spec.TypeByName("task_struct", &task); err != nil {
 		return 0, fmt.Errorf("task_struct in the kernel's BTF: %w", err)
 	}
-	for _, m := range task.Members {
-		if m.Name == "pid" {
-			if m.Offset%8 != 0 {
-				return 0, fmt.Errorf("task_struct.pid at bit %d: not a byte boundary", m.Offset)
-			}
-			return int32(m.Offset / 8), nil
+	se, ok := structMember(task, "se")
+	if !ok {
+		return 0, errors.New("task_struct has no se in the kernel's BTF")
+	}
+	ent, ok := btf.UnderlyingType(se.Type).(*btf.Struct)
+	if !ok {
+		return 0, fmt.Errorf("task_struct.se is a %v in the kernel's BTF, not a struct", se.Type)
+	}
+	ran, ok := structMember(ent, "sum_exec_runtime")
+	if !ok {
+		return 0, errors.New("sched_entity has no sum_exec_runtime in the kernel's BTF")
+	}
+	off := se.Offset + ran.Offset
+	if off%64 != 0 {
+		return 0, fmt.Errorf("task_struct.se.sum_exec_runtime at bit %d: not aligned", off)
+	}
+	return int32(off / 8), nil
+}
+
+// structMember finds a struct's member by name.
+func structMember(s *btf.Struct, name string) (btf.Member, bool) {
+	for _, m := range s.Members {
+		if m.Name == name {
+			return m, true
 		}
 	}
-	return 0, errors.New("task_struct has no pid in the kernel's BTF")
+	return btf.Member{}, false
 }
 
 // newSwitchHook loads the dispatcher and attaches it to sched_switch.
 func newSwitchHook() (*switchHook, error) {
-	pidOff, err := taskPIDOffset()
+	ran, err := taskRanOffset()
 	if err != nil {
 		return nil, err
 	}
-	h := &switchHook{used: map[uint32]bool{}}
+	h := &switchHook{taskRan: ran, used: map[uint32]bool{}}
 	if h.walls, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_walls", Type: ebpf.Hash, KeySize: 4, ValueSize: wallValue, MaxEntries: maxWallThreads}); err != nil {
 		h.close()
 		return nil, fmt.Errorf("walls map: %w", err)
@@ -89,7 +112,7 @@ func newSwitchHook() (*switchHook, error) {
 		Name:         "rbs_switch",
 		Type:         ebpf.RawTracepoint,
 		License:      "GPL",
-		Instructions: dispatcher(pidOff, h.walls.FD(), h.tgids.FD(), h.progs.FD()),
+		Instructions: dispatcher(h.tgids.FD(), h.progs.FD()),
 	}, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
 	if err != nil {
 		h.close()
@@ -111,32 +134,13 @@ func verifierLog(err error) error {
 	return err
 }
 
-// dispatcher is the sched_switch program: args[2] of the raw tracepoint
-// is the next task, whose pid (its TID) is read at pidOff; a thread in
-// walls gets its switch-in time; then, when the current task (the one
-// leaving) is of a process in tgids, the process's switch program runs
-// in its place (a tail call, which does not return).
-func dispatcher(pidOff int32, wallsFD, tgidsFD, progsFD int) asm.Instructions {
+// dispatcher is the sched_switch program: when the current task (the one
+// leaving its CPU) is of a process in tgids, the process's switch program
+// runs in its place (a tail call, which does not return).
+func dispatcher(tgidsFD, progsFD int) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
-		// The next task's TID.
-		asm.LoadMem(asm.R3, asm.R6, 16, asm.DWord),
-		asm.Add.Imm(asm.R3, pidOff),
-		asm.Mov.Reg(asm.R1, asm.R10),
-		asm.Add.Imm(asm.R1, -8),
-		asm.Mov.Imm(asm.R2, 4),
-		asm.FnProbeReadKernel.Call(),
-		asm.JNE.Imm(asm.R0, 0, "out"),
-		asm.LoadMapPtr(asm.R1, wallsFD),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.FnKtimeGetNs.Call(),
-		asm.StoreMem(asm.R7, wallIn, asm.R0, asm.DWord),
-		// The task leaving: its process's switch program.
-		asm.FnGetCurrentPidTgid.Call().WithSymbol("out"),
+		asm.FnGetCurrentPidTgid.Call(),
 		asm.RSh.Imm(asm.R0, 32),
 		asm.StoreMem(asm.R10, -8, asm.R0, asm.Word),
 		asm.LoadMapPtr(asm.R1, tgidsFD),
