@@ -17,6 +17,11 @@
 // a frame's decoding reads beyond the copied value stack (an environment
 // moved to the heap, a block's enclosing environment deeper than the
 // copy) is read when the sample is drained, not when it was taken.
+//
+// For wall-clock profiles (record --idle, agent --profile wall) a second
+// program runs as a thread of the target leaves its CPU (sched_switch,
+// switch.go): it walks the same way, and the thread's time off a CPU is
+// counted under that stack (wall.go).
 package ebpfsample
 
 import (
