@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,26 +32,39 @@ func hookOrSkip(t *testing.T) *switchHook {
 }
 
 // wallShares is what testdata/wall_shares.rb measured of itself over its
-// window: each method's wall and CPU seconds.
+// window (Start to End on CLOCK_MONOTONIC, in seconds): each method's wall
+// and CPU seconds, its longest call and the most CPU time of a call.
 type wallShares struct {
+	Start   float64            `json:"start"`
+	End     float64            `json:"end"`
 	Seconds float64            `json:"seconds"`
 	Wall    map[string]float64 `json:"wall"`
 	CPU     map[string]float64 `json:"cpu"`
+	Longest map[string]float64 `json:"longest"`
+	CPUCall map[string]float64 `json:"cpu_call"`
 }
 
-// methodCounts sums the samples of p whose stack holds each method of
-// wallShares (a frame whose label ends in its name).
-func methodCounts(p *profile.Profile) map[string]int {
-	out := map[string]int{}
-	for _, st := range p.Stacks {
-		seen := map[string]bool{}
+// methodCounts sums the samples of p's timeline from from to to whose
+// stack holds each method of wallShares (a frame whose label ends in its
+// name).
+func methodCounts(p *profile.Profile, from, to time.Time) map[string]int {
+	holds := make([][]string, len(p.Stacks))
+	for si, st := range p.Stacks {
 		for _, id := range st.Frames {
 			for _, m := range []string{"sleeper_a", "waiter_b", "burn_c", "rest_d"} {
-				if l := p.Frames[id].Label; !seen[m] && (l == m || strings.HasSuffix(l, "#"+m)) {
-					seen[m] = true
-					out[m] += st.Count
+				if l := p.Frames[id].Label; (l == m || strings.HasSuffix(l, "#"+m)) && !slices.Contains(holds[si], m) {
+					holds[si] = append(holds[si], m)
 				}
 			}
+		}
+	}
+	out := map[string]int{}
+	for _, smp := range p.Timeline {
+		if at := p.Start.Add(smp.Time); at.Before(from) || at.After(to) {
+			continue
+		}
+		for _, m := range holds[smp.Stack] {
+			out[m]++
 		}
 	}
 	return out
@@ -63,7 +77,11 @@ func methodCounts(p *profile.Profile) map[string]int {
 // pipe in waiter_b, on a CPU or waiting for one in burn_c), in the CPU
 // profile its CPU time, each times the rate, within four standard
 // deviations of the clock's sampling of the time on a CPU (the time off a
-// CPU is measured, not sampled) and the edges of the window. Every stack
+// CPU is measured, not sampled) and the edges of the window (the samples
+// counted are those whose time is in the program's window, which it
+// measures exactly; a span off a CPU straddling an edge has its samples
+// spread over it, so the longest call of a method bounds the error at
+// each edge, however loaded the machine). Every stack
 // of the CPU profile is in the wall profile at least as often: its clock
 // samples are the same. It does not assume an idle machine: burn_c's wall
 // time holds the time it waited for a CPU, as the program's clock does.
@@ -79,7 +97,12 @@ func TestWallShares(t *testing.T) {
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm := attachVM(t, rep.PID)
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: rate, switches: hook})
-			ps := profiles{cpu: profile.NewProfile(rate), wall: profile.NewProfile(rate), clock: newWallClock(rate)}
+			newProfile := func() *profile.Profile {
+				p := profile.NewProfile(rate)
+				p.KeepTimeline()
+				return p
+			}
+			ps := profiles{cpu: newProfile(), wall: newProfile(), clock: newWallClock(rate)}
 			if err := s.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +115,7 @@ func TestWallShares(t *testing.T) {
 			if err := ps.clock.settle(s, ps.wall, rep.PID); err != nil {
 				t.Fatal(err)
 			}
-			ps.cpu, ps.wall = profile.NewProfile(rate), profile.NewProfile(rate)
+			ps.cpu, ps.wall = newProfile(), newProfile()
 			if err := os.WriteFile(p.Report+".go", nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -126,25 +149,35 @@ func TestWallShares(t *testing.T) {
 			sc, _ := s.SwitchCounters()
 			t.Logf("program: %+v", got)
 			t.Logf("clock: %+v; switches: %+v", c, sc)
-			wall, cpu := methodCounts(ps.wall), methodCounts(ps.cpu)
-			// The window's edges: the program's sums move at the end of
-			// a call (12 ms at most), the profile's at a drain (5 ms
-			// apart) and the program's polls (5 ms); two edges.
-			edge := 2 * (0.012 + 0.005 + 0.005) * rate
-			check := func(kind, m string, n int, want, onCPU float64) {
-				tol := 4*math.Sqrt(max(onCPU, 1)) + edge
+			// The samples of the program's window, by their times.
+			from, to := s.wallTime(uint64(got.Start*1e9)), s.wallTime(uint64(got.End*1e9))
+			wall, cpu := methodCounts(ps.wall, from, to), methodCounts(ps.cpu, from, to)
+			check := func(kind, m string, n int, want, onCPU, edge float64) {
+				// The clock's samples on a CPU are a sample; the time off
+				// a CPU is measured, its samples spread over the span
+				// between the thread's switch records (from a call's
+				// switch-out to the next switch, which may be in the
+				// next call), which may straddle the window's edges: at
+				// most the method's longest call and the longest of any
+				// at each (for the CPU time, the program's sums at the
+				// edges are off by a call's CPU time at most).
+				tol := 4*math.Sqrt(max(onCPU, 1)) + 2*edge*rate + 2
 				t.Logf("%s %-9s %5d samples, want %7.1f ± %.1f", kind, m, n, want, tol)
 				if math.Abs(float64(n)-want) > tol {
 					t.Errorf("%s profile: %s has %d samples, the program measured %.3f s there (%.1f samples at %d Hz; tolerance %.1f)", kind, m, n, want/rate, want, rate, tol)
 				}
+			}
+			longest := 0.0
+			for _, d := range got.Longest {
+				longest = max(longest, d)
 			}
 			for _, m := range []string{"sleeper_a", "waiter_b", "burn_c", "rest_d"} {
 				if got.Wall[m] < 0.1 {
 					t.Fatalf("the program spent %.3f s in %s: too little to test", got.Wall[m], m)
 				}
 				onCPU := got.CPU[m] * rate
-				check("wall", m, wall[m], got.Wall[m]*rate, onCPU)
-				check("cpu", m, cpu[m], onCPU, onCPU)
+				check("wall", m, wall[m], got.Wall[m]*rate, onCPU, got.Longest[m]+longest)
+				check("cpu", m, cpu[m], onCPU, onCPU, got.CPUCall[m])
 			}
 			// The clock's samples are in both profiles.
 			for si, st := range ps.cpu.Stacks {
