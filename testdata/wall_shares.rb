@@ -93,7 +93,7 @@ Thread.new do
   end
 end
 Thread.new do
-  sleep 0.005 until File.exist?(report + ".go")
+  sleep 0.001 until File.exist?(report + ".go")
   t0 = clock
   w0 = walls(t0)
   c0 = CPU.dup
