@@ -34,9 +34,9 @@ type offThread struct {
 	frames []profile.Frame
 	thread string
 	// since is when that sample was taken; settled the time off a CPU
-	// since that is in a profile already (settle).
-	since   time.Time
-	settled time.Duration
+	// since that is in a profile already (settle), up to settledAt.
+	since, settledAt time.Time
+	settled          time.Duration
 	// carry is the off-CPU time not yet a whole sample, in periods.
 	carry float64
 }
@@ -54,12 +54,12 @@ func (w *wallClock) switched(wall *profile.Profile, smp *Sample, frames []profil
 		t = &offThread{}
 		w.threads[smp.TID] = t
 	}
-	w.add(wall, t, smp.Off-t.settled, t.since, smp.Time, pid, smp.TID)
+	w.add(wall, t, smp.Off-t.settled, later(t.since, t.settledAt), smp.Time, pid, smp.TID)
 	t.frames = append(t.frames[:0], frames...)
 	if len(frames) == 0 {
 		t.frames = nil
 	}
-	t.thread, t.since, t.settled = thread, smp.Time, 0
+	t.thread, t.since, t.settled, t.settledAt = thread, smp.Time, 0, time.Time{}
 }
 
 // settle adds, for each thread, its time off a CPU since its last switch
@@ -95,8 +95,8 @@ func (w *wallClock) settle(s *Sampler, wall *profile.Profile, pid int) error {
 			open = max(now.Sub(s.wallTime(out))-(ranNow-ran), 0)
 		}
 		total := acc + open
-		w.add(wall, t, total-t.settled, t.since, now, pid, tid)
-		t.settled = max(total, t.settled)
+		w.add(wall, t, total-t.settled, later(t.since, t.settledAt), now, pid, tid)
+		t.settled, t.settledAt = max(total, t.settled), now
 	}
 	return nil
 }
@@ -118,7 +118,8 @@ func (w *wallClock) add(wall *profile.Profile, t *offThread, off time.Duration, 
 		return
 	}
 	// The samples' times, spread over the span (when within it the
-	// thread was off its CPU is not known).
+	// thread was off its CPU is not known): from its last switch sample,
+	// or its last settling, to now.
 	if from.IsZero() || from.After(to) {
 		from = to
 	}
@@ -126,4 +127,12 @@ func (w *wallClock) add(wall *profile.Profile, t *offThread, off time.Duration, 
 	for i := 0; i < int(n); i++ {
 		wall.AddSample(t.frames, from.Add(step/2+time.Duration(i)*step), pid, tid, t.thread)
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
