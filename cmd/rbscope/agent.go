@@ -47,7 +47,7 @@ func defineAgentFlags(fs *pflag.FlagSet, s *agentSettings) {
 	fs.StringVar(&s.match, "match", s.match, "profile only the processes whose command line matches this regular expression")
 	fs.BoolVar(&s.pause, "pause", s.pause, "stop each process for each sample (exact stacks, more overhead)")
 	fs.BoolVar(&s.realtime, "realtime", s.realtime, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy host land where they were drawn (it leaves real time when its ticks use half of a CPU); --realtime=false to keep it at normal priority")
-	fs.BoolVar(&s.ebpf, "ebpf", s.ebpf, "sample with the BPF sampler (experimental): the Ruby frame walk runs in the kernel on each CPU's clock and the agent wakes 20 times a second, whatever the rate and the number of processes; CPU profiles only; needs root (CAP_BPF, CAP_PERFMON) in the host's PID namespace")
+	fs.BoolVar(&s.ebpf, "ebpf", s.ebpf, "sample with the BPF sampler (experimental): the Ruby frame walk runs in the kernel on each CPU's clock and the agent wakes 20 times a second, whatever the rate and the number of processes; wall profiles add each thread's time off a CPU from the scheduler's context switches (the kernel's BTF needed); needs root (CAP_BPF, CAP_PERFMON) in the host's PID namespace")
 	fs.StringSliceVar(&s.profiles, "profile", s.profiles, "the profiles pushed for each process: cpu (the threads on a CPU), wall (every thread, whatever it does: waits for the database, locks, the GVL, sleep), or cpu,wall")
 	fs.BoolVar(&s.contextLabels, "context-labels", s.contextLabels, "label each sample with the program's context, read from its stack: endpoint, the Rails controller action (IssuesController#show) or Sinatra route (GET /items/:id), and job, the Sidekiq or ActiveJob job class; --context-labels=false for none")
 	fs.StringVar(&s.tenantID, "tenant-id", s.tenantID, "X-Scope-OrgID of every upload")
@@ -145,9 +145,6 @@ func (s agentSettings) config() (agent.Config, error) {
 		default:
 			return cfg, usageError{fmt.Errorf("--profile %q: give cpu, wall or cpu,wall", p)}
 		}
-	}
-	if cfg.EBPF && cfg.Wall {
-		return cfg, usageError{fmt.Errorf("--profile wall cannot be used with --ebpf: the BPF sampler sees threads only while they run; drop --ebpf for wall-clock profiles")}
 	}
 	if cfg.EBPF && cfg.Pause {
 		return cfg, usageError{fmt.Errorf("--pause cannot be used with --ebpf: the BPF sampler reads threads as they run; drop one of them")}

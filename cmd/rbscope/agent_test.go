@@ -291,7 +291,8 @@ func TestAgentServerRefuses(t *testing.T) {
 }
 
 // TestAgentWallProfile: with --profile cpu,wall the agent pushes both a
-// CPU profile (process_cpu) and a wall-clock one (wall) of each process.
+// CPU profile (process_cpu) and a wall-clock one (wall) of each process,
+// with either sampler (--ebpf: the time off a CPU from sched_switch).
 // A program that computes half its wall time and sleeps the other half, by
 // its own clock, shows that split in the wall profile, and next to no
 // sleep in the CPU profile.
@@ -300,6 +301,12 @@ func TestAgentWallProfile(t *testing.T) {
 	srv := &fakePyroscope{t: t}
 	srv.start()
 	defer srv.stop()
+	for _, sampler := range []string{"user-space", "ebpf"} {
+		t.Run(sampler, func(t *testing.T) { testAgentWallProfile(t, rb, srv, sampler == "ebpf") })
+	}
+}
+
+func testAgentWallProfile(t *testing.T, rb testruby.Ruby, srv *fakePyroscope, ebpf bool) {
 	marker := fmt.Sprintf("wallmark%d", time.Now().UnixNano())
 	report := filepath.Join(t.TempDir(), "spent.json")
 	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker)
@@ -323,8 +330,12 @@ func TestAgentWallProfile(t *testing.T) {
 		}
 	}
 	read()
-	agentCmd := exec.Command(rbscopeBin, "agent", "--server", "http://"+srv.addr, "--match", marker,
-		"--upload-interval", "1s", "--rate", "100", "--profile", "cpu,wall")
+	args := []string{"agent", "--server", "http://" + srv.addr, "--match", marker,
+		"--upload-interval", "1s", "--rate", "100", "--profile", "cpu,wall"}
+	if ebpf {
+		args = append(args, "--ebpf")
+	}
+	agentCmd := exec.Command(rbscopeBin, args...)
 	agentErr := &lockedBuffer{}
 	agentCmd.Stderr = agentErr
 	if err := agentCmd.Start(); err != nil {
@@ -385,7 +396,6 @@ func TestAgentEBPF(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	for _, tc := range []struct{ flag, want string }{
 		{"--pause", "--pause cannot be used with --ebpf"},
-		{"--profile=cpu,wall", "--profile wall cannot be used with --ebpf"},
 	} {
 		_, stderr, code := rbscope(t, "agent", "--ebpf", "--server", "http://127.0.0.1:9", tc.flag)
 		if code != 2 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {

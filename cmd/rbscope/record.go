@@ -46,9 +46,12 @@ includes sleeping and waiting threads.
 clock instead of reading the target from rbscope's own thread: the same
 stacks, at a fraction of the CPU a sample, and the target is never paused.
 It needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and rbscope in
-the host's PID namespace, records one process's threads while they are on
-a CPU, and refuses the options it cannot honour (--idle, --gvl, --native,
---nonblocking, --subprocesses).`,
+the host's PID namespace, and records one process's threads while they are
+on a CPU; with --idle, also the time each thread spends off a CPU, read by
+a program on the scheduler's context switches as the thread leaves its CPU
+(the kernel's BTF needed), counted under the stack it left with (threads
+waiting for the GVL get no (waiting for GVL) leaf). It refuses the options
+it cannot honour (--gvl, --native, --nonblocking, --subprocesses).`,
 		Example: `  rbscope record -p 4242 --duration 30s
   rbscope record --format pprof -o cpu.pb.gz -- ruby app.rb
   rbscope record -p 4242 --subprocesses --threads --format speedscope
@@ -92,7 +95,7 @@ a CPU, and refuses the options it cannot honour (--idle, --gvl, --native,
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
 	f.BoolVar(&opts.Realtime, "realtime", true, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy machine land where they were drawn; --realtime=false to keep it at normal priority")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
-	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost, the target never paused")
+	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost (with --idle, their time off a CPU too), the target never paused")
 	return c
 }
 
@@ -102,10 +105,8 @@ a CPU, and refuses the options it cannot honour (--idle, --gvl, --native,
 // was asked for would be read as if it had it.
 func ebpfRefusal(flags *pflag.FlagSet, opts sampler.Options) error {
 	switch {
-	case opts.Idle:
-		return errors.New("--idle cannot be used with --ebpf: the BPF sampler sees threads only while they run on a CPU; drop --idle, or --ebpf to sample sleeping and waiting threads")
 	case opts.GVL:
-		return errors.New("--gvl cannot be used with --ebpf: the BPF sampler sees threads only while they run on a CPU, not those waiting for the GVL; drop --gvl, or --ebpf to sample them")
+		return errors.New("--gvl cannot be used with --ebpf: the BPF sampler cannot tell a thread waiting for the GVL from one waiting for anything else; drop --gvl (--idle counts their time under their stacks), or --ebpf to sample them")
 	case opts.Native:
 		return errors.New("--native cannot be used with --ebpf: the BPF sampler reads Ruby frames only; drop --native, or --ebpf for mixed native and Ruby stacks")
 	case opts.Subprocesses:

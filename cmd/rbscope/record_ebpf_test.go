@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,7 +163,6 @@ func TestRecordEBPFRefused(t *testing.T) {
 	for _, tc := range []struct {
 		flag, want string
 	}{
-		{"--idle", "--idle cannot be used with --ebpf"},
 		{"--gvl", "--gvl cannot be used with --ebpf"},
 		{"--native", "--native cannot be used with --ebpf"},
 		{"--subprocesses", "--subprocesses cannot be used with --ebpf"},
@@ -220,5 +220,79 @@ func TestRecordEBPFForkedChild(t *testing.T) {
 	t.Logf("%d samples in chains: a=%.1f%% b=%.1f%% c=%.1f%%", total, shares["chain_a"], shares["chain_b"], shares["chain_c"])
 	if total == 0 || !strings.HasPrefix(out, "thread main;") {
 		t.Errorf("no sample of the child's main thread:\n%.500s", out)
+	}
+}
+
+// TestRecordEBPFIdle: record --ebpf --idle and top --ebpf --idle count
+// the time a thread spends off a CPU. testdata/sleep_half.rb computes
+// about half its wall time and sleeps the other half, by its own clock;
+// a 3-second recording at 100 Hz has about 300 samples of its one
+// thread, nap's share of them the share of its wall time the program
+// slept over the recording (within 4 standard errors, at least 5
+// points), and top's table, fed by the same sampler, shows nap.
+func TestRecordEBPFIdle(t *testing.T) {
+	rb := testruby.Rubies(t)[0]
+	report := filepath.Join(t.TempDir(), "spent.json")
+	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, "ebpfidle")
+	if err := prog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { prog.Process.Kill(); prog.Wait() }()
+	type spent struct {
+		PID          int
+		Compute, Nap float64
+	}
+	read := func() spent {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var s spent
+			if b, err := os.ReadFile(report); err == nil && json.Unmarshal(b, &s) == nil && s.PID > 0 {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("setup: sleep_half.rb wrote no report")
+			}
+		}
+	}
+	before := read()
+	out, _ := ebpfOrSkip(t, "--idle", "-p", fmt.Sprint(prog.Process.Pid), "--rate", "100", "--duration", "3s", "-f", "collapsed", "-o", "-")
+	after := read()
+	var total, nap, compute int
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		var n int
+		if _, err := fmt.Sscan(line[i+1:], &n); err != nil {
+			t.Fatalf("collapsed line %q: %v", line, err)
+		}
+		total += n
+		switch {
+		case strings.Contains(line, "Object#nap"):
+			nap += n
+		case strings.Contains(line, "Object#compute"):
+			compute += n
+		}
+	}
+	wantNap := 100 * (after.Nap - before.Nap) / (after.Nap - before.Nap + after.Compute - before.Compute)
+	n := float64(nap + compute)
+	gotNap := 100 * float64(nap) / n
+	tol := max(5, 4*math.Sqrt(wantNap*(100-wantNap)/n))
+	t.Logf("%d samples in 3 s at 100 Hz; nap %.1f%% of %d in nap or compute, the program slept %.1f%% of its wall time", total, gotNap, nap+compute, wantNap)
+	if total < 240 || total > 330 {
+		t.Errorf("%d samples of one thread for 3 s at 100 Hz: the wall profile's unit is the period", total)
+	}
+	if math.Abs(gotNap-wantNap) > tol {
+		t.Errorf("nap has %.1f%% of the samples, the program slept %.1f%% of its wall time (±%.1f)", gotNap, wantNap, tol)
+	}
+	// top --ebpf --idle, its plain table (the output is not a terminal).
+	cmd := exec.Command(rbscopeBin, "top", "--ebpf", "--idle", "-p", fmt.Sprint(prog.Process.Pid))
+	var topOut, topErr strings.Builder
+	cmd.Stdout, cmd.Stderr = &topOut, &topErr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	if !strings.Contains(topOut.String(), "Object#nap") || !strings.Contains(topOut.String(), "Object#compute") {
+		t.Errorf("top --ebpf --idle shows no nap and compute:\n%s\nstderr: %s", topOut.String(), topErr.String())
 	}
 }

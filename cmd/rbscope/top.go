@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
@@ -22,10 +23,11 @@ import (
 
 func newTopCmd() *cobra.Command {
 	var (
-		pid    int
-		opts   sampler.Options
-		window time.Duration
-		thread string
+		pid     int
+		opts    sampler.Options
+		window  time.Duration
+		thread  string
+		useEBPF bool
 	)
 	c := &cobra.Command{
 		Annotations: map[string]string{stopsOnSignal: "yes"},
@@ -35,7 +37,11 @@ func newTopCmd() *cobra.Command {
 with the most samples over the last --window: self (running the method itself)
 and total (the method or anything it called). Quit with q or Ctrl-C; the
 terminal is restored and the target left running. When the output is not a
-terminal, a plain table is printed every second instead.`,
+terminal, a plain table is printed every second instead.
+
+--ebpf (experimental) takes the samples with a BPF program in the kernel,
+as record --ebpf does (root, host PID namespace; --idle needs the kernel's
+BTF), and refuses --gvl and --nonblocking.`,
 		Example: `  rbscope top -p 4242
   rbscope top -p 4242 --thread worker --window 30s`,
 		Args: noArgs,
@@ -57,7 +63,15 @@ terminal, a plain table is printed every second instead.`,
 				}
 				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampling.ThreadName(th)) }
 			}
-			return top(c.Context(), pid, opts, window, thread)
+			if useEBPF {
+				switch {
+				case opts.GVL:
+					return usageError{fmt.Errorf("--gvl cannot be used with --ebpf: the BPF sampler cannot tell a thread waiting for the GVL from one waiting for anything else; drop --gvl (--idle counts their time under their stacks), or --ebpf")}
+				case opts.Nonblocking:
+					return usageError{fmt.Errorf("--nonblocking has no meaning with --ebpf: the BPF sampler never pauses the target; drop --nonblocking")}
+				}
+			}
+			return top(c.Context(), pid, opts, window, thread, useEBPF)
 		},
 	}
 	f := c.Flags()
@@ -68,27 +82,47 @@ terminal, a plain table is printed every second instead.`,
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
 	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
+	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root; host PID namespace), as record --ebpf does")
 	return c
 }
 
-func top(ctx context.Context, pid int, opts sampler.Options, window time.Duration, thread string) error {
+func top(ctx context.Context, pid int, opts sampler.Options, window time.Duration, thread string, useEBPF bool) error {
 	updates := make(chan *profile.Profile, 4)
-	opts.FlushEvery = time.Second
-	opts.Flush = func(p *profile.Profile) {
+	flush := func(p *profile.Profile) {
 		select {
 		case updates <- p:
 		default: // the screen is behind; drop rather than stall sampling
 		}
 	}
-	s, err := sampler.New(pid, opts)
-	if err != nil {
-		return err
+	var run func(context.Context)
+	if useEBPF {
+		ro := ebpfsample.RecordOptions{Rate: opts.Rate, Idle: opts.Idle, VM: opts.VM, FlushEvery: time.Second, Flush: flush}
+		if thread != "" {
+			ro.ThreadFilter = regexp.MustCompile(thread).MatchString // checked by the command
+		}
+		r, err := ebpfsample.NewRecorder(pid, ro)
+		if err != nil {
+			return fmt.Errorf("top --ebpf: %w", err)
+		}
+		run = func(ctx context.Context) {
+			if _, err := r.Run(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "rbscope: top --ebpf: the sampler failed: %v\n", err)
+			}
+		}
+	} else {
+		opts.FlushEvery = time.Second
+		opts.Flush = flush
+		s, err := sampler.New(pid, opts)
+		if err != nil {
+			return err
+		}
+		run = func(ctx context.Context) { s.Run(ctx) }
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		s.Run(ctx)
+		run(ctx)
 		close(done)
 	}()
 

@@ -60,9 +60,10 @@ type Config struct {
 	Realtime bool
 	// EBPF samples with the BPF sampler (ebpfsample.Set): the Ruby frame
 	// walk runs in the kernel on each CPU's clock, and the agent wakes 20
-	// times a second whatever the rate and the processes. It makes CPU
-	// profiles only, never pauses, and needs root (CAP_BPF, CAP_PERFMON)
-	// in the host's PID namespace.
+	// times a second whatever the rate and the processes; with Wall, a
+	// program on the scheduler's context switches adds each thread's time
+	// off a CPU (it needs the kernel's BTF). It never pauses, and needs
+	// root (CAP_BPF, CAP_PERFMON) in the host's PID namespace.
 	EBPF bool
 	// CPU and Wall choose the profiles pushed for each process: CPU time
 	// (the threads on a CPU; process_cpu) and wall-clock time (every
@@ -237,17 +238,16 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 // newSampler makes the agent's sampler (a.sampler) and returns its Run.
 func (a *Agent) newSampler() (func(context.Context), error) {
 	if a.cfg.EBPF {
-		if a.cfg.Pause || a.cfg.Wall {
-			return nil, errors.New("the BPF sampler makes CPU profiles of running processes only: neither pauses nor wall-clock profiles")
+		if a.cfg.Pause {
+			return nil, errors.New("the BPF sampler reads running processes only: it never pauses them")
 		}
 		s, err := ebpfsample.NewSet(ebpfsample.SetOptions{
-			Rate:       a.cfg.Rate,
-			FlushEvery: a.cfg.UploadInterval,
-			VM:         a.cfg.VM,
-			FlushProcess: func(pid int, cpu *profile.Profile, done bool) {
-				a.flushed(pid, cpu, nil, done)
-			},
-			Failed: a.failed,
+			Rate:         a.cfg.Rate,
+			FlushEvery:   a.cfg.UploadInterval,
+			VM:           a.cfg.VM,
+			Wall:         a.cfg.Wall,
+			FlushProcess: a.flushed,
+			Failed:       a.failed,
 		})
 		if err != nil {
 			return nil, err

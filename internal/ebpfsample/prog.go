@@ -8,20 +8,45 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
-// The per-CPU scratch value the program works in: its counters, the
-// control frames it copies out of the target in one read, and the record
-// it sends to user space: a header, an (iseq, pc, ep) triple a frame, then
-// a copy of the top of the thread's value stack (up to the innermost
-// frame's sp), where the frames' environments mostly lie, so that user
-// space decodes each frame's method entry as it was at the sample.
+// The per-CPU scratch value the programs work in: their counters (the
+// clock's program's, then the switch program's), the control frames
+// copied out of the target in one read, and the record sent to user
+// space: a header, an (iseq, pc, ep) triple a frame, then a copy of the
+// top of the thread's value stack (up to the innermost frame's sp), where
+// the frames' environments mostly lie, so that user space decodes each
+// frame's method entry as it was at the sample.
 const (
 	numCounters  = 8
-	countersSize = numCounters * 8
-	headerSize   = 56 // TID, frames copied, frames in all, truncated, value stack base (8), its bytes, 0, GC flags (16), time (8)
-	gcFlagsOff   = 32
-	timeOff      = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
-	gcFlagsMax   = 16
-	tripleSize   = 24
+	countersSize = 2 * numCounters * 8
+	// TID, frames copied, frames in all, truncated, value stack base
+	// (8), its bytes, flags, GC flags (16), time (8), and for a switch
+	// record the thread's time off a CPU under its last stack (8) and
+	// its CPU time now (8).
+	headerSize = 72
+	flagsOff   = 28
+	gcFlagsOff = 32
+	timeOff    = 48 // bpf_ktime_get_ns at the sample: CLOCK_MONOTONIC
+	offOff     = 56 // nanoseconds
+	ranOff     = 64 // the thread's sum_exec_runtime (0: unknown)
+	gcFlagsMax = 16
+	tripleSize = 24
+)
+
+// flagSwitch, a record flag, says it was taken as the thread left its
+// CPU with another stack than at its last switch (sched_switch), not on
+// the clock.
+const flagSwitch = 1
+
+// The wall state of a thread, the switch program's per-TID value: the
+// time of its last switch (0: none known, or a record was lost), its CPU
+// time then, its time off a CPU since the last record it sent (acc: under
+// that record's stack), and a hash of that record's frames.
+const (
+	wallOut   = 0
+	wallRan   = 8
+	wallAcc   = 16
+	wallHash  = 24
+	wallValue = 32
 )
 
 // Counter indexes in the scratch value.
@@ -35,6 +60,11 @@ const (
 	cntRingFull          // the ring buffer had no room
 	cntTruncated         // more frames than MaxFrames: the outermost left out
 )
+
+// cntSame, in the switch program's counters, counts the switches whose
+// stack was the thread's last record's (nothing sent); its cntTruncated
+// place is free, as truncation is counted once, by the clock's program.
+const cntSame = cntTruncated
 
 // progParams are the constants the program is built with: where the
 // target's Ruby keeps what the walk reads (from its Layout) and the size
@@ -52,6 +82,9 @@ type progParams struct {
 	// from the Layout
 	ecVMStack, ecVMStackSize, ecCFP       int64
 	cfpSize, cfpPC, cfpSP, cfpIseq, cfpEP int64
+	// taskRan is the offset of task_struct's se.sum_exec_runtime in the
+	// kernel (the switch program's; switchHook.taskRan).
+	taskRan int32
 }
 
 // newProgParams takes the program's offsets from the target's Layout.
@@ -112,7 +145,27 @@ const (
 	slotEC    = -16 // the execution context's address
 	ecBufSize = 48
 	slotECBuf = -16 - ecBufSize // the execution context fields read
+	slotWall  = slotECBuf - 8   // the switch program's walls map value
+	slotHash  = slotWall - 8    // and the hash of the frames
 )
+
+// hashStep mixes R3 into the hash in R4 (a bijection of the hash for each
+// value: two stacks hash alike by chance alone), with R5 as scratch.
+func hashStep() asm.Instructions {
+	return asm.Instructions{
+		asm.Xor.Reg(asm.R4, asm.R3),
+		asm.Mul.Imm(asm.R4, 0x5bd1e995),
+		asm.Mov.Reg(asm.R5, asm.R4),
+		asm.RSh.Imm(asm.R5, 29),
+		asm.Xor.Reg(asm.R4, asm.R5),
+	}
+}
+
+// programFDs are the maps a program of the sampler uses; walls only in
+// the switch program.
+type programFDs struct {
+	threads, scratch, events, walls int
+}
 
 // program returns the instructions of the sampler: on a perf event on a
 // thread of the target it finds the thread's rb_thread_t (the threads map,
@@ -124,20 +177,41 @@ const (
 // (at most maxStack bytes below the innermost frame's sp) after them, and
 // sends the record to the ring buffer. Counters go to the per-CPU scratch
 // value.
-func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions {
+//
+// With switched, it is the switch program instead (switch.go), tail-called
+// as a thread of the target leaves its CPU: it walks the same way, and
+// adds the thread's time off a CPU since its last switch (the time since
+// less its CPU time since, the scheduler's sum_exec_runtime) to its acc in
+// the walls map. When the stack is the one the thread's last record sent
+// (a hash of its frames), that is all: nothing is sent. Else it sends a
+// switch record (flagSwitch) with the acc, the time off a CPU under the
+// last record's stack, and starts a new acc. A failure clears the
+// thread's state, so that no time goes under a stack user space did not
+// get.
+func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	lo, hi := p.ecSpan()
+	base := 0
+	if switched {
+		base = numCounters
+	}
 	count := func(idx int) asm.Instructions { // R6 is the scratch value
 		return asm.Instructions{
-			asm.LoadMem(asm.R1, asm.R6, int16(idx*8), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R6, int16((base+idx)*8), asm.DWord),
 			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R6, int16(idx*8), asm.R1, asm.DWord),
+			asm.StoreMem(asm.R6, int16((base+idx)*8), asm.R1, asm.DWord),
 		}
 	}
 	countExit := func(label string, idx int) asm.Instructions {
 		ins := count(idx)
 		ins[0] = ins[0].WithSymbol(label)
+		if switched {
+			// No record: the thread's next span is not known to
+			// follow the stack user space has.
+			return append(ins, asm.Ja.Label("forget"))
+		}
 		return append(ins, asm.Ja.Label("exit"))
 	}
+	threadsFD, scratchFD, eventsFD := fd.threads, fd.scratch, fd.events
 	recOff, raw := int32(p.recOff()), int32(p.rawOff())
 	vmStackSlot := int16(slotECBuf + p.ecVMStack - lo)
 	var ins asm.Instructions
@@ -158,6 +232,18 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R6, asm.R0),
 	)
 	ins = append(ins, count(cntRuns)...)
+	if switched {
+		ins = append(ins,
+			// The thread's wall state, kept in slotWall.
+			asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
+			asm.LoadMapPtr(asm.R1, fd.walls),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, slotKey),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "nowall"),
+			asm.StoreMem(asm.R10, slotWall, asm.R0, asm.DWord),
+		)
+	}
 	ins = append(ins,
 		// The thread's &th->ec.
 		asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
@@ -203,13 +289,18 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.StoreImm(asm.R6, int16(recOff+16), 0, asm.Word),
 		asm.StoreImm(asm.R6, int16(recOff+20), 0, asm.Word),
 		asm.StoreImm(asm.R6, int16(recOff+24), 0, asm.Word),
-		asm.StoreImm(asm.R6, int16(recOff+28), 0, asm.Word),
+		asm.StoreImm(asm.R6, int16(recOff+flagsOff), 0, asm.Word),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R2, asm.DWord),
+		asm.StoreMem(asm.R6, int16(recOff+ranOff), asm.R2, asm.DWord),
 		asm.Mov.Reg(asm.R8, asm.R1), // R8: frames to copy
 		asm.JLE.Imm(asm.R1, int32(p.maxFrames), "fits"),
 		asm.Mov.Imm(asm.R8, int32(p.maxFrames)),
 		asm.StoreImm(asm.R6, int16(recOff+12), 1, asm.Word),
 	)
-	ins = append(ins, count(cntTruncated)...)
+	if !switched {
+		ins = append(ins, count(cntTruncated)...)
+	}
 	ins = append(ins,
 		asm.StoreMem(asm.R6, int16(recOff+4), asm.R8, asm.Word).WithSymbol("fits"),
 		asm.JEq.Imm(asm.R8, 0, "bounds"),
@@ -218,18 +309,34 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.FnKtimeGetNs.Call(),
 		asm.StoreMem(asm.R6, int16(recOff+timeOff), asm.R0, asm.DWord),
 	)
+	if switched {
+		ins = append(ins,
+			// The thread's CPU time (current is the task leaving).
+			asm.FnGetCurrentTask.Call(),
+			asm.Mov.Reg(asm.R3, asm.R0),
+			asm.Add.Imm(asm.R3, p.taskRan),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Add.Imm(asm.R1, recOff+ranOff),
+			asm.Mov.Imm(asm.R2, 8),
+			asm.FnProbeReadKernel.Call(),
+		)
+	}
 	for w := int16(0); w < gcFlagsMax/4; w++ {
 		ins = append(ins, asm.StoreImm(asm.R6, int16(recOff+gcFlagsOff)+4*w, 0, asm.Word))
 	}
+	gcFlags := asm.Instructions{}
 	if p.gcFlagsLen > 0 {
-		ins = append(ins,
+		gcFlags = asm.Instructions{
 			// The collector's flags (zeros when they cannot be read).
 			asm.Mov.Reg(asm.R1, asm.R6),
 			asm.Add.Imm(asm.R1, recOff+gcFlagsOff),
 			asm.Mov.Imm(asm.R2, int32(p.gcFlagsLen)),
 			asm.LoadImm(asm.R3, int64(p.gcFlags), asm.DWord),
 			asm.FnProbeReadUser.Call(),
-		)
+		}
+	}
+	if !switched {
+		ins = append(ins, gcFlags...)
 	}
 	ins = append(ins,
 		// The control frames, in one read.
@@ -240,7 +347,10 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.FnProbeReadUser.Call(),
 		asm.JNE.Imm(asm.R0, 0, "framesfault"),
-		// Each frame's iseq, pc and ep into the record.
+		// Each frame's iseq, pc and ep into the record; R4 hashes
+		// them (with cfp and the frames' count) for the switch program.
+		asm.Mov.Reg(asm.R4, asm.R9),
+		asm.Xor.Reg(asm.R4, asm.R8),
 		asm.Mov.Imm(asm.R7, 0), // R7: frame index
 		asm.JGE.Reg(asm.R7, asm.R8, "copied").WithSymbol("loop"),
 		asm.JGE.Imm(asm.R7, int32(p.maxFrames), "copied"),
@@ -250,12 +360,17 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mov.Reg(asm.R2, asm.R7),
 		asm.Mul.Imm(asm.R2, tripleSize),
 		asm.Add.Reg(asm.R2, asm.R6),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpIseq), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize), asm.R3, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpPC), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize+8), asm.R3, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+p.cfpEP), asm.DWord),
-		asm.StoreMem(asm.R2, int16(recOff+headerSize+16), asm.R3, asm.DWord),
+	)
+	for _, f := range [][2]int64{{p.cfpIseq, 0}, {p.cfpPC, 8}, {p.cfpEP, 16}} {
+		ins = append(ins,
+			asm.LoadMem(asm.R3, asm.R1, int16(int64(raw)+f[0]), asm.DWord),
+			asm.StoreMem(asm.R2, int16(int64(recOff)+headerSize+f[1]), asm.R3, asm.DWord),
+		)
+		if switched {
+			ins = append(ins, hashStep()...)
+		}
+	}
+	ins = append(ins,
 		asm.Add.Imm(asm.R7, 1),
 		asm.Ja.Label("loop"),
 		// R7: the record's bytes so far.
@@ -263,6 +378,50 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.Mul.Imm(asm.R7, tripleSize),
 		asm.Add.Imm(asm.R7, headerSize),
 	)
+	if switched {
+		ins = append(ins,
+			// R3: the thread's time off a CPU since its last switch
+			// (its time since less its CPU time since; 0 when unknown)
+			// and before, under the same stack (its acc).
+			asm.StoreMem(asm.R10, slotHash, asm.R4, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.LoadMem(asm.R2, asm.R1, wallOut, asm.DWord),
+			asm.JEq.Imm(asm.R2, 0, "nospan"),
+			asm.LoadMem(asm.R5, asm.R1, wallRan, asm.DWord),
+			asm.JEq.Imm(asm.R5, 0, "nospan"),
+			asm.LoadMem(asm.R0, asm.R6, int16(recOff+ranOff), asm.DWord),
+			asm.JEq.Imm(asm.R0, 0, "nospan"),
+			asm.Sub.Reg(asm.R0, asm.R5), // CPU time since
+			asm.LoadMem(asm.R3, asm.R6, int16(recOff+timeOff), asm.DWord),
+			asm.Sub.Reg(asm.R3, asm.R2), // time since
+			asm.Sub.Reg(asm.R3, asm.R0),
+			asm.JSGE.Imm(asm.R3, 0, "nospan"),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.LoadMem(asm.R2, asm.R1, wallAcc, asm.DWord).WithSymbol("nospan"),
+			asm.Add.Reg(asm.R3, asm.R2),
+			// This switch is the thread's last from now on.
+			asm.LoadMem(asm.R2, asm.R6, int16(recOff+timeOff), asm.DWord),
+			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R6, int16(recOff+ranOff), asm.DWord),
+			asm.StoreMem(asm.R1, wallRan, asm.R2, asm.DWord),
+			// The stack the last record sent: its time adds up, and
+			// nothing is sent.
+			asm.LoadMem(asm.R2, asm.R1, wallHash, asm.DWord),
+			asm.JNE.Reg(asm.R2, asm.R4, "changed"),
+			asm.StoreMem(asm.R1, wallAcc, asm.R3, asm.DWord),
+		)
+		ins = append(ins, count(cntSame)...)
+		ins = append(ins, asm.Ja.Label("exit"))
+		ins = append(ins,
+			// Another stack: the record says the time off a CPU under
+			// the last.
+			asm.StoreMem(asm.R6, int16(recOff+offOff), asm.R3, asm.DWord).WithSymbol("changed"),
+			asm.StoreImm(asm.R6, int16(recOff+flagsOff), flagSwitch, asm.Word),
+		)
+		// (Read for a record sent only.)
+		ins = append(ins, gcFlags...)
+	}
 	if p.maxStack > 0 {
 		ins = append(ins,
 			// The value stack from max(vm_stack, sp-maxStack) to the
@@ -303,12 +462,35 @@ func program(p progParams, threadsFD, scratchFD, eventsFD int) asm.Instructions 
 		asm.JNE.Imm(asm.R0, 0, "full"),
 	)
 	ins = append(ins, count(cntEmitted)...)
+	if switched {
+		ins = append(ins,
+			// The thread's state: the stack sent, no time under it yet.
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R10, slotHash, asm.DWord),
+			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.StoreMem(asm.R1, wallAcc, asm.R2, asm.DWord),
+		)
+	}
 	ins = append(ins, asm.Ja.Label("exit"))
+	if switched {
+		ins = append(ins, countExit("nowall", cntNoThread)...)
+		ins[len(ins)-1] = asm.Ja.Label("exit") // no state to forget
+	}
 	ins = append(ins, countExit("nothread", cntNoThread)...)
 	ins = append(ins, countExit("ecfault", cntECFault)...)
 	ins = append(ins, countExit("bounds", cntBadBounds)...)
 	ins = append(ins, countExit("framesfault", cntFramesRead)...)
 	ins = append(ins, countExit("full", cntRingFull)...)
+	if switched {
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord).WithSymbol("forget"),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.StoreMem(asm.R1, wallOut, asm.R2, asm.DWord),
+			asm.StoreMem(asm.R1, wallHash, asm.R2, asm.DWord),
+			asm.StoreMem(asm.R1, wallAcc, asm.R2, asm.DWord),
+		)
+	}
 	ins = append(ins,
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
 		asm.Return(),

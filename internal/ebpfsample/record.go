@@ -32,6 +32,19 @@ type RecordOptions struct {
 	// Timeline keeps every sample's time and thread in the profile
 	// (profile.Profile.Timeline), as the raw and firefox formats need.
 	Timeline bool
+	// FlushEvery, with Flush, hands the profile since the last flush to
+	// Flush and starts a new one (top --ebpf); Run then returns the last.
+	// Flush runs on the sampling goroutine and must not block for long.
+	FlushEvery time.Duration
+	Flush      func(*profile.Profile)
+	// ThreadFilter, if set, keeps only the samples of the threads whose
+	// name (sampling.ThreadName) it accepts (top --thread).
+	ThreadFilter func(name string) bool
+	// Idle records every thread whatever it does (record --idle): the
+	// threads on a CPU at the clock's samples, and the others for the
+	// time they spend off a CPU, weighed at Rate under the stack they
+	// left it with (wallClock), read as they leave it (sched_switch).
+	Idle bool
 	// Progress, if set, is called about once a second while recording.
 	Progress func(sampling.Progress)
 	// VM are the options for finding the process's Ruby VM
@@ -45,6 +58,12 @@ type RecordOptions struct {
 type Recorder struct {
 	attached
 	opts RecordOptions
+	// ps is where Run puts the samples.
+	ps profiles
+	// counted and switchCounted are the programs' counters at the last
+	// flush (FlushEvery): a profile's ticks and errors are the
+	// difference.
+	counted, switchCounted Counters
 }
 
 // attached is a process the BPF sampler was loaded on: what open made,
@@ -54,6 +73,10 @@ type attached struct {
 	live *target.Live
 	vm   *rubyvm.VM
 	s    *Sampler
+	// hook is the switch hook the process's sampler alone uses (a
+	// Recorder's), closed with it; nil when there is none or it is
+	// shared (a Set's).
+	hook *switchHook
 }
 
 // ErrNotAllowed is returned by NewRecorder where the kernel refuses the
@@ -75,10 +98,25 @@ func NewRecorder(pid int, opts RecordOptions) (*Recorder, error) {
 	if !(opts.Rate >= 1 && opts.Rate <= sampling.MaxRate) {
 		return nil, fmt.Errorf("--rate %v is out of range: give 1 to %d samples per second", opts.Rate, sampling.MaxRate)
 	}
-	a, err := open(pid, opts.VM, Options{Frequency: int(math.Round(opts.Rate))})
+	so := Options{Frequency: int(math.Round(opts.Rate))}
+	if opts.Idle {
+		if err := checkPlace(); err != nil {
+			return nil, err
+		}
+		h, err := newSwitchHook()
+		if err != nil {
+			return nil, explain(err)
+		}
+		so.switches = h
+	}
+	a, err := open(pid, opts.VM, so)
 	if err != nil {
+		if so.switches != nil {
+			so.switches.close()
+		}
 		return nil, err
 	}
+	a.hook = so.switches
 	return &Recorder{attached: a, opts: opts}, nil
 }
 
@@ -144,6 +182,8 @@ func explain(err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
 		return fmt.Errorf("%w (%s): run rbscope as root, or grant it CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep rbscope), or run without --ebpf", ErrNotAllowed, said)
+	case errors.Is(err, ErrNoBTF):
+		return fmt.Errorf("%w (%s): off-CPU time needs the kernel's BTF (CONFIG_DEBUG_INFO_BTF) to read a switched task's thread ID; run without --ebpf", ErrUnsupported, said)
 	case errors.Is(err, unix.ENOSYS) || errors.Is(err, ebpf.ErrNotSupported):
 		return fmt.Errorf("%w (%s): this kernel lacks BPF, perf events or BPF ring buffers (Linux 5.8 or later with CONFIG_BPF_SYSCALL); run without --ebpf", ErrUnsupported, said)
 	}
@@ -167,11 +207,8 @@ const (
 // failed; the profile then holds the samples taken before.
 func (r *Recorder) Run(ctx context.Context) (*profile.Profile, error) {
 	defer r.Close()
-	prof := profile.NewProfile(r.opts.Rate)
-	if r.opts.Timeline {
-		prof.KeepTimeline()
-	}
-	prof.Start = time.Now()
+	prof := r.newProfile()
+	lastFlush := time.Now()
 	var end <-chan time.Time
 	if r.opts.Duration > 0 {
 		timer := time.NewTimer(r.opts.Duration)
@@ -213,6 +250,22 @@ loop:
 				lastRefresh, noThread = time.Now(), c.NoThread
 			}
 		}
+		if r.opts.Flush != nil && time.Since(lastFlush) >= r.opts.FlushEvery {
+			lastFlush = time.Now()
+			if r.ps.clock != nil {
+				if err = r.ps.clock.settle(r.s, prof, r.pid); err != nil {
+					break
+				}
+			}
+			prof.Duration = time.Since(prof.Start)
+			r.count(prof, c)
+			r.counted = c
+			if sc, err := r.s.SwitchCounters(); err == nil {
+				r.switchCounted = sc
+			}
+			r.opts.Flush(prof)
+			prof = r.newProfile()
+		}
 		if r.opts.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			r.count(prof, c)
@@ -226,6 +279,10 @@ loop:
 	if err == nil {
 		err = r.drain(prof)
 	}
+	if err == nil && r.ps.clock != nil {
+		// The threads still off a CPU: their time up to now.
+		err = r.ps.clock.settle(r.s, prof, r.pid)
+	}
 	c, cerr := r.s.Counters()
 	if err == nil {
 		err = cerr
@@ -234,34 +291,101 @@ loop:
 	return prof, err
 }
 
-// count sets the profile's ticks and errors from the program's counters:
-// a tick is a perf event on a thread of the target, and an error one
-// whose stack could not be read or sent.
-func (r *Recorder) count(prof *profile.Profile, c Counters) {
-	prof.Ticks = int(c.Runs)
-	prof.Errors = int(c.errors())
+// newProfile starts the profile Run fills, as r.ps says.
+func (r *Recorder) newProfile() *profile.Profile {
+	prof := profile.NewProfile(r.opts.Rate)
+	if r.opts.Timeline {
+		prof.KeepTimeline()
+	}
+	prof.Start = time.Now()
+	r.ps = profiles{cpu: prof, threads: r.opts.Threads, keep: r.opts.ThreadFilter}
+	if r.opts.Idle {
+		clock := r.ps.clock
+		if clock == nil {
+			clock = newWallClock(r.opts.Rate)
+		}
+		r.ps = profiles{wall: prof, clock: clock, threads: r.opts.Threads, keep: r.opts.ThreadFilter}
+	}
+	return prof
 }
 
-// drain adds the samples in the ring buffer to prof.
-func (r *Recorder) drain(prof *profile.Profile) error {
-	_, err := drainInto(r.s, prof, r.pid, r.opts.Threads)
+// count sets the profile's ticks and errors from the program's counters:
+// a tick is a perf event on a thread of the target, and an error one
+// whose stack could not be read or sent. A recording of every thread
+// (Idle) has a tick a period of its time, as the user-space sampler's,
+// and its errors are the switch program's too.
+func (r *Recorder) count(prof *profile.Profile, c Counters) {
+	prof.Ticks = int(c.Runs - r.counted.Runs)
+	prof.Errors = int(c.errors() - r.counted.errors())
+	if r.ps.clock != nil {
+		d := prof.Duration
+		if d == 0 { // still recording
+			d = time.Since(prof.Start)
+		}
+		prof.Ticks = int(d.Seconds() * r.opts.Rate)
+		if sc, err := r.s.SwitchCounters(); err == nil {
+			prof.Errors += int(sc.errors() - r.switchCounted.errors())
+		}
+	}
+}
+
+// drain adds the samples in the ring buffer to the recording's profile.
+func (r *Recorder) drain(*profile.Profile) error {
+	_, err := drainInto(r.s, r.ps, r.pid)
 	return err
 }
 
-// drainInto adds the samples in s's ring buffer to prof, each under a
-// root frame naming its thread with threads, and returns how many it read.
-func drainInto(s *Sampler, prof *profile.Profile, pid int, threads bool) (int, error) {
-	return s.Drain(func(smp *Sample) {
-		if len(smp.Frames) == 0 {
+// profiles are where a process's samples go: its CPU profile (the
+// clock's samples), and, when wall is set, its wall-clock profile, the
+// clock's samples and the time off a CPU that clock weighs
+// (wallClock). Either profile may be nil.
+type profiles struct {
+	cpu, wall *profile.Profile
+	clock     *wallClock
+	// threads puts each sample under a root frame naming its thread.
+	threads bool
+	// keep, if set, says which threads' samples are kept, by name.
+	keep func(thread string) bool
+}
+
+// drainInto adds the samples in s's ring buffer to ps and returns how
+// many of them the clock took (not the switch samples).
+func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
+	clocked := 0
+	_, err := s.Drain(func(smp *Sample) {
+		if !smp.Switch {
+			clocked++
+		}
+		if len(smp.Frames) == 0 && !smp.Switch {
 			return // a thread not yet running Ruby code
 		}
 		thread := s.ThreadName(smp.TID)
+		if ps.keep != nil && !ps.keep(thread) {
+			return
+		}
 		root := ""
-		if threads {
+		if ps.threads {
 			root = thread
 		}
-		prof.AddSample(ProfileFrames(smp, root), smp.Time, pid, smp.TID, thread)
+		var frames []profile.Frame
+		if len(smp.Frames) > 0 {
+			frames = ProfileFrames(smp, root)
+		}
+		switch {
+		case smp.Switch:
+			if ps.clock != nil && ps.wall != nil {
+				ps.clock.switched(ps.wall, smp, frames, pid, thread)
+			}
+		default:
+			if ps.cpu != nil {
+				ps.cpu.AddSample(frames, smp.Time, pid, smp.TID, thread)
+			}
+			if ps.wall != nil {
+				ps.wall.AddSample(frames, smp.Time, pid, smp.TID, thread)
+			}
+		}
 	})
+	return clocked, err
 }
 
 // ProfileFrames returns the stack of smp as a profile keeps it, root
@@ -308,5 +432,9 @@ func (a *attached) close() {
 	if a.live != nil {
 		a.live.Close()
 		a.live = nil
+	}
+	if a.hook != nil {
+		a.hook.close()
+		a.hook = nil
 	}
 }

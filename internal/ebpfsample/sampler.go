@@ -17,6 +17,11 @@
 // a frame's decoding reads beyond the copied value stack (an environment
 // moved to the heap, a block's enclosing environment deeper than the
 // copy) is read when the sample is drained, not when it was taken.
+//
+// For wall-clock profiles (record --idle, agent --profile wall) a second
+// program runs as a thread of the target leaves its CPU (sched_switch,
+// switch.go): it walks the same way, and the thread's time off a CPU is
+// counted under that stack (wall.go).
 package ebpfsample
 
 import (
@@ -51,6 +56,10 @@ type Options struct {
 	// RingBytes is the ring buffer's size, a power of two times the page
 	// size (0: 4 MiB).
 	RingBytes int
+	// switches, when set, also takes a switch sample (Sample.Switch) of
+	// each thread of the target as it leaves its CPU, for wall-clock
+	// profiles (wall.go).
+	switches *switchHook
 }
 
 // Sample is one sample of a thread of the target.
@@ -70,6 +79,13 @@ type Sample struct {
 	// Time is when the sample was taken (the kernel's monotonic clock at
 	// the perf event, on the wall clock's scale).
 	Time time.Time
+	// Switch says the sample was taken as the thread left its CPU (a
+	// context switch) with another stack than at the last switch sample
+	// of it, not on the clock; Off is then the thread's time off a CPU
+	// since that sample, under its stack (zero when unknown: a sample
+	// was lost).
+	Switch bool
+	Off    time.Duration
 }
 
 // Counters are what the BPF program counted, summed over the CPUs.
@@ -99,6 +115,11 @@ type Sampler struct {
 	events  *ebpf.Map
 	prog    *ebpf.Program
 	perf    []int
+	// switches and sprog take the switch samples (Options.switches);
+	// switching says sprog runs.
+	switches  *switchHook
+	sprog     *ebpf.Program
+	switching bool
 	// freq is the perf events' mean rate (Options.Frequency).
 	freq   int
 	reader *ringbuf.Reader
@@ -156,7 +177,7 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 	// whose init creates a BPF map at every start of rbscope, whatever the
 	// command, to find out which.)
 	_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
-	s := &Sampler{pid: pid, vm: vm, params: params, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}, rubyThreads: map[int]rubyvm.Thread{}}
+	s := &Sampler{pid: pid, vm: vm, params: params, switches: opts.switches, decoded: map[[6]uint64]decodedFrame{}, decodedHeap: map[[6]uint64]decodedFrame{}, rubyThreads: map[int]rubyvm.Thread{}}
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, fmt.Errorf("reading the monotonic clock: %w", err)
@@ -189,18 +210,28 @@ func (s *Sampler) load(opts Options) error {
 	if s.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_events", Type: ebpf.RingBuf, MaxEntries: uint32(opts.RingBytes)}); err != nil {
 		return fmt.Errorf("ring buffer: %w", err)
 	}
+	fds := programFDs{threads: s.threads.FD(), scratch: s.scratch.FD(), events: s.events.FD()}
 	s.prog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name:         "rbs_sample",
 		Type:         ebpf.PerfEvent,
 		License:      "GPL",
-		Instructions: program(s.params, s.threads.FD(), s.scratch.FD(), s.events.FD()),
+		Instructions: program(s.params, fds, false),
 	}, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
 	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("loading the program: %w (verifier log: %+v)", err, ve)
+		return fmt.Errorf("loading the program: %w", verifierLog(err))
+	}
+	if s.switches != nil {
+		fds.walls = s.switches.walls.FD()
+		s.params.taskRan = s.switches.taskRan
+		s.sprog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+			Name:         "rbs_switched",
+			Type:         ebpf.RawTracepoint,
+			License:      "GPL",
+			Instructions: program(s.params, fds, true),
+		}, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
+		if err != nil {
+			return fmt.Errorf("loading the switch program: %w", verifierLog(err))
 		}
-		return fmt.Errorf("loading the program: %w", err)
 	}
 	if s.reader, err = ringbuf.NewReader(s.events); err != nil {
 		return fmt.Errorf("ring buffer reader: %w", err)
@@ -243,12 +274,18 @@ func (s *Sampler) attach(freq int) error {
 	return nil
 }
 
-// Start enables the perf events.
+// Start enables the perf events, and the switch samples.
 func (s *Sampler) Start() error {
 	for _, fd := range s.perf {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			return fmt.Errorf("enabling a perf event: %w", err)
 		}
+	}
+	if s.sprog != nil && !s.switching {
+		if err := s.switches.add(s.pid, s.sprog); err != nil {
+			return err
+		}
+		s.switching = true
 	}
 	return nil
 }
@@ -281,6 +318,10 @@ func (s *Sampler) Stop() error {
 			errs = append(errs, fmt.Errorf("disabling a perf event: %w", err))
 		}
 	}
+	if s.switching {
+		s.switches.remove(s.pid)
+		s.switching = false
+	}
 	return errors.Join(errs...)
 }
 
@@ -311,6 +352,13 @@ func (s *Sampler) RefreshThreads() (int, error) {
 		if err := s.threads.Put(tid, th.Addr+uint64(s.vm.Layout.ThreadEC)); err != nil {
 			return 0, fmt.Errorf("threads map: %w", err)
 		}
+		if s.switches != nil {
+			// A thread's state lives as long as it is listed.
+			var none [wallValue]byte
+			if err := s.switches.walls.Update(tid, none, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+				return 0, fmt.Errorf("walls map: %w", err)
+			}
+		}
 	}
 	var tid uint32
 	var addr uint64
@@ -323,6 +371,9 @@ func (s *Sampler) RefreshThreads() (int, error) {
 	}
 	for _, tid := range gone {
 		_ = s.threads.Delete(tid)
+		if s.switches != nil {
+			_ = s.switches.walls.Delete(tid)
+		}
 	}
 	return len(seen), nil
 }
@@ -365,7 +416,10 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	}
 	le := binary.LittleEndian
 	smp := &Sample{TID: int(le.Uint32(b)), Truncated: le.Uint32(b[12:]) != 0}
-	smp.Time = s.wallAt.Add(time.Duration(int64(le.Uint64(b[timeOff:])) - s.monoAt))
+	smp.Time = s.wallTime(le.Uint64(b[timeOff:]))
+	if le.Uint32(b[flagsOff:])&flagSwitch != 0 {
+		smp.Switch, smp.Off = true, time.Duration(le.Uint64(b[offOff:]))
+	}
 	if s.params.gcFlagsLen > 0 {
 		smp.GC = s.vm.GCPhaseFrom(b[gcFlagsOff : gcFlagsOff+s.params.gcFlagsLen])
 	}
@@ -427,8 +481,15 @@ func (s *Sampler) decode(b []byte) (*Sample, error) {
 	return smp, nil
 }
 
-// scratchCounters is the counters' part of a CPU's scratch value.
-type scratchCounters [numCounters]uint64
+// wallTime is the instant mono (the kernel's monotonic clock, in
+// nanoseconds) on the wall clock's scale.
+func (s *Sampler) wallTime(mono uint64) time.Time {
+	return s.wallAt.Add(time.Duration(int64(mono) - s.monoAt))
+}
+
+// scratchCounters is the counters' part of a CPU's scratch value: the
+// clock's program's, then the switch program's.
+type scratchCounters [2 * numCounters]uint64
 
 // UnmarshalBinary reads the counters from the start of a scratch value.
 func (c *scratchCounters) UnmarshalBinary(b []byte) error {
@@ -457,11 +518,38 @@ func (s *Sampler) Counters() (Counters, error) {
 			sum[i] += v[i]
 		}
 	}
+	return countersAt(sum[:numCounters]), nil
+}
+
+// SwitchCounters sums the switch program's counters over the CPUs: Runs
+// are its runs on a thread of the target (a thread leaving its CPU), and
+// Truncated counts those whose stack was the thread's last switch
+// sample's (no sample sent).
+func (s *Sampler) SwitchCounters() (Counters, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return Counters{}, fmt.Errorf("counting CPUs: %w", err)
+	}
+	vals := make([]scratchCounters, ncpu)
+	if err := s.scratch.Lookup(uint32(0), vals); err != nil {
+		return Counters{}, fmt.Errorf("reading the counters: %w", err)
+	}
+	var sum scratchCounters
+	for _, v := range vals {
+		for i := range sum {
+			sum[i] += v[i]
+		}
+	}
+	return countersAt(sum[numCounters:]), nil
+}
+
+// countersAt names one program's counters.
+func countersAt(c []uint64) Counters {
 	return Counters{
-		Runs: sum[cntRuns], Emitted: sum[cntEmitted], NoThread: sum[cntNoThread],
-		ECFault: sum[cntECFault], BadBounds: sum[cntBadBounds], FramesRead: sum[cntFramesRead],
-		RingFull: sum[cntRingFull], Truncated: sum[cntTruncated],
-	}, nil
+		Runs: c[cntRuns], Emitted: c[cntEmitted], NoThread: c[cntNoThread],
+		ECFault: c[cntECFault], BadBounds: c[cntBadBounds], FramesRead: c[cntFramesRead],
+		RingFull: c[cntRingFull], Truncated: c[cntTruncated],
+	}
 }
 
 // Stats returns the kernel's run count and run time of the program, over
@@ -485,13 +573,34 @@ func EnableStats() (io.Closer, error) {
 	return c, nil
 }
 
-// Close detaches and unloads the program.
+// Close detaches and unloads the programs.
 func (s *Sampler) Close() error {
 	var errs []error
 	for _, fd := range s.perf {
 		errs = append(errs, unix.Close(fd))
 	}
 	s.perf = nil
+	if s.switches != nil {
+		if s.switching {
+			s.switches.remove(s.pid)
+			s.switching = false
+		}
+		if s.threads != nil {
+			var tid uint32
+			var addr uint64
+			var tids []uint32
+			for it := s.threads.Iterate(); it.Next(&tid, &addr); {
+				tids = append(tids, tid)
+			}
+			for _, tid := range tids {
+				_ = s.switches.walls.Delete(tid)
+			}
+		}
+		if s.sprog != nil {
+			errs = append(errs, s.sprog.Close())
+			s.sprog = nil
+		}
+	}
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())
 	}

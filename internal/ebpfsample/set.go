@@ -26,9 +26,16 @@ type SetOptions struct {
 	// FlushProcess, and a new one started.
 	FlushEvery time.Duration
 	// FlushProcess is called every FlushEvery with each process's CPU
-	// profile since the last call, and once more with done set when the
-	// process has exited or Run ends.
-	FlushProcess func(pid int, cpu *profile.Profile, done bool)
+	// profile since the last call, and with Wall its wall-clock profile
+	// (else nil), and once more with done set when the process has
+	// exited or Run ends.
+	FlushProcess func(pid int, cpu, wall *profile.Profile, done bool)
+	// Wall also keeps a wall-clock profile of each process: the clock's
+	// samples of its threads on a CPU, and its threads' time off a CPU
+	// weighed at Rate under the stack each left its CPU with, read as
+	// it leaves (sched_switch; wall.go), in the units of the user-space
+	// sampler's wall profile.
+	Wall bool
 	// Failed is called when sampling a process failed for good (its
 	// ring buffer unreadable, a bug): the process is dropped, its
 	// profile since the last flush lost, and the others go on.
@@ -55,15 +62,21 @@ type Set struct {
 	ended bool
 
 	members map[int]*member
+	// hook takes every process's switch samples, with Wall.
+	hook *switchHook
 }
 
 // member is one process of a Set.
 type member struct {
 	attached
 	prof *profile.Profile
+	// wall is its wall-clock profile (SetOptions.Wall), made by clock.
+	wall  *profile.Profile
+	clock *wallClock
 	// counted are the program's counters at the last flush: a profile's
-	// ticks and errors are the difference.
-	counted Counters
+	// ticks and errors are the difference; switchCounted the switch
+	// program's.
+	counted, switchCounted Counters
 	// noThread is the program's count of runs on unlisted threads at the
 	// last thread list: when it moves, a new thread ran.
 	noThread uint64
@@ -122,22 +135,40 @@ func NewSet(opts SetOptions) (*Set, error) {
 	if err := features.HaveProgramType(ebpf.PerfEvent); err != nil {
 		return nil, explain(err)
 	}
-	return &Set{opts: opts, members: map[int]*member{}}, nil
+	s := &Set{opts: opts, members: map[int]*member{}}
+	if opts.Wall {
+		if err := features.HaveProgramType(ebpf.RawTracepoint); err != nil {
+			return nil, explain(err)
+		}
+		h, err := newSwitchHook()
+		if err != nil {
+			return nil, explain(err)
+		}
+		s.hook = h
+	}
+	return s, nil
 }
 
 // Add attaches to pid, loads and starts its sampler, and returns its Ruby
 // version; Run takes it in at its next wake-up.
 func (s *Set) Add(pid int) (rubyVersion string, err error) {
-	a, err := open(pid, s.opts.VM, Options{Frequency: int(math.Round(s.opts.Rate)), RingBytes: setRingBytes(s.opts.Rate), MaxStack: setMaxStack})
+	a, err := open(pid, s.opts.VM, Options{Frequency: int(math.Round(s.opts.Rate)), RingBytes: setRingBytes(s.opts.Rate), MaxStack: setMaxStack, switches: s.hook})
 	if err != nil {
 		return "", err
 	}
-	m := &member{attached: a, prof: profile.NewProfile(s.opts.Rate), listed: time.Now()}
+	m := &member{attached: a, listed: time.Now()}
+	if s.hook != nil {
+		m.clock = newWallClock(s.opts.Rate)
+	}
+	m.newProfiles(s.opts.Rate)
 	if err := m.s.Start(); err != nil {
 		m.close()
 		return "", fmt.Errorf("starting the BPF sampler: %w", err)
 	}
 	m.prof.Start = time.Now()
+	if m.wall != nil {
+		m.wall.Start = m.prof.Start
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -173,6 +204,9 @@ func (s *Set) Run(ctx context.Context) {
 				m.close()
 			}
 			clear(s.members)
+			if s.hook != nil {
+				s.hook.close()
+			}
 			return
 		case <-tick.C:
 		}
@@ -271,25 +305,50 @@ func (s *Set) takeAdded(end bool) {
 	}
 }
 
-// flush hands m's profile to FlushProcess, its ticks and errors those the
-// program counted since the last flush, and starts it a new one.
+// flush hands m's profiles to FlushProcess, the CPU profile's ticks and
+// errors those the program counted since the last flush, and starts new
+// ones. The wall-clock profile takes the time its threads spent off a
+// CPU up to now first (wallClock.settle); its ticks are its periods, as
+// the user-space sampler's, and its errors the switch program's too.
 func (s *Set) flush(m *member, done bool) {
-	p := m.prof
+	p, w := m.prof, m.wall
 	p.Duration = time.Since(p.Start)
 	if c, err := m.s.Counters(); err == nil {
 		p.Ticks = int(c.Runs - m.counted.Runs)
 		p.Errors = int(c.errors() - m.counted.errors())
 		m.counted = c
 	}
-	if s.opts.FlushProcess != nil {
-		s.opts.FlushProcess(m.pid, p, done)
+	if w != nil {
+		if err := m.clock.settle(m.s, w, m.pid); err == nil {
+			w.Duration = p.Duration
+			w.Ticks = int(w.Duration.Seconds() * s.opts.Rate)
+			w.Errors = p.Errors
+			if c, err := m.s.SwitchCounters(); err == nil {
+				w.Errors += int(c.errors() - m.switchCounted.errors())
+				m.switchCounted = c
+			}
+		}
 	}
-	m.prof = profile.NewProfile(s.opts.Rate)
-	m.prof.Start = time.Now()
+	if s.opts.FlushProcess != nil {
+		s.opts.FlushProcess(m.pid, p, w, done)
+	}
+	m.newProfiles(s.opts.Rate)
 }
 
-// drain adds the samples in m's ring buffer to its profile and returns
-// how many it read.
+// newProfiles starts m's profiles anew.
+func (m *member) newProfiles(rate float64) {
+	m.prof = profile.NewProfile(rate)
+	if m.clock != nil {
+		m.wall = profile.NewProfile(rate)
+		m.wall.Wall = true
+		m.wall.Start = m.prof.Start
+	}
+}
+
+// drain adds the samples in m's ring buffer to its profiles and returns
+// how many the clock took: a process none of whose threads ran on a CPU
+// keeps its clocks' phases (visit), however many times its threads
+// left a CPU.
 func (m *member) drain() (int, error) {
-	return drainInto(m.s, m.prof, m.pid, false)
+	return drainInto(m.s, profiles{cpu: m.prof, wall: m.wall, clock: m.clock}, m.pid)
 }

@@ -39,7 +39,7 @@ func TestSetKeepsProcessesApart(t *testing.T) {
 	foreign := map[int]int{} // samples holding the other's
 	done := map[int]bool{}
 	set, err := NewSet(SetOptions{Rate: 200, FlushEvery: 300 * time.Millisecond,
-		FlushProcess: func(pid int, cpu *profile.Profile, last bool) {
+		FlushProcess: func(pid int, cpu, _ *profile.Profile, last bool) {
 			mu.Lock()
 			defer mu.Unlock()
 			if done[pid] {

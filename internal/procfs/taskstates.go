@@ -454,15 +454,29 @@ func (t *TaskStates) Close() {
 // The kernel adds a wait when the wait ends, as the thread gets its CPU.
 // ok is false if the thread is gone or the kernel keeps no such count.
 func RunDelay(pid, tid int) (delay time.Duration, ok bool) {
+	return schedstatField(pid, tid, 1)
+}
+
+// RunTime reads how long thread tid of process pid has run on a CPU, in
+// all (the first field of its schedstat: the scheduler's
+// sum_exec_runtime, up to the thread's last scheduler tick when it runs
+// now). ok is false if the thread is gone or the kernel keeps no such
+// count.
+func RunTime(pid, tid int) (ran time.Duration, ok bool) {
+	return schedstatField(pid, tid, 0)
+}
+
+// schedstatField reads field i of thread tid's schedstat, in nanoseconds.
+func schedstatField(pid, tid, i int) (time.Duration, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
 	if err != nil {
 		return 0, false
 	}
 	f := bytes.Fields(b)
-	if len(f) < 2 {
+	if len(f) <= i {
 		return 0, false
 	}
-	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
+	ns, err := strconv.ParseInt(string(f[i]), 10, 64)
 	return time.Duration(ns), err == nil && ns >= 0
 }
 

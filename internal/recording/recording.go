@@ -32,7 +32,7 @@ type Options struct {
 	PID    int
 	Launch []string
 	// Sampler is the sampler's options; EBPF takes the samples with the
-	// BPF sampler (which honours only its rate, duration, threads,
+	// BPF sampler (which honours only its rate, duration, idle, threads,
 	// timeline and VM options: the caller refuses the others).
 	Sampler sampler.Options
 	EBPF    bool
@@ -181,7 +181,7 @@ func open(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched 
 		}
 		return userSampler{s}, nil
 	}
-	ropts := ebpfsample.RecordOptions{Rate: opts.Rate, Duration: opts.Duration, Threads: opts.Threads, Timeline: opts.Timeline, VM: opts.VM}
+	ropts := ebpfsample.RecordOptions{Rate: opts.Rate, Duration: opts.Duration, Threads: opts.Threads, Timeline: opts.Timeline, Idle: opts.Idle, VM: opts.VM}
 	r, err := whenReady(ctx, pid, launched, func() (*ebpfsample.Recorder, error) { return ebpfsample.NewRecorder(pid, ropts) })
 	if err != nil {
 		return nil, fmt.Errorf("record --ebpf: %w", err)
