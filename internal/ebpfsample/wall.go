@@ -3,6 +3,7 @@ package ebpfsample
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 type wallClock struct {
 	rate    float64
 	threads map[int]*offThread
+	seed    maphash.Seed // of the stacks' keys (stackKey)
 }
 
 // offThread is a thread's state between its switch samples.
@@ -37,12 +39,30 @@ type offThread struct {
 	// since that is in a profile already (settle), up to settledAt.
 	since, settledAt time.Time
 	settled          time.Duration
-	// carry is the off-CPU time not yet a whole sample, in periods.
-	carry float64
+	// key is frames' (stackKey); carries, by stack, the off-CPU time not
+	// yet a whole sample, in periods. A carry of the thread's own, not of
+	// the stack, moved samples between the stacks a thread alternates
+	// (time asleep in one method completing the sample of the next): up
+	// to 11 of 300 between two methods of about 7 ms each.
+	key     uint64
+	carries map[uint64]float64
 }
 
+// maxCarries bounds the stacks whose carry a thread keeps: past it, the
+// carries (each under a sample) start again.
+const maxCarries = 256
+
 func newWallClock(rate float64) *wallClock {
-	return &wallClock{rate: rate, threads: map[int]*offThread{}}
+	return &wallClock{rate: rate, threads: map[int]*offThread{}, seed: maphash.MakeSeed()}
+}
+
+// stackKey is a key of frames, a stack as profiles keep it.
+func (w *wallClock) stackKey(frames []profile.Frame) uint64 {
+	var k uint64
+	for _, f := range frames {
+		k = k*1099511628211 + maphash.Comparable(w.seed, f)
+	}
+	return k
 }
 
 // switched takes a switch sample of a thread of process pid: its time off
@@ -56,6 +76,7 @@ func (w *wallClock) switched(wall *profile.Profile, smp *Sample, frames []profil
 	}
 	w.add(wall, t, smp.Off-t.settled, later(t.since, t.settledAt), smp.Time, pid, smp.TID)
 	t.frames = append(t.frames[:0], frames...)
+	t.key = w.stackKey(frames)
 	if len(frames) == 0 {
 		t.frames = nil
 	}
@@ -107,9 +128,12 @@ func (w *wallClock) add(wall *profile.Profile, t *offThread, off time.Duration, 
 	if off <= 0 || t.frames == nil {
 		return
 	}
-	t.carry += off.Seconds() * w.rate
-	n := math.Floor(t.carry)
-	t.carry -= n
+	if t.carries == nil || len(t.carries) >= maxCarries {
+		t.carries = map[uint64]float64{}
+	}
+	carry := t.carries[t.key] + off.Seconds()*w.rate
+	n := math.Floor(carry)
+	t.carries[t.key] = carry - n
 	if n < 1 {
 		return
 	}
