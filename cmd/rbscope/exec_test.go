@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/wire"
 )
 
 // startSleeper starts testdata/exec_target.rb in sleep mode, as uid when
@@ -150,7 +151,7 @@ func TestAllocCLI(t *testing.T) {
 		t.Fatalf("alloc --json: exit %d, %s", code, stderr)
 	}
 	schema, sites := allocJSON(t, stdout)
-	if schema != 1 {
+	if schema != wire.SchemaVersion {
 		t.Fatalf("alloc --json: schema %d\n%s", schema, stdout)
 	}
 	if len(sites) != 2 || sites[0].Line != w.KeepMany || sites[1].Line != w.KeepFew || sites[0].Class != "String" || sites[0].Bytes < 40*sites[0].Count {
