@@ -22,9 +22,11 @@
 //     and pattern and calls it from the wrapper compile! makes, so the
 //     endpoint is that method's name ("GET /hello/:name", rubyvm's
 //     Frame.Method) in the first Ruby frame that "block in
-//     Sinatra::Base.compile!" calls through Method#call. Samples in
-//     filters, in the middleware and in rendering after the route's block
-//     returns have no endpoint.
+//     Sinatra::Base.compile!" calls through Method#call. compile! wraps
+//     filters too ("after (?-mix:.*)"): a method whose name does not
+//     begin with a verb in capitals is no route. Samples in filters, in
+//     the middleware and in rendering after the route's block returns
+//     have no endpoint.
 //   - Job is the class of the Ruby method frame that Sidekiq's processor
 //     calls to run a job: the callee of Sidekiq::Processor#execute_job
 //     (Sidekiq 6 and 7), "HardJob" for "HardJob#perform"; for an ActiveJob
@@ -144,7 +146,27 @@ func route(frames []profile.Frame, ids []int) string {
 	if call.Kind != profile.KindCFunc || call.Label != "Method#call" || block.Kind != profile.KindRuby {
 		return ""
 	}
+	if !isRoute(block.Method) {
+		return ""
+	}
 	return block.Method
+}
+
+// isRoute reports whether name is a Sinatra route's method, "VERB
+// /pattern" (GET, POST, and any verb route declares, in capitals), not
+// a filter's, which compile! makes and names the same way but for its
+// kind ("before /x", "after (?-mix:.*)").
+func isRoute(name string) bool {
+	verb, _, ok := strings.Cut(name, " ")
+	if !ok || verb == "" {
+		return false
+	}
+	for _, c := range verb {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // method splits the label of an instance method's frame, "Owner#name",
