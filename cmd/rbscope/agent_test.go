@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -308,27 +307,7 @@ func TestAgentWallProfile(t *testing.T) {
 
 func testAgentWallProfile(t *testing.T, rb testruby.Ruby, srv *fakePyroscope, ebpf bool) {
 	marker := fmt.Sprintf("wallmark%d", time.Now().UnixNano())
-	report := filepath.Join(t.TempDir(), "spent.json")
-	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker)
-	if err := prog.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { prog.Process.Kill(); prog.Wait() }()
-	type spent struct {
-		PID          int
-		Compute, Nap float64
-	}
-	read := func() spent {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var s spent
-			if b, err := os.ReadFile(report); err == nil && json.Unmarshal(b, &s) == nil && s.PID > 0 {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("setup: %s wrote no report", filepath.Base(prog.Path))
-			}
-		}
-	}
+	prog, read := startSleepHalf(t, rb, marker)
 	read()
 	args := []string{"agent", "--server", "http://" + srv.addr, "--match", marker,
 		"--upload-interval", "1s", "--rate", "100", "--profile", "cpu,wall"}

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	pprof "github.com/google/pprof/profile"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
+	"github.com/rbscope/rbscope/internal/testruby"
 )
 
 // Helpers the agent's tests and others share: a Pyroscope server that
@@ -246,6 +250,37 @@ func waitProcesses(t *testing.T, addr string, n int, d time.Duration, what strin
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: the agent does not count %d processes within %v:\n%s\nagent:\n%s", what, n, d, last, agentErr.String())
+		}
+	}
+}
+
+// sleepHalfSpent is what testdata/sleep_half.rb says it spent so far: its
+// time computing and napping.
+type sleepHalfSpent struct {
+	PID          int
+	Compute, Nap float64
+}
+
+// startSleepHalf runs testdata/sleep_half.rb on rb (marker in its command
+// line), killed when the test ends, and returns it and a function that
+// reads its latest report.
+func startSleepHalf(t *testing.T, rb testruby.Ruby, marker string) (*exec.Cmd, func() sleepHalfSpent) {
+	t.Helper()
+	report := filepath.Join(t.TempDir(), "spent.json")
+	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker)
+	if err := prog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Process.Kill(); prog.Wait() })
+	return prog, func() sleepHalfSpent {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var s sleepHalfSpent
+			if b, err := os.ReadFile(report); err == nil && json.Unmarshal(b, &s) == nil && s.PID > 0 {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("setup: sleep_half.rb wrote no report")
+			}
 		}
 	}
 }

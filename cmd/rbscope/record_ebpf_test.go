@@ -232,27 +232,7 @@ func TestRecordEBPFForkedChild(t *testing.T) {
 // points), and top's table, fed by the same sampler, shows nap.
 func TestRecordEBPFIdle(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	report := filepath.Join(t.TempDir(), "spent.json")
-	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, "ebpfidle")
-	if err := prog.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { prog.Process.Kill(); prog.Wait() }()
-	type spent struct {
-		PID          int
-		Compute, Nap float64
-	}
-	read := func() spent {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var s spent
-			if b, err := os.ReadFile(report); err == nil && json.Unmarshal(b, &s) == nil && s.PID > 0 {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("setup: sleep_half.rb wrote no report")
-			}
-		}
-	}
+	prog, read := startSleepHalf(t, rb, "ebpfidle")
 	before := read()
 	out, _ := ebpfOrSkip(t, "--idle", "-p", fmt.Sprint(prog.Process.Pid), "--rate", "100", "--duration", "3s", "-f", "collapsed", "-o", "-")
 	after := read()

@@ -504,19 +504,9 @@ func (c *scratchCounters) UnmarshalBinary(b []byte) error {
 
 // Counters sums the program's counters over the CPUs.
 func (s *Sampler) Counters() (Counters, error) {
-	ncpu, err := ebpf.PossibleCPU()
+	sum, err := s.sumCounters()
 	if err != nil {
-		return Counters{}, fmt.Errorf("counting CPUs: %w", err)
-	}
-	vals := make([]scratchCounters, ncpu)
-	if err := s.scratch.Lookup(uint32(0), vals); err != nil {
-		return Counters{}, fmt.Errorf("reading the counters: %w", err)
-	}
-	var sum scratchCounters
-	for _, v := range vals {
-		for i := range sum {
-			sum[i] += v[i]
-		}
+		return Counters{}, err
 	}
 	return countersAt(sum[:numCounters]), nil
 }
@@ -526,21 +516,31 @@ func (s *Sampler) Counters() (Counters, error) {
 // Truncated counts those whose stack was the thread's last switch
 // sample's (no sample sent).
 func (s *Sampler) SwitchCounters() (Counters, error) {
+	sum, err := s.sumCounters()
+	if err != nil {
+		return Counters{}, err
+	}
+	return countersAt(sum[numCounters:]), nil
+}
+
+// sumCounters sums the scratch values' counters (the clock program's,
+// then the switch program's) over the CPUs.
+func (s *Sampler) sumCounters() (scratchCounters, error) {
+	var sum scratchCounters
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
-		return Counters{}, fmt.Errorf("counting CPUs: %w", err)
+		return sum, fmt.Errorf("counting CPUs: %w", err)
 	}
 	vals := make([]scratchCounters, ncpu)
 	if err := s.scratch.Lookup(uint32(0), vals); err != nil {
-		return Counters{}, fmt.Errorf("reading the counters: %w", err)
+		return sum, fmt.Errorf("reading the counters: %w", err)
 	}
-	var sum scratchCounters
 	for _, v := range vals {
 		for i := range sum {
 			sum[i] += v[i]
 		}
 	}
-	return countersAt(sum[numCounters:]), nil
+	return sum, nil
 }
 
 // countersAt names one program's counters.
