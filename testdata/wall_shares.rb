@@ -50,10 +50,12 @@ ensure
 end
 
 # walls are the methods' wall time so far, the calls in progress up to t.
-# (Read under the GVL: no other thread moves them meanwhile.)
+# It iterates over a copy of RUNNING: the GVL can pass to another thread
+# between two steps of an iteration, and that thread's timed adding a key
+# to the Hash being iterated raises.
 def walls(t)
   out = WALL.dup
-  RUNNING.each { |k, w| out[k] += t - w }
+  RUNNING.dup.each { |k, w| out[k] += t - w }
   out
 end
 

@@ -233,10 +233,11 @@ loop:
 			break loop
 		case <-tick.C:
 		}
-		if err = r.drain(prof); err != nil {
+		var clocked int
+		if clocked, err = r.drain(prof); err != nil {
 			break
 		}
-		if err = r.s.Jitter(); err != nil {
+		if err = r.s.Clocked(clocked); err != nil {
 			break
 		}
 		if r.live.Gone() {
@@ -277,7 +278,7 @@ loop:
 	}
 	prof.Duration = time.Since(prof.Start) // every sample taken before
 	if err == nil {
-		err = r.drain(prof)
+		_, err = r.drain(prof)
 	}
 	if err == nil && r.ps.clock != nil {
 		// The threads still off a CPU: their time up to now.
@@ -329,10 +330,10 @@ func (r *Recorder) count(prof *profile.Profile, c Counters) {
 	}
 }
 
-// drain adds the samples in the ring buffer to the recording's profile.
-func (r *Recorder) drain(*profile.Profile) error {
-	_, err := drainInto(r.s, r.ps, r.pid)
-	return err
+// drain adds the samples in the ring buffer to the recording's profile
+// and returns how many the clock took.
+func (r *Recorder) drain(*profile.Profile) (int, error) {
+	return drainInto(r.s, r.ps, r.pid)
 }
 
 // profiles are where a process's samples go: its CPU profile (the

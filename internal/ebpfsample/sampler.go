@@ -120,8 +120,11 @@ type Sampler struct {
 	switches  *switchHook
 	sprog     *ebpf.Program
 	switching bool
-	// freq is the perf events' mean rate (Options.Frequency).
-	freq   int
+	// freq is the perf events' mean rate (Options.Frequency);
+	// sinceDraw the clock samples since their periods were last drawn
+	// (Clocked).
+	freq      int
+	sinceDraw int
 	reader *ringbuf.Reader
 	rec    ringbuf.Record
 	// decoded caches decoded frames by iseq, pc, ep and environment words
@@ -241,7 +244,7 @@ func (s *Sampler) load(opts Options) error {
 
 // attach opens a CPU-clock perf event on each CPU, disabled, with the
 // program attached; Start enables them. The clock fires every period
-// (nanoseconds, which Jitter changes), not at a frequency the kernel
+// (nanoseconds, which Clocked redraws), not at a frequency the kernel
 // would keep by itself.
 func (s *Sampler) attach(freq int) error {
 	ncpu, err := ebpf.PossibleCPU()
@@ -290,17 +293,31 @@ func (s *Sampler) Start() error {
 	return nil
 }
 
-// Jitter gives each CPU's perf event a period drawn at random, that of a
-// rate drawn evenly from 0.75 to 1.25 times Options.Frequency (so the mean
-// rate is the one asked for), and restarts its clock from now. A clock of
-// a fixed period can lock onto a program's loop that lasts about a whole
-// number of periods, and then samples only some of its parts: at 1000 Hz
-// beside two spinners, split.rb's chain_b had 36.6% of the samples for
-// the 30.2% of its CPU the program measured, chain_c 12.8% for 20.0%.
-// Called every tenth of a second, it spreads the instants over the loop,
-// as the user-space sampler does by drawing each tick at a random point
-// of its period.
-func (s *Sampler) Jitter() error {
+// jitterSamples is how many clock samples a Sampler takes between two
+// draws of its clocks' periods (Clocked).
+const jitterSamples = 10
+
+// Clocked notes n more clock samples of the target and, once
+// jitterSamples have come since the last draw, gives each CPU's perf
+// event a period drawn at random, that of a rate drawn evenly from 0.75
+// to 1.25 times Options.Frequency (so the mean rate is the one asked
+// for), and restarts its clock from now. A clock of a fixed period can
+// lock onto a program's loop that lasts about a whole number of periods,
+// and then samples only some of its parts: at 1000 Hz beside two
+// spinners, split.rb's chain_b had 36.6% of the samples for the 30.2% of
+// its CPU the program measured, chain_c 12.8% for 20.0%. A new period
+// every few samples spreads the instants over the loop, as the
+// user-space sampler does by drawing each tick at a random point of its
+// period. The count, not the time, paces the draws: a draw is a system
+// call a CPU, each an interrupt of that CPU, and a process that mostly
+// waits (most of a fleet) has few samples to spread, so it costs a
+// draw a second or two rather than one at each drain.
+func (s *Sampler) Clocked(n int) error {
+	s.sinceDraw += n
+	if s.sinceDraw < jitterSamples {
+		return nil
+	}
+	s.sinceDraw = 0
 	for _, fd := range s.perf {
 		period := uint64(float64(time.Second) / (float64(s.freq) * (0.75 + 0.5*rand.Float64())))
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_PERIOD, uintptr(unsafe.Pointer(&period))); e != 0 {

@@ -243,8 +243,19 @@ func TestChurnNeverTorn(t *testing.T) {
 			p.WaitReport(t, &rep, 30*time.Second)
 			vm := attachVM(t, rep.PID)
 			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			total, leafA, leafB, gc := 0, 0, 0, 0
+			total, leafA, leafB, gc, staleLeaf := 0, 0, 0, 0, 0
 			var torn []string
+			// Ruby 2.7 points ec->cfp at a new frame before it fills it in
+			// (3.0 fills it first): a sample in between shows the slot's
+			// previous occupant as the innermost frame (docs/rubies.md).
+			// Such a sample may be torn at its leaf alone, and rarely.
+			tornAt := func(i int, fs []rubyvm.Frame) {
+				if i == 0 && testruby.Older(rb, 3, 0) {
+					staleLeaf++
+					return
+				}
+				torn = append(torn, stackKey(fs))
+			}
 			count := func(smp *Sample) {
 				total++
 				if smp.GC != rubyvm.GCIdle {
@@ -262,13 +273,13 @@ func TestChurnNeverTorn(t *testing.T) {
 					case strings.HasSuffix(f.Label, "#leaf_a"):
 						leafA++
 						if !strings.HasSuffix(at(i+1), "#mid_a") {
-							torn = append(torn, stackKey(fs))
+							tornAt(i, fs)
 						}
 					case strings.HasSuffix(f.Label, "#leaf_b"):
 						leafB++
 						if !strings.HasPrefix(at(i+1), "block in ") || !strings.HasSuffix(at(i+1), "#mid_b") ||
 							at(i+2) != "Array#map" || !strings.HasSuffix(at(i+3), "#mid_b") {
-							torn = append(torn, stackKey(fs))
+							tornAt(i, fs)
 						}
 					}
 				}
@@ -282,7 +293,10 @@ func TestChurnNeverTorn(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("%d samples, %d in leaf_a, %d in leaf_b, %d in the GC", total, leafA, leafB, gc)
+			t.Logf("%d samples, %d in leaf_a, %d in leaf_b, %d in the GC, %d torn at the leaf (Ruby 2.7's frame push)", total, leafA, leafB, gc, staleLeaf)
+			if staleLeaf*100 > total {
+				t.Errorf("%d of %d samples torn at their leaf (Ruby 2.7's frame push), over 1%%", staleLeaf, total)
+			}
 			// churn_stacks.rb allocates all the time: the collector runs
 			// in a good share of its CPU time.
 			if _, _, err := vm.GCFlags(); err == nil && gc == 0 {

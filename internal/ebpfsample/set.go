@@ -241,13 +241,8 @@ func (s *Set) visit(m *member, check, flush bool) error {
 		delete(s.members, m.pid)
 		return nil
 	}
-	// A new phase matters only to a thread that runs: a process that
-	// was not sampled since the last look keeps its clocks, and costs no
-	// system call (each is an interrupt of the event's CPU).
-	if n > 0 {
-		if err := m.s.Jitter(); err != nil {
-			return err
-		}
+	if err := m.s.Clocked(n); err != nil {
+		return err
 	}
 	if check {
 		// A list read as threads come and go can be torn: the next
