@@ -125,8 +125,8 @@ type Sampler struct {
 	// (Clocked).
 	freq      int
 	sinceDraw int
-	reader *ringbuf.Reader
-	rec    ringbuf.Record
+	reader    *ringbuf.Reader
+	rec       ringbuf.Record
 	// decoded caches decoded frames by iseq, pc, ep and environment words
 	decoded map[[6]uint64]decodedFrame
 	// decodedHeap caches the frames whose environment was not in the
