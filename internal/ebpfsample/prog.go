@@ -40,13 +40,17 @@ const flagSwitch = 1
 // The wall state of a thread, the switch program's per-TID value: the
 // time of its last switch (0: none known, or a record was lost), its CPU
 // time then, its time off a CPU since the last record it sent (acc: under
-// that record's stack), and a hash of that record's frames.
+// that record's stack), a hash of that record's frames, and the address
+// of its rb_thread_t's ec field (the threads map's value, which user
+// space writes here too: the switch program, run at every switch of the
+// target's threads, so looks up one map a switch rather than two).
 const (
 	wallOut   = 0
 	wallRan   = 8
 	wallAcc   = 16
 	wallHash  = 24
-	wallValue = 32
+	wallEC    = 32
+	wallValue = 40
 )
 
 // Counter indexes in the scratch value.
@@ -179,7 +183,8 @@ type programFDs struct {
 // value.
 //
 // With switched, it is the switch program instead (switch.go), tail-called
-// as a thread of the target leaves its CPU: it walks the same way, and
+// as a thread of the target leaves its CPU: it walks the same way (the
+// thread's ec field's address from its walls value), and
 // adds the thread's time off a CPU since its last switch (the time since
 // less its CPU time since, the scheduler's sum_exec_runtime) to its acc in
 // the walls map. When the stack is the one the thread's last record sent
@@ -242,17 +247,23 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "nowall"),
 			asm.StoreMem(asm.R10, slotWall, asm.R0, asm.DWord),
+			// The thread's &th->ec, kept in its wall state.
+			asm.LoadMem(asm.R3, asm.R0, wallEC, asm.DWord),
+			asm.JEq.Imm(asm.R3, 0, "nothread"),
+		)
+	} else {
+		ins = append(ins,
+			// The thread's &th->ec.
+			asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
+			asm.LoadMapPtr(asm.R1, threadsFD),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, slotKey),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "nothread"),
+			asm.LoadMem(asm.R3, asm.R0, 0, asm.DWord),
 		)
 	}
 	ins = append(ins,
-		// The thread's &th->ec.
-		asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
-		asm.LoadMapPtr(asm.R1, threadsFD),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, slotKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "nothread"),
-		asm.LoadMem(asm.R3, asm.R0, 0, asm.DWord),
 		// ec = th->ec
 		asm.Mov.Reg(asm.R1, asm.R10),
 		asm.Add.Imm(asm.R1, slotEC),

@@ -366,14 +366,13 @@ func (s *Sampler) RefreshThreads() (int, error) {
 		seen[tid] = true
 		th.Frames = nil
 		s.rubyThreads[th.TID] = th
-		if err := s.threads.Put(tid, th.Addr+uint64(s.vm.Layout.ThreadEC)); err != nil {
+		ec := th.Addr + uint64(s.vm.Layout.ThreadEC)
+		if err := s.threads.Put(tid, ec); err != nil {
 			return 0, fmt.Errorf("threads map: %w", err)
 		}
 		if s.switches != nil {
-			// A thread's state lives as long as it is listed.
-			var none [wallValue]byte
-			if err := s.switches.walls.Update(tid, none, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-				return 0, fmt.Errorf("walls map: %w", err)
+			if err := s.switches.listed(tid, ec); err != nil {
+				return 0, err
 			}
 		}
 	}

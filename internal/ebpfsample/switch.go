@@ -179,6 +179,27 @@ func (h *switchHook) add(pid int, prog *ebpf.Program) error {
 	return nil
 }
 
+// listed gives the switch program thread tid's &th->ec. A thread's
+// state lives as long as it is listed: it is made when the thread is
+// first listed and kept while its ec stays, and made again (the program's
+// state of it lost) when the TID is another thread's, whose ec differs.
+func (h *switchHook) listed(tid uint32, ec uint64) error {
+	var v [wallValue / 8]uint64
+	err := h.walls.Lookup(tid, &v)
+	if err == nil && v[wallEC/8] == ec {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("walls map: %w", err)
+	}
+	v = [wallValue / 8]uint64{}
+	v[wallEC/8] = ec
+	if err := h.walls.Put(tid, v); err != nil {
+		return fmt.Errorf("walls map: %w", err)
+	}
+	return nil
+}
+
 // remove stops running process pid's switch program.
 func (h *switchHook) remove(pid int) {
 	h.mu.Lock()
