@@ -293,7 +293,13 @@ func (a *Agent) startNew(ctx context.Context) {
 		}
 	} else {
 		var err error
-		if procs, err = discover.Ruby(procRoot, a.cfg.Match); err != nil {
+		sampled := func(pid int) bool {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			_, ok := a.running[pid]
+			return ok
+		}
+		if procs, err = discover.Ruby(procRoot, a.cfg.Match, sampled); err != nil {
 			a.say("scan", "rbscope agent: %v", err)
 			return
 		}

@@ -36,7 +36,11 @@ const maxMapsBytes = 8 << 20
 // whose mappings hold a Ruby image and, when match is set, whose command
 // line it matches; rbscope's own process is left out. Processes that end
 // or cannot be read meanwhile are left out too.
-func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
+// When known is set, the processes it says the caller has already are
+// left out before their mappings are read: an agent scanning every few
+// seconds reads only the new processes' maps, not its fifty workers'
+// again.
+func Ruby(proc string, match *regexp.Regexp, known func(pid int) bool) ([]Process, error) {
 	pids, err := procfs.PIDs(proc)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
@@ -44,7 +48,7 @@ func Ruby(proc string, match *regexp.Regexp) ([]Process, error) {
 	self := os.Getpid()
 	var out []Process
 	for _, pid := range pids {
-		if pid == self {
+		if pid == self || known != nil && known(pid) {
 			continue
 		}
 		args := procfs.Cmdline(proc, pid)

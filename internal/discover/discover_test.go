@@ -30,7 +30,7 @@ func TestRubyFindsRubies(t *testing.T) {
 	var found []Process
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var err error
-		if found, err = Ruby("/proc", regexp.MustCompile(regexp.QuoteMeta(marker))); err != nil {
+		if found, err = Ruby("/proc", regexp.MustCompile(regexp.QuoteMeta(marker)), nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(found) > 0 {
@@ -40,7 +40,7 @@ func TestRubyFindsRubies(t *testing.T) {
 	if len(found) != 1 || found[0].PID != rubyProc.Process.Pid {
 		t.Errorf("found %+v, want only the Ruby process %d (not the shell %d)", found, rubyProc.Process.Pid, shell.Process.Pid)
 	}
-	if all, err := Ruby("/proc", nil); err != nil || len(all) < 1 {
+	if all, err := Ruby("/proc", nil, nil); err != nil || len(all) < 1 {
 		t.Errorf("without match: %v, %v", all, err)
 	}
 }
@@ -72,7 +72,7 @@ func TestRubyFakeProc(t *testing.T) {
 	fake(4244, dataOnly, "ruby\x00-e\x00x\x00")
 	fake(os.Getpid(), libruby, "rbscope\x00")
 	os.WriteFile(filepath.Join(proc, "self"), nil, 0o644) // not a PID
-	got, err := Ruby(proc, nil)
+	got, err := Ruby(proc, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,14 @@ func TestRubyFakeProc(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Ruby(fake proc) = %+v, want %+v", got, want)
 	}
-	if got, _ := Ruby(proc, regexp.MustCompile("sidekiq")); len(got) != 0 {
+	if got, _ := Ruby(proc, regexp.MustCompile("sidekiq"), nil); len(got) != 0 {
 		t.Errorf("match selects none, got %+v", got)
+	}
+	// A process the caller has already is left out (found above without
+	// known).
+	known := func(pid int) bool { return pid == 4242 }
+	if got, _ := Ruby(proc, nil, known); len(got) != 0 {
+		t.Errorf("with 4242 known: got %+v, want none", got)
 	}
 }
 

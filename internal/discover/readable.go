@@ -54,7 +54,7 @@ func NewLister(proc string, vmOpts rubyvm.Options) *Lister {
 // commands do: /proc/PID/mem), with their Ruby releases and the kernel's
 // figures, by PID.
 func (l *Lister) List() ([]Readable, error) {
-	found, err := Ruby(l.proc, nil)
+	found, err := Ruby(l.proc, nil, nil)
 	if err != nil {
 		return nil, err
 	}
