@@ -221,8 +221,8 @@ func runFloor(t *testing.T, cfg floorConfig, pid int, sp *splitProbe) *floorResu
 				res.threads = n
 				lastRefresh = time.Now()
 			}
-			res.bpf.drainInto(t, bs, bpfProf)
-			if err := bs.Jitter(); err != nil {
+			n := res.bpf.drainInto(t, bs, bpfProf)
+			if err := bs.Clocked(n); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -297,12 +297,12 @@ func threadCPU() time.Duration {
 
 // drainInto drains the BPF sampler's ring buffer and adds the samples to
 // prof as record --ebpf does (ebpfsample.ProfileFrames); the two steps'
-// CPU time are kept apart.
-func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Profile) {
+// CPU time are kept apart. It returns the samples drained.
+func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Profile) int {
 	t0 := threadCPU()
 	var stacks [][]profile.Frame
 	var tids []int
-	_, err := bs.Drain(func(smp *ebpfsample.Sample) {
+	n, err := bs.Drain(func(smp *ebpfsample.Sample) {
 		if len(smp.Frames) == 0 {
 			return
 		}
@@ -319,6 +319,7 @@ func (s *side) drainInto(t *testing.T, bs *ebpfsample.Sampler, prof *profile.Pro
 	}
 	s.drain += t1 - t0
 	s.aggregate += threadCPU() - t1
+	return n
 }
 
 // addProfile counts a profile's stacks by their Ruby frames: the leaves
