@@ -199,7 +199,7 @@ func runFloor(t *testing.T, cfg floorConfig, pid int, sp *splitProbe) *floorResu
 
 		// BPF: its perf events on for the phase, the ring buffer drained
 		// and the clocks' periods drawn again ten times a second
-		// (Sampler.Jitter, as record --ebpf does), the thread list
+		// (Sampler.Clocked, as record --ebpf does), the thread list
 		// refreshed once.
 		runtime.GC()
 		sp.start(t)
