@@ -198,8 +198,8 @@ func runFloor(t *testing.T, cfg floorConfig, pid int, sp *splitProbe) *floorResu
 		res.user.ticks += prof.Ticks
 
 		// BPF: its perf events on for the phase, the ring buffer drained
-		// and the clocks' periods drawn again ten times a second
-		// (Sampler.Clocked, as record --ebpf does), the thread list
+		// ten times a second and the clocks' periods drawn again every
+		// ten samples (Sampler.Clocked, as record --ebpf does), the thread list
 		// refreshed once.
 		runtime.GC()
 		sp.start(t)
