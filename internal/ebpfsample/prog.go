@@ -40,17 +40,20 @@ const flagSwitch = 1
 // The wall state of a thread, the switch program's per-TID value: the
 // time of its last switch (0: none known, or a record was lost), its CPU
 // time then, its time off a CPU since the last record it sent (acc: under
-// that record's stack), a hash of that record's frames, and the address
-// of its rb_thread_t's ec field (the threads map's value, which user
-// space writes here too: the switch program, run at every switch of the
-// target's threads, so looks up one map a switch rather than two).
+// that record's stack), a hash of that record's frames, the address of
+// its rb_thread_t's ec field (the threads map's value, which user space
+// writes here too: the switch program, run at every switch of the
+// target's threads, so looks up one map a switch rather than two), and
+// the PID of the process that listed it (a TID another process had
+// before, whose state is not yet gone, is not read in this one's memory).
 const (
 	wallOut   = 0
 	wallRan   = 8
 	wallAcc   = 16
 	wallHash  = 24
 	wallEC    = 32
-	wallValue = 40
+	wallTGID  = 40
+	wallValue = 48
 )
 
 // Counter indexes in the scratch value.
@@ -247,7 +250,10 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			asm.FnMapLookupElem.Call(),
 			asm.JEq.Imm(asm.R0, 0, "nowall"),
 			asm.StoreMem(asm.R10, slotWall, asm.R0, asm.DWord),
-			// The thread's &th->ec, kept in its wall state.
+			// The thread's &th->ec, kept in its wall state by this
+			// process.
+			asm.LoadMem(asm.R3, asm.R0, wallTGID, asm.DWord),
+			asm.JNE.Imm(asm.R3, p.tgid, "nothread"),
 			asm.LoadMem(asm.R3, asm.R0, wallEC, asm.DWord),
 			asm.JEq.Imm(asm.R3, 0, "nothread"),
 		)

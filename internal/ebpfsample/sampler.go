@@ -371,7 +371,7 @@ func (s *Sampler) RefreshThreads() (int, error) {
 			return 0, fmt.Errorf("threads map: %w", err)
 		}
 		if s.switches != nil {
-			if err := s.switches.listed(tid, ec); err != nil {
+			if err := s.switches.listed(s.pid, tid, ec); err != nil {
 				return 0, err
 			}
 		}

@@ -179,14 +179,15 @@ func (h *switchHook) add(pid int, prog *ebpf.Program) error {
 	return nil
 }
 
-// listed gives the switch program thread tid's &th->ec. A thread's
-// state lives as long as it is listed: it is made when the thread is
-// first listed and kept while its ec stays, and made again (the program's
-// state of it lost) when the TID is another thread's, whose ec differs.
-func (h *switchHook) listed(tid uint32, ec uint64) error {
+// listed gives the switch program thread tid's &th->ec, for process
+// pid. A thread's state lives as long as it is listed: it is made when
+// the thread is first listed and kept while its process and ec stay, and
+// made again (the program's state of it lost) when the TID is another
+// thread's.
+func (h *switchHook) listed(pid int, tid uint32, ec uint64) error {
 	var v [wallValue / 8]uint64
 	err := h.walls.Lookup(tid, &v)
-	if err == nil && v[wallEC/8] == ec {
+	if err == nil && v[wallEC/8] == ec && v[wallTGID/8] == uint64(uint32(pid)) {
 		return nil
 	}
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -194,6 +195,7 @@ func (h *switchHook) listed(tid uint32, ec uint64) error {
 	}
 	v = [wallValue / 8]uint64{}
 	v[wallEC/8] = ec
+	v[wallTGID/8] = uint64(uint32(pid))
 	if err := h.walls.Put(tid, v); err != nil {
 		return fmt.Errorf("walls map: %w", err)
 	}
