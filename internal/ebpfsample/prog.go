@@ -8,13 +8,15 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
-// The per-CPU scratch value the programs work in: their counters (the
-// clock's program's, then the switch program's), the control frames
+// The per-CPU scratch value the programs work in: the control frames
 // copied out of the target in one read, and the record sent to user
 // space: a header, an (iseq, pc, ep) triple a frame, then a copy of the
 // top of the thread's value stack (up to the innermost frame's sp), where
 // the frames' environments mostly lie, so that user space decodes each
-// frame's method entry as it was at the sample.
+// frame's method entry as it was at the sample. The programs' counters
+// (the clock's program's, then the switch program's) are a per-CPU value
+// of their own, countersSize bytes: user space reads them every second,
+// and a read copies the whole value of every CPU.
 const (
 	numCounters  = 8
 	countersSize = 2 * numCounters * 8
@@ -56,7 +58,7 @@ const (
 	wallValue = 48
 )
 
-// Counter indexes in the scratch value.
+// Counter indexes in the counters value.
 const (
 	cntRuns       = iota // the program ran on a thread of the target
 	cntEmitted           // a record went to the ring buffer
@@ -133,7 +135,7 @@ func (p progParams) ecSpan() (lo, hi int64) {
 	return lo, hi
 }
 
-func (p progParams) rawOff() int64  { return countersSize }
+func (p progParams) rawOff() int64  { return 0 }
 func (p progParams) rawSize() int64 { return int64(p.maxFrames) * p.cfpSize }
 func (p progParams) recOff() int64  { return p.rawOff() + p.rawSize() }
 func (p progParams) recSize() int64 {
@@ -154,6 +156,7 @@ const (
 	slotECBuf = -16 - ecBufSize // the execution context fields read
 	slotWall  = slotECBuf - 8   // the switch program's walls map value
 	slotHash  = slotWall - 8    // and the hash of the frames
+	slotCount = slotHash - 8    // the counters value
 )
 
 // hashStep mixes R3 into the hash in R4 (a bijection of the hash for each
@@ -171,7 +174,7 @@ func hashStep() asm.Instructions {
 // programFDs are the maps a program of the sampler uses; walls only in
 // the switch program.
 type programFDs struct {
-	threads, scratch, events, walls int
+	threads, scratch, counters, events, walls int
 }
 
 // program returns the instructions of the sampler: on a perf event on a
@@ -202,11 +205,12 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	if switched {
 		base = numCounters
 	}
-	count := func(idx int) asm.Instructions { // R6 is the scratch value
+	count := func(idx int) asm.Instructions { // R1 and R2 are free
 		return asm.Instructions{
-			asm.LoadMem(asm.R1, asm.R6, int16((base+idx)*8), asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R6, int16((base+idx)*8), asm.R1, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R10, slotCount, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R1, int16((base+idx)*8), asm.DWord),
+			asm.Add.Imm(asm.R2, 1),
+			asm.StoreMem(asm.R1, int16((base+idx)*8), asm.R2, asm.DWord),
 		}
 	}
 	countExit := func(label string, idx int) asm.Instructions {
@@ -238,6 +242,13 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "exit"),
 		asm.Mov.Reg(asm.R6, asm.R0),
+		// This CPU's counters, kept in slotCount.
+		asm.LoadMapPtr(asm.R1, fd.counters),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, slotKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "exit"),
+		asm.StoreMem(asm.R10, slotCount, asm.R0, asm.DWord),
 	)
 	ins = append(ins, count(cntRuns)...)
 	if switched {

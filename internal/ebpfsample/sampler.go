@@ -112,6 +112,10 @@ type Sampler struct {
 	params  progParams
 	threads *ebpf.Map
 	scratch *ebpf.Map
+	// counters holds the programs' counters, per CPU; counted is the
+	// buffer they are read into.
+	counters *ebpf.Map
+	counted  []scratchCounters
 	events  *ebpf.Map
 	prog    *ebpf.Program
 	perf    []int
@@ -210,10 +214,13 @@ func (s *Sampler) load(opts Options) error {
 	if s.scratch, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(s.params.scratchSize()), MaxEntries: 1}); err != nil {
 		return fmt.Errorf("scratch map: %w", err)
 	}
+	if s.counters, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_counters", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: countersSize, MaxEntries: 1}); err != nil {
+		return fmt.Errorf("counters map: %w", err)
+	}
 	if s.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_events", Type: ebpf.RingBuf, MaxEntries: uint32(opts.RingBytes)}); err != nil {
 		return fmt.Errorf("ring buffer: %w", err)
 	}
-	fds := programFDs{threads: s.threads.FD(), scratch: s.scratch.FD(), events: s.events.FD()}
+	fds := programFDs{threads: s.threads.FD(), scratch: s.scratch.FD(), counters: s.counters.FD(), events: s.events.FD()}
 	s.prog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name:         "rbs_sample",
 		Type:         ebpf.PerfEvent,
@@ -503,11 +510,11 @@ func (s *Sampler) wallTime(mono uint64) time.Time {
 	return s.wallAt.Add(time.Duration(int64(mono) - s.monoAt))
 }
 
-// scratchCounters is the counters' part of a CPU's scratch value: the
-// clock's program's, then the switch program's.
+// scratchCounters is a CPU's counters value: the clock's program's
+// counters, then the switch program's.
 type scratchCounters [2 * numCounters]uint64
 
-// UnmarshalBinary reads the counters from the start of a scratch value.
+// UnmarshalBinary reads the counters from a counters value.
 func (c *scratchCounters) UnmarshalBinary(b []byte) error {
 	if len(b) < countersSize {
 		return io.ErrUnexpectedEOF
@@ -539,19 +546,21 @@ func (s *Sampler) SwitchCounters() (Counters, error) {
 	return countersAt(sum[numCounters:]), nil
 }
 
-// sumCounters sums the scratch values' counters (the clock program's,
-// then the switch program's) over the CPUs.
+// sumCounters sums the counters (the clock program's, then the switch
+// program's) over the CPUs.
 func (s *Sampler) sumCounters() (scratchCounters, error) {
 	var sum scratchCounters
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return sum, fmt.Errorf("counting CPUs: %w", err)
+	if s.counted == nil {
+		ncpu, err := ebpf.PossibleCPU()
+		if err != nil {
+			return sum, fmt.Errorf("counting CPUs: %w", err)
+		}
+		s.counted = make([]scratchCounters, ncpu)
 	}
-	vals := make([]scratchCounters, ncpu)
-	if err := s.scratch.Lookup(uint32(0), vals); err != nil {
+	if err := s.counters.Lookup(uint32(0), s.counted); err != nil {
 		return sum, fmt.Errorf("reading the counters: %w", err)
 	}
-	for _, v := range vals {
+	for _, v := range s.counted {
 		for i := range sum {
 			sum[i] += v[i]
 		}
@@ -620,7 +629,7 @@ func (s *Sampler) Close() error {
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())
 	}
-	for _, c := range []io.Closer{s.prog, s.events, s.scratch, s.threads} {
+	for _, c := range []io.Closer{s.prog, s.events, s.counters, s.scratch, s.threads} {
 		if c != nil && !isNilCloser(c) {
 			errs = append(errs, c.Close())
 		}
