@@ -116,9 +116,9 @@ type Sampler struct {
 	// buffer they are read into.
 	counters *ebpf.Map
 	counted  []scratchCounters
-	events  *ebpf.Map
-	prog    *ebpf.Program
-	perf    []int
+	events   *ebpf.Map
+	prog     *ebpf.Program
+	perf     []int
 	// switches and sprog take the switch samples (Options.switches);
 	// switching says sprog runs.
 	switches  *switchHook
