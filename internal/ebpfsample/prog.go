@@ -80,6 +80,10 @@ const cntSame = cntTruncated
 // of the walk.
 type progParams struct {
 	tgid      int32
+	// wakeAt is the bytes waiting in the ring buffer above which a
+	// record wakes its reader (a quarter of the ring): below, user space
+	// drains it on its own clock.
+	wakeAt    int32
 	maxFrames int
 	// maxStack bounds the bytes of value stack copied, from the
 	// innermost frame's sp down (0: none copied).
@@ -97,9 +101,9 @@ type progParams struct {
 }
 
 // newProgParams takes the program's offsets from the target's Layout.
-func newProgParams(pid int, L *layout.Layout, maxFrames int, maxStack int64, gcFlags uint64, gcFlagsLen int) (progParams, error) {
+func newProgParams(pid int, L *layout.Layout, maxFrames int, maxStack int64, ringBytes int, gcFlags uint64, gcFlagsLen int) (progParams, error) {
 	p := progParams{
-		tgid: int32(pid), maxFrames: maxFrames, maxStack: maxStack, gcFlags: gcFlags, gcFlagsLen: int64(gcFlagsLen),
+		tgid: int32(pid), wakeAt: int32(min(ringBytes/4, 1<<30)), maxFrames: maxFrames, maxStack: maxStack, gcFlags: gcFlags, gcFlagsLen: int64(gcFlagsLen),
 		ecVMStack: L.ECVMStack, ecVMStackSize: L.ECVMStackSize, ecCFP: L.ECCFP,
 		cfpSize: L.CFPSize, cfpPC: L.CFPPC, cfpSP: L.CFPSP, cfpIseq: L.CFPIseq, cfpEP: L.CFPEP,
 	}
@@ -145,8 +149,13 @@ func (p progParams) recSize() int64 {
 // scratchSize is the size of the per-CPU scratch value.
 func (p progParams) scratchSize() int64 { return p.recOff() + p.recSize() }
 
-// bpfRBNoWakeup is BPF_RB_NO_WAKEUP, a flag of bpf_ringbuf_output.
-const bpfRBNoWakeup = 1
+// Flags of bpf_ringbuf_output (BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP),
+// and bpf_ringbuf_query's BPF_RB_AVAIL_DATA.
+const (
+	bpfRBNoWakeup    = 1
+	bpfRBForceWakeup = 2
+	bpfRBAvailData   = 0
+)
 
 // Stack slots (offsets from the frame pointer R10).
 const (
@@ -479,13 +488,19 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		)
 	}
 	ins = append(ins,
-		// The record, as long as its contents.
+		// No wakeup: user space drains the ring on its own clock,
+		// unless a quarter of it is waiting.
 		asm.LoadMapPtr(asm.R1, eventsFD).WithSymbol("send"),
+		asm.Mov.Imm(asm.R2, bpfRBAvailData),
+		asm.FnRingbufQuery.Call(),
+		asm.Mov.Imm(asm.R4, bpfRBNoWakeup),
+		asm.JLE.Imm(asm.R0, p.wakeAt, "quiet"),
+		asm.Mov.Imm(asm.R4, bpfRBForceWakeup),
+		// The record, as long as its contents.
+		asm.LoadMapPtr(asm.R1, eventsFD).WithSymbol("quiet"),
 		asm.Mov.Reg(asm.R2, asm.R6),
 		asm.Add.Imm(asm.R2, recOff),
 		asm.Mov.Reg(asm.R3, asm.R7),
-		// No wakeup: user space drains the ring on its own clock.
-		asm.Mov.Imm(asm.R4, bpfRBNoWakeup),
 		asm.FnRingbufOutput.Call(),
 		asm.JNE.Imm(asm.R0, 0, "full"),
 	)

@@ -175,7 +175,7 @@ func New(pid int, vm *rubyvm.VM, opts Options) (*Sampler, error) {
 	if err != nil {
 		gcFlags, gcFlagsLen = 0, 0
 	}
-	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames, int64(opts.MaxStack), gcFlags, gcFlagsLen)
+	params, err := newProgParams(pid, vm.Layout, opts.MaxFrames, int64(opts.MaxStack), opts.RingBytes, gcFlags, gcFlagsLen)
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +400,10 @@ func (s *Sampler) RefreshThreads() (int, error) {
 	}
 	return len(seen), nil
 }
+
+// ringFD is the ring buffer map's file descriptor, which polls readable
+// when the program wakes its reader.
+func (s *Sampler) ringFD() int { return s.events.FD() }
 
 // Drain reads the samples in the ring buffer, without waiting, and calls
 // fn with each (its Frames are reused by the next call); it returns how
