@@ -79,7 +79,7 @@ const cntSame = cntTruncated
 // target's Ruby keeps what the walk reads (from its Layout) and the size
 // of the walk.
 type progParams struct {
-	tgid      int32
+	tgid int32
 	// wakeAt is the bytes waiting in the ring buffer above which a
 	// record wakes its reader (a quarter of the ring): below, user space
 	// drains it on its own clock.
