@@ -180,6 +180,18 @@ func hashStep() asm.Instructions {
 	}
 }
 
+// lookup looks up the key in slotKey in the map mapFD, and jumps to
+// missing when it is not there; else R0 is its value.
+func lookup(mapFD int, missing string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, mapFD),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, slotKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, missing),
+	}
+}
+
 // programFDs are the maps a program of the sampler uses; walls only in
 // the switch program.
 type programFDs struct {
@@ -245,18 +257,14 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 
 		// R6: this CPU's scratch value.
 		asm.StoreImm(asm.R10, slotKey, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, scratchFD),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, slotKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "exit"),
+	)
+	ins = append(ins, lookup(scratchFD, "exit")...)
+	ins = append(ins,
 		asm.Mov.Reg(asm.R6, asm.R0),
-		// This CPU's counters, kept in slotCount.
-		asm.LoadMapPtr(asm.R1, fd.counters),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, slotKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "exit"),
+	)
+	// This CPU's counters, kept in slotCount.
+	ins = append(ins, lookup(fd.counters, "exit")...)
+	ins = append(ins,
 		asm.StoreMem(asm.R10, slotCount, asm.R0, asm.DWord),
 	)
 	ins = append(ins, count(cntRuns)...)
@@ -264,11 +272,9 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		ins = append(ins,
 			// The thread's wall state, kept in slotWall.
 			asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
-			asm.LoadMapPtr(asm.R1, fd.walls),
-			asm.Mov.Reg(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, slotKey),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "nowall"),
+		)
+		ins = append(ins, lookup(fd.walls, "nowall")...)
+		ins = append(ins,
 			asm.StoreMem(asm.R10, slotWall, asm.R0, asm.DWord),
 			// The thread's &th->ec, kept in its wall state by this
 			// process.
@@ -281,11 +287,9 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		ins = append(ins,
 			// The thread's &th->ec.
 			asm.StoreMem(asm.R10, slotKey, asm.R7, asm.Word),
-			asm.LoadMapPtr(asm.R1, threadsFD),
-			asm.Mov.Reg(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, slotKey),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "nothread"),
+		)
+		ins = append(ins, lookup(threadsFD, "nothread")...)
+		ins = append(ins,
 			asm.LoadMem(asm.R3, asm.R0, 0, asm.DWord),
 		)
 	}

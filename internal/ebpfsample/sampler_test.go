@@ -87,6 +87,18 @@ func attachVM(t testing.TB, pid int) *rubyvm.VM {
 	return vm
 }
 
+// deepSpinner starts testdata/bench_deep.rb on rb, its main thread
+// spinning 50 frames deep, and returns its PID and its Ruby VM.
+func deepSpinner(t testing.TB, rb testruby.Ruby) (int, *rubyvm.VM) {
+	t.Helper()
+	p := testruby.Start(t, rb, "bench_deep.rb", nil, "50", "spin")
+	var rep struct {
+		PID int `json:"pid"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+	return rep.PID, attachVM(t, rep.PID)
+}
+
 // StackKey is a stack as a string of labels and lines, root first.
 func stackKey(frames []rubyvm.Frame) string {
 	var b strings.Builder
@@ -104,12 +116,7 @@ func stackKey(frames []rubyvm.Frame) string {
 func TestDeepStackAgrees(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
-			p := testruby.Start(t, rb, "bench_deep.rb", nil, "50", "spin")
-			var rep struct {
-				PID int `json:"pid"`
-			}
-			p.WaitReport(t, &rep, 30*time.Second)
-			vm := attachVM(t, rep.PID)
+			pid, vm := deepSpinner(t, rb)
 			// What user space reads of the spinning main thread.
 			want := map[string]int{}
 			for i := 0; i < 20; i++ {
@@ -123,8 +130,8 @@ func TestDeepStackAgrees(t *testing.T) {
 					}
 				}
 			}
-			s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499})
-			sampleCPU(t, s, rep.PID, 300*time.Millisecond)
+			s := openOrSkip(t, pid, vm, Options{Frequency: 499})
+			sampleCPU(t, s, pid, 300*time.Millisecond)
 			got := map[string]int{}
 			total, deep := 0, 0
 			n, err := s.Drain(func(smp *Sample) {
@@ -187,13 +194,8 @@ func tail(k string) string {
 // sample once the frames' labels are cached, ring buffer reads aside.
 func BenchmarkDecode(b *testing.B) {
 	rb := testruby.Rubies(b)[0]
-	p := testruby.Start(b, rb, "bench_deep.rb", nil, "50", "spin")
-	var rep struct {
-		PID int `json:"pid"`
-	}
-	p.WaitReport(b, &rep, 30*time.Second)
-	vm := attachVM(b, rep.PID)
-	s, err := New(rep.PID, vm, Options{Frequency: 499})
+	pid, vm := deepSpinner(b, rb)
+	s, err := New(pid, vm, Options{Frequency: 499})
 	if err != nil {
 		b.Skipf("BPF sampler not available here: %v", err)
 	}

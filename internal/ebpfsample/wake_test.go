@@ -14,14 +14,9 @@ import (
 // testdata/bench_deep.rb spinning 50 frames deep, with a 64 KiB ring.
 func TestRingWakesWaiter(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	p := testruby.Start(t, rb, "bench_deep.rb", nil, "50", "spin")
-	var rep struct {
-		PID int `json:"pid"`
-	}
-	p.WaitReport(t, &rep, 30*time.Second)
-	vm := attachVM(t, rep.PID)
+	pid, vm := deepSpinner(t, rb)
 	const ring = 64 << 10
-	s := openOrSkip(t, rep.PID, vm, Options{Frequency: 499, RingBytes: ring})
+	s := openOrSkip(t, pid, vm, Options{Frequency: 499, RingBytes: ring})
 	w, err := newRingWaiter()
 	if err != nil {
 		t.Fatal(err)
