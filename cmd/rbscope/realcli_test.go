@@ -107,7 +107,19 @@ func profiledAgainstStackprof(t *testing.T, program string) {
 	if err := rec.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The builds start once record samples (it holds the target's
+	// thread clock or switch ring, opened at its first tick, or the main
+	// thread's stat file): a fixed half second was not always enough on
+	// a loaded machine, and record missed the first build's start, 13% of
+	// stackprof's samples (all outside Site#render).
+	sampling := func(link string) bool {
+		return link == "anon_inode:[perf_event]" || link == "/proc/"+pid+"/task/"+pid+"/stat"
+	}
+	for deadline := time.Now().Add(60 * time.Second); !holdsFile(rec.Process.Pid, sampling); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("record did not start sampling within 60 s")
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
