@@ -18,7 +18,7 @@ import (
 // of their own, countersSize bytes: user space reads them every second,
 // and a read copies the whole value of every CPU.
 const (
-	numCounters  = 8
+	numCounters  = 10
 	countersSize = 2 * numCounters * 8
 	// TID, frames copied, frames in all, truncated, value stack base
 	// (8), its bytes, flags, GC flags (16), time (8), and for a switch
@@ -68,12 +68,10 @@ const (
 	cntFramesRead        // the control frames could not be read
 	cntRingFull          // the ring buffer had no room
 	cntTruncated         // more frames than MaxFrames: the outermost left out
+	// The switch program's own:
+	cntSame    // the stack was the thread's last record's: nothing sent
+	cntRunWall // the span's run had its wall time read (kernelOffsets)
 )
-
-// cntSame, in the switch program's counters, counts the switches whose
-// stack was the thread's last record's (nothing sent); its cntTruncated
-// place is free, as truncation is counted once, by the clock's program.
-const cntSame = cntTruncated
 
 // progParams are the constants the program is built with: where the
 // target's Ruby keeps what the walk reads (from its Layout) and the size
@@ -95,9 +93,9 @@ type progParams struct {
 	// from the Layout
 	ecVMStack, ecVMStackSize, ecCFP       int64
 	cfpSize, cfpPC, cfpSP, cfpIseq, cfpEP int64
-	// taskRan is the offset of task_struct's se.sum_exec_runtime in the
-	// kernel (the switch program's; switchHook.taskRan).
-	taskRan int32
+	// kern is where the switch program reads a task's time on a CPU
+	// (switchHook.kern).
+	kern kernelOffsets
 }
 
 // newProgParams takes the program's offsets from the target's Layout.
@@ -166,6 +164,11 @@ const (
 	slotWall  = slotECBuf - 8   // the switch program's walls map value
 	slotHash  = slotWall - 8    // and the hash of the frames
 	slotCount = slotHash - 8    // the counters value
+	// The switch program's: the task leaving its CPU, when it last
+	// came to one, and its run queue's clock now (kernelOffsets).
+	slotTask    = slotCount - 8
+	slotArrival = slotTask - 8
+	slotClock   = slotArrival - 8
 )
 
 // hashStep mixes R3 into the hash in R4 (a bijection of the hash for each
@@ -213,8 +216,9 @@ type programFDs struct {
 // as a thread of the target leaves its CPU: it walks the same way (the
 // thread's ec field's address from its walls value), and
 // adds the thread's time off a CPU since its last switch (the time since
-// less its CPU time since, the scheduler's sum_exec_runtime) to its acc in
-// the walls map. When the stack is the one the thread's last record sent
+// less the wall time of the run it is ending, or, where the kernel does
+// not keep the run's start, less its CPU time since: kernelOffsets) to its
+// acc in the walls map. When the stack is the one the thread's last record sent
 // (a hash of its frames), that is all: nothing is sent. Else it sends a
 // switch record (flagSwitch) with the acc, the time off a CPU under the
 // last record's stack, and starts a new acc. A failure clears the
@@ -354,13 +358,36 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 		ins = append(ins,
 			// The thread's CPU time (current is the task leaving).
 			asm.FnGetCurrentTask.Call(),
+			asm.StoreMem(asm.R10, slotTask, asm.R0, asm.DWord),
 			asm.Mov.Reg(asm.R3, asm.R0),
-			asm.Add.Imm(asm.R3, p.taskRan),
+			asm.Add.Imm(asm.R3, p.kern.taskRan),
 			asm.Mov.Reg(asm.R1, asm.R6),
 			asm.Add.Imm(asm.R1, recOff+ranOff),
 			asm.Mov.Imm(asm.R2, 8),
 			asm.FnProbeReadKernel.Call(),
+			asm.Mov.Imm(asm.R1, 0),
+			asm.StoreMem(asm.R10, slotArrival, asm.R1, asm.DWord),
+			asm.StoreMem(asm.R10, slotClock, asm.R1, asm.DWord),
 		)
+		if p.kern.runKnown() {
+			// When it came to this CPU, and the run queue's clock now
+			// (task->se.cfs_rq->rq->clock); a failed read leaves a
+			// zero, and the run's wall time unknown.
+			read := func(slot int16, ptrSlot int16, off int32) asm.Instructions {
+				return asm.Instructions{
+					asm.LoadMem(asm.R3, asm.R10, ptrSlot, asm.DWord),
+					asm.Add.Imm(asm.R3, off),
+					asm.Mov.Reg(asm.R1, asm.R10),
+					asm.Add.Imm(asm.R1, int32(slot)),
+					asm.Mov.Imm(asm.R2, 8),
+					asm.FnProbeReadKernel.Call(),
+				}
+			}
+			ins = append(ins, read(slotArrival, slotTask, p.kern.taskArrival)...)
+			ins = append(ins, read(slotClock, slotTask, p.kern.taskCFSRQ)...)
+			ins = append(ins, read(slotClock, slotClock, p.kern.cfsRQRq)...)
+			ins = append(ins, read(slotClock, slotClock, p.kern.rqClock)...)
+		}
 	}
 	for w := int16(0); w < gcFlagsMax/4; w++ {
 		ins = append(ins, asm.StoreImm(asm.R6, int16(recOff+gcFlagsOff)+4*w, 0, asm.Word))
@@ -422,7 +449,7 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 	if switched {
 		ins = append(ins,
 			// R3: the thread's time off a CPU since its last switch
-			// (its time since less its CPU time since; 0 when unknown)
+			// (its time since less its run's; 0 when unknown)
 			// and before, under the same stack (its acc).
 			asm.StoreMem(asm.R10, slotHash, asm.R4, asm.DWord),
 			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
@@ -436,7 +463,25 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			asm.Sub.Reg(asm.R0, asm.R5), // CPU time since
 			asm.LoadMem(asm.R3, asm.R6, int16(recOff+timeOff), asm.DWord),
 			asm.Sub.Reg(asm.R3, asm.R2), // time since
-			asm.Sub.Reg(asm.R3, asm.R0),
+			// The run's wall time, when known: the run since the last
+			// switch is the one ending (a thread comes to a CPU once
+			// between two switches), and longer than the time since
+			// the last switch, it is not (its arrival is an older
+			// run's: not kept by this kernel). It holds the CPU time,
+			// and the time taken from the run (steal, interrupts).
+			asm.LoadMem(asm.R2, asm.R10, slotArrival, asm.DWord),
+			asm.JEq.Imm(asm.R2, 0, "cputime"),
+			asm.LoadMem(asm.R5, asm.R10, slotClock, asm.DWord),
+			asm.JLT.Reg(asm.R5, asm.R2, "cputime"),
+			asm.Sub.Reg(asm.R5, asm.R2),
+			asm.JGT.Reg(asm.R5, asm.R3, "cputime"),
+			asm.JLT.Reg(asm.R5, asm.R0, "cputime"),
+			asm.Mov.Reg(asm.R0, asm.R5),
+		)
+		ins = append(ins, count(cntRunWall)...)
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+			asm.Sub.Reg(asm.R3, asm.R0).WithSymbol("cputime"),
 			asm.JSGE.Imm(asm.R3, 0, "nospan"),
 			asm.Mov.Imm(asm.R3, 0),
 			asm.LoadMem(asm.R2, asm.R1, wallAcc, asm.DWord).WithSymbol("nospan"),

@@ -97,7 +97,12 @@ type Counters struct {
 	BadBounds  uint64 // cfp not inside the VM stack on a frame boundary
 	FramesRead uint64 // the control frames could not be read
 	RingFull   uint64 // the ring buffer was full
-	Truncated  uint64 // samples cut at MaxFrames
+	Truncated  uint64 // samples cut at MaxFrames (the clock's program)
+	// The switch program's: Same counts the switches whose stack was
+	// the thread's last switch sample's (no sample sent), RunWall those
+	// whose time off a CPU since the last was the time less the run's
+	// wall time (not its CPU time: kernelOffsets).
+	Same, RunWall uint64
 }
 
 // errors counts the runs whose stack could not be read or sent.
@@ -232,7 +237,7 @@ func (s *Sampler) load(opts Options) error {
 	}
 	if s.switches != nil {
 		fds.walls = s.switches.walls.FD()
-		s.params.taskRan = s.switches.taskRan
+		s.params.kern = s.switches.kern
 		s.sprog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 			Name:         "rbs_switched",
 			Type:         ebpf.RawTracepoint,
@@ -539,9 +544,7 @@ func (s *Sampler) Counters() (Counters, error) {
 }
 
 // SwitchCounters sums the switch program's counters over the CPUs: Runs
-// are its runs on a thread of the target (a thread leaving its CPU), and
-// Truncated counts those whose stack was the thread's last switch
-// sample's (no sample sent).
+// are its runs on a thread of the target (a thread leaving its CPU).
 func (s *Sampler) SwitchCounters() (Counters, error) {
 	sum, err := s.sumCounters()
 	if err != nil {
@@ -578,6 +581,7 @@ func countersAt(c []uint64) Counters {
 		Runs: c[cntRuns], Emitted: c[cntEmitted], NoThread: c[cntNoThread],
 		ECFault: c[cntECFault], BadBounds: c[cntBadBounds], FramesRead: c[cntFramesRead],
 		RingFull: c[cntRingFull], Truncated: c[cntTruncated],
+		Same: c[cntSame], RunWall: c[cntRunWall],
 	}
 }
 

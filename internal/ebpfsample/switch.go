@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -20,9 +21,8 @@ import (
 // any number of processes keeps the cost of the host's other switches
 // one map lookup, not one program run a process; and no program runs as
 // a thread comes back to a CPU: the time it spent off one is its time
-// between two switch records less its CPU time between them, which the
-// switch program reads from the kernel's task (its sum_exec_runtime, at
-// the offset the kernel's BTF gives).
+// between two switch records less the run between them, which the switch
+// program reads from the kernel's task and run queue (kernelOffsets).
 type switchHook struct {
 	// walls is the wall state of each thread listed (wallValue bytes),
 	// by TID; tgids the slot in progs of each process's switch
@@ -30,8 +30,8 @@ type switchHook struct {
 	walls, tgids, progs *ebpf.Map
 	disp                *ebpf.Program
 	link                link.Link
-	// taskRan is the offset of task_struct's se.sum_exec_runtime.
-	taskRan int32
+	// kern is where the switch program reads a task's time on a CPU.
+	kern kernelOffsets
 
 	mu   sync.Mutex
 	used map[uint32]bool // the slots taken
@@ -49,32 +49,77 @@ const (
 // task's CPU time.
 var ErrNoBTF = errors.New("the kernel gives no BTF (/sys/kernel/btf/vmlinux)")
 
-// taskRanOffset is the offset of task_struct's se.sum_exec_runtime (the
-// task's CPU time, in nanoseconds) in this kernel, from its BTF.
-func taskRanOffset() (int32, error) {
+// kernelOffsets are where the switch program finds, in this kernel's
+// structures (from its BTF), a task's time on a CPU: its CPU time, and the
+// wall time of the run it is ending (the run queue's clock now less the
+// clock when the task last came to a CPU). The CPU time leaves out what
+// the hypervisor took from the vCPU while the task ran (steal) and, where
+// the kernel accounts it apart, interrupts' time; the run's wall time holds
+// them, as the clock samples, taken on the wall clock, do: the time off a
+// CPU is the time between two switches less that run, else a VM's steal
+// counts twice, on the CPU in the clock's samples and off it in the switch
+// samples.
+type kernelOffsets struct {
+	// taskRan is task_struct's se.sum_exec_runtime (nanoseconds).
+	taskRan int32
+	// taskArrival is task_struct's sched_info.last_arrival (the run
+	// queue's clock when the task last came to a CPU), taskCFSRQ its
+	// se.cfs_rq (a pointer), cfsRQRq cfs_rq's rq (a pointer) and rqClock
+	// rq's clock. All 0 where the kernel has not one of them
+	// (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED): the run's wall time
+	// is then not known, and the CPU time stands for it.
+	taskArrival, taskCFSRQ, cfsRQRq, rqClock int32
+}
+
+// runKnown says whether the switch program can read the wall time of a
+// task's run.
+func (k kernelOffsets) runKnown() bool { return k.taskArrival > 0 && k.taskCFSRQ > 0 && k.rqClock > 0 }
+
+// readKernelOffsets reads kernelOffsets from the kernel's BTF.
+func readKernelOffsets() (kernelOffsets, error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNoBTF, err)
+		return kernelOffsets{}, fmt.Errorf("%w: %w", ErrNoBTF, err)
 	}
-	var task *btf.Struct
-	if err := spec.TypeByName("task_struct", &task); err != nil {
-		return 0, fmt.Errorf("task_struct in the kernel's BTF: %w", err)
+	var k kernelOffsets
+	if k.taskRan, err = memberOffset(spec, "task_struct", "se", "sum_exec_runtime"); err != nil {
+		return k, err
 	}
-	se, ok := structMember(task, "se")
-	if !ok {
-		return 0, errors.New("task_struct has no se in the kernel's BTF")
+	arrival, errA := memberOffset(spec, "task_struct", "sched_info", "last_arrival")
+	cfsRQ, errC := memberOffset(spec, "task_struct", "se", "cfs_rq")
+	rq, errR := memberOffset(spec, "cfs_rq", "rq")
+	clock, errK := memberOffset(spec, "rq", "clock")
+	if errA == nil && errC == nil && errR == nil && errK == nil {
+		k.taskArrival, k.taskCFSRQ, k.cfsRQRq, k.rqClock = arrival, cfsRQ, rq, clock
 	}
-	ent, ok := btf.UnderlyingType(se.Type).(*btf.Struct)
-	if !ok {
-		return 0, fmt.Errorf("task_struct.se is a %v in the kernel's BTF, not a struct", se.Type)
+	return k, nil
+}
+
+// memberOffset is the byte offset of a (nested) member of a struct in the
+// kernel's BTF: path names a member of the struct, then a member of that
+// member, and so on. The member it ends at must be 8 bytes, aligned: the
+// program reads a u64 or a pointer there.
+func memberOffset(spec *btf.Spec, name string, path ...string) (int32, error) {
+	var s *btf.Struct
+	if err := spec.TypeByName(name, &s); err != nil {
+		return 0, fmt.Errorf("%s in the kernel's BTF: %w", name, err)
 	}
-	ran, ok := structMember(ent, "sum_exec_runtime")
-	if !ok {
-		return 0, errors.New("sched_entity has no sum_exec_runtime in the kernel's BTF")
+	var off btf.Bits
+	var typ btf.Type = s
+	for i, field := range path {
+		st, ok := btf.UnderlyingType(typ).(*btf.Struct)
+		if !ok {
+			return 0, fmt.Errorf("%s.%s is a %v in the kernel's BTF, not a struct", name, strings.Join(path[:i], "."), typ)
+		}
+		m, ok := structMember(st, field)
+		if !ok {
+			return 0, fmt.Errorf("%s has no %s in the kernel's BTF", name, strings.Join(path[:i+1], "."))
+		}
+		off += m.Offset
+		typ = m.Type
 	}
-	off := se.Offset + ran.Offset
-	if off%64 != 0 {
-		return 0, fmt.Errorf("task_struct.se.sum_exec_runtime at bit %d: not aligned", off)
+	if size, err := btf.Sizeof(typ); err != nil || size != 8 || off%64 != 0 {
+		return 0, fmt.Errorf("%s.%s at bit %d (%v): not an aligned 8 bytes", name, strings.Join(path, "."), off, typ)
 	}
 	return int32(off / 8), nil
 }
@@ -91,11 +136,11 @@ func structMember(s *btf.Struct, name string) (btf.Member, bool) {
 
 // newSwitchHook loads the dispatcher and attaches it to sched_switch.
 func newSwitchHook() (*switchHook, error) {
-	ran, err := taskRanOffset()
+	kern, err := readKernelOffsets()
 	if err != nil {
 		return nil, err
 	}
-	h := &switchHook{taskRan: ran, used: map[uint32]bool{}}
+	h := &switchHook{kern: kern, used: map[uint32]bool{}}
 	if h.walls, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_walls", Type: ebpf.Hash, KeySize: 4, ValueSize: wallValue, MaxEntries: maxWallThreads}); err != nil {
 		h.close()
 		return nil, fmt.Errorf("walls map: %w", err)

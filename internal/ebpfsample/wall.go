@@ -17,8 +17,7 @@ import (
 // wallClock makes a process's wall-clock profile from its samples: a
 // clock sample (a thread on a CPU) counts once, as in the CPU profile,
 // and a thread's time off a CPU (its time between two switches less its
-// CPU time between them, summed in the kernel while its stack stays the
-// same) counts under its stack, weighed by its time: one sample per
+// run between them, summed in the kernel while its stack stays the same) counts under its stack, weighed by its time: one sample per
 // 1/rate seconds, as a clock of the rate ticking on each thread's off-CPU
 // time would take them. A profile's count is so, on or off a CPU, the
 // thread's time times the rate, the unit of the user-space sampler's wall
@@ -87,7 +86,9 @@ func (w *wallClock) switched(wall *profile.Profile, smp *Sample, frames []profil
 // sample up to now: what the kernel summed of it (the walls map's acc),
 // and the time since its last switch less its CPU time since (the
 // kernel's count read from /proc), so that a thread asleep for longer
-// than a profile lasts is in it.
+// than a profile lasts is in it. (A thread on a CPU now has the steal of
+// its run so far counted off a CPU too: /proc gives no run's start. That
+// is one run's at most, at each settling.)
 func (w *wallClock) settle(s *Sampler, wall *profile.Profile, pid int) error {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {

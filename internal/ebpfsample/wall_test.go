@@ -187,9 +187,66 @@ func TestWallShares(t *testing.T) {
 					t.Errorf("a stack of %d CPU samples has %d wall samples: %v", st.Count, n, frames)
 				}
 			}
-			if sc.Truncated == 0 {
+			if sc.Same == 0 {
 				t.Errorf("no switch sample found the thread's stack unchanged: every switch walked it again (%+v)", sc)
 			}
+			// Where the kernel keeps a run's start, most spans' time
+			// off a CPU leaves out the run's wall time, not its CPU
+			// time only: else a VM's steal during burn_c's runs goes
+			// to rest_d, where burn_c's thread last switched.
+			if hook.kern.runKnown() && sc.RunWall*2 < sc.Runs-sc.NoThread {
+				t.Errorf("%d of %d switches of the Ruby threads read their run's wall time (%+v)", sc.RunWall, sc.Runs-sc.NoThread, sc)
+			}
 		})
+	}
+}
+
+// TestWallWithoutRunStart loads the switch program as for a kernel that
+// keeps no run's start (kernelOffsets without it): the program passes the
+// verifier, reads no run's wall time, and the time off a CPU, then the
+// time between switches less the CPU time, still makes the wall profile
+// of the sleeping methods.
+func TestWallWithoutRunStart(t *testing.T) {
+	const rate = 200
+	rb := testruby.Rubies(t)[0]
+	hook := hookOrSkip(t)
+	hook.kern.taskArrival, hook.kern.taskCFSRQ, hook.kern.cfsRQRq, hook.kern.rqClock = 0, 0, 0, 0
+	p := testruby.Start(t, rb, "wall_shares.rb", nil, "1")
+	var rep struct {
+		PID int `json:"pid"`
+	}
+	p.WaitReport(t, &rep, 30*time.Second)
+	vm := attachVM(t, rep.PID)
+	s := openOrSkip(t, rep.PID, vm, Options{Frequency: rate, switches: hook})
+	ps := profiles{cpu: profile.NewProfile(rate), wall: profile.NewProfile(rate), clock: newWallClock(rate)}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := drainInto(s, ps, rep.PID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drainInto(s, ps, rep.PID); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.SwitchCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := methodCounts(ps.wall)
+	t.Logf("switches: %+v; wall samples: %v", sc, wall)
+	if sc.Emitted == 0 || sc.RunWall != 0 {
+		t.Errorf("switch program without the run's start: %+v; want records, and no run's wall time read", sc)
+	}
+	// A second of sleep in sleeper_a, waiter_b and rest_d: about 50,
+	// 50 and 25 samples' worth, taken off a CPU.
+	for _, m := range []string{"sleeper_a", "waiter_b", "rest_d"} {
+		if wall[m] < 5 {
+			t.Errorf("wall profile: %s has %d samples in a second of its sleeping (%v)", m, wall[m], wall)
+		}
 	}
 }
