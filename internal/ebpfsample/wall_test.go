@@ -71,6 +71,25 @@ func monoNow(t *testing.T) float64 {
 	return float64(ts.Nano()) / 1e9
 }
 
+// wallSharesReport is what testdata/wall_shares.rb reports first.
+type wallSharesReport struct {
+	PID int `json:"pid"`
+}
+
+// startWallShares starts testdata/wall_shares.rb (measuring 3 s once
+// told to) on rb and opens the BPF sampler on it with hook's switch
+// samples at rate, not started, and empty profiles for it.
+func startWallShares(t *testing.T, rb testruby.Ruby, hook *switchHook, rate int) (*testruby.Process, wallSharesReport, *Sampler, profiles) {
+	t.Helper()
+	p := testruby.Start(t, rb, "wall_shares.rb", nil, "3")
+	var rep wallSharesReport
+	p.WaitReport(t, &rep, 30*time.Second)
+	vm := attachVM(t, rep.PID)
+	s := openOrSkip(t, rep.PID, vm, Options{Frequency: rate, switches: hook})
+	r := float64(rate)
+	return p, rep, s, profiles{cpu: profile.NewProfile(r), wall: profile.NewProfile(r), clock: newWallClock(r)}
+}
+
 // TestWallShares records testdata/wall_shares.rb with the BPF sampler's
 // CPU and wall-clock profiles and checks each method's samples against
 // the time the program measured in it over the same window: in the wall
@@ -90,15 +109,8 @@ func TestWallShares(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
 			hook := hookOrSkip(t)
-			p := testruby.Start(t, rb, "wall_shares.rb", nil, "3")
-			var rep struct {
-				PID int `json:"pid"`
-			}
-			p.WaitReport(t, &rep, 30*time.Second)
-			vm := attachVM(t, rep.PID)
-			s := openOrSkip(t, rep.PID, vm, Options{Frequency: rate, switches: hook})
+			p, rep, s, ps := startWallShares(t, rb, hook, rate)
 			newProfile := func() *profile.Profile { return profile.NewProfile(rate) }
-			ps := profiles{cpu: newProfile(), wall: newProfile(), clock: newWallClock(rate)}
 			if err := s.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -211,14 +223,7 @@ func TestWallWithoutRunStart(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	hook := hookOrSkip(t)
 	hook.kern.taskArrival, hook.kern.taskCFSRQ, hook.kern.cfsRQRq, hook.kern.rqClock = 0, 0, 0, 0
-	p := testruby.Start(t, rb, "wall_shares.rb", nil, "1")
-	var rep struct {
-		PID int `json:"pid"`
-	}
-	p.WaitReport(t, &rep, 30*time.Second)
-	vm := attachVM(t, rep.PID)
-	s := openOrSkip(t, rep.PID, vm, Options{Frequency: rate, switches: hook})
-	ps := profiles{cpu: profile.NewProfile(rate), wall: profile.NewProfile(rate), clock: newWallClock(rate)}
+	_, rep, s, ps := startWallShares(t, rb, hook, rate)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
