@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -127,6 +128,7 @@ func TestWallShares(t *testing.T) {
 			// The profiles hold what happened from here (the samples
 			// drained, every thread's time off a CPU settled) on.
 			profFrom := monoNow(t)
+			steal0, steal0Err := procfs.HostSteal()
 			if err := os.WriteFile(p.Report+".go", nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -154,6 +156,7 @@ func TestWallShares(t *testing.T) {
 				t.Fatal(err)
 			}
 			profTo := monoNow(t) // to here
+			steal1, steal1Err := procfs.HostSteal()
 			if err := s.Stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -161,6 +164,12 @@ func TestWallShares(t *testing.T) {
 			sc, _ := s.SwitchCounters()
 			t.Logf("program: %+v", got)
 			t.Logf("clock: %+v; switches: %+v", c, sc)
+			if steal0Err == nil && steal1Err == nil {
+				// For a failure's reading: a VM's steal moves the clock's
+				// samples (a CPU's clock fires late, on the thread
+				// current when the vCPU resumes).
+				t.Logf("the hypervisor stole %v of the host's CPUs meanwhile", steal1-steal0)
+			}
 			// The profiles cover the program's window and the gaps
 			// before it (the program seeing the go file) and after it
 			// (the test seeing its report): at most one thread a

@@ -2,10 +2,7 @@ package target
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +62,7 @@ func TestThreadsClock(t *testing.T) {
 	// A thread born now spins: the clock counts its time.
 	before, _ := read()
 	st0, _ := procfs.ReadStat(pid, 0)
-	stolen0 := hostStolenTicks(t)
+	stolen0 := hostSteal(t)
 	in.Write([]byte("go\n"))
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		st, err := procfs.ReadStat(pid, 0)
@@ -81,7 +78,7 @@ func TestThreadsClock(t *testing.T) {
 	}
 	after, _ := read()
 	st1, _ := procfs.ReadStat(pid, 0)
-	stolen := float64(hostStolenTicks(t) - stolen0)
+	stolen := (hostSteal(t) - stolen0).Seconds() * procfs.ClockTick
 	ticks := float64(st1.UTime + st1.STime - st0.UTime - st0.STime)
 	counted := float64(after-before) / 1e7 // 10 ms clock ticks
 	// The task clock runs on the CPU's clock while the thread is on it;
@@ -94,23 +91,12 @@ func TestThreadsClock(t *testing.T) {
 	}
 }
 
-// hostStolenTicks returns the clock ticks the hypervisor has stolen from
-// all the host's CPUs, from /proc/stat's first line.
-func hostStolenTicks(t *testing.T) uint64 {
+// hostSteal is procfs.HostSteal, or the test's end.
+func hostSteal(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
+	d, err := procfs.HostSteal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	// cpu user nice system idle iowait irq softirq steal ...
-	if len(f) < 9 || f[0] != "cpu" {
-		t.Fatalf("/proc/stat's first line: %q", line)
-	}
-	n, err := strconv.ParseUint(f[8], 10, 64)
-	if err != nil {
-		t.Fatalf("/proc/stat's first line: %q", line)
-	}
-	return n
+	return d
 }
