@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/ui/uitest"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -501,33 +502,18 @@ func TestUIMergedPaths(t *testing.T) {
 	_, after, rep := diffDumps(t)
 	s := startUI(t, after)
 	s.waitLoaded(t)
-	group := s.classGroup(t, 0, "Leaky")
-	type node struct {
-		Root     string
-		Object   *struct{ Address string }
-		Targets  int
-		Children []*node
-	}
-	var m struct {
-		Followed, Unreached int
-		Tree                []*node
-	}
-	s.get(t, fmt.Sprintf("/api/heap/merged?f=0&by=class&group=%d", group), &m)
+	group := uitest.ClassGroup(t, s.get, 0, "Leaky")
+	m := uitest.GetMerged(t, s.get, 0, group)
 	stdout, _, code := rbscope(t, "heap", "path", after, rep.LastLeaky, "--json")
 	var path wire.HeapPath
 	if code != 0 || json.Unmarshal([]byte(stdout), &path) != nil || len(path.Paths) == 0 {
 		t.Fatalf("heap path: %s", stdout)
 	}
-	if uint64(m.Followed) != rep.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != path.Paths[0].Root || uint64(m.Tree[0].Targets) != rep.Leaky {
-		t.Fatalf("merged paths of %d Leaky: followed %d, unreached %d, roots %+v; heap path's root %s", rep.Leaky, m.Followed, m.Unreached, m.Tree, path.Paths[0].Root)
-	}
-	n := m.Tree[0]
+	var hops []string
 	for _, h := range path.Paths[0].Hops[:len(path.Paths[0].Hops)-1] {
-		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || uint64(n.Children[0].Targets) != rep.Leaky {
-			t.Fatalf("the merged chain parts from heap path's at %s: %+v", h.Address, n.Children)
-		}
-		n = n.Children[0]
+		hops = append(hops, h.Address)
 	}
+	uitest.CheckOneChain(t, m, rep.Leaky, path.Paths[0].Root, hops)
 	ctx, problems := browser(t)
 	visit(t, ctx, s, fmt.Sprintf("#/heap/0/merged?by=class&group=%d", group), "heap-merged")
 	if text := eval[string](t, ctx, `document.getElementById("merged").innerText`); !strings.Contains(text, commas(uint64(rep.Leaky))) {
@@ -536,25 +522,6 @@ func TestUIMergedPaths(t *testing.T) {
 	if pr := problems(); len(pr) > 0 {
 		t.Errorf("the page: %v", pr)
 	}
-}
-
-// classGroup returns the ID of the overview row (by class) of the objects
-// of class in dump f, -1 when there is none.
-func (s *uiServer) classGroup(t *testing.T, f int, class string) int {
-	t.Helper()
-	var ov struct {
-		Page uiPage[struct {
-			ID    int
-			Class string
-		}]
-	}
-	s.get(t, fmt.Sprintf("/api/heap/overview?f=%d&limit=1000&by=class", f), &ov)
-	for _, r := range ov.Page.Rows {
-		if r.Class == class {
-			return r.ID
-		}
-	}
-	return -1
 }
 
 // diffReport is what testdata/heap_graph_diff.rb says of its two dumps.

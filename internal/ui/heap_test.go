@@ -17,6 +17,7 @@ import (
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/ui/uitest"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -152,7 +153,7 @@ sleep`, &self)
 	dump := filepath.Join(dir, "redacted.json")
 	dumpHeap(t, pid, dump, true)
 	ts := newTestServer(t, Options{Files: []string{dump}})
-	group := ts.classGroup(t, 0, "String")
+	group := uitest.ClassGroup(t, ts.get, 0, "String")
 	var obj struct {
 		Object struct{ Address, Desc string }
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/ui/uitest"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -129,45 +130,16 @@ func TestPathsAndMerged(t *testing.T) {
 		t.Errorf("no path to %s through the Array %s and the Hash %s (a dominator): %+v", rep.Path.Target, rep.Path.Array, rep.Path.Hash, ps.Paths)
 	}
 
-	group := ts.classGroup(t, 1, "Leaky")
-	type node struct {
-		Root     string
-		Object   *struct{ Address string }
-		Targets  int
-		Children []*node
-	}
-	var m struct {
-		Followed, Unreached int
-		Tree                []*node
-	}
-	ts.get(t, fmt.Sprintf("/api/heap/merged?f=1&by=class&group=%d", group), &m)
-	var check func(n *node) int
-	check = func(n *node) int {
-		sum := 0
-		for _, c := range n.Children {
-			sum += check(c)
-		}
-		if sum > n.Targets {
-			t.Errorf("a node passes %d, its children %d", n.Targets, sum)
-		}
-		return n.Targets
-	}
-	for _, r := range m.Tree {
-		check(r)
-	}
+	group := uitest.ClassGroup(t, ts.get, 1, "Leaky")
+	m := uitest.GetMerged(t, ts.get, 1, group)
 	var last paths
 	ts.get(t, "/api/heap/paths?f=1&n=1&addr="+leak.LastLeaky, &last)
 	if len(last.Paths) == 0 {
 		t.Fatalf("no path to the last Leaky %s", leak.LastLeaky)
 	}
-	if uint64(m.Followed) != leak.Leaky || m.Unreached != 0 || len(m.Tree) != 1 || m.Tree[0].Root != last.Paths[0].Root || uint64(m.Tree[0].Targets) != leak.Leaky {
-		t.Fatalf("merged paths of %d Leaky: followed %d, unreached %d, roots %+v; the last one's root %s", leak.Leaky, m.Followed, m.Unreached, m.Tree, last.Paths[0].Root)
-	}
-	n := m.Tree[0]
+	var hops []string
 	for _, h := range last.Paths[0].Hops[:len(last.Paths[0].Hops)-1] {
-		if len(n.Children) == 0 || n.Children[0].Object == nil || n.Children[0].Object.Address != h.Address || uint64(n.Children[0].Targets) != leak.Leaky {
-			t.Fatalf("the merged chain parts from the path at %s: %+v", h.Address, n.Children)
-		}
-		n = n.Children[0]
+		hops = append(hops, h.Address)
 	}
+	uitest.CheckOneChain(t, m, leak.Leaky, last.Paths[0].Root, hops)
 }

@@ -2,7 +2,6 @@ package ui
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -107,25 +106,6 @@ func (ts *testServer) files(t *testing.T) []fileInfo {
 	var d struct{ Files []fileInfo }
 	ts.get(t, "/api/files", &d)
 	return d.Files
-}
-
-// classGroup returns the ID of the overview row (by class) of the objects
-// of class in dump f, -1 when there is none.
-func (ts *testServer) classGroup(t *testing.T, f int, class string) int {
-	t.Helper()
-	var ov struct {
-		Page page[struct {
-			ID    int
-			Class string
-		}]
-	}
-	ts.get(t, fmt.Sprintf("/api/heap/overview?f=%d&limit=1000&by=class", f), &ov)
-	for _, r := range ov.Page.Rows {
-		if r.Class == class {
-			return r.ID
-		}
-	}
-	return -1
 }
 
 // heapGraphReport is what testdata/heap_graph.rb says of its dump.
