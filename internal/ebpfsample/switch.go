@@ -73,7 +73,9 @@ type kernelOffsets struct {
 
 // runKnown says whether the switch program can read the wall time of a
 // task's run.
-func (k kernelOffsets) runKnown() bool { return k.taskArrival > 0 && k.taskCFSRQ > 0 && k.rqClock > 0 }
+func (k kernelOffsets) runKnown() bool {
+	return k.taskArrival > 0 && k.taskCFSRQ > 0 && k.cfsRQRq > 0 && k.rqClock > 0
+}
 
 // readKernelOffsets reads kernelOffsets from the kernel's BTF.
 func readKernelOffsets() (kernelOffsets, error) {
