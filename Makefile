@@ -8,7 +8,7 @@ BIN := bin/rbscope
 # (as Alpine's Rubies run).
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
-.PHONY: wasm all build deps rubies demo test test-arm64 vet bench clean docs dist
+.PHONY: wasm all build deps demo-deps rubies demo test test-arm64 vet bench clean docs dist
 
 all: build
 
@@ -51,6 +51,14 @@ redmine redmine/instances/default/database-type select sqlite3
 endef
 export REDMINE_DEBCONF
 
+# demo-deps installs only what the demo needs: Debian's Ruby (the build
+# fetches the Go modules the binary links). A newcomer's first command
+# should not wait for the test matrix's browsers, servers and sysroots;
+# `make test` installs those (deps).
+demo-deps:
+	@dpkg -s ruby >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ruby >/dev/null; }
+
 # deps installs the DEPS_PACKAGES that are missing.
 deps:
 	@missing=$$(for p in $(DEPS_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -61,13 +69,16 @@ deps:
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they
 # are cached under $${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}, so only a
-# fresh machine builds them (about 4 minutes each on 2 cores).
+# fresh machine builds them (about 4 minutes each on 2 cores). Two build at
+# once: a Ruby build leaves a core idle through its serial steps (configure,
+# each extension's mkmf, install), which the other build fills.
 rubies:
-	@for b in $(RUBY_BUILDS); do scripts/build-ruby.sh $$(echo $$b | tr , ' ') >/dev/null || exit 1; done
+	@echo $(RUBY_BUILDS) | tr ' ' '\n' | xargs -P 2 -I{} sh -c 'scripts/build-ruby.sh $$(echo {} | tr , " ") >/dev/null'
 
 # demo starts testdata/demo.rb and prints every thread's stack, read from
 # outside.
-demo: deps build
+demo:
+	@$(MAKE) --no-print-directory -j2 demo-deps build
 	@ruby testdata/demo.rb > /tmp/rbscope-demo.log 2>&1 & pid=$$!; \
 	  trap 'kill $$pid 2>/dev/null' EXIT; sleep 1; \
 	  echo "$$ $(BIN) stack -p $$pid"; $(BIN) stack -p $$pid

@@ -73,6 +73,13 @@ mkdir -p "$rubies"
 chmod 755 "$rubies"
 case "$rubies" in /var/cache/rbscope/*) chmod 755 /var/cache/rbscope ;; esac
 
+# Several builds may run at once (make rubies runs two): each build holds
+# its own lock for its whole run, so that a stripped copy waits for the
+# shared build it copies, and the steps they share (apt, the source
+# download, musl's libffi) each hold a lock of their own.
+exec 9>"$rubies/.$name.lock"
+flock 9
+
 if [ -x "$prefix/bin/ruby" ] && [ -f "$prefix/.rbscope-complete" ]; then
   echo "$prefix"
   exit 0
@@ -80,16 +87,19 @@ fi
 
 # need PACKAGE... installs the Debian packages that are missing.
 need() {
-  local missing=()
-  for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || {
-      apt-get update -qq >&2
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
-    }
-  fi
+  (
+    flock 8
+    local missing=()
+    for p in "$@"; do
+      dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || {
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+      }
+    fi
+  ) 8>"$rubies/.apt.lock"
 }
 
 if [ "$kind" = stripped ]; then
@@ -145,6 +155,8 @@ SRC
 }
 
 mkdir -p "$srcdir" "$rubies"
+exec 7>"$srcdir/.download.lock"
+flock 7
 # find_orig prints the upstream tarball already downloaded: the release's,
 # or for a family the oldest release's (3.4.5 before 3.4.11).
 find_orig() {
@@ -169,6 +181,7 @@ if [ -z "$orig" ]; then
   orig=$(find_orig)
   [ -n "$orig" ] || { echo "build-ruby.sh: could not download the $pkg source package${release:+ of $release}" >&2; exit 1; }
 fi
+flock -u 7
 
 # build_ffi_musl builds libffi (Debian's source) with musl-gcc, static and
 # position-independent, into $srcdir/libffi-musl once: Fiddle, which tests
@@ -209,6 +222,8 @@ build_ffi_musl() {
 
 extra=()
 if [ "$kind" = musl ]; then
+  exec 6>"$srcdir/.libffi-musl.lock"
+  flock 6
   case "$family" in
     2.* | 3.[0-2]) echo "build-ruby.sh: --musl builds Ruby 3.3 and later only" >&2; exit 2 ;;
   esac
@@ -216,6 +231,7 @@ if [ "$kind" = musl ]; then
   # pkg-config must find no library built for glibc: only libffi's own.
   need gcc make autoconf bison musl-tools pkg-config
   build_ffi_musl
+  flock -u 6
   export PKG_CONFIG_LIBDIR=$srcdir/libffi-musl/lib/pkgconfig PKG_CONFIG_PATH=
   extra+=(CC=musl-gcc --disable-yjit --with-libffi-dir="$srcdir/libffi-musl"
     --with-out-ext=openssl,psych,zlib,readline,gdbm,dbm)
