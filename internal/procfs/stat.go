@@ -240,17 +240,39 @@ func PIDs(root string) ([]int, error) {
 	return pids, nil
 }
 
-// HostSteal is the time the hypervisor has taken from this machine's CPUs
-// since boot, summed over them (/proc/stat's steal): time a thread on a
+// HostCPUTimes is the time this machine's CPUs have spent since boot,
+// summed over them (/proc/stat's cpu line): Busy running tasks and
+// interrupts (user, nice, system, irq, softirq), Idle (idle and waiting
+// for I/O), and Steal, the time the hypervisor took: time a thread on a
 // vCPU spent, by the guest's clocks, on a CPU that was not running it.
-func HostSteal() (time.Duration, error) {
+type HostCPUTimes struct {
+	Busy, Idle, Steal time.Duration
+	// CPUs is how many CPUs the line sums.
+	CPUs int
+}
+
+// HostCPU reads HostCPUTimes.
+func HostCPU() (HostCPUTimes, error) {
 	fs, err := prom.NewFS(Root)
 	if err != nil {
-		return 0, fmt.Errorf("opening %s: %w", Root, err)
+		return HostCPUTimes{}, fmt.Errorf("opening %s: %w", Root, err)
 	}
 	st, err := fs.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("reading %s/stat: %w", Root, err)
+		return HostCPUTimes{}, fmt.Errorf("reading %s/stat: %w", Root, err)
 	}
-	return time.Duration(st.CPUTotal.Steal * float64(time.Second)), nil
+	c := st.CPUTotal
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return HostCPUTimes{
+		Busy:  sec(c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ),
+		Idle:  sec(c.Idle + c.Iowait),
+		Steal: sec(c.Steal),
+		CPUs:  len(st.CPU),
+	}, nil
+}
+
+// HostSteal is HostCPU's Steal.
+func HostSteal() (time.Duration, error) {
+	c, err := HostCPU()
+	return c.Steal, err
 }
