@@ -41,7 +41,7 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 	marker := fmt.Sprintf("agentmark%d", time.Now().UnixNano())
 	work := map[string]*exec.Cmd{}
 	for _, name := range []string{"alpha", "beta"} {
-		cmd := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name, marker)
+		cmd := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name, marker))
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -229,7 +229,7 @@ func (r *refusingPusher) Push(context.Context, *connect.Request[pushv1.PushReque
 func TestAgentServerRefuses(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	marker := fmt.Sprintf("agentrefuse%d", time.Now().UnixNano())
-	work := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "gamma", marker)
+	work := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "gamma", marker))
 	out, _ := work.StdoutPipe()
 	if err := work.Start(); err != nil {
 		t.Fatal(err)

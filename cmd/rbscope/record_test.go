@@ -670,7 +670,7 @@ func TestRecordStopsAtExec(t *testing.T) {
 // runs; it is killed when the test ends.
 func startHotRestart(t *testing.T, rb testruby.Ruby) *exec.Cmd {
 	t.Helper()
-	work := exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"))
+	work := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb")))
 	out, err := work.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
