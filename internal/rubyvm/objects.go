@@ -2,6 +2,7 @@ package rubyvm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -158,24 +159,39 @@ func (v *VM) idName(id uint64) (string, error) {
 	if s, ok := v.ids[id]; ok {
 		return s, nil
 	}
+	serial := id
+	if id > uint64(v.Layout.LastOpID) {
+		serial = id >> uint64(v.Layout.IDScopeShift)
+	}
+	s, err := v.serialName(serial)
+	if errors.Is(err, errNoSerial) && id < 0x80 && id > 0x20 {
+		return string(rune(id)), nil // a one-character operator
+	}
+	if err != nil {
+		return "", err
+	}
+	v.ids[id] = s
+	return s, nil
+}
+
+// errNoSerial is an ID serial the global symbol table does not hold.
+var errNoSerial = errors.New("not in the symbol table")
+
+// serialName returns the name of the ID whose serial is given (an ID
+// shifted right by its scope bits; what ID tables key by): the String at
+// that serial in the global symbol table's ids, an Array of chunks.
+func (v *VM) serialName(serial uint64) (string, error) {
 	L := v.Layout
 	symbols := v.globalSymbols()
 	if symbols == 0 {
 		return "", fmt.Errorf("the global symbol table was not found")
-	}
-	serial := id
-	if id > uint64(L.LastOpID) {
-		serial = id >> uint64(L.IDScopeShift)
 	}
 	lastID, err := v.m.u32(at(symbols, L.SymbolsLastID))
 	if err != nil {
 		return "", err
 	}
 	if serial == 0 || serial > uint64(lastID) {
-		if id < 0x80 && id > 0x20 {
-			return string(rune(id)), nil // a one-character operator
-		}
-		return "", fmt.Errorf("ID %#x is not in the symbol table: %w", id, ErrGarbage)
+		return "", fmt.Errorf("ID serial %d: %w (%w)", serial, errNoSerial, ErrGarbage)
 	}
 	ids, err := v.m.u64(at(symbols, L.SymbolsIDs))
 	if err != nil {
@@ -190,12 +206,7 @@ func (v *VM) idName(id uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s, err := v.rstring(str)
-	if err != nil {
-		return "", err
-	}
-	v.ids[id] = s
-	return s, nil
+	return v.rstring(str)
 }
 
 // classExt returns the address of a class's rb_classext_t.
