@@ -51,6 +51,25 @@ func (v *VM) rstring(obj uint64) (string, error) {
 	return s, err
 }
 
+// stringLen returns the length of the String obj, from its header (its
+// bytes may lie where they cannot be read: a String made of a C literal
+// of an image the core lacks).
+func (v *VM) stringLen(obj uint64) (uint64, error) {
+	L := v.Layout
+	typ, flags, err := v.objType(obj)
+	if err != nil {
+		return 0, err
+	}
+	if typ != L.TString {
+		return 0, fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	}
+	slot, err := v.m.read(obj, strHeaderLen(L))
+	if err != nil {
+		return 0, err
+	}
+	return strHeader(L, slot, flags).length, nil
+}
+
 // decodeString decodes the String obj from slot, at least the first
 // strHeaderLen bytes of its slot, reading what slot lacks of its contents.
 // It also returns the bytes that show the String unchanged: its header and,
