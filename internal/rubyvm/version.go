@@ -128,7 +128,7 @@ func (v *VM) proveRelease(maps []target.Mapping, u *unreadVersion) error {
 		if err := v.attach(maps, h.release); err != nil {
 			continue
 		}
-		facts := v.releaseFacts()
+		facts := v.releaseFacts(false)
 		rel, how, err := confirmRelease(h, facts)
 		if err != nil {
 			fits = append(fits, fmt.Sprintf("%s's table fits it, but %s", h.family, firstLine(err)))
@@ -207,11 +207,11 @@ type releaseFacts struct {
 
 // releaseFacts reads what the process says of its release: RUBY_VERSION
 // and RUBY_PATCHLEVEL from Object's constants and, when RUBY_VERSION's
-// bytes cannot be read, RbConfig::CONFIG's RUBY_PROGRAM_VERSION and
-// PATCHLEVEL. rbconfig.rb is written for the build it is installed with,
+// bytes cannot be read (or withConfig), RbConfig::CONFIG's
+// RUBY_PROGRAM_VERSION and PATCHLEVEL. rbconfig.rb is written for the build it is installed with,
 // and refuses to load into a Ruby whose RUBY_VERSION is of another family
 // ("ruby lib version (3.1.0) doesn't match executable version").
-func (v *VM) releaseFacts() releaseFacts {
+func (v *VM) releaseFacts(withConfig bool) releaseFacts {
 	f := releaseFacts{versionLen: -1}
 	obj, err := v.objectClass()
 	if err != nil {
@@ -232,7 +232,7 @@ func (v *VM) releaseFacts() releaseFacts {
 			f.versionLen = int(n)
 		}
 	}
-	if f.versionErr == nil {
+	if f.versionErr == nil && !withConfig {
 		return f
 	}
 	rbconfig, ok := c["RbConfig"]
