@@ -63,6 +63,10 @@ func idTableEach(L *layout.Layout, items []byte, capa int, fn func(serial uint64
 	}
 }
 
+// maxConstTable bounds the capacity of a constant table constants reads,
+// each of whose keys is named by a few reads (Object's holds a few hundred).
+const maxConstTable = 1 << 14
+
 // constants returns the values of the constants of class or module klass
 // named in names that its constant table holds (RCLASS_CONST_TBL: an
 // rb_id_table from the serial of each constant's ID to its
@@ -82,8 +86,8 @@ func (v *VM) constants(klass uint64, names ...string) (map[string]uint64, error)
 		return nil, fmt.Errorf("its constant table (rb_classext_struct.const_tbl at %d): %w", L.ClassExtConstTbl, err)
 	}
 	items, capa, ok := v.idTable(tbl)
-	if !ok {
-		return nil, fmt.Errorf("its constant table %#x (rb_classext_struct.const_tbl at %d) is no ID table: %w", tbl, L.ClassExtConstTbl, ErrGarbage)
+	if !ok || capa > maxConstTable {
+		return nil, fmt.Errorf("its constant table %#x (rb_classext_struct.const_tbl at %d) is no ID table of at most %d items: %w", tbl, L.ClassExtConstTbl, maxConstTable, ErrGarbage)
 	}
 	want := map[string]bool{}
 	for _, n := range names {

@@ -61,7 +61,7 @@ type VM struct {
 
 	// VersionFrom says where Version came from when it was not the
 	// process's ruby_version ("--force-version", the ruby_description
-	// string), or is "".
+	// string, or how its heap proved it: proveRelease), or is "".
 	VersionFrom string
 	// LayoutNote says, in one line, that the built-in table was chosen for
 	// a patch release rbscope has no facts of (and which release's layout

@@ -227,3 +227,25 @@ func TestProvenReleaseLive(t *testing.T) {
 		})
 	}
 }
+
+// TestObjectAboveThread: class Object found above the main thread's class
+// (for a core that holds none of the image's symbols) is rb_cObject.
+func TestObjectAboveThread(t *testing.T) {
+	for want, core := range peerCoreReleases(t) {
+		vm := openPeerCore(t, core, Options{})
+		addr, _, err := vm.Symbol("rb_cObject")
+		if err != nil {
+			t.Fatalf("%s: %v", want, err)
+		}
+		obj, err := vm.m.u64(addr)
+		if err != nil {
+			t.Fatalf("%s: %v", want, err)
+		}
+		if got, err := vm.objectAboveThread(); err != nil || got != obj {
+			t.Errorf("%s: Object above Thread %#x (%v), rb_cObject %#x", want, got, err, obj)
+		}
+		if vm.isObject(obj + 8) {
+			t.Errorf("%s: %#x taken for Object", want, obj+8)
+		}
+	}
+}

@@ -275,20 +275,70 @@ func (v *VM) releaseFacts(withConfig bool) releaseFacts {
 	return f
 }
 
-// objectClass returns class Object (the exported rb_cObject).
+// objectClass returns class Object: the exported rb_cObject, or, in an
+// image whose symbols the core does not hold, the class above the main
+// thread's Thread object's class (Thread < Object), past iclasses and
+// singleton classes. Either must hold the constant Object, itself.
 func (v *VM) objectClass() (uint64, error) {
-	addr, _, err := v.Symbol("rb_cObject")
+	if addr, _, err := v.Symbol("rb_cObject"); err == nil {
+		obj, err := v.m.u64(addr)
+		if err != nil {
+			return 0, fmt.Errorf("reading rb_cObject: %w", err)
+		}
+		if !v.isObject(obj) {
+			return 0, fmt.Errorf("rb_cObject holds %#x, not a class whose constant Object is itself: %w", obj, ErrGarbage)
+		}
+		return obj, nil
+	}
+	return v.objectAboveThread()
+}
+
+// isObject reports whether k is class Object: a class whose constant
+// Object is itself.
+func (v *VM) isObject(k uint64) bool {
+	c, err := v.constants(k, "Object")
+	return err == nil && c["Object"] == k
+}
+
+// objectAboveThread finds class Object above the main thread's Thread
+// object's class (Thread < Object), past iclasses and singleton classes.
+func (v *VM) objectAboveThread() (uint64, error) {
+	L := v.Layout
+	vm, err := v.vmPtr()
 	if err != nil {
 		return 0, err
 	}
-	obj, err := v.m.u64(addr)
+	th, err := v.m.u64(at(vm, L.VMRactorMainThread))
 	if err != nil {
-		return 0, fmt.Errorf("reading rb_cObject: %w", err)
+		return 0, err
 	}
-	if typ, _, err := v.objType(obj); err != nil || typ != v.Layout.TClass {
-		return 0, fmt.Errorf("rb_cObject holds %#x, not a class: %w", obj, ErrGarbage)
+	self, err := v.m.u64(at(th, L.ThreadSelf))
+	if err != nil {
+		return 0, err
 	}
-	return obj, nil
+	k, err := v.m.u64(at(self, L.RBasicKlass))
+	if err != nil {
+		return 0, err
+	}
+	classes := 0 // Thread, then Object
+	for range maxSuperChain {
+		typ, flags, err := v.objType(k)
+		if err != nil {
+			return 0, fmt.Errorf("the main thread's classes: %w", err)
+		}
+		if typ == L.TClass && flags&uint64(L.FlSingleton) == 0 {
+			if classes++; classes == 2 {
+				if !v.isObject(k) {
+					return 0, fmt.Errorf("class Thread's superclass %#x is not a class whose constant Object is itself: %w", k, ErrGarbage)
+				}
+				return k, nil
+			}
+		}
+		if k, err = v.m.u64(at(k, L.RClassSuper)); err != nil || k == 0 {
+			return 0, fmt.Errorf("the main thread's classes (RClass.super at %d): %v: %w", L.RClassSuper, err, ErrGarbage)
+		}
+	}
+	return 0, fmt.Errorf("no class Object above the main thread's class: %w", ErrGarbage)
 }
 
 // releaseRE is a release, "3.1.0".
