@@ -249,3 +249,39 @@ func TestObjectAboveThread(t *testing.T) {
 		}
 	}
 }
+
+// TestSettle: a proven release is read through its own layout. Proven on
+// the 2.7.2 peer core (attached with 2.7's table), a 2.7 release newer
+// than those rbscope knows is named as proven and read with the newest
+// known release's layout, which LayoutNote says; on the 3.1.0 core, a
+// release that moved fields (3.1.5: the VM's objspace) is attached again
+// with its own layout.
+func TestSettle(t *testing.T) {
+	cores := peerCoreReleases(t)
+	for _, tc := range []struct {
+		core, rel, note, how string
+		moved                bool
+	}{
+		{"2.7.2", "2.7.2", "", "", false},
+		{"2.7.2", "2.7.99", "Ruby 2.7.99 is newer than the releases rbscope knows (2.7.0 to 2.7.8): read with 2.7.8's layout", "", false},
+		{"3.1.0", "3.1.5", "", ", then read with 3.1.5's own layout", true},
+	} {
+		core, ok := cores[tc.core]
+		if !ok {
+			t.Skipf("no %s peer core", tc.core)
+		}
+		vm := openPeerCore(t, core, Options{ForceVersion: tc.core})
+		fam, _ := Family(tc.core)
+		before := *vm.Layout
+		if err := vm.settle(vm.maps, releaseHint{tc.core, fam}, tc.rel, "the test's proof"); err != nil {
+			t.Errorf("%s as %s: %v", tc.core, tc.rel, err)
+			continue
+		}
+		if vm.Version != tc.rel || vm.Layout.Release != tc.rel || vm.LayoutNote != tc.note || vm.VersionFrom != "the test's proof"+tc.how {
+			t.Errorf("%s as %s: Ruby %s (%s) read with %s; note %q", tc.core, tc.rel, vm.Version, vm.VersionFrom, vm.LayoutName(), vm.LayoutNote)
+		}
+		if moved := !sameOffsets(&before, vm.Layout); moved != tc.moved {
+			t.Errorf("%s as %s: layout moved %v, want %v", tc.core, tc.rel, moved, tc.moved)
+		}
+	}
+}

@@ -134,22 +134,7 @@ func (v *VM) proveRelease(maps []target.Mapping, u *unreadVersion) error {
 			fits = append(fits, fmt.Sprintf("%s's table fits it, but %s", h.family, firstLine(err)))
 			continue
 		}
-		l, note, err := v.build.layout(h.family, rel)
-		switch {
-		case err != nil:
-			v.VersionFrom = how
-			return v.withVersionSource(err)
-		case sameOffsets(l, v.Layout):
-			v.Layout, v.LayoutNote = l, note // the release's own name, and what to say of it
-		default:
-			v.VersionFrom = how
-			if err := v.attach(maps, rel); err != nil {
-				return err
-			}
-			how += fmt.Sprintf(", then read with %s's own layout", rel)
-		}
-		v.Version, v.VersionFrom = rel, how
-		return nil
+		return v.settle(maps, h, rel, how)
 	}
 	v.detach()
 	v.Version = ""
@@ -174,6 +159,28 @@ func (v *VM) proveRelease(maps []target.Mapping, u *unreadVersion) error {
 		return unsupported("%s: pass --force-version X.Y.Z (%s if that is its release): %w", msg, u.name, ErrUnsupported)
 	}
 	return unsupported("%s: pass --force-version X.Y.Z: %w", msg, ErrUnsupported)
+}
+
+// settle reads the process, attached with hint h's layout, as the release
+// rel its heap proved (how says how): through rel's own layout, attached
+// again where it differs from h's; a release newer than those rbscope knows
+// is read with the newest one's layout, and LayoutNote says so.
+func (v *VM) settle(maps []target.Mapping, h releaseHint, rel, how string) error {
+	v.VersionFrom = how
+	l, note, err := v.build.layout(h.family, rel)
+	switch {
+	case err != nil:
+		return v.withVersionSource(err)
+	case sameOffsets(l, v.Layout):
+		v.Layout, v.LayoutNote = l, note // the release's own name, and what to say of it
+	default:
+		if err := v.attach(maps, rel); err != nil {
+			return err
+		}
+		how += fmt.Sprintf(", then read with %s's own layout", rel)
+	}
+	v.Version, v.VersionFrom = rel, how
+	return nil
 }
 
 // sameOffsets reports whether two layouts read every field at the same
