@@ -57,7 +57,7 @@ func (v *VM) findVersion(maps []target.Mapping, opts Options) (*unreadVersion, e
 	return u, nil
 }
 
-// noVersionString, set only by the tests (export_test.go), makes
+// noVersionString, set only by the tests (TestProvenReleaseLive), makes
 // findVersion read neither the ruby_version symbol nor a ruby_description
 // string, as in a core without the image's read-only data: the release is
 // then proven from the heap.
@@ -97,7 +97,7 @@ func (v *VM) releaseHints(u *unreadVersion) (hints []releaseHint, noTable string
 		} else {
 			rel := u.name
 			if strings.Count(rel, ".") < 2 {
-				rel = l.Checked
+				rel = tableRelease(l)
 			}
 			hints = append(hints, releaseHint{rel, fam})
 			tried[fam] = true
@@ -106,10 +106,20 @@ func (v *VM) releaseHints(u *unreadVersion) (hints []releaseHint, noTable string
 	fams := layouts.FamiliesFor(a)
 	for i := len(fams) - 1; i >= 0; i-- {
 		if l := layouts.ForArch(a, fams[i]); !tried[fams[i]] && l != nil {
-			hints = append(hints, releaseHint{l.Checked, fams[i]})
+			hints = append(hints, releaseHint{tableRelease(l), fams[i]})
 		}
 	}
 	return hints, noTable
+}
+
+// tableRelease is the release a family's table was made from (the first
+// its Checked lists).
+func tableRelease(l *layout.Layout) string {
+	f := strings.FieldsFunc(l.Checked, func(r rune) bool { return r == ',' || r == ' ' })
+	if len(f) == 0 {
+		return l.Family
+	}
+	return f[0]
 }
 
 // proveRelease finds the release of a process whose image's strings do
