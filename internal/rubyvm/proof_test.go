@@ -43,7 +43,7 @@ func TestConfirmRelease(t *testing.T) {
 		{"RbConfig not a release", h27, func() releaseFacts { f := cfg272; f.cfgVersion = "2.7"; return f }(), ""},
 		{"neither", h27, releaseFacts{versionErr: unread, cfgErr: errors.New("RbConfig is not loaded")}, ""},
 	} {
-		got, how, err := confirmRelease(tc.h, tc.f)
+		got, how, err := confirmRelease(tc.h, tc.f, tc.h.family+"'s table")
 		switch {
 		case tc.want == "" && err == nil:
 			t.Errorf("%s: proved %s (%s), want a refusal", tc.name, got, how)
@@ -127,7 +127,7 @@ func TestReleaseFactsPeerCores(t *testing.T) {
 				g.versionErr, g.versionLen = errors.New("left out"), len(g.version)
 			}
 			for _, h := range []releaseFacts{f, g} {
-				if rel, how, err := confirmRelease(releaseHint{vm.Version, fam}, h); err != nil || rel != want {
+				if rel, how, err := confirmRelease(releaseHint{vm.Version, fam}, h, readThrough(vm.Layout, fam)); err != nil || rel != want {
 					t.Errorf("with %s's own table: %q, %v", fam, rel, err)
 				} else {
 					t.Logf("proven: %s, %s", rel, how)
@@ -136,7 +136,7 @@ func TestReleaseFactsPeerCores(t *testing.T) {
 					if other == fam {
 						continue
 					}
-					if rel, _, err := confirmRelease(releaseHint{layouts.For(other).Checked, other}, h); err == nil {
+					if rel, _, err := confirmRelease(releaseHint{layouts.For(other).Checked, other}, h, other+"'s table"); err == nil {
 						t.Errorf("a hint of Ruby %s proved %s: a hint of the wrong family must be refused", other, rel)
 					}
 				}
@@ -209,7 +209,7 @@ func TestProvenReleaseLive(t *testing.T) {
 			if read.Version != rep.Version || read.VersionFrom != "" {
 				t.Errorf("read Ruby %s (%q), the program says %s", read.Version, read.VersionFrom, rep.Version)
 			}
-			if proven.Version != rep.Version || !strings.HasPrefix(proven.VersionFrom, "RUBY_VERSION read from Object's constants") {
+			if proven.Version != rep.Version || proven.VersionFrom != "RUBY_VERSION read from Object's constants with "+readThrough(read.Layout, read.Layout.Family) {
 				t.Errorf("proved Ruby %s (%s), the program says %s", proven.Version, proven.VersionFrom, rep.Version)
 			}
 			if !sameOffsets(read.Layout, proven.Layout) || read.LayoutName() != proven.LayoutName() {
@@ -221,7 +221,7 @@ func TestProvenReleaseLive(t *testing.T) {
 				t.Errorf("RbConfig says %q p%q (%v), RUBY_PATCHLEVEL %d; the program says %s p%d", f.cfgVersion, f.cfgPatch, f.cfgErr, f.patchlevel, rep.Version, rep.Patchlevel)
 			}
 			f.version, f.versionErr, f.versionLen = "", errors.New("left out"), len(rep.Version)
-			if rel, _, err := confirmRelease(releaseHint{proven.Version, proven.Layout.Family}, f); err != nil || rel != rep.Version {
+			if rel, _, err := confirmRelease(releaseHint{proven.Version, proven.Layout.Family}, f, readThrough(proven.Layout, proven.Layout.Family)); err != nil || rel != rep.Version {
 				t.Errorf("RbConfig alone proves %q (%v), the program says %s", rel, err, rep.Version)
 			}
 		})

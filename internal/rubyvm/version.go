@@ -139,7 +139,7 @@ func (v *VM) proveRelease(maps []target.Mapping, u *unreadVersion) error {
 			continue
 		}
 		facts := v.releaseFacts(false)
-		rel, how, err := confirmRelease(h, facts)
+		rel, how, err := confirmRelease(h, facts, readThrough(v.Layout, h.family))
 		if err != nil {
 			fits = append(fits, fmt.Sprintf("%s's table fits it, but %s", h.family, firstLine(err)))
 			continue
@@ -361,14 +361,24 @@ func (v *VM) objectAboveThread() (uint64, error) {
 // releaseRE is a release, "3.1.0".
 var releaseRE = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
 
-// confirmRelease decides what the facts read with hint h's layout prove:
+// readThrough names, for how a release was proven, the layout the facts
+// were read through: a family's table, or an image's DWARF.
+func readThrough(l *layout.Layout, family string) string {
+	if strings.HasPrefix(l.Source, "dwarf:") {
+		return "its DWARF"
+	}
+	return family + "'s table"
+}
+
+// confirmRelease decides what the facts read with hint h's layout (through,
+// as readThrough names it) prove:
 // RUBY_VERSION, a release of h's family; or, where its bytes could not be
 // read, RbConfig::CONFIG's RUBY_PROGRAM_VERSION, a release of h's family
 // as long as RUBY_VERSION, whose PATCHLEVEL is the process's own
 // RUBY_PATCHLEVEL (rbconfig.rb loads only into a Ruby of its family, and
 // a family's patch levels rise release by release). It returns the
 // release and how it was proven, or says why the facts prove none.
-func confirmRelease(h releaseHint, f releaseFacts) (release, how string, err error) {
+func confirmRelease(h releaseHint, f releaseFacts, through string) (release, how string, err error) {
 	if f.versionErr == nil {
 		if !releaseRE.MatchString(f.version) {
 			return "", "", fmt.Errorf("its RUBY_VERSION, %q, is no release: %w", f.version, ErrGarbage)
@@ -376,7 +386,7 @@ func confirmRelease(h releaseHint, f releaseFacts) (release, how string, err err
 		if fam, _ := Family(f.version); fam != h.family {
 			return "", "", fmt.Errorf("its RUBY_VERSION says Ruby %s, not %s: %w", f.version, h.family, ErrGarbage)
 		}
-		return f.version, fmt.Sprintf("RUBY_VERSION read from Object's constants with %s's table", h.family), nil
+		return f.version, "RUBY_VERSION read from Object's constants with " + through, nil
 	}
 	if f.cfgErr != nil {
 		return "", "", fmt.Errorf("its RUBY_VERSION cannot be read (%s), nor its RbConfig (%s)", firstLine(f.versionErr), firstLine(f.cfgErr))
@@ -393,7 +403,7 @@ func confirmRelease(h releaseHint, f releaseFacts) (release, how string, err err
 	if f.versionLen != len(f.cfgVersion) {
 		return "", "", fmt.Errorf("its RUBY_VERSION is %d bytes long, not %q's %d: %w", f.versionLen, f.cfgVersion, len(f.cfgVersion), ErrGarbage)
 	}
-	return f.cfgVersion, fmt.Sprintf("RbConfig::CONFIG's RUBY_PROGRAM_VERSION with the process's RUBY_PATCHLEVEL %d, read from its heap with %s's table (RUBY_VERSION's bytes are the image's, not readable here)", f.patchlevel, h.family), nil
+	return f.cfgVersion, fmt.Sprintf("RbConfig::CONFIG's RUBY_PROGRAM_VERSION with the process's RUBY_PATCHLEVEL %d, read from its heap with %s (RUBY_VERSION's bytes are the image's, not readable here)", f.patchlevel, through), nil
 }
 
 // The expressions of the fallbacks are compiled when first needed, not by
