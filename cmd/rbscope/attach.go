@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -27,8 +28,19 @@ func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
 		t.Close()
 		return nil, nil, nil, err
 	}
+	noteVersion(vm)
 	noteLayout(vm)
 	return t, vm, func() { vm.Close(); t.Close() }, nil
+}
+
+// noteVersion says on stderr, in one line, how a live process's release
+// was found when its image's ruby_version did not say it (proven from its
+// heap); the user's own --force-version goes unsaid. A core says it among
+// its fallbacks (corefile).
+func noteVersion(vm *rubyvm.VM) {
+	if vm.VersionFrom != "" && vm.VersionFrom != "--force-version" {
+		fmt.Fprintf(os.Stderr, "rbscope: Ruby %s taken from %s\n", vm.Version, vm.VersionFrom)
+	}
 }
 
 // whilePaused runs read with every thread of the target stopped, when

@@ -44,10 +44,6 @@ func (v *VM) vmStackValues(th uint64) []uint64 {
 	return out
 }
 
-// maxIDTable bounds the capacity of an rb_id_table read (the global
-// variable table, constant tables).
-const maxIDTable = 1 << 20
-
 // globalValues returns the values of the global variables: what each
 // entry's data holds, and what it points at (for variables bound to a C
 // global); the caller keeps those that are live objects.
@@ -84,43 +80,6 @@ func (v *VM) globalValues() []uint64 {
 		}
 	}
 	return out
-}
-
-// idTableItems reads the items of the rb_id_table at the address held in
-// tblAddr.
-func (v *VM) idTableItems(tblAddr uint64) ([]byte, int, bool) {
-	tbl, err := v.m.u64(tblAddr)
-	if err != nil {
-		return nil, 0, false
-	}
-	return v.idTable(tbl)
-}
-
-// idTable reads the items of the rb_id_table at tbl: capa items of
-// IDItemSize bytes, a zero key marking a free one (none in an empty
-// table). Ruby keeps capa a power of two.
-func (v *VM) idTable(tbl uint64) ([]byte, int, bool) {
-	L := v.Layout
-	if tbl == 0 {
-		return nil, 0, false
-	}
-	head, err := v.m.read(tbl, int(L.IDTableItems)+8)
-	if err != nil {
-		return nil, 0, false
-	}
-	capa := int(int32(le32(head, L.IDTableCapa)))
-	items := le64(head, L.IDTableItems)
-	if capa == 0 {
-		return nil, 0, true
-	}
-	if capa < 0 || capa > maxIDTable || capa&(capa-1) != 0 || items == 0 {
-		return nil, 0, false
-	}
-	raw, err := v.m.read(items, capa*int(L.IDItemSize))
-	if err != nil {
-		return nil, 0, false
-	}
-	return raw, capa, true
 }
 
 // findGlobalTbl locates rb_global_tbl (a static variable): from .symtab,
