@@ -94,7 +94,7 @@ var ErrEmulated = errors.New("the process runs under an emulator: its threads' r
 
 // Capture reads the stacks of t's threads: the Ruby threads of vm (nil
 // for none) and, with opts.Native, every native thread's native stack.
-// A live target is paused for the read, and always resumed (target.Hold);
+// A live target is paused for the read, and always resumed (a Reader's read);
 // the native frames are named after it runs again. Ruby threads come
 // first, in the VM's order; native threads that run no Ruby follow, by
 // TID.
