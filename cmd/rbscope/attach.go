@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -19,18 +20,13 @@ var vmOptions = rubyvm.Options{Builds: rubyvm.NewBuildCache()}
 // openRuby attaches to a live process and finds its Ruby VM. The returned
 // close releases both.
 func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
-	t, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: vmOptions})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	vm, err := rubyvm.OpenWith(t, vmOptions)
-	if err != nil {
-		t.Close()
-		return nil, nil, nil, err
-	}
-	noteVersion(vm)
-	noteLayout(vm)
-	return t, vm, func() { vm.Close(); t.Close() }, nil
+	noteVersion(p.VM)
+	noteLayout(p.VM)
+	return p.Live, p.VM, p.Close, nil
 }
 
 // noteVersion says on stderr, in one line, how a live process's release

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -16,20 +17,15 @@ import (
 // benchmark run as an ordinary user); any other error fails it.
 func Attach(t testing.TB, pid int) (*target.Live, *rubyvm.VM) {
 	t.Helper()
-	tg, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{})
 	if errors.Is(err, target.ErrPermission) {
 		t.Skip(err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tg.Close() })
-	vm, err := rubyvm.Open(tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close() })
-	return tg, vm
+	t.Cleanup(p.Close)
+	return p.Live, p.VM
 }
 
 // Paused runs read with every thread of vm's live target stopped, in one
