@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/corefile"
 	"github.com/rbscope/rbscope/internal/crash"
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
@@ -187,7 +186,7 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, err
 // coreHeapDump writes the heap of the process a core holds, as heap dump
 // writes a live one's.
 func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact bool) error {
-	out, err := output.Create(outPath) // refused before the core is read
+	out, err := heapfile.Create(outPath) // refused before the core is read
 	if err != nil {
 		return err
 	}
@@ -197,12 +196,8 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 		return err
 	}
 	defer closeAll()
-	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
-	if err == nil {
-		err = bw.Flush()
-	}
+	st, err := vm.HeapDump(out, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
 	if err != nil {
 		return coreError(t, fmt.Errorf("heap dump: %w", err))
 	}
@@ -220,8 +215,8 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	for _, c := range st.Caveats() {
 		skipped += "; " + c
 	}
-	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %d bytes%s\n",
-		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, st.Bytes, skipped)
+	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %s%s\n",
+		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, heapfile.Size(st.Bytes, out.Compression, out.Stored()), skipped)
 	return nil
 }
 

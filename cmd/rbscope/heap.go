@@ -285,7 +285,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	for _, c := range st.Caveats() {
 		paused += "; " + c
 	}
-	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
-		outPath, st.Objects, st.Roots, pid, res.Version, st.Bytes, paused)
+	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %s; %s\n",
+		outPath, st.Objects, st.Roots, pid, res.Version, heapfile.Size(st.Bytes, res.Compression, res.Stored), paused)
 	return nil
 }

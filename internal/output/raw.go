@@ -2,6 +2,7 @@ package output
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -79,6 +80,12 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 		return err
 	}
 	return zw.Close()
+}
+
+// RawHead tells whether head, the first bytes of a file once
+// decompressed, begin a recording that Raw wrote (its header's first key).
+func RawHead(head []byte) bool {
+	return bytes.HasPrefix(head, []byte(`{"format":"`+wire.RawFormat+`"`))
 }
 
 // ReadRaw reads a recording that Raw wrote. The file is checked as it is

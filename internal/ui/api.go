@@ -8,7 +8,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -486,7 +485,7 @@ type ivarField struct {
 // ivars reads object i's instance variables from its line in the dump at
 // path (the index keeps none: read when an object page asks).
 func (ix *heapIndex) ivars(path string, i int) ([]ivarField, error) {
-	f, err := os.Open(path)
+	f, err := heap.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the instance variables: %w", err)
 	}
