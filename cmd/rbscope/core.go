@@ -10,6 +10,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/corefile"
 	"github.com/rbscope/rbscope/internal/crash"
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
@@ -59,6 +60,9 @@ reads no file of this machine.`,
 				}
 				if native || census {
 					return usageError{fmt.Errorf("--heap-dump is read alone: drop --native and --census")}
+				}
+				if _, err := heap.CompressionOf(outPath); err != nil {
+					return usageError{err}
 				}
 				return coreHeapDump(args[0], opts, outPath, redact)
 			}

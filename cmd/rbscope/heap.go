@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -233,6 +234,9 @@ copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to
 			}
 			if outPath == "" {
 				return usageError{fmt.Errorf("--output FILE is required (see 'rbscope heap dump --help')")}
+			}
+			if _, err := heap.CompressionOf(outPath); err != nil {
+				return usageError{err}
 			}
 			return heapDump(pid, outPath, !nonblocking, redact)
 		},
