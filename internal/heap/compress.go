@@ -156,13 +156,15 @@ func newFile(f *os.File, path string) (*File, error) {
 		// the last (the machines rbscope runs on may have two cores).
 		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(2))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, decodeErr("zstd", err))
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		df.r, df.closeDec = &decodeErrs{r: d, name: "zstd"}, d.Close
 	case Gzip:
 		z, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, decodeErr("gzip", err))
+			// Told at the first Read, as errors of the stream after it.
+			df.r = errReader{decodeErr("gzip", err)}
+			break
 		}
 		df.r, df.closeDec = &decodeErrs{r: z, name: "gzip"}, func() { z.Close() }
 	}
@@ -223,6 +225,10 @@ func (f *File) From(off int64) (io.Reader, error) {
 // ErrCutShort is the error of a compressed dump whose stream stops
 // before its end.
 var ErrCutShort = errors.New("cut short")
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // decodeErrs turns a decompressor's errors into ones that say what is
 // wrong with the file in one line.

@@ -227,13 +227,8 @@ func (s *Server) open(f *file) (string, error) {
 	br := bufio.NewReader(in)
 	head, err := br.Peek(64)
 	in.Close()
-	if len(head) == 0 && err != nil && err != io.EOF {
-		return "", fmt.Errorf("%s: %s", f.Name, strings.TrimPrefix(err.Error(), f.Path+": "))
-	}
-	if len(head) == 0 {
-		return "", fmt.Errorf("%s: empty file: not a heap dump nor a raw recording", f.Name)
-	}
-	if in.Compression == heap.Gzip && output.RawHead(head) {
+	// Gzipped, a raw recording unless it reads as a dump.
+	if in.Compression == heap.Gzip && (len(head) == 0 || head[0] != '{' || output.RawHead(head)) {
 		raw, err := os.Open(f.Path)
 		if err != nil {
 			return "", fmt.Errorf("cannot open %s: %w", f.Name, unwrapPath(err))
@@ -245,6 +240,12 @@ func (s *Server) open(f *file) (string, error) {
 		}
 		f.prof = newProfileView(p, title)
 		return "profile", nil
+	}
+	if len(head) == 0 && err != nil && err != io.EOF {
+		return "", fmt.Errorf("%s: not a usable heap dump: %w", f.Name, err)
+	}
+	if len(head) == 0 {
+		return "", fmt.Errorf("%s: empty file: not a heap dump nor a raw recording", f.Name)
 	}
 	if head[0] != '{' {
 		return "", fmt.Errorf("%s: not a heap dump (ObjectSpace.dump_all JSON lines, plain, .zst or .gz) nor a raw recording (gzipped)", f.Name)
