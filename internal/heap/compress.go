@@ -3,11 +3,13 @@ package heap
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
@@ -107,11 +109,143 @@ func NewWriter(w io.Writer, c Compression) (io.WriteCloser, error) {
 		// goes on (the encoder's async stream), not in parallel jobs
 		// (WithConcurrentBlocks): on two cores the decode holds one, and
 		// the jobs took 100 MB more memory for no time gained.
-		return zstd.NewWriter(w, zstd.WithEncoderLevel(ZstdLevel), zstd.WithEncoderConcurrency(min(2, runtime.GOMAXPROCS(0))))
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(ZstdLevel), zstd.WithEncoderConcurrency(min(2, runtime.GOMAXPROCS(0))))
+		if err != nil {
+			return nil, err
+		}
+		sw := &seekableWriter{w: &countWriter{w: w}, enc: enc}
+		enc.Reset(sw.w)
+		return sw, nil
 	case Gzip:
 		return gzip.NewWriterLevel(w, GzipLevel)
 	}
 	return nopCloser{w}, nil
+}
+
+// A zstd dump is written as frames of zstdFrame bytes each (before
+// compression), which a decoder reads as one stream, followed by a seek
+// table: the zstd seekable format (a skippable frame that zstd's own
+// tools pass over; facebook/zstd's contrib/seekable_format). The UI reads
+// an object's line from the frame that holds it (File.From) rather than
+// decompressing the dump up to it.
+var zstdFrame = 4 << 20 // a variable for the tests
+
+const (
+	skippableMagic    = 0x184D2A5E
+	seekableMagic     = 0x8F92EAB1
+	seekFooterLen     = 9 // frames (u32), descriptor (u8), seekableMagic (u32)
+	seekEntryLen      = 8 // compressed, decompressed size (u32 each)
+	seekableMaxFrames = 1 << 27
+)
+
+// seekableWriter writes zstd frames of zstdFrame bytes each, then the
+// seek table.
+type seekableWriter struct {
+	w      *countWriter
+	enc    *zstd.Encoder
+	in     int    // this frame's bytes so far
+	start  int64  // where this frame starts in w
+	frames []byte // the seek table's entries
+}
+
+func (s *seekableWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), zstdFrame-s.in)
+		m, err := s.enc.Write(p[:k])
+		n += m
+		s.in += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+		if s.in == zstdFrame {
+			if err := s.endFrame(); err != nil {
+				return n, err
+			}
+			s.enc.Reset(s.w)
+		}
+	}
+	return n, nil
+}
+
+// endFrame ends the frame being written and notes it in the seek table.
+func (s *seekableWriter) endFrame() error {
+	if err := s.enc.Close(); err != nil {
+		return err
+	}
+	s.frames = binary.LittleEndian.AppendUint32(s.frames, uint32(s.w.n-s.start))
+	s.frames = binary.LittleEndian.AppendUint32(s.frames, uint32(s.in))
+	s.start, s.in = s.w.n, 0
+	return nil
+}
+
+// Close ends the last frame and writes the seek table.
+func (s *seekableWriter) Close() error {
+	if s.in > 0 || len(s.frames) == 0 {
+		if err := s.endFrame(); err != nil {
+			return err
+		}
+	}
+	n := len(s.frames) / seekEntryLen
+	t := binary.LittleEndian.AppendUint32(nil, skippableMagic)
+	t = binary.LittleEndian.AppendUint32(t, uint32(len(s.frames)+seekFooterLen))
+	t = append(t, s.frames...)
+	t = binary.LittleEndian.AppendUint32(t, uint32(n))
+	t = append(t, 0) // no checksums
+	t = binary.LittleEndian.AppendUint32(t, seekableMagic)
+	_, err := s.w.Write(t)
+	return err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// seekTable reads the seek table at the end of a zstd file of size
+// bytes: where each frame starts, compressed (c) and decompressed (d),
+// one more entry than frames for the ends. ok is false for a file
+// without one (written by another program, or cut short).
+func seekTable(f io.ReaderAt, size int64) (c, d []int64, ok bool) {
+	var foot [seekFooterLen]byte
+	if size < seekFooterLen+8 {
+		return nil, nil, false
+	}
+	if _, err := f.ReadAt(foot[:], size-seekFooterLen); err != nil {
+		return nil, nil, false
+	}
+	n := int64(binary.LittleEndian.Uint32(foot[0:]))
+	if binary.LittleEndian.Uint32(foot[5:]) != seekableMagic || foot[4] != 0 || n == 0 || n > seekableMaxFrames {
+		return nil, nil, false
+	}
+	tableLen := n*seekEntryLen + seekFooterLen
+	if size < tableLen+8 {
+		return nil, nil, false
+	}
+	b := make([]byte, 8+n*seekEntryLen)
+	if _, err := f.ReadAt(b, size-tableLen-8); err != nil {
+		return nil, nil, false
+	}
+	if binary.LittleEndian.Uint32(b) != skippableMagic || int64(binary.LittleEndian.Uint32(b[4:])) != tableLen {
+		return nil, nil, false
+	}
+	c, d = make([]int64, n+1), make([]int64, n+1)
+	for k := int64(0); k < n; k++ {
+		e := b[8+k*seekEntryLen:]
+		c[k+1] = c[k] + int64(binary.LittleEndian.Uint32(e))
+		d[k+1] = d[k] + int64(binary.LittleEndian.Uint32(e[4:]))
+	}
+	if c[n] != size-tableLen-8 {
+		return nil, nil, false
+	}
+	return c, d, true
 }
 
 type nopCloser struct{ io.Writer }
@@ -126,6 +260,7 @@ type File struct {
 	f           *os.File
 	r           io.Reader
 	closeDec    func()
+	at          int64 // the decompressed offset r starts at (From)
 }
 
 // Open opens the dump file at path, plain or compressed (zstd or gzip,
@@ -204,22 +339,52 @@ func (f *File) Rewind() error {
 
 // From returns a reader of the dump's decompressed bytes from offset off
 // on (an offset of Reader.Offset). A plain file is read there at once; a
-// compressed one is decompressed from its beginning up to off: its cost
-// grows with off.
+// zstd file rbscope wrote is decompressed from the frame that holds off
+// (at most zstdFrame bytes before it); any other compressed file is
+// decompressed from its beginning up to off, a cost that grows with off.
 func (f *File) From(off int64) (io.Reader, error) {
 	if f.Compression == Plain {
 		return io.NewSectionReader(f.f, off, 1<<62-off), nil
 	}
-	if err := f.Rewind(); err != nil {
+	if err := f.fromFrame(off); err != nil {
 		return nil, err
 	}
-	if n, err := io.CopyN(io.Discard, f, off); err != nil {
+	if _, err := io.CopyN(io.Discard, f, off-f.at); err != nil {
 		if err == io.EOF {
-			return nil, fmt.Errorf("%s: %d bytes when decompressed, no line at offset %d: the dump changed", f.f.Name(), n, off)
+			return nil, fmt.Errorf("%s: no line at offset %d, past the end: the dump changed", f.f.Name(), off)
 		}
 		return nil, err
 	}
 	return f, nil
+}
+
+// fromFrame starts reading the file again from the start of the zstd
+// frame that holds decompressed offset off when its seek table says
+// where (f.at is that frame's offset), else from its beginning (f.at 0).
+func (f *File) fromFrame(off int64) error {
+	if f.Compression == Zstd {
+		fi, err := f.f.Stat()
+		if err != nil {
+			return err
+		}
+		if c, d, ok := seekTable(f.f, fi.Size()); ok {
+			k, _ := slices.BinarySearch(d, off+1)
+			k = max(k-1, 0)
+			if k < len(d)-1 {
+				dec, err := zstd.NewReader(io.NewSectionReader(f.f, c[k], c[len(c)-1]-c[k]), zstd.WithDecoderConcurrency(1))
+				if err != nil {
+					return err
+				}
+				if f.closeDec != nil {
+					f.closeDec()
+				}
+				f.r, f.closeDec, f.at = &decodeErrs{r: dec, name: "zstd"}, dec.Close, d[k]
+				return nil
+			}
+		}
+	}
+	f.at = 0
+	return f.Rewind()
 }
 
 // ErrCutShort is the error of a compressed dump whose stream stops

@@ -2,8 +2,10 @@ package heap
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,5 +126,54 @@ func TestCompressedDumpsCut(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestZstdFrames: a zstd dump is written in frames with a seek table at
+// its end, which zstd's own tool reads as the dump; Record reads any
+// object's line from the frame that holds it; cut at a frame's end (a
+// stream the decompressor finds whole), a dump of rbscope's is still
+// refused by the reader (mid-line, or short of its end line).
+func TestZstdFrames(t *testing.T) {
+	defer func(n int) { zstdFrame = n }(zstdFrame)
+	zstdFrame = 4096
+	rng := rand.New(rand.NewPCG(9, 10))
+	dump := randomDump(rng, 3000, 9000, 10)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "frames.jsonl.zst")
+	f := writeDump(t, path, dump)
+	whole, _ := os.ReadFile(path)
+	c, d, ok := seekTable(bytes.NewReader(whole), int64(len(whole)))
+	if !ok || len(c) < 10 || d[len(d)-1] != int64(len(dump)) {
+		t.Fatalf("seek table: %v, %d frames, %d bytes; want one, of %d bytes", ok, len(c)-1, d[len(d)-1], len(dump))
+	}
+	if zstdTool, err := exec.LookPath("zstd"); err == nil {
+		out, err := exec.Command(zstdTool, "-dc", path).Output()
+		if err != nil || string(out) != dump {
+			t.Errorf("zstd -d: %d bytes, %v; want the dump's %d", len(out), err, len(dump))
+		}
+	}
+	g, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < g.Len(); i += 7 {
+		rec, err := g.Record(f, i)
+		if err != nil || rec.Address != g.Address(i) {
+			t.Fatalf("object %d (%#x): line of %#x, %v", i, g.Address(i), rec.Address, err)
+		}
+	}
+
+	zstdFrame = 200
+	writeFile(t, path, oursDump())
+	whole, _ = os.ReadFile(path)
+	c, _, ok = seekTable(bytes.NewReader(whole), int64(len(whole)))
+	if !ok || len(c) < 3 {
+		t.Fatalf("setup: %d frames", len(c)-1)
+	}
+	os.WriteFile(path, whole[:c[1]], 0o600)
+	var he *Error
+	if _, err := LoadFile(path); !errors.As(err, &he) {
+		t.Errorf("rbscope's dump cut at a frame's end: %v, want the reader's refusal (mid-line, or cut short without its end line)", err)
 	}
 }
