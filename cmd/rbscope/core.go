@@ -109,7 +109,7 @@ reads no file of this machine.`,
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
 	f.BoolVar(&heapDumpFlag, "heap-dump", false, "write every live object to -o FILE in ObjectSpace.dump_all's format, as 'rbscope heap dump' does")
-	f.StringVarP(&outPath, "output", "o", "", "with --heap-dump: the file to write")
+	f.StringVarP(&outPath, "output", "o", "", "with --heap-dump: the file to write (*.zst: zstd, *.gz: gzip)")
 	f.BoolVar(&redact, "redact-strings", false, "with --heap-dump: leave every String's contents out (bytesize and encoding stay)")
 	f.BoolVar(&lines, "lines", false, "with --native: each native frame's source file and line, from DWARF where the code has it")
 	f.BoolVar(&native, "native", false, "show every thread's native frames too, unwound with the code's CFI, as 'rbscope stack --native' does, and the fault beneath a signal handler")
