@@ -113,7 +113,7 @@ func NewWriter(w io.Writer, c Compression) (io.WriteCloser, error) {
 		if err != nil {
 			return nil, err
 		}
-		sw := &seekableWriter{w: &countWriter{w: w}, enc: enc}
+		sw := &seekableWriter{w: &Counter{W: w}, enc: enc}
 		enc.Reset(sw.w)
 		return sw, nil
 	case Gzip:
@@ -141,7 +141,7 @@ const (
 // seekableWriter writes zstd frames of zstdFrame bytes each, then the
 // seek table.
 type seekableWriter struct {
-	w      *countWriter
+	w      *Counter
 	enc    *zstd.Encoder
 	in     int    // this frame's bytes so far
 	start  int64  // where this frame starts in w
@@ -174,9 +174,9 @@ func (s *seekableWriter) endFrame() error {
 	if err := s.enc.Close(); err != nil {
 		return err
 	}
-	s.frames = binary.LittleEndian.AppendUint32(s.frames, uint32(s.w.n-s.start))
+	s.frames = binary.LittleEndian.AppendUint32(s.frames, uint32(s.w.N-s.start))
 	s.frames = binary.LittleEndian.AppendUint32(s.frames, uint32(s.in))
-	s.start, s.in = s.w.n, 0
+	s.start, s.in = s.w.N, 0
 	return nil
 }
 
@@ -198,14 +198,15 @@ func (s *seekableWriter) Close() error {
 	return err
 }
 
-type countWriter struct {
-	w io.Writer
-	n int64
+// Counter is a writer that counts the bytes written through it to W.
+type Counter struct {
+	W io.Writer
+	N int64
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
+func (c *Counter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
 	return n, err
 }
 

@@ -17,7 +17,7 @@ type Out struct {
 	// Compression is the file's.
 	Compression heap.Compression
 	file        *output.File
-	counted     *countingWriter
+	counted     *heap.Counter
 	z           io.WriteCloser
 	bw          *bufio.Writer
 	path        string
@@ -36,7 +36,7 @@ func Create(path string) (*Out, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Out{Compression: c, file: f, counted: &countingWriter{w: f}, path: path}
+	o := &Out{Compression: c, file: f, counted: &heap.Counter{W: f}, path: path}
 	if o.z, err = heap.NewWriter(o.counted, c); err != nil {
 		f.Abort()
 		return nil, fmt.Errorf("writing %s: %w", path, err)
@@ -74,18 +74,7 @@ func (o *Out) Abort() {
 }
 
 // Stored returns how many bytes the file holds so far (after compression).
-func (o *Out) Stored() int64 { return o.counted.n }
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
+func (o *Out) Stored() int64 { return o.counted.N }
 
 // Size says how large a dump is: dumped bytes of JSON, stored in the file
 // as compression c made them.
