@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -90,11 +91,10 @@ func Sniff(head []byte) Compression {
 	return Plain
 }
 
-// ZstdLevel is the zstd level dumps are written at: the fastest, with
-// which heap dump takes a plain dump's time on two cores (less to write
-// makes up for the compression; docs/guides/memory-leak.md has the
-// figures). The default level took more CPU and, on dumps, compressed
-// worse (28.3 MB against 25.7 of a 380 MB dump).
+// ZstdLevel is the zstd level dumps are written at: the fastest, 0.8 s of
+// CPU for a 380 MB dump, on the second core while the first decodes
+// (docs/guides/memory-leak.md has the figures). The default level took
+// 1.4x its CPU and, on dumps, compressed worse (28.3 MB against 25.7).
 const ZstdLevel = zstd.SpeedFastest
 
 // GzipLevel is the gzip level dumps are written at: gzip's fastest that
@@ -119,9 +119,80 @@ func NewWriter(w io.Writer, c Compression) (io.WriteCloser, error) {
 		enc.Reset(sw.w)
 		return sw, nil
 	case Gzip:
-		return gzip.NewWriterLevel(w, GzipLevel)
+		z, err := gzip.NewWriterLevel(w, GzipLevel)
+		if err != nil {
+			return nil, err
+		}
+		// gzip's writer compresses as it is called: on a goroutine of its
+		// own, beside the dump's decode, as zstd's does.
+		return newAsyncWriter(z), nil
 	}
 	return nopCloser{w}, nil
+}
+
+// asyncWriter hands what is written to it, in buffers of asyncBuf bytes,
+// to a goroutine that writes them to w: the caller goes on meanwhile.
+type asyncWriter struct {
+	w    io.WriteCloser
+	buf  []byte
+	full chan []byte
+	free chan []byte
+	done chan error
+	// failed holds the goroutine's first error, for Write to return.
+	failed atomic.Pointer[error]
+}
+
+const asyncBuf = 1 << 20
+
+func newAsyncWriter(w io.WriteCloser) *asyncWriter {
+	a := &asyncWriter{w: w, full: make(chan []byte, 2), free: make(chan []byte, 3), done: make(chan error, 1)}
+	for range 2 {
+		a.free <- make([]byte, 0, asyncBuf)
+	}
+	a.buf = make([]byte, 0, asyncBuf)
+	go func() {
+		var err error
+		for b := range a.full {
+			if err == nil {
+				if _, err = w.Write(b); err != nil {
+					a.failed.Store(&err)
+				}
+			}
+			a.free <- b[:0]
+		}
+		a.done <- err
+	}()
+	return a
+}
+
+func (a *asyncWriter) Write(p []byte) (int, error) {
+	if err := a.failed.Load(); err != nil {
+		return 0, *err
+	}
+	n := 0
+	for len(p) > 0 {
+		k := copy(a.buf[len(a.buf):cap(a.buf)], p)
+		a.buf, p, n = a.buf[:len(a.buf)+k], p[k:], n+k
+		if len(a.buf) == cap(a.buf) {
+			a.full <- a.buf
+			a.buf = <-a.free
+		}
+	}
+	return n, nil
+}
+
+// Close writes what is left, waits for the goroutine, and closes w.
+func (a *asyncWriter) Close() error {
+	if len(a.buf) > 0 {
+		a.full <- a.buf
+		a.buf = nil
+	}
+	close(a.full)
+	err := <-a.done
+	if cerr := a.w.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // A zstd dump is written as frames of zstdFrame bytes each (before
