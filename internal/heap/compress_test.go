@@ -3,6 +3,7 @@ package heap
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -175,5 +176,35 @@ func TestZstdFrames(t *testing.T) {
 	var he *Error
 	if _, err := LoadFile(path); !errors.As(err, &he) {
 		t.Errorf("rbscope's dump cut at a frame's end: %v, want the reader's refusal (mid-line, or cut short without its end line)", err)
+	}
+}
+
+type failingWriter struct{ after int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if f.after -= len(p); f.after < 0 {
+		return 0, errors.New("no space left on device")
+	}
+	return len(p), nil
+}
+
+// TestCompressedWriteFails: a compressed writer whose file fails (a full
+// disk) says so, at a Write or at the latest at Close, never silently.
+func TestCompressedWriteFails(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	dump := []byte(randomDump(rng, 20000, 60000, 10))
+	for _, c := range []Compression{Zstd, Gzip} {
+		w, err := NewWriter(&failingWriter{after: 1000}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var werr error
+		for i := 0; i < 20 && werr == nil; i++ {
+			_, werr = w.Write(dump)
+		}
+		cerr := w.Close()
+		if werr == nil && cerr == nil || !strings.Contains(fmt.Sprint(werr, cerr), "no space left") {
+			t.Errorf("%v: write %v, close %v; want the file's error", c, werr, cerr)
+		}
 	}
 }
