@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,7 @@ func newTopCmd() *cobra.Command {
 		pid     int
 		opts    sampler.Options
 		window  time.Duration
+		runFor  time.Duration
 		thread  string
 		useEBPF bool
 	)
@@ -35,15 +37,21 @@ func newTopCmd() *cobra.Command {
 		Short:       "Live view of the hottest Ruby methods",
 		Long: `Sample a running Ruby process and show, refreshed every second, the methods
 with the most samples over the last --window: self (running the method itself)
-and total (the method or anything it called). Quit with q or Ctrl-C; the
+and total (the method or anything it called). Quit with q or Ctrl-C, or
+let --duration end it (the last table then stays on the terminal); the
 terminal is restored and the target left running. When the output is not a
 terminal, a plain table is printed every second instead.
+
+The header says how many threads a tick found on average: those on a CPU
+(with --gvl, and those waiting for the GVL), or with --idle every thread,
+running or not, so that four threads make 4.0 whatever they do.
 
 --ebpf (experimental) takes the samples with a BPF program in the kernel,
 as record --ebpf does (root, host PID namespace; --idle needs the kernel's
 BTF), and refuses --gvl and --nonblocking.`,
 		Example: `  rbscope top -p 4242
-  rbscope top -p 4242 --thread worker --window 30s`,
+  rbscope top -p 4242 --thread worker --window 30s
+  rbscope top -p 4242 --duration 30s > top.txt`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if pid <= 0 {
@@ -52,6 +60,9 @@ BTF), and refuses --gvl and --nonblocking.`,
 			opts.VM = vmOptions
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
+			}
+			if runFor < 0 {
+				return usageError{fmt.Errorf("--duration %v is negative: give how long top runs, or 0 to run until q or Ctrl-C", runFor)}
 			}
 			if window < time.Second {
 				return usageError{fmt.Errorf("--window %v is too short: give at least 1s", window)}
@@ -71,13 +82,14 @@ BTF), and refuses --gvl and --nonblocking.`,
 					return usageError{fmt.Errorf("--nonblocking has no meaning with --ebpf: the BPF sampler never pauses the target; drop --nonblocking")}
 				}
 			}
-			return top(c.Context(), pid, opts, window, thread, useEBPF)
+			return top(c.Context(), pid, opts, window, runFor, thread, useEBPF)
 		},
 	}
 	f := c.Flags()
 	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
 	durationFlag(f, &window, "window", "", 10*time.Second, "how much recent history the table covers")
+	durationFlag(f, &runFor, "duration", "d", 0, "stop after this long, leaving the last table on the terminal; default: until q or Ctrl-C, or the target exits")
 	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
 	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
@@ -86,7 +98,9 @@ BTF), and refuses --gvl and --nonblocking.`,
 	return c
 }
 
-func top(ctx context.Context, pid int, opts sampler.Options, window time.Duration, thread string, useEBPF bool) error {
+// top runs the live view until ctx is done, runFor passes (0: never) or
+// the target exits.
+func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time.Duration, thread string, useEBPF bool) error {
 	updates := make(chan *profile.Profile, 4)
 	flush := func(p *profile.Profile) {
 		select {
@@ -120,6 +134,11 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if runFor > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, runFor)
+		defer stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		run(ctx)
@@ -151,11 +170,20 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	}
 
 	var history []*profile.Profile
+	var last *profile.Profile
 	for {
 		select {
 		case <-done:
 			var why string
 			switch {
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				// --duration ended it: the last table stays on the
+				// terminal, below the alternate screen left.
+				if interactive && last != nil {
+					fmt.Print("\x1b[?25h\x1b[?1049l")
+					drawTop(os.Stdout, pid, last, opts, thread, 40, 120, false)
+				}
+				return nil
 			case procfs.Exited(pid):
 				why = fmt.Sprintf("pid %d exited", pid)
 			case ctx.Err() == nil:
@@ -186,13 +214,14 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 				}
 				fmt.Print("\x1b[H\x1b[2J")
 			}
-			drawTop(os.Stdout, pid, merged, thread, rows, cols, interactive)
+			drawTop(os.Stdout, pid, merged, opts, thread, rows, cols, interactive)
+			last = merged
 		}
 	}
 }
 
 // drawTop prints one screen of the top view.
-func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols int, raw bool) {
+func drawTop(w io.Writer, pid int, p *profile.Profile, opts sampler.Options, thread string, rows, cols int, raw bool) {
 	nl := "\n"
 	if raw {
 		nl = "\r\n" // raw mode: no newline translation
@@ -201,8 +230,8 @@ func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols
 	if thread != "" {
 		filter = fmt.Sprintf(", threads matching %q", thread)
 	}
-	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %.0f%% of ticks had a running thread, %d errors%s",
-		pid, p.Duration.Seconds(), filter, p.Samples, output.Pct(p.Samples, p.Ticks), p.Errors, nl)
+	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %s, %d errors%s",
+		pid, p.Duration.Seconds(), filter, p.Samples, perTick(p, opts), p.Errors, nl)
 	fmt.Fprint(w, output.Breakdown(p), nl)
 	n, _ := output.FunctionTable(w, p, output.TableOptions{MaxRows: max(rows-5, 1), Width: cols, Newline: nl})
 	if n == 0 {
@@ -213,4 +242,21 @@ func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols
 	} else {
 		fmt.Fprint(w, strings.Repeat("-", 40), nl)
 	}
+}
+
+// perTick says how many threads a tick of p found on average, as what
+// they were: samples are threads, not ticks, so a share of ticks would
+// pass 100% with two threads on CPUs, or with --idle's sleeping threads.
+func perTick(p *profile.Profile, opts sampler.Options) string {
+	n := 0.0
+	if p.Ticks > 0 {
+		n = float64(p.Samples) / float64(p.Ticks)
+	}
+	switch {
+	case opts.Idle:
+		return fmt.Sprintf("%.1f threads a tick (--idle: running or not)", n)
+	case opts.GVL:
+		return fmt.Sprintf("%.2f threads a tick on a CPU or waiting for the GVL", n)
+	}
+	return fmt.Sprintf("%.2f threads a tick on a CPU", n)
 }
