@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/sampling"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 func newTopCmd() *cobra.Command {
@@ -28,7 +28,7 @@ func newTopCmd() *cobra.Command {
 		opts    sampler.Options
 		window  time.Duration
 		runFor  time.Duration
-		thread  string
+		cut     cuts
 		useEBPF bool
 	)
 	c := &cobra.Command{
@@ -67,13 +67,6 @@ BTF), and refuses --gvl and --nonblocking.`,
 			if window < time.Second {
 				return usageError{fmt.Errorf("--window %v is too short: give at least 1s", window)}
 			}
-			if thread != "" {
-				re, err := regexp.Compile(thread)
-				if err != nil {
-					return usageError{fmt.Errorf("--thread %q is not a regular expression: %w", thread, err)}
-				}
-				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampling.ThreadName(th)) }
-			}
 			if useEBPF {
 				switch {
 				case opts.GVL:
@@ -82,7 +75,7 @@ BTF), and refuses --gvl and --nonblocking.`,
 					return usageError{fmt.Errorf("--nonblocking has no meaning with --ebpf: the BPF sampler never pauses the target; drop --nonblocking")}
 				}
 			}
-			return top(c.Context(), pid, opts, window, runFor, thread, useEBPF)
+			return top(c.Context(), pid, opts, window, runFor, cut, useEBPF)
 		},
 	}
 	f := c.Flags()
@@ -90,7 +83,7 @@ BTF), and refuses --gvl and --nonblocking.`,
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
 	durationFlag(f, &window, "window", "", 10*time.Second, "how much recent history the table covers")
 	durationFlag(f, &runFor, "duration", "d", 0, "stop after this long, leaving the last table on the terminal; default: until q or Ctrl-C, or the target exits")
-	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
+	cut.register(f)
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
 	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
@@ -100,9 +93,20 @@ BTF), and refuses --gvl and --nonblocking.`,
 
 // top runs the live view until ctx is done, runFor passes (0: never) or
 // the target exits.
-func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time.Duration, thread string, useEBPF bool) error {
+func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time.Duration, cut cuts, useEBPF bool) error {
+	var threadCut *sampling.ThreadCut
+	if cut.thread != "" {
+		threadCut = sampling.NewThreadCut(cut.thread)
+		opts.ThreadFilter = threadCut.Filter()
+	}
 	updates := make(chan *profile.Profile, 4)
 	flush := func(p *profile.Profile) {
+		// Each second's samples get their context labels, and lose
+		// those the cuts by label leave out.
+		ctxlabels.Annotate(p, nil)
+		if ls := cut.labels(); len(ls) > 0 {
+			p, _ = p.Apply(ls) // label cuts need no timeline
+		}
 		select {
 		case updates <- p:
 		default: // the screen is behind; drop rather than stall sampling
@@ -111,8 +115,8 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 	var run func(context.Context)
 	if useEBPF {
 		ro := ebpfsample.RecordOptions{Rate: opts.Rate, Idle: opts.Idle, VM: opts.VM, FlushEvery: time.Second, Flush: flush}
-		if thread != "" {
-			ro.ThreadFilter = regexp.MustCompile(thread).MatchString // checked by the command
+		if threadCut != nil {
+			ro.ThreadFilter = threadCut.Keep
 		}
 		r, err := ebpfsample.NewRecorder(pid, ro)
 		if err != nil {
@@ -181,7 +185,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 				// terminal, below the alternate screen left.
 				if interactive && last != nil {
 					fmt.Print("\x1b[?25h\x1b[?1049l")
-					drawTop(os.Stdout, pid, last, opts, thread, 40, 120, false)
+					drawTop(os.Stdout, pid, last, opts, cut, threadCut, 40, 120, false)
 				}
 				return nil
 			case procfs.Exited(pid):
@@ -214,24 +218,27 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 				}
 				fmt.Print("\x1b[H\x1b[2J")
 			}
-			drawTop(os.Stdout, pid, merged, opts, thread, rows, cols, interactive)
+			drawTop(os.Stdout, pid, merged, opts, cut, threadCut, rows, cols, interactive)
 			last = merged
 		}
 	}
 }
 
-// drawTop prints one screen of the top view.
-func drawTop(w io.Writer, pid int, p *profile.Profile, opts sampler.Options, thread string, rows, cols int, raw bool) {
+// drawTop prints one screen of the top view; threadCut, when not nil, is
+// the --thread cut, which says so when it matched no thread yet.
+func drawTop(w io.Writer, pid int, p *profile.Profile, opts sampler.Options, cut cuts, threadCut *sampling.ThreadCut, rows, cols int, raw bool) {
 	nl := "\n"
 	if raw {
 		nl = "\r\n" // raw mode: no newline translation
 	}
-	filter := ""
-	if thread != "" {
-		filter = fmt.Sprintf(", threads matching %q", thread)
-	}
 	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %s, %d errors%s",
-		pid, p.Duration.Seconds(), filter, p.Samples, perTick(p, opts), p.Errors, nl)
+		pid, p.Duration.Seconds(), cut, p.Samples, perTick(p, opts), p.Errors, nl)
+	if threadCut != nil {
+		if err := threadCut.Unmatched(); err != nil {
+			fmt.Fprint(w, textsafe.Clean(err.Error()), nl)
+			rows--
+		}
+	}
 	fmt.Fprint(w, output.Breakdown(p), nl)
 	n, _ := output.FunctionTable(w, p, output.TableOptions{MaxRows: max(rows-5, 1), Width: cols, Newline: nl})
 	if n == 0 {

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -196,6 +197,19 @@ func (p *Profile) LabelValues(key string) []Group {
 	return out
 }
 
+// ErrNoMatch is what the error of a cut (a thread, an endpoint, a job)
+// that no sample matches is (errors.Is): a mistake in what the user asked
+// for. The error itself says which cut and what there was instead.
+var ErrNoMatch = errors.New("the cut keeps no sample")
+
+// NoMatchError is an error of ErrNoMatch's kind with its own words.
+type NoMatchError struct{ Msg string }
+
+func (e NoMatchError) Error() string { return e.Msg }
+
+// Is makes a NoMatchError an ErrNoMatch.
+func (e NoMatchError) Is(target error) bool { return target == ErrNoMatch }
+
 // NoMatch explains a filter of ts that no sample of p passes, naming
 // what p has instead, or returns nil when each of them matches some
 // sample. A filter that keeps nothing is a mistake to say, not an empty
@@ -212,7 +226,7 @@ func (p *Profile) NoMatch(ts []Transform) error {
 				have = append(have, fmt.Sprintf("%q (tid %d)", th.Name, th.TID))
 			}
 			if !found {
-				return fmt.Errorf("no sample is of a thread named %q or with that TID; the recording's threads: %s", t.Function, listOrNone(have))
+				return NoMatchError{fmt.Sprintf("--thread %q: no sample is of a thread so named (whole, or as a regular expression) or with that TID; the recording's threads: %s", t.Function, listOrNone(have))}
 			}
 		case LabelEndpoint, LabelJob:
 			m := NewNameMatch(t.Function)
@@ -221,7 +235,7 @@ func (p *Profile) NoMatch(ts []Transform) error {
 				have = append(have, strconv.Quote(g.Name))
 			}
 			if !found {
-				return fmt.Errorf("no sample has the %s %q; the recording's: %s", t.Op, t.Function, listOrNone(have))
+				return NoMatchError{fmt.Sprintf("--%s %q: no sample has that %s (whole, or as a regular expression); the recording's: %s", t.Op, t.Function, t.Op, listOrNone(have))}
 			}
 		}
 	}

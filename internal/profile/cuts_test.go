@@ -80,9 +80,9 @@ func TestFilters(t *testing.T) {
 func TestNoMatch(t *testing.T) {
 	p := cutSample()
 	for spec, want := range map[string]string{
-		"thread:nobody":     `no sample is of a thread named "nobody" or with that TID; the recording's threads: "web" (tid 11), "tid 12" (tid 12)`,
-		"endpoint:X#y":      `no sample has the endpoint "X#y"; the recording's: "ItemsController#index", "ItemsController#show"`,
-		"job:Nope":          `no sample has the job "Nope"; the recording's: "HardJob"`,
+		"thread:nobody":     `--thread "nobody": no sample is of a thread so named (whole, or as a regular expression) or with that TID; the recording's threads: "web" (tid 11), "tid 12" (tid 12)`,
+		"endpoint:X#y":      `--endpoint "X#y": no sample has that endpoint (whole, or as a regular expression); the recording's: "ItemsController#index", "ItemsController#show"`,
+		"job:Nope":          `--job "Nope": no sample has that job (whole, or as a regular expression); the recording's: "HardJob"`,
 		"thread:11\njob:.*": "",
 		"focus:anything\n":  "",
 	} {

@@ -1,6 +1,10 @@
 package profile
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Sandwich is a function's place in a profile's stacks: the samples it is
 // in (Total) and ends in (Self), and those of each of its callers and
@@ -67,4 +71,40 @@ func (p *Profile) SandwichOf(fn string, lines bool) Sandwich {
 		}
 	}
 	return sw
+}
+
+// FindFunction returns the function of p that fn names, as
+// Frame.Name(false) names it: that name itself, or the label of one
+// function ("Object#work" for "Object#work (app.rb)"). A name that
+// matches none, or the labels of several, is a NoMatchError naming the
+// functions it could have meant.
+func (p *Profile) FindFunction(fn string) (string, error) {
+	var byLabel, containing []string
+	for _, st := range p.Functions() {
+		name := st.Frame.Name(false)
+		switch {
+		case name == fn:
+			return name, nil
+		case st.Frame.Label == fn:
+			byLabel = append(byLabel, name)
+		case strings.Contains(strings.ToLower(name), strings.ToLower(fn)):
+			containing = append(containing, name)
+		}
+	}
+	switch {
+	case len(byLabel) == 1:
+		return byLabel[0], nil
+	case len(byLabel) > 1:
+		return "", NoMatchError{fmt.Sprintf("function %q is several; give one of: %s", fn, listOrNone(quoted(byLabel)))}
+	}
+	return "", NoMatchError{fmt.Sprintf("no sample is in a function named %q; functions whose name holds it, by self samples: %s", fn, listOrNone(quoted(containing)))}
+}
+
+// quoted quotes each of names.
+func quoted(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }
