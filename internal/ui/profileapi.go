@@ -235,6 +235,53 @@ func apiTree(f *file, q *query) (any, error) {
 	return out, nil
 }
 
+// cutRow is a thread, endpoint or job of a view, with its samples.
+type cutRow struct {
+	Name    string `json:"name"`
+	TID     int    `json:"tid,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	Samples int    `json:"samples"`
+	// Cut is the transform that keeps its samples (thread:NAME, by the
+	// TID where two threads share the name, endpoint:NAME, job:NAME).
+	Cut string `json:"cut"`
+}
+
+// apiCuts: the threads, endpoints and jobs of a view's samples, the most
+// samples first, each with the transform that cuts the view to it (what
+// record, report and top's --thread, --endpoint and --job keep).
+func apiCuts(f *file, q *query) (any, error) {
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	p := pv.p
+	threads := p.Threads()
+	out := struct {
+		profileSummary
+		Threads   []cutRow `json:"threads"`
+		Endpoints []cutRow `json:"endpoints"`
+		Jobs      []cutRow `json:"jobs"`
+	}{profileSummary: f.summaryOf(pv), Threads: []cutRow{}, Endpoints: []cutRow{}, Jobs: []cutRow{}}
+	for _, th := range threads {
+		// By its name where that names it alone (a name matches as a
+		// regular expression too), else by its TID.
+		cut, m := "thread:"+th.Name, profile.NewThreadMatch(th.Name)
+		for _, other := range threads {
+			if other != th && m.Match(other.Name, other.TID) {
+				cut = fmt.Sprintf("thread:%d", th.TID)
+			}
+		}
+		out.Threads = append(out.Threads, cutRow{Name: th.Name, TID: th.TID, PID: th.PID, Samples: th.Samples, Cut: cut})
+	}
+	for _, g := range p.LabelValues(profile.LabelEndpoint) {
+		out.Endpoints = append(out.Endpoints, cutRow{Name: g.Name, Samples: g.Samples, Cut: profile.LabelEndpoint + ":" + g.Name})
+	}
+	for _, g := range p.LabelValues(profile.LabelJob) {
+		out.Jobs = append(out.Jobs, cutRow{Name: g.Name, Samples: g.Samples, Cut: profile.LabelJob + ":" + g.Name})
+	}
+	return out, nil
+}
+
 // callRow is a caller or callee of the sandwich view: a function and the
 // samples of the sandwiched function's stacks it is in that place in.
 type callRow struct {
@@ -416,6 +463,9 @@ func (f *file) view(q *query) (*profileView, error) {
 	}
 	if pv.transformed == nil || len(pv.transformed) >= maxViews {
 		pv.transformed = map[string]*profileView{}
+	}
+	if err := pv.p.NoMatch(ts); err != nil {
+		return nil, err
 	}
 	tp, err := pv.p.Apply(ts)
 	if err != nil {
