@@ -5,8 +5,12 @@
 # Rails requests: a controller whose action ActionController's send_action
 # calls, as ctxlabels recognises it (send leaves no frame), three times as
 # long in ItemsController#index as in ItemsController#show, then work
-# outside any endpoint (Object#idle_work). Writes {"pid", "tids": {name:
-# TID}} to ARGV[0] once its threads run; runs ARGV[1] seconds (default 60).
+# outside any endpoint (Object#idle_work). Each request goes through 80
+# frames of fake middleware (Object#middleware), as a Rails request goes
+# through Puma's, Rack's and Rails' own before the action, and each action
+# through 60 of fake rendering (Object#render) before its work: the flame
+# graph of deep stacks. Writes {"pid", "tids": {name: TID}} to ARGV[0] once its
+# threads run; runs ARGV[1] seconds (default 60).
 require "json"
 require_relative "lib/native_tid"
 
@@ -27,11 +31,11 @@ class ItemsController
   include ActionController::BasicImplicitRender
 
   def index
-    spin(30_000)
+    render(60) { spin(30_000) }
   end
 
   def show
-    spin(10_000)
+    render(60) { spin(10_000) }
   end
 end
 
@@ -50,6 +54,14 @@ def idle_work
   spin(10_000)
 end
 
+def render(depth, &view)
+  depth.zero? ? view.call : render(depth - 1, &view)
+end
+
+def middleware(depth, &app)
+  depth.zero? ? app.call : middleware(depth - 1, &app)
+end
+
 out = ARGV.fetch(0)
 deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + Float(ARGV.fetch(1, "60"))
 tids = Queue.new
@@ -66,7 +78,7 @@ File.write(out + ".tmp", JSON.generate("pid" => Process.pid, "tids" => found))
 File.rename(out + ".tmp", out)
 controller = ItemsController.new
 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-  controller.send_action(:index)
-  controller.send_action(:show)
+  middleware(80) { controller.send_action(:index) }
+  middleware(80) { controller.send_action(:show) }
   idle_work
 end

@@ -125,7 +125,7 @@ func cutRecording(t *testing.T, raw string, rep cutsReport) {
 	if code != 0 {
 		t.Fatalf("report --callers: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{`^ +\d+ +[\d.]+%  ItemsController#index \(.*cuts.rb:\d+\)$`, `^ +\d+ +[\d.]+%  block in Object#crunch \(.*cuts.rb:\d+\)$`, `^ +\d+ +[\d.]+%  line \d+$`} {
+	for _, want := range []string{`^ +\d+ +[\d.]+%  block in ItemsController#index \(.*cuts.rb:\d+\)$`, `^ +\d+ +[\d.]+%  block in Object#crunch \(.*cuts.rb:\d+\)$`, `^ +\d+ +[\d.]+%  line \d+$`} {
 		if !regexpLine(sw, want) {
 			t.Errorf("report --callers Object#spin --lines: no line %s:\n%s", want, sw)
 		}

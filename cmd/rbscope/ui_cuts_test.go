@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
 
@@ -87,7 +91,63 @@ func TestUICuts(t *testing.T) {
 	if got := eval[string](t, ctx, `document.querySelector(".summary").innerText`); !strings.Contains(got, ": "+commas(uint64(index))+" samples") {
 		t.Errorf("the page cut to ItemsController#index: %q, want %d samples", got, index)
 	}
+	flameStart(t, ctx, s, all)
 	if p := problems(); len(p) > 0 {
 		t.Errorf("the page: %v", p)
+	}
+}
+
+// flameStart checks where the UI's flame graph of cuts.rb's recording
+// (all) opens: scrolled to the actions' frames, 80 frames of fake
+// middleware above the roots, which the first screen shows; and that a
+// frame clicked can be started from, a choice the page remembers until
+// told to forget it.
+func flameStart(t *testing.T, ctx context.Context, s *uiServer, all *profile.Profile) {
+	t.Helper()
+	depth := -1
+	for si, st := range all.Stacks {
+		if e := st.Label(profile.LabelEndpoint); e != "" {
+			for k, f := range all.StackFrames(si) {
+				if f.Label == e && (depth < 0 || k < depth) {
+					depth = k
+				}
+			}
+		}
+	}
+	if depth < 80 {
+		t.Fatalf("setup: the actions' frames at depth %d, want 80 or more", depth)
+	}
+	visit(t, ctx, s, "#/profile/0/flame", "profile-flame-start")
+	doc := `document.getElementById("flame").contentDocument`
+	if got := eval[string](t, ctx, doc+`.getElementById("frames").getAttribute("data-start")`); got != strconv.Itoa(depth) {
+		t.Errorf("the flame graph starts at depth %s, want %d (the actions')", got, depth)
+	}
+	// The actions' row is on the first screen: the frame scrolled to it.
+	shown := eval[map[string]float64](t, ctx, `(() => { const w = document.getElementById("flame").contentWindow;
+		const r = w.document.querySelector('g.f[data-d="`+strconv.Itoa(depth)+`"] rect');
+		return { y: parseFloat(r.getAttribute("y")) - w.scrollY, h: w.innerHeight, scroll: w.scrollY }; })()`)
+	if shown["scroll"] <= 0 || shown["y"] < 0 || shown["y"] > shown["h"] {
+		t.Errorf("the actions' row at %v px of a %v px frame (scrolled %v px): not on the first screen", shown["y"], shown["h"], shown["scroll"])
+	}
+	fn := eval[string](t, ctx, `(() => { const g = `+doc+`.querySelector('g.f[data-fn^="ItemsController#index"]');
+		g.dispatchEvent(new MouseEvent("click", { bubbles: true })); return g.getAttribute("data-fn"); })()`)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("flame-start") !== null`, chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("a click on a frame of the flame graph offers nothing: %v", err)
+	}
+	eval[bool](t, ctx, `(document.getElementById("flame-start").click(), true)`)
+	// Opened again without a transform, it starts from the frame chosen.
+	visit(t, ctx, s, "#/profile/0/functions", "profile-functions-again")
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"#/profile/0/flame")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("flame-remembered") !== null && document.getElementById("view").dataset.state === "ready"`, chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("the flame graph opened again does not start from %s: %v", fn, err)
+	}
+	if got := eval[string](t, ctx, `location.hash`); !strings.Contains(got, url.QueryEscape("focus:"+fn)) {
+		t.Errorf("the flame graph opened again: %s, want a focus on %s", got, fn)
+	}
+	eval[bool](t, ctx, `(document.getElementById("flame-forget").click(), true)`)
+	if got := eval[string](t, ctx, `String(localStorage.getItem("rbscope.flameStart"))`); got != "null" {
+		t.Errorf("forgotten, the choice is still %q", got)
 	}
 }

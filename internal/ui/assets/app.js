@@ -559,6 +559,16 @@ const views = {
 
   async "profile/flame"(gen, f, p) {
     const t = p.t || "";
+    // Start from the frame chosen last time ("start here"), where this
+    // recording has it and the view asks for nothing else.
+    const chosen = localStorage.getItem(flameStartKey);
+    if (chosen && !t && p.all !== "1") {
+      try {
+        await api("profile/sandwich", { f, fn: chosen });
+        location.replace(hashFor(`/profile/${f}/flame`, { ...p, t: "focus:" + chosen }));
+        return;
+      } catch (e) { /* not in this recording: the whole graph */ }
+    }
     const d = await api("profile/functions", { f, limit: 1, t });
     setCrumbs(["files", "#/"], [d.file]);
     const icicle = p.icicle === "1", before = p.before;
@@ -568,7 +578,24 @@ const views = {
       el("a", { href: hashFor(`/profile/${f}/flame`, { t, before }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
       el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t, before }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
     const against = await againstPick(f, "flame", p);
-    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), await cutsBar(f, "flame", p), pivot, against, frame);
+    const unfocused = hashFor(`/profile/${f}/flame`, { ...p, all: 1, t: transforms(p).filter(x => x !== "focus:" + chosen).join("\n") || undefined });
+    const remembered = chosen && transforms(p).includes("focus:" + chosen) ? el("p", { class: "pivot", id: "flame-remembered" },
+      `Starting from ${chosen}, as chosen before. `,
+      el("a", { href: unfocused, id: "flame-root" }, "start from the roots"), " · ",
+      el("a", { href: unfocused, id: "flame-forget" }, "forget the choice")) : null;
+    const pick = el("p", { class: "pivot", id: "flame-pick" },
+      "The graph opens at the request's own frames (the endpoints' actions) or where the stacks first part; scroll for the rest. Click a frame to zoom into it, and to start from it here and next time.");
+    onFlamePick = e => {
+      if (gen !== generation || e.source !== frame.contentWindow) return;
+      const { fn, title } = e.data;
+      const start = el("a", { href: hashFor(`/profile/${f}/flame`, { ...p, t: [...transforms(p), "focus:" + fn].join("\n") }), id: "flame-start",
+        title: "keep only the samples through it, from it up, in every view; the flame graph of the next recording starts from it too" }, "start here, and next time");
+      start.addEventListener("click", () => localStorage.setItem(flameStartKey, fn));
+      pick.replaceChildren(el("span", { class: "fn", id: "flame-picked" }, title), " ", start, " ", transformLinks(f, "flame", p, fn));
+    };
+    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), await cutsBar(f, "flame", p), remembered, pivot, against, pick, frame);
+    const forget = document.getElementById("flame-forget");
+    if (forget) forget.addEventListener("click", () => localStorage.removeItem(flameStartKey));
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
@@ -679,11 +706,17 @@ const views = {
 
 // onChartPick is what the stack chart's view does with the box clicked
 // in its frame, which the chart posts to the page; null until that view
-// sets it.
-let onChartPick = null;
+// sets it. onFlamePick is the flame graph's, for the frame clicked.
+let onChartPick = null, onFlamePick = null;
 window.addEventListener("message", e => {
-  if (e.origin === location.origin && e.data && e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
+  if (e.origin !== location.origin || !e.data) return;
+  if (e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
+  if (e.data.rbscope === "flame" && onFlamePick) onFlamePick(e);
 });
+
+// flameStartKey is where the page remembers the frame the flame graph
+// starts from (localStorage): "start here" sets it, "forget" clears it.
+const flameStartKey = "rbscope.flameStart";
 
 // againstPick offers the other open recordings to compare a profile
 // view's recording with (its before parameter), and none.
