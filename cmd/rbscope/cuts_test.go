@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -9,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -18,21 +17,6 @@ import (
 type cutsReport struct {
 	PID  int            `json:"pid"`
 	TIDs map[string]int `json:"tids"`
-}
-
-// readRawFile reads a raw recording rbscope wrote.
-func readRawFile(t *testing.T, path string) *profile.Profile {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, _, err := output.ReadRaw(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // holds reports whether stack si of p has a frame labelled label.
@@ -58,7 +42,7 @@ func TestCuts(t *testing.T) {
 			if _, errOut, code := rbscope(t, "record", "-p", pid, "-d", "4", "-r", "200", "-f", "raw", "-o", raw); code != 0 {
 				t.Fatalf("record: exit %d: %s", code, errOut)
 			}
-			all := readRawFile(t, raw)
+			all := rawtest.Read(t, raw)
 			// The raw recording keeps the labels: a stack is labelled
 			// with an action exactly when the action's frame is in it.
 			for si, st := range all.Stacks {
@@ -79,7 +63,7 @@ func TestCuts(t *testing.T) {
 // recording raw of cuts.rb.
 func cutRecording(t *testing.T, raw string, rep cutsReport) {
 	t.Helper()
-	all := readRawFile(t, raw)
+	all := rawtest.Read(t, raw)
 	byThread := map[int]int{}
 	for _, s := range all.Timeline {
 		byThread[s.TID]++
@@ -89,7 +73,7 @@ func cutRecording(t *testing.T, raw string, rep cutsReport) {
 		if _, errOut, code := rbscope(t, "report", "-i", raw, "--thread", spec, "-f", "raw", "-o", out); code != 0 {
 			t.Fatalf("report --thread %s: exit %d: %s", spec, code, errOut)
 		}
-		cut := readRawFile(t, out)
+		cut := rawtest.Read(t, out)
 		if cut.Samples != byThread[rep.TIDs["cruncher"]] || cut.Samples == 0 {
 			t.Errorf("report --thread %s: %d samples, the recording has %d of cruncher", spec, cut.Samples, byThread[rep.TIDs["cruncher"]])
 		}
@@ -162,7 +146,7 @@ func cutLive(t *testing.T, pid, dir string, rep cutsReport) {
 		if _, errOut, code := rbscope(t, append([]string{"record", "-p", pid, "-d", "2", "-r", "200", "-f", "raw", "-o", out}, tc.args...)...); code != 0 {
 			t.Fatalf("record %v: exit %d: %s", tc.args, code, errOut)
 		}
-		p := readRawFile(t, out)
+		p := rawtest.Read(t, out)
 		if p.Samples == 0 {
 			t.Errorf("record %v: no sample", tc.args)
 		}

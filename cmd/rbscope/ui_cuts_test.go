@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -31,7 +32,7 @@ func TestUICuts(t *testing.T) {
 	if _, errOut, code := rbscope(t, "record", "-p", strconv.Itoa(p.PID()), "-d", "3", "-r", "200", "-f", "raw", "-o", raw); code != 0 {
 		t.Fatalf("record: exit %d: %s", code, errOut)
 	}
-	all := readRawFile(t, raw)
+	all := rawtest.Read(t, raw)
 	byThread := map[int]int{}
 	for _, s := range all.Timeline {
 		byThread[s.TID]++

@@ -163,18 +163,9 @@ type ThreadStat struct {
 // Threads lists the threads of p's timeline with their samples, most
 // first (nil without a timeline).
 func (p *Profile) Threads() []ThreadStat {
-	type key struct{ pid, tid int }
-	idx := map[key]int{}
 	var out []ThreadStat
-	for _, s := range p.Timeline {
-		k := key{s.PID, s.TID}
-		i, ok := idx[k]
-		if !ok {
-			i = len(out)
-			idx[k] = i
-			out = append(out, ThreadStat{PID: s.PID, TID: s.TID, Name: s.Thread})
-		}
-		out[i].Samples++
+	for _, tr := range p.tracks() {
+		out = append(out, ThreadStat{PID: tr.PID, TID: tr.TID, Name: tr.Thread, Samples: len(tr.Samples)})
 	}
 	slices.SortStableFunc(out, func(a, b ThreadStat) int { return cmp.Compare(b.Samples, a.Samples) })
 	return out
