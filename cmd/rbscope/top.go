@@ -150,6 +150,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 	}()
 
 	interactive := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	restore := func() {} // leaves the alternate screen and raw mode, once
 	if interactive {
 		old, err := term.MakeRaw(int(os.Stdin.Fd()))
 		if err != nil {
@@ -158,10 +159,15 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 			return fmt.Errorf("terminal: %w", err)
 		}
 		fmt.Print("\x1b[?1049h\x1b[?25l") // alternate screen, hide cursor
-		defer func() {
-			fmt.Print("\x1b[?25h\x1b[?1049l")
-			term.Restore(int(os.Stdin.Fd()), old)
-		}()
+		restored := false
+		restore = func() {
+			if !restored {
+				restored = true
+				fmt.Print("\x1b[?25h\x1b[?1049l")
+				term.Restore(int(os.Stdin.Fd()), old)
+			}
+		}
+		defer restore()
 		go func() {
 			b := make([]byte, 1)
 			for {
@@ -183,8 +189,8 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
 				// --duration ended it: the last table stays on the
 				// terminal, below the alternate screen left.
+				restore()
 				if interactive && last != nil {
-					fmt.Print("\x1b[?25h\x1b[?1049l")
 					drawTop(os.Stdout, pid, last, opts, cut, threadCut, 40, 120, false)
 				}
 				return nil
@@ -196,9 +202,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time
 				why = fmt.Sprintf("pid %d ran another program (exec); watch it with: rbscope top -p %d", pid, pid)
 			}
 			if why != "" {
-				if interactive {
-					fmt.Print("\x1b[?25h\x1b[?1049l")
-				}
+				restore()
 				fmt.Fprintln(os.Stderr, "rbscope: "+why)
 			}
 			return nil
