@@ -156,7 +156,13 @@ func cutLive(t *testing.T, pid, dir string, rep cutsReport) {
 			}
 		}
 	}
-	_, errOut, code := rbscope(t, "record", "-p", pid, "-d", "1", "--thread", "nobody", "-f", "summary", "-o", "-")
+	// A --thread naming none of the process's threads fails at once, not
+	// after the recording's 60 seconds.
+	start := time.Now()
+	_, errOut, code := rbscope(t, "record", "-p", pid, "-d", "60", "--thread", "nobody", "-f", "summary", "-o", "-")
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("record --thread nobody -d 60 took %v", time.Since(start))
+	}
 	if code != 2 || !strings.Contains(errOut, `"cruncher" (tid `+strconv.Itoa(rep.TIDs["cruncher"])+`)`) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 		t.Errorf("record --thread nobody: exit %d, %q; want one line naming the threads, exit 2", code, errOut)
 	}

@@ -43,7 +43,8 @@ output is always written. Samples that cannot be read (a thread dying
 mid-read, memory changing under --nonblocking) are counted and skipped.
 By default only threads the kernel reports as running are sampled; --idle
 includes sleeping and waiting threads. --thread samples one thread (or
-those a regular expression names), reading no other thread's stack.
+those a regular expression names), reading no other thread's stack; one
+that names none of a running process's threads fails within a second.
 
 Every sample carries the context labels the agent derives from its stack
 (endpoint: the Rails controller action or Sinatra route; job: the Sidekiq

@@ -137,7 +137,25 @@ func run(ctx context.Context, o Options, child *exec.Cmd, res *Result) error {
 	if o.Progress != nil {
 		s.SetProgress(func(p sampling.Progress) { o.Progress(pid, p) })
 	}
-	prof, err := s.Run(ctx)
+	runCtx := ctx
+	if threadCut != nil && child == nil && !o.EBPF {
+		// The user-space sampler asks the cut about every thread at
+		// each tick: a --thread that names none of a running process's
+		// threads fails in a second, not at the end of the recording.
+		var stop context.CancelFunc
+		runCtx, stop = context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case <-time.After(time.Second):
+				if threadCut.Asked() && threadCut.Unmatched() != nil {
+					stop()
+				}
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	prof, err := s.Run(runCtx)
 	res.Profile = prof
 	if err != nil {
 		return fmt.Errorf("record --ebpf: the sampler failed after %d samples: %w", prof.Samples, err)

@@ -93,6 +93,13 @@ func (c *ThreadCut) Filter() func(rubyvm.Thread) bool {
 	return func(th rubyvm.Thread) bool { return c.Keep(ThreadName(th), th.TID) }
 }
 
+// Asked reports whether the cut was asked about any thread yet.
+func (c *ThreadCut) Asked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen) > 0
+}
+
 // Unmatched says that no thread the samplers were asked about matched,
 // naming those they were (at most 20), or returns nil.
 func (c *ThreadCut) Unmatched() error {
