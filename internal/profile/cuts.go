@@ -87,7 +87,11 @@ func (t Transform) isFilter() bool {
 // needs the timeline (ErrNoTimeline); the timeline stays, with the
 // samples kept.
 func (p *Profile) filter(fs []Transform) (*Profile, error) {
-	var labels []Transform
+	type labelCut struct {
+		key string
+		m   NameMatch
+	}
+	var labels []labelCut
 	var threads []ThreadMatch
 	var windows []Transform
 	for _, t := range fs {
@@ -97,14 +101,14 @@ func (p *Profile) filter(fs []Transform) (*Profile, error) {
 		case "thread":
 			threads = append(threads, NewThreadMatch(t.Function))
 		default:
-			labels = append(labels, t)
+			labels = append(labels, labelCut{t.Op, NewNameMatch(t.Function)})
 		}
 	}
 	keepStack := make([]bool, len(p.Stacks))
 	for si, st := range p.Stacks {
 		keepStack[si] = true
-		for _, t := range labels {
-			if v := st.Label(t.Op); v == "" || !NewNameMatch(t.Function).Match(v) {
+		for _, l := range labels {
+			if v := st.Label(l.key); v == "" || !l.m.Match(v) {
 				keepStack[si] = false
 			}
 		}
