@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/sandwich", s.profileHandler(apiSandwich))
+	s.mux.HandleFunc("GET /api/profile/cuts", s.profileHandler(apiCuts))
 	s.mux.HandleFunc("GET /api/profile/timeline", s.profileHandler(apiTimeline))
 	s.mux.HandleFunc("GET /api/profile/diff", s.profileDiff)
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
