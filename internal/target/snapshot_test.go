@@ -3,6 +3,7 @@ package target
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -75,7 +76,7 @@ func TestSnapshotCopiesWritableMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	t.Logf("paused %v to copy %d MB in %d ranges", s.Paused, s.Bytes>>20, len(s.runs))
+	t.Logf("paused %v in %d stops (longest %v) to copy %d MB in %d ranges, %s (fallback: %q)", s.Paused, s.Stops, s.Longest, s.Bytes>>20, len(s.runs), s.Method, s.Fallback)
 	if s.Bytes < 48<<20 || s.Paused <= 0 {
 		t.Errorf("copied %d bytes, paused %v", s.Bytes, s.Paused)
 	}
@@ -261,4 +262,130 @@ int main(void) {
 	if _, err := s.ReadAt(got, base+16*4096); err != nil || string(got) != "AAAAAAA" {
 		t.Errorf("a touched page reads %q, %v", got, err)
 	}
+}
+
+// writerProg is a C program that maps 64 MB and sweeps it without end,
+// writing its sweep's number at the head of each page in turn, and says
+// where the memory is once it has swept it once. At any instant the pages
+// hold one sweep's number up to where the writer is and the sweep before
+// from there on: a copy of one instant does too.
+const writerProg = `#include <stdio.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#define PAGES (64 << 20) / 4096
+int main(void) {
+	volatile uint64_t *p = mmap(0, (size_t)PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	for (uint64_t g = 1;; g++) {
+		for (long i = 0; i < PAGES; i++) p[i * 512] = g;
+		if (g == 1) { printf("%p\n", (void *)p); fflush(stdout); }
+	}
+}
+`
+
+// WriterEnv names a prebuilt writerProg (static), for a machine without
+// gcc: the virtual machine of TestPrecopyOnSoftDirtyKernel.
+const WriterEnv = "RBSCOPE_TEST_WRITER"
+
+// startWriter builds (or takes from WriterEnv) and starts writerProg,
+// returning its memory's address and size.
+func startWriter(t *testing.T) (*exec.Cmd, uint64, int) {
+	t.Helper()
+	bin := os.Getenv(WriterEnv)
+	if bin == "" {
+		bin = buildWriter(t, t.TempDir(), false)
+	}
+	cmd := testruby.DieWithTest(exec.Command(bin))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var base uint64
+	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
+		t.Fatalf("setup: the program's address: %v", err)
+	}
+	return cmd, base, (64 << 20) / page
+}
+
+// TestSnapshotOfAWriter: a process writing all the time is copied as it
+// was at one instant, whichever way the copy is made (pre-copied where
+// the kernel keeps soft-dirty bits, else while paused, and while paused
+// when asked): its pages hold one sweep's number up to one page and the
+// sweep before after it, never a page of an older sweep among newer ones.
+func TestSnapshotOfAWriter(t *testing.T) {
+	for _, method := range []string{"default", CopiedPaused} {
+		t.Run(method, func(t *testing.T) {
+			cmd, base, pages := startWriter(t)
+			if method == CopiedPaused {
+				saved := softDirtyMissing
+				softDirtyMissing = func() string { return "asked" }
+				defer func() { softDirtyMissing = saved }()
+			}
+			l, err := Attach(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			s, err := l.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			t.Logf("%s: paused %v in %d stops (longest %v) to copy %d MB (fallback: %q)", s.Method, s.Paused, s.Stops, s.Longest, s.Bytes>>20, s.Fallback)
+			if method == CopiedPaused && s.Method != CopiedPaused {
+				t.Errorf("method %q, want %q", s.Method, CopiedPaused)
+			}
+			if want := softDirtyMissing() == ""; method == "default" && (s.Method == PreCopied) != want {
+				t.Errorf("method %q where the kernel's soft-dirty bits are usable: %v", s.Method, want)
+			}
+			buf := make([]byte, pages*page)
+			if _, err := s.ReadAt(buf, base); err != nil {
+				t.Fatal(err)
+			}
+			gen := func(i int) uint64 { return binary.LittleEndian.Uint64(buf[i*page:]) }
+			first, cut := gen(0), -1
+			for i := 1; i < pages; i++ {
+				g := gen(i)
+				switch {
+				case g == first:
+				case g == first-1 && cut < 0:
+					cut = i
+				case g == first-1 && cut >= 0:
+				default:
+					t.Fatalf("page %d holds sweep %d, page 0 sweep %d (the cut at %d): not one instant", i, g, first, cut)
+				}
+				if cut >= 0 && g == first {
+					t.Fatalf("page %d holds sweep %d after the cut at page %d: not one instant", i, g, cut)
+				}
+			}
+			t.Logf("sweep %d up to page %d of %d", first, cut, pages)
+			if first < 2 {
+				t.Errorf("the writer was copied in its first sweep (%d): nothing was written meanwhile", first)
+			}
+		})
+	}
+}
+
+// buildWriter compiles writerProg into dir (static: to run on a machine
+// with no C library of its own).
+func buildWriter(t *testing.T, dir string, static bool) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testruby.Missing(t, "gcc is not installed")
+	}
+	src, bin := filepath.Join(dir, "writer.c"), filepath.Join(dir, "writer")
+	if err := os.WriteFile(src, []byte(writerProg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-O2", "-o", bin, src}
+	if static {
+		args = append([]string{"-static"}, args...)
+	}
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("setup: gcc: %v\n%s", err, out)
+	}
+	return bin
 }
