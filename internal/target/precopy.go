@@ -144,7 +144,7 @@ func (p pageRef) off() uint64 { return p.r.off + p.addr - p.r.start }
 
 // precopy makes the snapshot by pre-copying (see above); errNoPrecopy,
 // wrapped with why, when it cannot be made here.
-func (l *Live) precopy() (*Snapshot, error) {
+func (l *Live) precopy(opts SnapshotOptions) (*Snapshot, error) {
 	maps, err := l.Mappings()
 	if err != nil {
 		return nil, err
@@ -167,16 +167,20 @@ func (l *Live) precopy() (*Snapshot, error) {
 	if reserve > maxPrecopyVA {
 		return nil, fmt.Errorf("%w: the writable mappings span %d GB", errNoPrecopy, va>>30)
 	}
-	arena, err := unix.Mmap(-1, 0, int(reserve), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reserving %d GB of address space for the copy: %v", errNoPrecopy, reserve>>30, err)
-	}
-	s := &Snapshot{l: l, regs: map[int]Regs{}, arena: arena, Method: PreCopied}
-	pc := &precopier{l: l, s: s, regions: map[uint64]*region{}}
+	s := &Snapshot{l: l, regs: map[int]Regs{}, Method: PreCopied}
 	fail := func(err error) (*Snapshot, error) {
 		s.Close()
 		return nil, err
 	}
+	if opts.SpoolDir != "" {
+		if s.spool, err = openSpool(opts.SpoolDir, need); err != nil {
+			return fail(err)
+		}
+	}
+	if s.arena, err = mapArena(int64(reserve), s.spool, true); err != nil {
+		return fail(fmt.Errorf("%w: reserving %d GB of address space for the copy: %v", errNoPrecopy, reserve>>30, err))
+	}
+	pc := &precopier{l: l, s: s, regions: map[uint64]*region{}}
 	// The first round: every page, while the process runs.
 	if err := clearSoftDirty(l.pid); err != nil {
 		return fail(fmt.Errorf("%w: clearing pid %d's soft-dirty bits: %v", errNoPrecopy, l.pid, err))

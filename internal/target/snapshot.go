@@ -43,6 +43,8 @@ type Snapshot struct {
 	Paused      time.Duration
 	Stops       int
 	Longest     time.Duration
+	// spool is the file the copy is kept in (nil: anonymous memory).
+	spool *os.File
 	// Method says how the copy was made: PreCopied or CopiedPaused.
 	Method string
 	// Fallback says why a copy was not pre-copied ("" when it was).
@@ -113,16 +115,19 @@ var ErrSnapshotTooBig = errors.New("not enough memory for a copy of the process"
 // Where the kernel keeps soft-dirty bits, the copy is pre-copied instead
 // (precopy.go): the pause is a scan of the page tables and the copy of
 // what the process wrote meanwhile, not the copy of all of it.
-func (l *Live) Snapshot() (*Snapshot, error) {
+func (l *Live) Snapshot() (*Snapshot, error) { return l.SnapshotWith(SnapshotOptions{}) }
+
+// SnapshotWith is Snapshot with options.
+func (l *Live) SnapshotWith(opts SnapshotOptions) (*Snapshot, error) {
 	why := softDirtyMissing()
 	if why == "" {
-		s, err := l.precopy()
+		s, err := l.precopy(opts)
 		if !errors.Is(err, errNoPrecopy) {
 			return s, err
 		}
 		why = err.Error()
 	}
-	s, err := l.snapshotPaused()
+	s, err := l.snapshotPaused(opts)
 	if s != nil {
 		s.Fallback = why
 	}
@@ -131,7 +136,7 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 
 // snapshotPaused is Snapshot with every page copied while the process
 // stands still.
-func (l *Live) snapshotPaused() (*Snapshot, error) {
+func (l *Live) snapshotPaused(opts SnapshotOptions) (*Snapshot, error) {
 	maps, err := l.Mappings()
 	if err != nil {
 		return nil, err
@@ -150,11 +155,16 @@ func (l *Live) snapshotPaused() (*Snapshot, error) {
 	// a virtual machine: 48 MB in 50 ms cold, 6-15 ms warm).
 	// The arena is mapped outside Go's heap: it is released at Close, and
 	// does not make the garbage collector let the heap grow by its size.
-	arena, err := mapArena(need + need/8 + 1<<20)
-	if err != nil {
+	s := &Snapshot{l: l, regs: map[int]Regs{}, Method: CopiedPaused, Stops: 1}
+	if opts.SpoolDir != "" {
+		if s.spool, err = openSpool(opts.SpoolDir, need); err != nil {
+			return nil, err
+		}
+	}
+	if s.arena, err = mapArena(need+need/8+1<<20, s.spool, false); err != nil {
+		s.Close()
 		return nil, err
 	}
-	s := &Snapshot{l: l, regs: map[int]Regs{}, arena: arena, Method: CopiedPaused, Stops: 1}
 	s.copy(runs, true) //nolint:errcheck // the warm-up's contents do not matter
 	warm := runs
 	if afterWarmup != nil {
@@ -173,9 +183,9 @@ func (l *Live) snapshotPaused() (*Snapshot, error) {
 			if avail, ok := availableMemory(); ok && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
 				return fmt.Errorf("%w: pid %d grew to %d MB of writable memory in use", ErrSnapshotTooBig, l.pid, n>>20)
 			}
-			grown, err := unix.Mremap(s.arena, int(n), unix.MREMAP_MAYMOVE) // keeps the warm pages
+			grown, err := growArena(s.arena, n, s.spool) // keeps the warm pages
 			if err != nil {
-				return fmt.Errorf("%w: growing the copy to %d MB: %v", ErrSnapshotTooBig, n>>20, err)
+				return err
 			}
 			s.arena = grown
 		}
@@ -269,15 +279,6 @@ func resident(b []byte) int64 {
 		n += int64(v & 1)
 	}
 	return n * page
-}
-
-// mapArena maps n bytes of anonymous memory.
-func mapArena(n int64) ([]byte, error) {
-	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, fmt.Errorf("%w: mapping %d MB for the copy: %v", ErrSnapshotTooBig, n>>20, err)
-	}
-	return b, nil
 }
 
 // runsBytes is what the runs take in the arena.
@@ -656,10 +657,14 @@ func (s *Snapshot) Open(path string) (*os.File, error) { return s.l.Open(path) }
 // after); the process is not touched.
 func (s *Snapshot) Close() error {
 	s.runs = nil
-	if s.arena == nil {
-		return nil
+	var err error
+	if s.arena != nil {
+		err = unix.Munmap(s.arena)
+		s.arena = nil
 	}
-	err := unix.Munmap(s.arena)
-	s.arena = nil
+	if s.spool != nil {
+		s.spool.Close()
+		s.spool = nil
+	}
 	return err
 }

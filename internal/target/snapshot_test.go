@@ -312,11 +312,12 @@ func startWriter(t *testing.T) (*exec.Cmd, uint64, int) {
 
 // TestSnapshotOfAWriter: a process writing all the time is copied as it
 // was at one instant, whichever way the copy is made (pre-copied where
-// the kernel keeps soft-dirty bits, else while paused, and while paused
-// when asked): its pages hold one sweep's number up to one page and the
-// sweep before after it, never a page of an older sweep among newer ones.
+// the kernel keeps soft-dirty bits, else while paused; kept in a spool
+// file; and while paused when asked): its pages hold one sweep's number
+// up to one page and the sweep before after it, never a page of an older
+// sweep among newer ones.
 func TestSnapshotOfAWriter(t *testing.T) {
-	for _, method := range []string{"default", CopiedPaused} {
+	for _, method := range []string{"default", "spooled", CopiedPaused} {
 		t.Run(method, func(t *testing.T) {
 			cmd, base, pages := startWriter(t)
 			if method == CopiedPaused {
@@ -329,7 +330,11 @@ func TestSnapshotOfAWriter(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			s, err := l.Snapshot()
+			var opts SnapshotOptions
+			if method == "spooled" {
+				opts.SpoolDir = t.TempDir()
+			}
+			s, err := l.SnapshotWith(opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -338,7 +343,7 @@ func TestSnapshotOfAWriter(t *testing.T) {
 			if method == CopiedPaused && s.Method != CopiedPaused {
 				t.Errorf("method %q, want %q", s.Method, CopiedPaused)
 			}
-			if want := softDirtyMissing() == ""; method == "default" && (s.Method == PreCopied) != want {
+			if want := softDirtyMissing() == ""; method != CopiedPaused && (s.Method == PreCopied) != want {
 				t.Errorf("method %q where the kernel's soft-dirty bits are usable: %v", s.Method, want)
 			}
 			buf := make([]byte, pages*page)
@@ -388,4 +393,106 @@ func buildWriter(t *testing.T, dir string, static bool) string {
 		t.Fatalf("setup: gcc: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// selfStatusKB is a field of rbscope's own /proc/self/status, in kB.
+func selfStatusKB(t *testing.T, field string) int {
+	t.Helper()
+	f := strings.Fields(procStatus(t, os.Getpid(), field))
+	if len(f) == 0 {
+		t.Fatalf("no %s in /proc/self/status", field)
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// TestSnapshotSpooled: a copy kept in a spool file reads as the process's
+// memory, takes none of rbscope's anonymous memory, leaves nothing in the
+// directory, and gives its resident pages back when trimmed, still
+// reading the same after.
+func TestSnapshotSpooled(t *testing.T) {
+	cmd := bigString(t)
+	l, err := Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := unix.Kill(cmd.Process.Pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(cmd.Process.Pid, unix.SIGCONT) //nolint:errcheck
+	dir := t.TempDir()
+	anon0 := selfStatusKB(t, "RssAnon")
+	s, err := l.SnapshotWith(SnapshotOptions{SpoolDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	anon1, file1 := selfStatusKB(t, "RssAnon"), selfStatusKB(t, "RssShmem")+selfStatusKB(t, "RssFile")
+	t.Logf("%s: copied %d MB; rbscope's anonymous memory %d kB before, %d kB after; file and shared %d kB", s.Method, s.Bytes>>20, anon0, anon1, file1)
+	if anon1-anon0 > 16<<10 {
+		t.Errorf("rbscope's anonymous memory grew by %d kB for a spooled copy of %d MB", anon1-anon0, s.Bytes>>20)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the spool directory holds %d files", len(ents))
+	}
+	check := func(when string) {
+		maps, _ := s.Mappings()
+		saw := false
+		for _, m := range maps {
+			if !snapshotted(m) || !anonymous(m) || m.End-m.Start > 256<<20 {
+				continue
+			}
+			want := make([]byte, m.End-m.Start)
+			got := make([]byte, m.End-m.Start)
+			if _, err := l.ReadAt(want, m.Start); err != nil {
+				continue
+			}
+			if _, err := s.ReadAt(got, m.Start); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: %x-%x reads otherwise through the snapshot (%v)", when, m.Start, m.End, err)
+			}
+			saw = saw || bytes.Contains(got, bytes.Repeat([]byte("A"), 1<<20))
+		}
+		if !saw {
+			t.Errorf("%s: the String is not in the copy", when)
+		}
+	}
+	check("copied")
+	s.Trim()
+	file2 := selfStatusKB(t, "RssShmem") + selfStatusKB(t, "RssFile")
+	t.Logf("trimmed: file and shared %d kB", file2)
+	if file2 > file1-40<<10 {
+		t.Errorf("trimming gave back %d kB of a %d MB copy", file1-file2, s.Bytes>>20)
+	}
+	check("trimmed")
+}
+
+// TestSnapshotNoRoom: a copy the spool's disk cannot hold is refused
+// before the process stops, in one line naming the directory.
+func TestSnapshotNoRoom(t *testing.T) {
+	cmd := bigString(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
+		testruby.Missing(t, "a small tmpfs for the test: %v (needs root)", err)
+	}
+	defer unix.Unmount(dir, 0) //nolint:errcheck
+	l, err := Attach(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stops := 0
+	beforeCopyBatch = func() { stops++ }
+	defer func() { beforeCopyBatch = nil }()
+	_, err = l.SnapshotWith(SnapshotOptions{SpoolDir: dir})
+	if !errors.Is(err, ErrNoRoom) || !strings.Contains(err.Error(), dir) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err = %v; want ErrNoRoom in one line naming %s", err, dir)
+	}
+	t.Log(err)
+	if stops != 0 {
+		t.Errorf("%d copies began", stops)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the spool directory holds %d files", len(ents))
+	}
 }
