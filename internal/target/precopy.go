@@ -145,17 +145,9 @@ func (p pageRef) off() uint64 { return p.r.off + p.addr - p.r.start }
 // precopy makes the snapshot by pre-copying (see above); errNoPrecopy,
 // wrapped with why, when it cannot be made here.
 func (l *Live) precopy(opts SnapshotOptions) (*Snapshot, error) {
-	maps, err := l.Mappings()
+	maps, _, need, err := l.planCopy(opts)
 	if err != nil {
 		return nil, err
-	}
-	runs, err := l.plan(maps)
-	if err != nil {
-		return nil, err
-	}
-	need := runsBytes(runs)
-	if avail, ok := availableMemory(); ok && float64(need) > memHeadroom*float64(avail) {
-		return nil, fmt.Errorf("%w: pid %d has %d MB of writable memory in use, and %d MB are available (to this memory cgroup, or on the machine)", ErrSnapshotTooBig, l.pid, need>>20, avail>>20)
 	}
 	var va uint64
 	for _, m := range maps {

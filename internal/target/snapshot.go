@@ -134,20 +134,30 @@ func (l *Live) SnapshotWith(opts SnapshotOptions) (*Snapshot, error) {
 	return s, err
 }
 
+// planCopy reads the mappings and the pages a copy of them takes, and
+// refuses, before the process stops, a copy kept in memory that would not
+// fit in what is available (a spooled copy's disk is checked as its file
+// is made).
+func (l *Live) planCopy(opts SnapshotOptions) (maps []Mapping, runs []snapRun, need int64, err error) {
+	if maps, err = l.Mappings(); err != nil {
+		return nil, nil, 0, err
+	}
+	if runs, err = l.plan(maps); err != nil {
+		return nil, nil, 0, err
+	}
+	need = runsBytes(runs)
+	if avail, ok := availableMemory(); ok && opts.SpoolDir == "" && float64(need) > memHeadroom*float64(avail) {
+		return nil, nil, 0, fmt.Errorf("%w: pid %d has %d MB of writable memory in use, and %d MB are available (to this memory cgroup, or on the machine)", ErrSnapshotTooBig, l.pid, need>>20, avail>>20)
+	}
+	return maps, runs, need, nil
+}
+
 // snapshotPaused is Snapshot with every page copied while the process
 // stands still.
 func (l *Live) snapshotPaused(opts SnapshotOptions) (*Snapshot, error) {
-	maps, err := l.Mappings()
+	_, runs, need, err := l.planCopy(opts)
 	if err != nil {
 		return nil, err
-	}
-	runs, err := l.plan(maps)
-	if err != nil {
-		return nil, err
-	}
-	need := runsBytes(runs)
-	if avail, ok := availableMemory(); ok && float64(need) > memHeadroom*float64(avail) {
-		return nil, fmt.Errorf("%w: pid %d has %d MB of writable memory in use, and %d MB are available (to this memory cgroup, or on the machine)", ErrSnapshotTooBig, l.pid, need>>20, avail>>20)
 	}
 	// One arena, with room for growth until the pause comes, warmed up
 	// by a first copy of the running process: the kernel copies into
@@ -180,7 +190,7 @@ func (l *Live) snapshotPaused(opts SnapshotOptions) (*Snapshot, error) {
 			return err
 		}
 		if n := runsBytes(runs); n > int64(len(s.arena)) {
-			if avail, ok := availableMemory(); ok && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
+			if avail, ok := availableMemory(); ok && s.spool == nil && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
 				return fmt.Errorf("%w: pid %d grew to %d MB of writable memory in use", ErrSnapshotTooBig, l.pid, n>>20)
 			}
 			grown, err := growArena(s.arena, n, s.spool) // keeps the warm pages

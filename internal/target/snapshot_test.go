@@ -180,12 +180,6 @@ func TestSnapshotTargetDies(t *testing.T) {
 // never touched is never read: the process's own resident memory does not
 // grow by it, and it reads as zeros.
 func TestSnapshotIsThePausedCopy(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		testruby.Missing(t, "gcc is not installed")
-	}
-	dir := t.TempDir()
-	src, bin := filepath.Join(dir, "sparse.c"), filepath.Join(dir, "sparse")
-	// 256 MB mapped, one page in sixteen written (the marker first).
 	prog := `#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -199,25 +193,7 @@ int main(void) {
 	return 0;
 }
 `
-	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("setup: gcc: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var base uint64
-	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
-		t.Fatalf("setup: the program's address: %v", err)
-	}
+	cmd, base := startAddressProgram(t, buildC(t, t.TempDir(), "sparse", prog))
 	pid := cmd.Process.Pid
 	rssKB := func() int {
 		f := strings.Fields(procStatus(t, pid, "RssAnon"))
@@ -282,8 +258,7 @@ int main(void) {
 }
 `
 
-// WriterEnv names a prebuilt writerProg (static), for a machine without
-// gcc: the virtual machine of TestPrecopyOnSoftDirtyKernel.
+// WriterEnv names a prebuilt writerProg, for a machine without gcc: the virtual machine of TestPrecopyOnSoftDirtyKernel.
 const WriterEnv = "RBSCOPE_TEST_WRITER"
 
 // startWriter builds (or takes from WriterEnv) and starts writerProg,
@@ -292,8 +267,16 @@ func startWriter(t *testing.T) (*exec.Cmd, uint64, int) {
 	t.Helper()
 	bin := os.Getenv(WriterEnv)
 	if bin == "" {
-		bin = buildWriter(t, t.TempDir(), false)
+		bin = buildC(t, t.TempDir(), "writer", writerProg)
 	}
+	cmd, base := startAddressProgram(t, bin)
+	return cmd, base, (64 << 20) / page
+}
+
+// startAddressProgram starts a program that prints an address on its
+// first line of output, and returns it with the address.
+func startAddressProgram(t *testing.T, bin string) (*exec.Cmd, uint64) {
+	t.Helper()
 	cmd := testruby.DieWithTest(exec.Command(bin))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -307,7 +290,7 @@ func startWriter(t *testing.T) (*exec.Cmd, uint64, int) {
 	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
 		t.Fatalf("setup: the program's address: %v", err)
 	}
-	return cmd, base, (64 << 20) / page
+	return cmd, base
 }
 
 // TestSnapshotOfAWriter: a process writing all the time is copied as it
@@ -374,125 +357,18 @@ func TestSnapshotOfAWriter(t *testing.T) {
 	}
 }
 
-// buildWriter compiles writerProg into dir (static: to run on a machine
-// with no C library of its own).
-func buildWriter(t *testing.T, dir string, static bool) string {
+// buildC compiles the C program src as dir/name.
+func buildC(t *testing.T, dir, name, src string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		testruby.Missing(t, "gcc is not installed")
 	}
-	src, bin := filepath.Join(dir, "writer.c"), filepath.Join(dir, "writer")
-	if err := os.WriteFile(src, []byte(writerProg), 0o644); err != nil {
+	file, bin := filepath.Join(dir, name+".c"), filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-O2", "-o", bin, src}
-	if static {
-		args = append([]string{"-static"}, args...)
-	}
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, file).CombinedOutput(); err != nil {
 		t.Fatalf("setup: gcc: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// selfStatusKB is a field of rbscope's own /proc/self/status, in kB.
-func selfStatusKB(t *testing.T, field string) int {
-	t.Helper()
-	f := strings.Fields(procStatus(t, os.Getpid(), field))
-	if len(f) == 0 {
-		t.Fatalf("no %s in /proc/self/status", field)
-	}
-	n, _ := strconv.Atoi(f[0])
-	return n
-}
-
-// TestSnapshotSpooled: a copy kept in a spool file reads as the process's
-// memory, takes none of rbscope's anonymous memory, leaves nothing in the
-// directory, and gives its resident pages back when trimmed, still
-// reading the same after.
-func TestSnapshotSpooled(t *testing.T) {
-	cmd := bigString(t)
-	l, err := Attach(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := unix.Kill(cmd.Process.Pid, unix.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Kill(cmd.Process.Pid, unix.SIGCONT) //nolint:errcheck
-	dir := t.TempDir()
-	anon0 := selfStatusKB(t, "RssAnon")
-	s, err := l.SnapshotWith(SnapshotOptions{SpoolDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	anon1, file1 := selfStatusKB(t, "RssAnon"), selfStatusKB(t, "RssShmem")+selfStatusKB(t, "RssFile")
-	t.Logf("%s: copied %d MB; rbscope's anonymous memory %d kB before, %d kB after; file and shared %d kB", s.Method, s.Bytes>>20, anon0, anon1, file1)
-	if anon1-anon0 > 16<<10 {
-		t.Errorf("rbscope's anonymous memory grew by %d kB for a spooled copy of %d MB", anon1-anon0, s.Bytes>>20)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("the spool directory holds %d files", len(ents))
-	}
-	check := func(when string) {
-		maps, _ := s.Mappings()
-		saw := false
-		for _, m := range maps {
-			if !snapshotted(m) || !anonymous(m) || m.End-m.Start > 256<<20 {
-				continue
-			}
-			want := make([]byte, m.End-m.Start)
-			got := make([]byte, m.End-m.Start)
-			if _, err := l.ReadAt(want, m.Start); err != nil {
-				continue
-			}
-			if _, err := s.ReadAt(got, m.Start); err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s: %x-%x reads otherwise through the snapshot (%v)", when, m.Start, m.End, err)
-			}
-			saw = saw || bytes.Contains(got, bytes.Repeat([]byte("A"), 1<<20))
-		}
-		if !saw {
-			t.Errorf("%s: the String is not in the copy", when)
-		}
-	}
-	check("copied")
-	s.Trim()
-	file2 := selfStatusKB(t, "RssShmem") + selfStatusKB(t, "RssFile")
-	t.Logf("trimmed: file and shared %d kB", file2)
-	if file2 > file1-40<<10 {
-		t.Errorf("trimming gave back %d kB of a %d MB copy", file1-file2, s.Bytes>>20)
-	}
-	check("trimmed")
-}
-
-// TestSnapshotNoRoom: a copy the spool's disk cannot hold is refused
-// before the process stops, in one line naming the directory.
-func TestSnapshotNoRoom(t *testing.T) {
-	cmd := bigString(t)
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
-		testruby.Missing(t, "a small tmpfs for the test: %v (needs root)", err)
-	}
-	defer unix.Unmount(dir, 0) //nolint:errcheck
-	l, err := Attach(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	stops := 0
-	beforeCopyBatch = func() { stops++ }
-	defer func() { beforeCopyBatch = nil }()
-	_, err = l.SnapshotWith(SnapshotOptions{SpoolDir: dir})
-	if !errors.Is(err, ErrNoRoom) || !strings.Contains(err.Error(), dir) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("err = %v; want ErrNoRoom in one line naming %s", err, dir)
-	}
-	t.Log(err)
-	if stops != 0 {
-		t.Errorf("%d copies began", stops)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("the spool directory holds %d files", len(ents))
-	}
 }

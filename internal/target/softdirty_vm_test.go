@@ -64,7 +64,7 @@ func TestPrecopyOnSoftDirtyKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer := buildWriter(t, root, false)
+	writer := buildC(t, root, "writer", writerProg)
 	for _, f := range [][2]string{{self, "/target.test"}, {busybox, "/bin/busybox"}} {
 		copyFile(t, f[0], filepath.Join(root, f[1]))
 	}
