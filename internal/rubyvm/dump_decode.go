@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
@@ -123,7 +124,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		return errTorn
 	}
 	d.buf = append(d.buf, `{"address":`...)
-	d.buf = appendAddr(d.buf, addr)
+	d.buf = heap.AppendAddr(d.buf, addr)
 	d.buf = append(d.buf, `, "type":"`...)
 	d.buf = append(d.buf, tn...)
 	d.buf = append(d.buf, '"')
@@ -155,21 +156,21 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	cons := consOnly(d.refs, d.cons)
 	if len(d.refs)+len(cons) > 0 {
 		d.buf = append(d.buf, `, "references":[`...)
-		d.buf = appendAddrs(d.buf, d.refs)
+		d.buf = heap.AppendAddrs(d.buf, d.refs)
 		if len(d.refs) > 0 && len(cons) > 0 {
 			d.buf = append(d.buf, ", "...)
 		}
-		d.buf = appendAddrs(d.buf, cons)
+		d.buf = heap.AppendAddrs(d.buf, cons)
 		d.buf = append(d.buf, ']')
 	}
 	if len(cons) > 0 {
 		d.buf = append(d.buf, `, "conservative_references":[`...)
-		d.buf = appendAddrs(d.buf, cons)
+		d.buf = heap.AppendAddrs(d.buf, cons)
 		d.buf = append(d.buf, ']')
 	}
 	if len(d.weak) > 0 {
 		d.buf = append(d.buf, `, "weak_references":[`...)
-		d.buf = appendAddrs(d.buf, d.weak)
+		d.buf = heap.AppendAddrs(d.buf, d.weak)
 		d.buf = append(d.buf, ']')
 	}
 	d.field("memsize", memsize)
@@ -201,7 +202,7 @@ func (d *dumper) decodeBody(addr uint64, slot []byte, flags, typ uint64) (uint64
 	case L.TFloat:
 		d.key("value")
 		d.buf = append(d.buf, '"')
-		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)), L.DumpFloatAltForm == 1)
+		d.buf = heap.AppendFloat(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)), L.DumpFloatAltForm == 1)
 		d.buf = append(d.buf, '"')
 	case L.TRational:
 		d.ref(le64(slot, L.RRationalNum))
@@ -330,7 +331,7 @@ func (d *dumper) strValue(slot []byte, flags, enc uint64, withValue bool) error 
 		}
 	}
 	d.key("value")
-	d.buf = appendJSONString(d.buf, b)
+	d.buf = heap.AppendJSONString(d.buf, b)
 	return nil
 }
 
@@ -817,7 +818,7 @@ func (d *dumper) shapeLines() error {
 		s := shape(id)
 		typ := int64(s[L.ShapeType])
 		d.buf = append(d.buf, `{"address":`...)
-		d.buf = appendAddr(d.buf, d.shapeList+id*size)
+		d.buf = heap.AppendAddr(d.buf, d.shapeList+id*size)
 		d.buf = append(d.buf, `, "type":"SHAPE"`...)
 		d.field("id", id)
 		if typ != L.ShapeRoot {
@@ -851,7 +852,7 @@ func (d *dumper) shapeLines() error {
 				ivar = "ID_INTERNAL(" + strconv.FormatUint(id>>uint64(L.IDScopeShift), 10) + ")"
 			}
 			d.buf = append(d.buf, `,"edge_name":`...) // sic: dump_all writes no space here
-			d.buf = appendJSONString(d.buf, []byte(ivar))
+			d.buf = heap.AppendJSONString(d.buf, []byte(ivar))
 		}
 		edges, memsize := uint64(0), size
 		switch e := le64(s, L.ShapeEdges); {

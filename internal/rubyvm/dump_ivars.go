@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/heap"
 )
 
 // The names of instance variables, which dump_all does not write: a dump
@@ -210,14 +212,14 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 	if comma {
 		d.buf = append(d.buf, ',')
 	}
-	d.buf = appendJSONString(d.buf, []byte(name))
+	d.buf = heap.AppendJSONString(d.buf, []byte(name))
 	d.buf = append(d.buf, ':')
 	if d.v.isHeapObject(val) {
 		if val == uint64(d.L.Qundef) || !d.live(val) {
 			d.buf = d.buf[:mark]
 			return false
 		}
-		d.buf = appendAddr(d.buf, val)
+		d.buf = heap.AppendAddr(d.buf, val)
 		return true
 	}
 	s, ok := d.immediate(val)
@@ -225,7 +227,7 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 		d.buf = d.buf[:mark]
 		return false
 	}
-	d.buf = appendJSONString(d.buf, []byte(s))
+	d.buf = heap.AppendJSONString(d.buf, []byte(s))
 	return true
 }
 
