@@ -178,7 +178,7 @@ func young(L *layout.Layout, flags uint64) bool {
 // cannot be read is. In a core nothing is (no collection will run), and
 // nothing is read to say so.
 func (v *VM) youngAt(addr uint64) bool {
-	if !v.live || addr == 0 || !v.isHeapObject(addr) {
+	if !v.live || addr == 0 || !v.IsHeapObject(addr) {
 		return false // not an object: nothing the collector frees
 	}
 	_, flags, err := v.objType(addr)
@@ -189,5 +189,5 @@ func (v *VM) youngAt(addr uint64) bool {
 // change at the next collection: the owner is young, or anonymous (a
 // class may be named later, by a constant).
 func (v *VM) ownerYoung(owner uint64) bool {
-	return owner != 0 && (v.youngAt(owner) || v.className(owner) == "")
+	return owner != 0 && (v.youngAt(owner) || v.ClassName(owner) == "")
 }

@@ -157,7 +157,7 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		return nil, err
 	}
 	bt := &budgeted{Target: v.T, left: readBudget(maps)}
-	v = v.withTarget(bt)
+	v = v.WithTarget(bt)
 	st, err := v.heapDump(w, opt)
 	if st != nil {
 		st.BudgetSpent = bt.spent
@@ -166,7 +166,7 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 }
 
 func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
-	pages, badHeaders, err := v.pageHeaders()
+	pages, badHeaders, err := v.HeapPages()
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		return nil, err
 	}
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
-		d.shapeList = v.findShapeList()
+		d.shapeList = v.ShapeList()
 	}
 	d.stats.SkippedPages += d.copyPages()
 	d.alloc = malloc.Identify(chunkReader{&d.chunks}, d.maps, d.allocProbes())
@@ -196,8 +196,8 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	}
 	for i, p := range pages {
 		body := d.bodies[i]
-		for off := int64(0); off+p.slotSize <= int64(len(body)); off += p.slotSize {
-			d.object(p.start+uint64(off), body[off:off+p.slotSize])
+		for off := int64(0); off+p.SlotSize <= int64(len(body)); off += p.SlotSize {
+			d.object(p.Start+uint64(off), body[off:off+p.SlotSize])
 		}
 		if opt.Progress != nil {
 			opt.Progress(i+1, len(pages))
@@ -216,13 +216,13 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 func (d *dumper) allocProbes() []malloc.Probe {
 	L := d.L
 	var out []malloc.Probe
-	if vm, err := d.v.vmPtr(); err == nil && vm != 0 {
+	if vm, err := d.v.VMPtr(); err == nil && vm != 0 {
 		out = append(out, malloc.Probe{Addr: vm, Size: uint64(L.VMSize)})
 	}
 	for i, p := range d.pages {
 		body := d.bodies[i]
-		for off := int64(0); off+p.slotSize <= int64(len(body)) && len(out) < 3; off += p.slotSize {
-			slot := body[off : off+p.slotSize]
+		for off := int64(0); off+p.SlotSize <= int64(len(body)) && len(out) < 3; off += p.SlotSize {
+			slot := body[off : off+p.SlotSize]
 			flags := le64(slot, L.RBasicFlags)
 			if flags&d.tmask == d.tImemo && d.imemoKind(flags) == L.ImemoIseq {
 				if b := le64(slot, L.IseqBody); b != 0 {
@@ -250,16 +250,16 @@ func (r chunkReader) ReadAt(p []byte, addr uint64) (int, error) {
 // returns how many pages could not be read (their bodies stay nil).
 func (d *dumper) copyPages() (skipped int) {
 	d.bodies = make([][]byte, len(d.pages))
-	sl, isSnap := d.v.m.t.(slicer)
+	sl, isSnap := d.v.T.(slicer)
 	for i, p := range d.pages {
 		if isSnap { // already a copy: use it in place
-			if b, ok := sl.Slice(p.start, int(p.slotSize*p.total)); ok {
+			if b, ok := sl.Slice(p.Start, int(p.SlotSize*p.Total)); ok {
 				d.bodies[i] = b
 				continue
 			}
 		}
-		body := make([]byte, int(p.slotSize*p.total))
-		if target.ReadFull(d.v.m.t, body, p.start) != nil {
+		body := make([]byte, int(p.SlotSize*p.Total))
+		if target.ReadFull(d.v.T, body, p.Start) != nil {
 			skipped++
 			continue
 		}
@@ -272,19 +272,19 @@ func (d *dumper) copyPages() (skipped int) {
 // addr is not the start of a slot of a page that was read.
 func (d *dumper) slotAt(addr uint64) []byte {
 	i := d.lastPage // references often point into the page of the last one
-	if i >= len(d.pages) || addr < d.pages[i].start || addr >= d.pages[i].end() {
-		i = sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	if i >= len(d.pages) || addr < d.pages[i].Start || addr >= d.pages[i].End() {
+		i = sort.Search(len(d.pages), func(i int) bool { return d.pages[i].End() > addr })
 	}
-	if i == len(d.pages) || addr < d.pages[i].start || i >= len(d.bodies) || d.bodies[i] == nil {
+	if i == len(d.pages) || addr < d.pages[i].Start || i >= len(d.bodies) || d.bodies[i] == nil {
 		return nil
 	}
 	d.lastPage = i
 	p := d.pages[i]
-	off := addr - p.start
-	if off%uint64(p.slotSize) != 0 {
+	off := addr - p.Start
+	if off%uint64(p.SlotSize) != 0 {
 		return nil
 	}
-	return d.bodies[i][off : off+uint64(p.slotSize)]
+	return d.bodies[i][off : off+uint64(p.SlotSize)]
 }
 
 // dumper holds the state of one HeapDump.
@@ -292,7 +292,7 @@ type dumper struct {
 	v     *VM
 	L     *layout.Layout
 	w     io.Writer
-	pages []heapPage
+	pages []HeapPage
 	// bodies are the copies of the pages' slots (nil: not readable)
 	bodies   [][]byte
 	lastPage int // the page slotAt found last
@@ -343,7 +343,7 @@ type shapeInfo struct {
 
 // newDumper returns a dumper of the given pages; their copies (bodies)
 // are for the caller to fill.
-func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
+func (v *VM) newDumper(w io.Writer, pages []HeapPage, opt DumpOptions) *dumper {
 	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
 		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, noName: map[uint64]bool{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.init()
@@ -351,7 +351,7 @@ func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
 	// module's): the walks together take at most one step an object.
 	d.subclassSteps = 1 << 16
 	for _, pg := range pages {
-		d.subclassSteps += max(pg.total, 0)
+		d.subclassSteps += max(pg.Total, 0)
 	}
 	return d
 }
@@ -361,7 +361,7 @@ func (d *dumper) init() {
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
 	d.newValue = L.DumpOmitsEmptyValue == 1
-	d.chunks.setTarget(d.v.m.t)
+	d.chunks.setTarget(d.v.T)
 }
 
 // read reads n bytes at addr into the scratch buffer.

@@ -88,7 +88,7 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 		}
 		typ := int64(b[L.ShapeType])
 		parent := uint64(le32(b, L.ShapeParentID))
-		next := attrIndex(L, b, L.ShapeNextIVIndex)
+		next := AttrIndex(L, b, L.ShapeNextIVIndex)
 		if step == 0 {
 			limit = int(min(next, maxIvars)) + 64
 		}
@@ -146,11 +146,11 @@ func (d *dumper) classIvarIndex(klass uint64) ([]ivarSlot, bool) {
 
 func (d *dumper) readClassIvarIndex(klass uint64) ([]ivarSlot, bool) {
 	L := d.L
-	ext, err := d.v.classExt(klass)
+	ext, err := d.v.ClassExt(klass)
 	if err != nil || ext == 0 {
 		return nil, false
 	}
-	tbl, err := d.v.m.u64(at(ext, L.ClassExtIVIndexTbl))
+	tbl, err := d.v.Word(at(ext, L.ClassExtIVIndexTbl))
 	if err != nil {
 		return nil, false
 	}
@@ -214,7 +214,7 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 	}
 	d.buf = heap.AppendJSONString(d.buf, []byte(name))
 	d.buf = append(d.buf, ':')
-	if d.v.isHeapObject(val) {
+	if d.v.IsHeapObject(val) {
 		if val == uint64(d.L.Qundef) || !d.live(val) {
 			d.buf = d.buf[:mark]
 			return false
@@ -276,7 +276,7 @@ func (d *dumper) immediate(val uint64) (string, bool) {
 	case val == uint64(L.Qtrue):
 		return "true", true
 	case val&uint64(L.FixnumFlag) != 0:
-		n, _ := d.v.fixnum(val)
+		n, _ := d.v.Fixnum(val)
 		return strconv.FormatInt(n, 10), true
 	case L.FlonumMask > 0 && val&uint64(L.FlonumMask) == uint64(L.FlonumFlag):
 		return rubyFloat(flonum(val)), true
@@ -478,7 +478,7 @@ func (d *dumper) ivarName(id uint64) (string, error) {
 	if d.noName[id] {
 		return "", errNoName
 	}
-	name, err := d.v.idName(id)
+	name, err := d.v.IDName(id)
 	if err != nil && len(d.noName) < maxIvarCache {
 		d.noName[id] = true
 	}

@@ -1,178 +1,8 @@
 package rubyvm
 
-import (
-	"encoding/binary"
-)
-
-// maxVMStackScan bounds the bytes of one VM stack scanned for roots.
-const maxVMStackScan = 64 << 20
-
-// vmStackValues returns the words of a thread's VM stack that look like
-// heap objects: the value stack below the innermost frame's sp and the
-// control frames. The caller keeps those that are live objects.
-func (v *VM) vmStackValues(th uint64) []uint64 {
-	L := v.Layout
-	ec, err := v.m.u64(at(th, L.ThreadEC))
-	if err != nil {
-		return nil
-	}
-	st, err := v.readStackBounds(ec, nil)
-	if err != nil {
-		return nil
-	}
-	var out []uint64
-	scan := func(from, to uint64) {
-		if to <= from || to-from > maxVMStackScan {
-			return
-		}
-		b, err := v.m.read(from, int(to-from))
-		if err != nil {
-			return
-		}
-		for i := 0; i+8 <= len(b); i += 8 {
-			if w := binary.LittleEndian.Uint64(b[i:]); v.isHeapObject(w) {
-				out = append(out, w)
-			}
-		}
-	}
-	if st.cfp < st.end {
-		if sp, err := v.m.u64(at(st.cfp, L.CFPSP)); err == nil && sp >= st.vmStack && sp <= st.cfp {
-			scan(st.vmStack, sp)
-		}
-	}
-	scan(st.cfp, st.end)
-	return out
-}
-
-// maxIDTable bounds the capacity of an rb_id_table read (the global
-// variable table, constant tables).
-const maxIDTable = 1 << 20
-
-// globalValues returns the values of the global variables: what each
-// entry's data holds, and what it points at (for variables bound to a C
-// global); the caller keeps those that are live objects.
-func (v *VM) globalValues() []uint64 {
-	L := v.Layout
-	tblAddr := v.findGlobalTbl()
-	if tblAddr == 0 {
-		return nil
-	}
-	items, capa, ok := v.idTableItems(tblAddr)
-	if !ok {
-		return nil
-	}
-	var out []uint64
-	for i := 0; i < capa; i++ {
-		it := items[i*int(L.IDItemSize):]
-		if le32(it, L.IDItemKey) == 0 {
-			continue
-		}
-		entry := le64(it, L.IDItemVal)
-		gv, err := v.m.u64(at(entry, L.GlobalEntryVar))
-		if err != nil || gv == 0 {
-			continue
-		}
-		data, err := v.m.u64(at(gv, L.GlobalVarData))
-		if err != nil || data == 0 {
-			continue
-		}
-		out = append(out, data)
-		if data&7 == 0 {
-			if val, err := v.m.u64(data); err == nil {
-				out = append(out, val)
-			}
-		}
-	}
-	return out
-}
-
-// idTableItems reads the items of the rb_id_table at the address held in
-// tblAddr.
-func (v *VM) idTableItems(tblAddr uint64) ([]byte, int, bool) {
-	tbl, err := v.m.u64(tblAddr)
-	if err != nil {
-		return nil, 0, false
-	}
-	return v.idTable(tbl)
-}
-
-// idTable reads the items of the rb_id_table at tbl: capa items of
-// IDItemSize bytes, a zero key marking a free one (none in an empty
-// table). Ruby keeps capa a power of two.
-func (v *VM) idTable(tbl uint64) ([]byte, int, bool) {
-	L := v.Layout
-	if tbl == 0 {
-		return nil, 0, false
-	}
-	head, err := v.m.read(tbl, int(L.IDTableItems)+8)
-	if err != nil {
-		return nil, 0, false
-	}
-	capa := int(int32(le32(head, L.IDTableCapa)))
-	items := le64(head, L.IDTableItems)
-	if capa == 0 {
-		return nil, 0, true
-	}
-	if capa < 0 || capa > maxIDTable || capa&(capa-1) != 0 || items == 0 {
-		return nil, 0, false
-	}
-	raw, err := v.m.read(items, capa*int(L.IDItemSize))
-	if err != nil {
-		return nil, 0, false
-	}
-	return raw, capa, true
-}
-
-// findGlobalTbl locates rb_global_tbl (a static variable): from .symtab,
-// or else from the machine code of exported functions that look global
-// variables up, keeping the candidate whose entries' IDs match their keys.
-// The answer is kept: the table's address does not change.
-func (v *VM) findGlobalTbl() uint64 { return v.locate("rb_global_tbl") }
-
-// PrepareHeapDump finds, before the process is paused, what HeapDump
-// would otherwise look for (by reading machine code) while it is: the
-// global variable table, the global symbols and the generic instance
-// variables' table.
-func (v *VM) PrepareHeapDump() {
-	v.findGlobalTbl()
-	v.globalSymbols()
-	v.locate("generic_iv_tbl_")
-}
-
-// plausibleGlobalTbl checks that addr holds an rb_id_table whose first
-// entries are rb_global_entry structs carrying the ID of their key.
-func (v *VM) plausibleGlobalTbl(addr uint64) bool {
-	L := v.Layout
-	items, capa, ok := v.idTableItems(addr)
-	if !ok || capa < 8 {
-		return false
-	}
-	checked := 0
-	for i := 0; i < capa && checked < 4; i++ {
-		it := items[i*int(L.IDItemSize):]
-		key := uint64(le32(it, L.IDItemKey))
-		if key == 0 {
-			continue
-		}
-		id, err := v.m.u64(at(le64(it, L.IDItemVal), L.GlobalEntryID))
-		if err != nil {
-			return false
-		}
-		serial := id
-		if id > uint64(L.LastOpID) {
-			serial = id >> uint64(L.IDScopeShift)
-		}
-		if serial != key {
-			return false
-		}
-		checked++
-	}
-	return checked > 0
-}
-
 // live reports whether addr is the start of a slot holding a live object.
 func (d *dumper) live(addr uint64) bool {
-	if !d.v.isHeapObject(addr) {
+	if !d.v.IsHeapObject(addr) {
 		return false
 	}
 	slot := d.slotAt(addr)
@@ -205,13 +35,13 @@ func (d *dumper) roots() []dumpRoot {
 	}
 	for _, sym := range []string{"rb_cBasicObject", "rb_cObject", "rb_mKernel"} {
 		if addr, _, err := d.v.Symbol(sym); err == nil {
-			if val, err := d.v.m.u64(addr); err == nil {
+			if val, err := d.v.Word(addr); err == nil {
 				vmRefs = append(vmRefs, val)
 			}
 		}
 	}
 	keep("vm", append(vmRefs, d.vmRoots()...))
-	keep("global_tbl", d.v.globalValues())
+	keep("global_tbl", d.v.GlobalValues())
 	keep("global_symbols", d.symbolRoots())
 	keep("finalizers", d.finalizers())
 	keep("global_list", d.globalList())
@@ -247,11 +77,11 @@ func (d *dumper) machineContext(ths []Thread) []uint64 {
 		for _, r := range regs.Values() {
 			add(r)
 		}
-		ec, err := d.v.m.u64(at(th.Addr, L.ThreadEC))
+		ec, err := d.v.Word(at(th.Addr, L.ThreadEC))
 		if err != nil || ec == 0 {
 			continue
 		}
-		start, err := d.v.m.u64(at(ec, L.ECMachineStart))
+		start, err := d.v.Word(at(ec, L.ECMachineStart))
 		lo := (regs.SP() - regs.Arch.RedZone) &^ 7 // a leaf function's red zone
 		if err != nil || start <= lo || start-lo > maxMachineStack {
 			continue

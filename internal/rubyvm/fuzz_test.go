@@ -107,7 +107,7 @@ func FuzzHeapDump(f *testing.F) {
 					continue
 				}
 				var out bytes.Buffer
-				d := v.newDumper(&out, []heapPage{{start: base, slotSize: slotSize, total: n}}, DumpOptions{})
+				d := v.newDumper(&out, []HeapPage{{Start: base, SlotSize: slotSize, Total: n}}, DumpOptions{})
 				d.bodies = [][]byte{data[:n*slotSize]}
 				if v.Layout.ShapeSize > 0 {
 					d.shapeList = base
@@ -159,9 +159,9 @@ func FuzzCensusAndRoots(f *testing.F) {
 			v.objspaceChecked = true
 			v.located["rb_global_tbl"] = base + 24
 			v.HeapCensus()
-			v.globalValues()
-			v.idTable(base + 8)
-			v.vmStackValues(base + 16)
+			v.GlobalValues()
+			v.IDTable(base + 8)
+			v.VMStackValues(base + 16)
 		}
 	})
 }

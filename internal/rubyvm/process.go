@@ -487,8 +487,8 @@ var featureWhat = map[layout.Feature]string{
 	layout.FeatureDump:   "the heap dump",
 }
 
-// vmPtr reads ruby_current_vm_ptr.
-func (v *VM) vmPtr() (uint64, error) {
+// VMPtr reads ruby_current_vm_ptr.
+func (v *VM) VMPtr() (uint64, error) {
 	p, err := v.m.u64(v.vmPtrAddr)
 	if err != nil {
 		return 0, fmt.Errorf("reading ruby_current_vm_ptr: %w", err)
@@ -511,7 +511,7 @@ func (v *VM) vmPtr() (uint64, error) {
 // offset it doubts.
 func (v *VM) sanityCheck(maps []target.Mapping) error {
 	L := v.Layout
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return err
 	}
@@ -560,7 +560,7 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 
 // isString reports whether val is a String object.
 func (v *VM) isString(val uint64) bool {
-	if !v.isHeapObject(val) {
+	if !v.IsHeapObject(val) {
 		return false
 	}
 	typ, _, err := v.objType(val)
@@ -816,7 +816,7 @@ func (v *VM) classCheck(th uint64) error {
 	if L.RClassExtPtr >= 0 {
 		where += fmt.Sprintf(", RClass.ptr at %d", L.RClassExtPtr)
 	}
-	ext, err := v.classExt(klass)
+	ext, err := v.ClassExt(klass)
 	if err != nil {
 		return fmt.Errorf("class Thread's classext (%s): %w", where, err)
 	}
@@ -830,4 +830,25 @@ func (v *VM) classCheck(th uint64) error {
 		}
 	}
 	return nil
+}
+
+// WithTarget returns a VM that reads the same process through t (a
+// snapshot of it, or a budgeted reader): it keeps what v found (the
+// Build, the layout, the globals it located), not what it cached of
+// memory, nor the mappings it was opened with. It is never closed: v owns the image and the Build.
+func (v *VM) WithTarget(t target.Target) *VM {
+	w := *v
+	w.T = t
+	w.m = mem{t: t}
+	w.tpTIDs = nil
+	w.live = false
+	// The mappings are t's: a snapshot's are those of its pause, which
+	// may hold heap pages the process mapped after v was opened (read
+	// against v's, a benign process mapping a page in between was
+	// refused as a layout that does not fit).
+	if maps, err := t.Mappings(); err == nil && len(maps) > 0 {
+		w.maps = maps
+	}
+	w.ForgetCaches()
+	return &w
 }

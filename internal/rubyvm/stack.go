@@ -457,7 +457,7 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 			}
 		}
 		t.Status = v.threadStatus(b)
-		if names[i] = le64(b, L.ThreadName); v.isHeapObject(names[i]) {
+		if names[i] = le64(b, L.ThreadName); v.IsHeapObject(names[i]) {
 			raddrs[r+rangeName], bufs[r+rangeName] = names[i], sc.buf(r+rangeName, v.names.readLen(names[i], strHeaderLen(L)))
 		}
 		if ecs[i] != 0 {
@@ -1011,7 +1011,7 @@ func (v *VM) methodName(me uint64) (owner uint64, name string, err error) {
 			id = orig
 		}
 	}
-	if name, err = v.idName(id); err != nil {
+	if name, err = v.IDName(id); err != nil {
 		name = "?"
 	}
 	return le64(b, L.MEOwner), name, nil
@@ -1096,7 +1096,7 @@ func (v *VM) frameOwner(ep uint64) (owner, bmethod uint64, err error) {
 // method entry, looking through a svar when canBeSvar.
 func (v *VM) methodEntryOf(obj uint64, canBeSvar bool) (uint64, bool) {
 	L := v.Layout
-	if !v.isHeapObject(obj) {
+	if !v.IsHeapObject(obj) {
 		return 0, false
 	}
 	typ, flags, err := v.objType(obj)

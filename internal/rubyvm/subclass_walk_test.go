@@ -35,7 +35,7 @@ func TestSubclassWalkBounded(t *testing.T) {
 				put(entries+i*stride+uint64(L.SubclassNext), next)
 			}
 			v := fuzzVM(base, data, fam)
-			d := v.newDumper(io.Discard, []heapPage{{start: base, slotSize: 40, total: 100}}, DumpOptions{})
+			d := v.newDumper(io.Discard, []HeapPage{{Start: base, SlotSize: 40, Total: 100}}, DumpOptions{})
 			budget := d.subclassSteps
 			if err := d.subclasses(ext); err != nil {
 				t.Fatalf("one walk: %v", err)

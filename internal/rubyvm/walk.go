@@ -80,7 +80,7 @@ func (v *VM) walkThreads() (walked, error) {
 		return w, nil
 	}
 	v.walk = walkCache{}
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return walked{}, err
 	}
