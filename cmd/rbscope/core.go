@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
@@ -195,7 +196,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	defer closeAll()
 	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
+	st, err := heapdump.Write(vm, bw, heapdump.Options{RedactStrings: redact, MachineContext: true})
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -32,8 +33,8 @@ type Options struct {
 
 // Result is what a dump wrote.
 type Result struct {
-	Stats    *rubyvm.DumpStats
-	Snapshot rubyvm.SnapshotStats
+	Stats    *heapdump.Stats
+	Snapshot heapdump.SnapshotStats
 	// Took is how long reading and writing took.
 	Took time.Duration
 	// Version is the process's Ruby release, and LayoutNote what rubyvm
@@ -63,14 +64,14 @@ func Write(pid int, path string, o Options) (Result, error) {
 	}
 	defer vm.Close()
 	res.Version, res.LayoutNote = vm.Version, vm.LayoutNote
-	opts := rubyvm.DumpOptions{RedactStrings: o.Redact, Progress: o.Progress}
+	opts := heapdump.Options{RedactStrings: o.Redact, Progress: o.Progress}
 	bw := bufio.NewWriterSize(out, 1<<20)
 	start := time.Now()
 	if o.Pause {
-		res.Stats, res.Snapshot, err = vm.HeapDumpSnapshot(t, bw, opts)
+		res.Stats, res.Snapshot, err = heapdump.WriteSnapshot(vm, t, bw, opts)
 	} else {
 		vm.PrepareHeapDump()
-		res.Stats, err = vm.HeapDump(bw, opts)
+		res.Stats, err = heapdump.Write(vm, bw, opts)
 	}
 	if err == nil {
 		err = bw.Flush()

@@ -187,6 +187,17 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 	return v, nil
 }
 
+// OverMemory returns a VM that reads t through the layout L, with no
+// image: its VM pointer is at vmPtrAddr and the globals located are where
+// located says (run-time addresses by symbol). It is for the fuzzers that
+// feed made-up memory to rubyvm's readers and to those above it (the heap
+// dump's).
+func OverMemory(t target.Target, L *layout.Layout, vmPtrAddr uint64, located map[string]uint64) *VM {
+	v := &VM{T: t, Layout: L, m: mem{t: t}, vmPtrAddr: vmPtrAddr, located: located}
+	v.ForgetCaches()
+	return v
+}
+
 // shedDebugInfo gives a Build kept in a BuildCache, whose layout was read
 // from the image's debug information, a fresh copy of its image: a
 // binary.Image keeps what it read for its life (tens of megabytes of DWARF

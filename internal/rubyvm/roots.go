@@ -126,10 +126,10 @@ func (v *VM) plausibleGlobalTbl(addr uint64) bool {
 	return checked > 0
 }
 
-// PrepareHeapDump finds, before the process is paused, what HeapDump
-// would otherwise look for (by reading machine code) while it is: the
-// global variable table, the global symbols and the generic instance
-// variables' table.
+// PrepareHeapDump finds, before the process is paused, what a heap dump
+// (internal/rubyvm/heapdump) would otherwise look for (by reading machine
+// code) while it is: the global variable table, the global symbols and
+// the generic instance variables' table.
 func (v *VM) PrepareHeapDump() {
 	v.findGlobalTbl()
 	v.GlobalSymbols()

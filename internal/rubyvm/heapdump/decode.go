@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
@@ -199,7 +200,7 @@ var builtinEncodings = [...]struct {
 // dump prints).
 func (d *dumper) strContent(slot []byte, flags uint64) (length uint64, ptr uint64, err error) {
 	L := d.L
-	h := StrHeader(L, slot, flags)
+	h := rubyvm.StrHeader(L, slot, flags)
 	if !h.Embedded {
 		return h.Length, h.Ptr, nil
 	}
@@ -236,7 +237,7 @@ func (d *dumper) str(slot []byte, flags, memsize uint64) (uint64, error) {
 			if enc < uint64(len(builtinEncodings)) {
 				termlen = builtinEncodings[enc].termlen
 			}
-			if capa := le64(slot, L.RStringHeapCapa); capa < MaxOutOfSlot {
+			if capa := le64(slot, L.RStringHeapCapa); capa < rubyvm.MaxOutOfSlot {
 				memsize += capa + termlen
 			}
 		}
@@ -314,7 +315,7 @@ func (d *dumper) symbol(slot []byte) error {
 // root) as references.
 func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
-	h := AryHeader(L, slot, flags)
+	h := rubyvm.AryHeader(L, slot, flags)
 	n := h.Length
 	if h.Embedded {
 		d.field("length", n)
@@ -489,8 +490,8 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	if d.shapeList != 0 && index < maxShapeID {
 		if b, err := d.read(d.shapeList+index*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
 			s = shapeInfo{
-				ivs:  AttrIndex(L, b, L.ShapeNextIVIndex),
-				capa: AttrIndex(L, b, L.ShapeCapacity),
+				ivs:  rubyvm.AttrIndex(L, b, L.ShapeNextIVIndex),
+				capa: rubyvm.AttrIndex(L, b, L.ShapeCapacity),
 				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex ||
 					(L.ShapeIDFlTooComplex > 0 && id&uint64(L.ShapeIDFlTooComplex) != 0),
 				ok: true,
@@ -603,7 +604,7 @@ func (d *dumper) rstruct(slot []byte, flags, memsize uint64) (uint64, error) {
 }
 
 // class appends a CLASS, MODULE or ICLASS's superclass, name and the
-// references decoded (see HeapDump).
+// references decoded (see Write).
 func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err error) {
 	L := d.L
 	v := d.v

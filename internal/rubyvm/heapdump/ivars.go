@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
 // The names of instance variables, which dump_all does not write: a dump
@@ -88,7 +89,7 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 		}
 		typ := int64(b[L.ShapeType])
 		parent := uint64(le32(b, L.ShapeParentID))
-		next := AttrIndex(L, b, L.ShapeNextIVIndex)
+		next := rubyvm.AttrIndex(L, b, L.ShapeNextIVIndex)
 		if step == 0 {
 			limit = int(min(next, maxIvars)) + 64
 		}

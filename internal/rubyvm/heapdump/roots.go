@@ -1,4 +1,6 @@
-package rubyvm
+package heapdump
+
+import "github.com/rbscope/rbscope/internal/rubyvm"
 
 // live reports whether addr is the start of a slot holding a live object.
 func (d *dumper) live(addr uint64) bool {
@@ -56,7 +58,7 @@ const maxMachineStack = 64 << 20
 // stopped thread's stack pointer, less the red zone, to the stack start
 // Ruby recorded in its execution context) and registers point at among
 // live objects, as Ruby's GC marks them conservatively.
-func (d *dumper) machineContext(ths []Thread) []uint64 {
+func (d *dumper) machineContext(ths []rubyvm.Thread) []uint64 {
 	L := d.L
 	if !d.opt.MachineContext || L.ECMachineStart < 0 {
 		return nil

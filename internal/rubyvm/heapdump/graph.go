@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -603,7 +603,7 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 		})
 		out[obj] = vals
 		if uint64(len(raw)) == n && n > 0 {
-			d.genIVRaw[obj] = raw // for their names (dump_ivars.go)
+			d.genIVRaw[obj] = raw // for their names (ivars.go)
 		}
 	}
 	return out
