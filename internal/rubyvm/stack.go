@@ -484,7 +484,7 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 	v.readBatchAhead(raddrs, bufs, ok, true)
 	if first && v.live {
 		// Before any stack is read through the caches.
-		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
+		v.checkCaches(v.Layout, bufs[countsRange], counts && ok[countsRange])
 	}
 	if g := v.read.gc; first && g != nil {
 		switch {
