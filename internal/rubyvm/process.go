@@ -1,7 +1,9 @@
 // Package rubyvm turns the bytes of a Ruby process into Ruby threads, frames
 // and objects. It finds the VM through the Ruby image's symbols, reads the
 // version from the process and takes struct layouts from DWARF or from the
-// built-in tables.
+// built-in tables. Its reader of objects (heap pages, object headers, class
+// names, IDs, id tables, shapes, what the roots hold) is exported for the
+// heap dump, rubyvm/heapdump, which reads every object through it.
 package rubyvm
 
 import (
