@@ -238,11 +238,11 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) error {
 		if page == 0 {
 			return fmt.Errorf("leads to a heap page list with a null page (%d of %d)", i, n)
 		}
-		hdr, err := v.m.read(page, v.pageHeaderLen())
+		hdr, err := v.m.read(page, pageHeaderLen(v.Layout))
 		if err != nil {
 			return fmt.Errorf("leads to heap page %d of %d at %#x, which cannot be read", i, n, page)
 		}
-		p, ok := v.pageHeader(hdr)
+		p, ok := pageHeader(v.Layout, hdr)
 		if !ok || p.SlotSize%L.BaseSlotSize != 0 {
 			return fmt.Errorf("leads to heap page %d of %d at %#x, whose header is not a heap page's", i, n, page)
 		}
@@ -272,15 +272,13 @@ type HeapPage struct {
 func (p HeapPage) End() uint64 { return p.Start + uint64(p.SlotSize*p.Total) }
 
 // pageHeaderLen is how many bytes of a struct heap_page pageHeader reads.
-func (v *VM) pageHeaderLen() int {
-	L := v.Layout
+func pageHeaderLen(L *layout.Layout) int {
 	return int(max(L.HeapPageSlotSize+2, L.HeapPageTotalSlots+2, L.HeapPageStart+8))
 }
 
 // pageHeader decodes the start of a struct heap_page (slot_size and
 // total_slots are shorts); ok is false when it does not look sane.
-func (v *VM) pageHeader(hdr []byte) (p HeapPage, ok bool) {
-	L := v.Layout
+func pageHeader(L *layout.Layout, hdr []byte) (p HeapPage, ok bool) {
 	p = HeapPage{
 		SlotSize: L.BaseSlotSize, // before 3.2 every slot is one RVALUE
 		Total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
@@ -301,7 +299,7 @@ func (v *VM) HeapPages() ([]HeapPage, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	hdr := make([]byte, v.pageHeaderLen())
+	hdr := make([]byte, pageHeaderLen(v.Layout))
 	out := make([]HeapPage, 0, len(pages))
 	skipped := 0
 	for _, page := range pages {
@@ -309,7 +307,7 @@ func (v *VM) HeapPages() ([]HeapPage, int, error) {
 			skipped++
 			continue
 		}
-		p, ok := v.pageHeader(hdr)
+		p, ok := pageHeader(v.Layout, hdr)
 		if !ok {
 			skipped++
 			continue
@@ -343,8 +341,8 @@ func (v *VM) eachPage(pages []HeapPage, fn func(i int, p HeapPage, body []byte) 
 
 // arySharedRootFlag returns RARRAY_SHARED_ROOT_FLAG: an array other arrays
 // share, whose aux word counts them instead of holding its capacity.
-func (v *VM) arySharedRootFlag() uint64 {
-	return 1 << uint64(v.Layout.FlUShift+v.Layout.RArraySharedRootUser)
+func arySharedRootFlag(L *layout.Layout) uint64 {
+	return 1 << uint64(L.FlUShift+L.RArraySharedRootUser)
 }
 
 // OutOfSlot returns the bytes a String or Array keeps in a malloc'd
@@ -361,7 +359,7 @@ func (v *VM) OutOfSlot(typ, flags uint64, slot []byte) uint64 {
 		}
 	case typ == uint64(L.TArray) && !AryHeader(L, slot, flags).Embedded:
 		capa := le64(slot, L.RArrayHeapCapa)
-		if flags&v.arySharedRootFlag() != 0 {
+		if flags&arySharedRootFlag(v.Layout) != 0 {
 			capa = AryHeader(L, slot, flags).Length // aux counts the sharers
 		}
 		if capa < MaxOutOfSlot/8 {
