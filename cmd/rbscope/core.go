@@ -35,8 +35,12 @@ Memory the core does not hold (program text and read-only data, which the
 kernel leaves out) is read from the files the process had mapped, at the
 paths the core records. When a file is not on this machine (or differs), its
 ELF image is read from the core itself and, if need be, the VM is found by
-scanning the Ruby image's data; the version then comes from the mapped
-files' paths unless --force-version gives it. A line on stderr says so.
+scanning the Ruby image's data. When no string of the image says the Ruby
+release (the core lacks its read-only data), the release is proven from the
+process's heap (RUBY_VERSION, or RbConfig at the process's RUBY_PATCHLEVEL,
+read with each family's table that fits; a file's name is only a hint) or
+the core is refused; --force-version gives it on your word. A line on
+stderr says so.
 --sysroot DIR names a directory holding the crashed machine's files at the
 same paths (DIR/usr/lib/...), and --exe PATH the executable; --core-only
 reads no file of this machine.`,

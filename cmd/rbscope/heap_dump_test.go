@@ -169,7 +169,7 @@ func TestHeapDumpNonblocking(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
-	busy := exec.Command(rb.Bin, "-e", busyRuby, ready)
+	busy := testruby.DieWithTest(exec.Command(rb.Bin, "-e", busyRuby, ready))
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
 	}

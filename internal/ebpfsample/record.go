@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampling"
@@ -138,18 +139,12 @@ func open(pid int, vmOpts rubyvm.Options, opts Options) (attached, error) {
 	if err := checkPlace(); err != nil {
 		return attached{}, err
 	}
-	live, err := target.Attach(pid)
-	if err != nil {
-		return attached{}, err
-	}
 	// The BPF sampler never stops the target: Ctrl-C needs no guard.
-	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, vmOpts)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: vmOpts, NoSignalGuard: true})
 	if err != nil {
-		err = goneOr(live, err)
-		live.Close()
 		return attached{}, err
 	}
+	live, vm := p.Live, p.VM
 	s, err := New(pid, vm, opts)
 	if err != nil {
 		err = goneOr(live, explain(err))

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
@@ -53,16 +54,12 @@ func Write(pid int, path string, o Options) (Result, error) {
 		return res, err
 	}
 	defer out.Abort() // no-op after Commit has renamed the file
-	t, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: o.VM})
 	if err != nil {
 		return res, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.OpenWith(t, o.VM)
-	if err != nil {
-		return res, err
-	}
-	defer vm.Close()
+	defer p.Close()
+	t, vm := p.Live, p.VM
 	res.Version, res.LayoutNote = vm.Version, vm.LayoutNote
 	opts := heapdump.Options{RedactStrings: o.Redact, Progress: o.Progress}
 	bw := bufio.NewWriterSize(out, 1<<20)

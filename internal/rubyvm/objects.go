@@ -2,6 +2,7 @@ package rubyvm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -48,6 +49,25 @@ func (v *VM) rstring(obj uint64) (string, error) {
 	}
 	s, _, err := v.decodeString(obj, slot)
 	return s, err
+}
+
+// stringLen returns the length of the String obj, from its header (its
+// bytes may lie where they cannot be read: a String made of a C literal
+// of an image the core lacks).
+func (v *VM) stringLen(obj uint64) (uint64, error) {
+	L := v.Layout
+	typ, flags, err := v.objType(obj)
+	if err != nil {
+		return 0, err
+	}
+	if typ != L.TString {
+		return 0, fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	}
+	slot, err := v.m.read(obj, strHeaderLen(L))
+	if err != nil {
+		return 0, err
+	}
+	return StrHeader(L, slot, flags).Length, nil
 }
 
 // decodeString decodes the String obj from slot, at least the first
@@ -158,24 +178,39 @@ func (v *VM) IDName(id uint64) (string, error) {
 	if s, ok := v.ids[id]; ok {
 		return s, nil
 	}
+	serial := id
+	if id > uint64(v.Layout.LastOpID) {
+		serial = id >> uint64(v.Layout.IDScopeShift)
+	}
+	s, err := v.serialName(serial)
+	if errors.Is(err, errNoSerial) && id < 0x80 && id > 0x20 {
+		return string(rune(id)), nil // a one-character operator
+	}
+	if err != nil {
+		return "", err
+	}
+	v.ids[id] = s
+	return s, nil
+}
+
+// errNoSerial is an ID serial the global symbol table does not hold.
+var errNoSerial = errors.New("not in the symbol table")
+
+// serialName returns the name of the ID whose serial is given (an ID
+// shifted right by its scope bits; what ID tables key by): the String at
+// that serial in the global symbol table's ids, an Array of chunks.
+func (v *VM) serialName(serial uint64) (string, error) {
 	L := v.Layout
 	symbols := v.GlobalSymbols()
 	if symbols == 0 {
 		return "", fmt.Errorf("the global symbol table was not found")
-	}
-	serial := id
-	if id > uint64(L.LastOpID) {
-		serial = id >> uint64(L.IDScopeShift)
 	}
 	lastID, err := v.m.u32(at(symbols, L.SymbolsLastID))
 	if err != nil {
 		return "", err
 	}
 	if serial == 0 || serial > uint64(lastID) {
-		if id < 0x80 && id > 0x20 {
-			return string(rune(id)), nil // a one-character operator
-		}
-		return "", fmt.Errorf("ID %#x is not in the symbol table: %w", id, ErrGarbage)
+		return "", fmt.Errorf("ID serial %d: %w (%w)", serial, errNoSerial, ErrGarbage)
 	}
 	ids, err := v.m.u64(at(symbols, L.SymbolsIDs))
 	if err != nil {
@@ -190,12 +225,7 @@ func (v *VM) IDName(id uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s, err := v.rstring(str)
-	if err != nil {
-		return "", err
-	}
-	v.ids[id] = s
-	return s, nil
+	return v.rstring(str)
 }
 
 // ClassExt returns the address of a class's rb_classext_t.

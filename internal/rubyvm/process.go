@@ -63,7 +63,7 @@ type VM struct {
 
 	// VersionFrom says where Version came from when it was not the
 	// process's ruby_version ("--force-version", the ruby_description
-	// string), or is "".
+	// string, or how its heap proved it: proveRelease), or is "".
 	VersionFrom string
 	// LayoutNote says, in one line, that the built-in table was chosen for
 	// a patch release rbscope has no facts of (and which release's layout
@@ -237,14 +237,29 @@ func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Opti
 		v.localTID, v.live = l.LocalTID, true
 	}
 	v.ForgetCaches()
-	if err := v.findVersion(maps, opts); err != nil {
+	unread, err := v.findVersion(maps, opts)
+	if err != nil {
 		return err
 	}
-	fam, err := Family(v.Version)
+	if unread != nil {
+		return v.proveRelease(maps, unread)
+	}
+	return v.attach(maps, v.Version)
+}
+
+// attach reads the process through the layout of release version: it
+// chooses the layout (the image's DWARF, or the release's built-in
+// table), finds ruby_current_vm_ptr, and checks the layout against the
+// invariants the VM keeps (sanityCheck), refusing it in one line when one
+// does not hold. What an earlier attach found is forgotten first.
+func (v *VM) attach(maps []target.Mapping, version string) error {
+	v.detach()
+	v.Version = version
+	fam, err := Family(version)
 	if err != nil {
 		return v.withVersionSource(err)
 	}
-	if v.Layout, v.LayoutNote, err = b.layout(fam, v.Version); err != nil {
+	if v.Layout, v.LayoutNote, err = v.build.layout(fam, version); err != nil {
 		return v.withVersionSource(err)
 	}
 	if layoutHook != nil {
@@ -257,6 +272,15 @@ func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Opti
 		return v.withVersionSource(v.refuseLayout(err))
 	}
 	return nil
+}
+
+// detach forgets what was found of the process through a layout: the
+// globals located with its checks, the object space, the caches.
+func (v *VM) detach() {
+	v.Layout, v.LayoutNote, v.vmPtrAddr = nil, "", 0
+	v.located, v.locatedHow = map[string]uint64{}, map[string]FoundBy{}
+	v.objspaceChecked, v.objspaceAddr = false, 0
+	v.ForgetCaches()
 }
 
 // layoutHook, nil but in the tests' own binaries (testhooks.go), changes

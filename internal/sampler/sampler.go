@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -322,17 +323,12 @@ func New(pid int, opts Options) (*Sampler, error) {
 }
 
 func attach(pid int, opts Options) (*proc, error) {
-	live, err := target.Attach(pid)
-	if err != nil {
-		return nil, err
-	}
 	// The recorder handles Ctrl-C itself and resumes before writing.
-	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, opts.VM)
+	lp, err := liveproc.Open(pid, liveproc.Options{VM: opts.VM, NoSignalGuard: true})
 	if err != nil {
-		live.Close()
 		return nil, err
 	}
+	live, vm := lp.Live, lp.VM
 	p := &proc{pid: pid, live: live, vm: vm, title: processTitle(pid)}
 	// Frames read without a pause are copied by addSamples before the
 	// next read.

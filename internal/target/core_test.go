@@ -23,7 +23,7 @@ import (
 func startSleep(t *testing.T) (*exec.Cmd, []Mapping) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", "ulimit -c unlimited && exec sleep 60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testruby.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

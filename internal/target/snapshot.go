@@ -1,7 +1,6 @@
 package target
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -405,7 +404,7 @@ var availableMemory = memAvailable
 // memAvailable returns how much memory rbscope may still take: the
 // machine's MemAvailable, or less if its memory cgroup's limit leaves less.
 func memAvailable() (int64, bool) {
-	avail, ok := meminfoAvailable()
+	avail, ok := procfs.HostMemAvailable()
 	if room, cok := cgroupRoom(); cok && (!ok || room < avail) {
 		return room, true
 	}
@@ -456,23 +455,6 @@ func cgroupRoom() (int64, bool) {
 			return 0, false
 		}
 		return max(limit-usage, 0), true
-	}
-	return 0, false
-}
-
-// meminfoAvailable returns MemAvailable from /proc/meminfo, in bytes.
-func meminfoAvailable() (int64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err == nil
-		}
 	}
 	return 0, false
 }

@@ -345,20 +345,12 @@ func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
 	ifnone := le64(slot, L.RHashIfnone)
-	if flags&uint64(L.RHashSTFlag) != 0 {
-		var head []byte
-		if L.RHashST < 0 { // 3.3: the st_table is in the slot after struct RHash
-			if L.RHashSize+L.StEntries+8 > int64(len(slot)) {
-				return 0, errTorn
-			}
-			head = slot[L.RHashSize:]
-		} else {
-			b, err := d.read(le64(slot, L.RHashST), int(L.StEntries)+8)
-			if err != nil {
-				return 0, err
-			}
-			head = append([]byte(nil), b...)
-		}
+	t, err := rubyvm.HashTableOf(L, slot, flags, d.read)
+	if err != nil {
+		return 0, tornUnlessBudget(err)
+	}
+	if t.ST != nil {
+		head := append([]byte(nil), t.ST...)
 		d.field("size", le64(head, L.StNumEntries))
 		if flags&uint64(L.RHashProcDefault) != 0 {
 			d.addrField("default", ifnone)
@@ -367,43 +359,21 @@ func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 			return 0, err
 		}
 	} else {
-		size := (flags & uint64(L.RHashARSizeMask)) >> uint64(L.RHashARSizeShift)
-		bound := (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift)
-		d.field("size", size)
+		d.field("size", t.Size)
 		if flags&uint64(L.RHashProcDefault) != 0 {
 			d.addrField("default", ifnone)
 		}
-		if bound > uint64(L.ARTableMax) || size > bound {
-			return 0, errTorn
+		if t.ARApart {
+			memsize += uint64(L.ARTablePairs + L.ARTableMax*16)
 		}
-		var pairs []byte
-		if L.RHashAR >= 0 {
-			ar := le64(slot, L.RHashAR)
-			if ar != 0 {
-				b, err := d.read(ar+uint64(L.ARTablePairs), int(L.ARTableMax)*16)
-				if err != nil {
-					return 0, err
-				}
-				pairs = b
-				memsize += uint64(L.ARTablePairs + L.ARTableMax*16)
+		undef := uint64(L.Qundef)
+		for i := uint64(0); i < t.Bound && t.AR != nil; i++ {
+			k := le64(t.AR, int64(i*16))
+			if k == undef {
+				continue
 			}
-		} else {
-			off := L.RHashSize + L.ARTablePairs
-			if off+int64(bound)*16 > int64(len(slot)) {
-				return 0, errTorn
-			}
-			pairs = slot[off:]
-		}
-		if pairs != nil {
-			undef := uint64(L.Qundef)
-			for i := uint64(0); i < bound; i++ {
-				k := le64(pairs, int64(i*16))
-				if k == undef {
-					continue
-				}
-				d.ref(k)
-				d.ref(le64(pairs, int64(i*16+8)))
-			}
+			d.ref(k)
+			d.ref(le64(t.AR, int64(i*16+8)))
 		}
 	}
 	d.ref(ifnone)
@@ -425,29 +395,16 @@ func (d *dumper) stEntries(head []byte, keys bool) error {
 // st_table whose head is given, reading the entries in chunks; fn must not
 // read memory (the chunk is the dumper's scratch buffer).
 func (d *dumper) stEach(head []byte, fn func(key, rec uint64)) error {
-	L := d.L
-	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
-	entries := le64(head, L.StEntries)
-	if bound < start || bound-start > maxDumpElems/3 {
-		return errTorn
+	return tornUnlessBudget(rubyvm.StEach(d.L, head, maxDumpElems/3, dumpChunk/3, d.read, fn))
+}
+
+// tornUnlessBudget is err as the dumper tells it: errTorn for memory that
+// could not be read or did not hold together, errReadBudget as it is.
+func tornUnlessBudget(err error) error {
+	if err == nil || errors.Is(err, errReadBudget) {
+		return err
 	}
-	esz := uint64(L.StEntrySize)
-	for i := start; i < bound; {
-		k := min(bound-i, dumpChunk/3)
-		b, err := d.read(entries+i*esz, int(k*esz))
-		if err != nil {
-			return err
-		}
-		for j := uint64(0); j < k; j++ {
-			e := b[j*esz:]
-			if le64(e, L.StEntryHash) == ^uint64(0) { // deleted
-				continue
-			}
-			fn(le64(e, L.StEntryKey), le64(e, L.StEntryRecord))
-		}
-		i += k
-	}
-	return nil
+	return errTorn
 }
 
 // stPairs returns the live entries of the st_table whose address is held
@@ -712,20 +669,15 @@ func (d *dumper) constants(tbl uint64) error {
 	if !ok {
 		return errTorn
 	}
-	for i := range capa {
-		it := raw[i*int(L.IDItemSize):]
-		if le32(it, L.IDItemKey) == 0 {
-			continue
-		}
-		ce := le64(it, L.IDItemVal)
+	rubyvm.IDTableEach(L, raw, capa, func(_, ce uint64) {
 		b, err := d.read(ce, int(max(L.ConstEntryValue, L.ConstEntryFile))+8)
 		if err != nil {
-			continue
+			return
 		}
 		val, file := le64(b, L.ConstEntryValue), le64(b, L.ConstEntryFile)
 		d.ref(val)
 		d.ref(file)
-	}
+	})
 	return nil
 }
 
