@@ -39,8 +39,8 @@ type RecordOptions struct {
 	FlushEvery time.Duration
 	Flush      func(*profile.Profile)
 	// ThreadFilter, if set, keeps only the samples of the threads whose
-	// name (sampling.ThreadName) it accepts (top --thread).
-	ThreadFilter func(name string) bool
+	// name (sampling.ThreadName) and TID it accepts (--thread).
+	ThreadFilter func(name string, tid int) bool
 	// Idle records every thread whatever it does (record --idle): the
 	// threads on a CPU at the clock's samples, and the others for the
 	// time they spend off a CPU, weighed at Rate under the stack they
@@ -340,8 +340,8 @@ type profiles struct {
 	clock     *wallClock
 	// threads puts each sample under a root frame naming its thread.
 	threads bool
-	// keep, if set, says which threads' samples are kept, by name.
-	keep func(thread string) bool
+	// keep, if set, says which threads' samples are kept, by name and TID.
+	keep func(thread string, tid int) bool
 }
 
 // drainInto adds the samples in s's ring buffer to ps and returns how
@@ -356,7 +356,7 @@ func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
 			return // a thread not yet running Ruby code
 		}
 		thread := s.ThreadName(smp.TID)
-		if ps.keep != nil && !ps.keep(thread) {
+		if ps.keep != nil && !ps.keep(thread, smp.TID) {
 			return
 		}
 		root := ""

@@ -3,7 +3,6 @@ package liveproc
 import (
 	"go/ast"
 	"go/token"
-	"strconv"
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/testsrc"
@@ -18,15 +17,7 @@ const rubyvmPath = "github.com/rbscope/rbscope/internal/rubyvm"
 // own and tests are left out).
 func TestOnlyLiveprocAndCorefileOpenVMs(t *testing.T) {
 	testsrc.Files(t, "../..", []string{"internal/liveproc", "internal/corefile", "internal/rubyvm"}, false, func(fset *token.FileSet, _ string, f *ast.File) {
-		name := ""
-		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == rubyvmPath {
-				name = "rubyvm"
-				if imp.Name != nil {
-					name = imp.Name.Name
-				}
-			}
-		}
+		name := testsrc.ImportName(f, rubyvmPath)
 		if name == "" {
 			return
 		}

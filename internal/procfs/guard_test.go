@@ -22,7 +22,7 @@ var underProc = regexp.MustCompile(`^/proc/.`)
 // process's memory and files that are opened, not read as records
 // (target, binary, rubyvm), and rbscope's own.
 var handles = map[string]map[string]bool{
-	"%d":   {"mem": true, "root": true, "map_files": true, "pagemap": true, "exe": true},
+	"%d":   {"mem": true, "root": true, "map_files": true, "pagemap": true, "clear_refs": true, "exe": true},
 	"self": {"fd": true, "cgroup": true, "oom_score_adj": true, "ns": true},
 }
 

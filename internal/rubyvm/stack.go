@@ -592,6 +592,24 @@ func threadStatus(L *layout.Layout, b []byte) string {
 	return "unknown"
 }
 
+// VMStack returns the VM stack that thread th (a Thread's Addr) runs on
+// now, [lo, hi): its current execution context's vm_stack and
+// vm_stack_size. Ruby 3.0 and later allocate a thread's VM stack on its
+// machine stack (thread_start_func_2's alloca of thread_vm_stack_size,
+// 1 MiB by default), so the native frame that starts the thread holds
+// it; the main thread's and a Fiber's are allocated apart.
+func (v *VM) VMStack(th uint64) (lo, hi uint64, err error) {
+	ec, err := v.m.u64(at(th, v.Layout.ThreadEC))
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := v.readStackBounds(ec, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.vmStack, st.end, nil
+}
+
 type stackBounds struct {
 	vmStack uint64 // lowest address of the VM stack
 	end     uint64 // one past the last control frame

@@ -54,7 +54,8 @@ type Options struct {
 	Subprocesses bool
 	// Progress, if set, is called about once a second while recording.
 	Progress func(sampling.Progress)
-	// ThreadFilter, if set, keeps only the threads it returns true for.
+	// ThreadFilter, if set, keeps only the threads it returns true for;
+	// it is asked of every thread at each tick.
 	ThreadFilter func(rubyvm.Thread) bool
 	// Flush, if set, is called every FlushEvery with the samples taken
 	// since the previous call; the sampler then starts a new profile. It

@@ -135,7 +135,9 @@ func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(ru
 		t.tidOf = func(th rubyvm.Thread) int { return stacks.KernelTID(p.pid, th, p.isTask) }
 		t.gvlWaiter = func(th rubyvm.Thread) bool { return t.s.opts.GVL && waitsForGVL(th) }
 		t.wants = func(th rubyvm.Thread) bool {
-			return (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th)) && (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th))
+			// The filter first: it is asked of every thread (a --thread
+			// cut that matched none says which there were).
+			return (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th)) && (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th))
 		}
 	}
 	return t.tidOf, t.wants

@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -26,15 +25,7 @@ func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
 		t.Fatal("no type Frame found in internal/unwind: the test reads the wrong directory")
 	}
 	testsrc.Files(t, "../..", []string{"internal/unwind", "internal/stacks"}, true, func(fset *token.FileSet, _ string, f *ast.File) {
-		name := ""
-		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == unwindPath {
-				name = "unwind"
-				if imp.Name != nil {
-					name = imp.Name.Name
-				}
-			}
-		}
+		name := testsrc.ImportName(f, unwindPath)
 		if name == "" {
 			return
 		}
