@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
@@ -201,7 +202,7 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	}
 	defer closeAll()
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(out, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
+	st, err := heapdump.Write(vm, out, heapdump.Options{RedactStrings: redact, MachineContext: true})
 	if err != nil {
 		return coreError(t, fmt.Errorf("heap dump: %w", err))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -32,8 +33,8 @@ type Options struct {
 
 // Result is what a dump wrote.
 type Result struct {
-	Stats    *rubyvm.DumpStats
-	Snapshot rubyvm.SnapshotStats
+	Stats    *heapdump.Stats
+	Snapshot heapdump.SnapshotStats
 	// Took is how long reading and writing took.
 	Took time.Duration
 	// Compression is the file's, and Stored its size (Stats.Bytes is the
@@ -63,13 +64,13 @@ func Write(pid int, path string, o Options) (Result, error) {
 	defer p.Close()
 	t, vm := p.Live, p.VM
 	res.Version, res.LayoutNote = vm.Version, vm.LayoutNote
-	opts := rubyvm.DumpOptions{RedactStrings: o.Redact, Progress: o.Progress}
+	opts := heapdump.Options{RedactStrings: o.Redact, Progress: o.Progress}
 	start := time.Now()
 	if o.Pause {
-		res.Stats, res.Snapshot, err = vm.HeapDumpSnapshot(t, out, opts)
+		res.Stats, res.Snapshot, err = heapdump.WriteSnapshot(vm, t, out, opts)
 	} else {
 		vm.PrepareHeapDump()
-		res.Stats, err = vm.HeapDump(out, opts)
+		res.Stats, err = heapdump.Write(vm, out, opts)
 	}
 	if errors.Is(err, target.ErrSnapshotTooBig) {
 		return res, fmt.Errorf("pid %d: %w; --nonblocking dumps it without a copy", pid, err)

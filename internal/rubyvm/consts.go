@@ -22,13 +22,13 @@ func (v *VM) idTableItems(tblAddr uint64) ([]byte, int, bool) {
 	if err != nil {
 		return nil, 0, false
 	}
-	return v.idTable(tbl)
+	return v.IDTable(tbl)
 }
 
-// idTable reads the items of the rb_id_table at tbl: capa items of
+// IDTable reads the items of the rb_id_table at tbl: capa items of
 // IDItemSize bytes, a zero key marking a free one (none in an empty
 // table). Ruby keeps capa a power of two.
-func (v *VM) idTable(tbl uint64) ([]byte, int, bool) {
+func (v *VM) IDTable(tbl uint64) ([]byte, int, bool) {
 	L := v.Layout
 	if tbl == 0 {
 		return nil, 0, false
@@ -52,9 +52,9 @@ func (v *VM) idTable(tbl uint64) ([]byte, int, bool) {
 	return raw, capa, true
 }
 
-// idTableEach calls fn with the key (an ID's serial) and the value of
-// each used item of an rb_id_table's items as idTable read them.
-func idTableEach(L *layout.Layout, items []byte, capa int, fn func(serial uint64, val uint64)) {
+// IDTableEach calls fn with the key (an ID's serial) and the value of
+// each used item of an rb_id_table's items as IDTable read them.
+func IDTableEach(L *layout.Layout, items []byte, capa int, fn func(serial uint64, val uint64)) {
 	for i := range capa {
 		it := items[i*int(L.IDItemSize):]
 		if key := le32(it, L.IDItemKey); key != 0 {
@@ -77,7 +77,7 @@ func (v *VM) constants(klass uint64, names ...string) (map[string]uint64, error)
 	if typ, _, err := v.objType(klass); err != nil || (typ != L.TClass && typ != L.TModule) {
 		return nil, fmt.Errorf("%#x is not a class or module: %w", klass, ErrGarbage)
 	}
-	ext, err := v.classExt(klass)
+	ext, err := v.ClassExt(klass)
 	if err != nil {
 		return nil, fmt.Errorf("its classext: %w", err)
 	}
@@ -85,7 +85,7 @@ func (v *VM) constants(klass uint64, names ...string) (map[string]uint64, error)
 	if err != nil {
 		return nil, fmt.Errorf("its constant table (rb_classext_struct.const_tbl at %d): %w", L.ClassExtConstTbl, err)
 	}
-	items, capa, ok := v.idTable(tbl)
+	items, capa, ok := v.IDTable(tbl)
 	if !ok || capa > maxConstTable {
 		return nil, fmt.Errorf("its constant table %#x (rb_classext_struct.const_tbl at %d) is no ID table of at most %d items: %w", tbl, L.ClassExtConstTbl, maxConstTable, ErrGarbage)
 	}
@@ -94,7 +94,7 @@ func (v *VM) constants(klass uint64, names ...string) (map[string]uint64, error)
 		want[n] = true
 	}
 	out := map[string]uint64{}
-	idTableEach(L, items, capa, func(serial, ce uint64) {
+	IDTableEach(L, items, capa, func(serial, ce uint64) {
 		if len(out) == len(want) {
 			return
 		}
@@ -109,11 +109,11 @@ func (v *VM) constants(klass uint64, names ...string) (map[string]uint64, error)
 	return out, nil
 }
 
-// stEach calls fn with the key and record of each live entry of the
+// StEach calls fn with the key and record of each live entry of the
 // st_table whose head is given, reading the entries through read, at most
 // chunk at a time (fn must not keep read's buffer, nor call read when read
 // reuses it). A table of more than limit entries is refused.
-func stEach(L *layout.Layout, head []byte, limit, chunk uint64, read func(addr uint64, n int) ([]byte, error), fn func(key, rec uint64)) error {
+func StEach(L *layout.Layout, head []byte, limit, chunk uint64, read func(addr uint64, n int) ([]byte, error), fn func(key, rec uint64)) error {
 	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
 	entries := le64(head, L.StEntries)
 	if bound < start || bound-start > limit {
@@ -138,17 +138,17 @@ func stEach(L *layout.Layout, head []byte, limit, chunk uint64, read func(addr u
 	return nil
 }
 
-// rhashTable is where a Hash keeps its pairs: its st_table (st, the
-// table's head), or its ar_table (ar, bound pairs of a key and a value,
+// RHashTable is where a Hash keeps its pairs: its st_table (ST, the
+// table's head), or its ar_table (AR, Bound pairs of a key and a value,
 // a Qundef key marking a free one; nil when none is allocated).
-type rhashTable struct {
-	st          []byte
-	ar          []byte
-	size, bound uint64 // the ar_table's, from the flags
-	arApart     bool   // the ar_table was allocated apart from the slot
+type RHashTable struct {
+	ST          []byte
+	AR          []byte
+	Size, Bound uint64 // the ar_table's, from the flags
+	ARApart     bool   // the ar_table was allocated apart from the slot
 }
 
-// hashSlotLen is how many bytes of a Hash's slot hashTableOf needs: its
+// hashSlotLen is how many bytes of a Hash's slot HashTableOf needs: its
 // struct RHash, and the table Rubies that keep it in the slot keep there
 // (3.3 on).
 func hashSlotLen(L *layout.Layout, flags uint64) int64 {
@@ -161,32 +161,32 @@ func hashSlotLen(L *layout.Layout, flags uint64) int64 {
 	return L.RHashSize
 }
 
-// hashTableOf finds the table of the Hash whose flags and slot (at least
+// HashTableOf finds the table of the Hash whose flags and slot (at least
 // hashSlotLen bytes of it) are given, reading what lies outside the slot
 // through read (whose buffer it keeps: read must not reuse it).
-func hashTableOf(L *layout.Layout, slot []byte, flags uint64, read func(addr uint64, n int) ([]byte, error)) (rhashTable, error) {
+func HashTableOf(L *layout.Layout, slot []byte, flags uint64, read func(addr uint64, n int) ([]byte, error)) (RHashTable, error) {
 	if int64(len(slot)) < L.RHashSize {
-		return rhashTable{}, fmt.Errorf("a Hash's slot of %d bytes: %w", len(slot), ErrGarbage)
+		return RHashTable{}, fmt.Errorf("a Hash's slot of %d bytes: %w", len(slot), ErrGarbage)
 	}
 	if flags&uint64(L.RHashSTFlag) != 0 {
 		if L.RHashST < 0 { // 3.3: the st_table is in the slot after struct RHash
 			if L.RHashSize+L.StEntries+8 > int64(len(slot)) {
-				return rhashTable{}, fmt.Errorf("a Hash's st_table past its slot: %w", ErrGarbage)
+				return RHashTable{}, fmt.Errorf("a Hash's st_table past its slot: %w", ErrGarbage)
 			}
-			return rhashTable{st: slot[L.RHashSize:]}, nil
+			return RHashTable{ST: slot[L.RHashSize:]}, nil
 		}
 		b, err := read(le64(slot, L.RHashST), int(L.StEntries)+8)
 		if err != nil {
-			return rhashTable{}, err
+			return RHashTable{}, err
 		}
-		return rhashTable{st: b}, nil
+		return RHashTable{ST: b}, nil
 	}
-	t := rhashTable{
-		size:  (flags & uint64(L.RHashARSizeMask)) >> uint64(L.RHashARSizeShift),
-		bound: (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift),
+	t := RHashTable{
+		Size:  (flags & uint64(L.RHashARSizeMask)) >> uint64(L.RHashARSizeShift),
+		Bound: (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift),
 	}
-	if t.bound > uint64(L.ARTableMax) || t.size > t.bound {
-		return t, fmt.Errorf("a Hash's ar_table of %d pairs within %d: %w", t.size, t.bound, ErrGarbage)
+	if t.Bound > uint64(L.ARTableMax) || t.Size > t.Bound {
+		return t, fmt.Errorf("a Hash's ar_table of %d pairs within %d: %w", t.Size, t.Bound, ErrGarbage)
 	}
 	if L.RHashAR >= 0 {
 		if ar := le64(slot, L.RHashAR); ar != 0 {
@@ -194,15 +194,15 @@ func hashTableOf(L *layout.Layout, slot []byte, flags uint64, read func(addr uin
 			if err != nil {
 				return t, err
 			}
-			t.ar, t.arApart = b, true
+			t.AR, t.ARApart = b, true
 		}
 		return t, nil
 	}
 	off := L.RHashSize + L.ARTablePairs
-	if off+int64(t.bound)*16 > int64(len(slot)) {
+	if off+int64(t.Bound)*16 > int64(len(slot)) {
 		return t, fmt.Errorf("a Hash's ar_table past its slot: %w", ErrGarbage)
 	}
-	t.ar = slot[off:]
+	t.AR = slot[off:]
 	return t, nil
 }
 
@@ -223,18 +223,18 @@ func (v *VM) hashPairs(obj uint64) ([][2]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := hashTableOf(L, slot, flags, v.m.read)
+	t, err := HashTableOf(L, slot, flags, v.m.read)
 	if err != nil {
 		return nil, err
 	}
 	var pairs [][2]uint64
-	if t.st != nil {
-		err := stEach(L, t.st, maxHashPairs, 1024, v.m.read, func(k, val uint64) { pairs = append(pairs, [2]uint64{k, val}) })
+	if t.ST != nil {
+		err := StEach(L, t.ST, maxHashPairs, 1024, v.m.read, func(k, val uint64) { pairs = append(pairs, [2]uint64{k, val}) })
 		return pairs, err
 	}
-	for i := uint64(0); i < t.bound && t.ar != nil; i++ {
-		if k := le64(t.ar, int64(i*16)); k != uint64(L.Qundef) {
-			pairs = append(pairs, [2]uint64{k, le64(t.ar, int64(i*16+8))})
+	for i := uint64(0); i < t.Bound && t.AR != nil; i++ {
+		if k := le64(t.AR, int64(i*16)); k != uint64(L.Qundef) {
+			pairs = append(pairs, [2]uint64{k, le64(t.AR, int64(i*16+8))})
 		}
 	}
 	return pairs, nil

@@ -24,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
@@ -214,7 +215,7 @@ func checkPeerHeap(t *testing.T, vm *rubyvm.VM) {
 		t.Fatalf("heap census: %v", err)
 	}
 	var out bytes.Buffer
-	st, err := vm.HeapDump(&out, rubyvm.DumpOptions{})
+	st, err := heapdump.Write(vm, &out, heapdump.Options{})
 	if err != nil {
 		t.Fatalf("heap dump: %v", err)
 	}

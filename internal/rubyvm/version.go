@@ -241,7 +241,7 @@ func (v *VM) releaseFacts(withConfig bool) releaseFacts {
 		f.versionErr, f.cfgErr = err, err
 		return f
 	}
-	f.patchlevel, f.hasPatch = v.fixnum(c["RUBY_PATCHLEVEL"])
+	f.patchlevel, f.hasPatch = v.Fixnum(c["RUBY_PATCHLEVEL"])
 	if val, ok := c["RUBY_VERSION"]; !ok {
 		f.versionErr = errors.New("Object has no constant RUBY_VERSION whose name can be read")
 	} else if f.version, f.versionErr = v.rstring(val); f.versionErr != nil {
@@ -321,7 +321,7 @@ func (v *VM) isObject(k uint64) bool {
 // object's class (Thread < Object), past iclasses and singleton classes.
 func (v *VM) objectAboveThread() (uint64, error) {
 	L := v.Layout
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return 0, err
 	}
