@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -180,7 +181,7 @@ func printTable(w io.Writer, header []string, rows [][]string, right []bool) {
 func newHeapDumpCmd() *cobra.Command {
 	var pid int
 	var outPath string
-	var nonblocking, redact bool
+	var nonblocking, redact, inMemory bool
 	c := &cobra.Command{
 		Use:   "dump -p PID -o FILE",
 		Short: "Write every live object to FILE in ObjectSpace.dump_all's format",
@@ -228,10 +229,16 @@ command and 'rbscope ui' read them as plain dumps, and refuse one cut
 short. Other compressors' suffixes (.xz, .bz2, .zstd) are refused. The
 process stands still (ptrace) only while its writable memory is copied,
 then runs again while the copy is decoded; the summary on stderr says how
-long it stood still ("paused N ms") and how much was copied. A copy that
-would not fit in the machine's available memory is refused before the
-process stops: --nonblocking then walks the running process without a
-copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to stderr.`,
+long it stood still ("paused N ms"), how much was copied and how. Where
+the kernel keeps soft-dirty bits the copy is pre-copied while the process
+runs, and the stops copy only what it wrote meanwhile; else it is copied
+while paused, and the summary says why. The copy is kept in an unnamed
+file beside FILE (on FILE's disk, which must hold it: else the dump is
+refused before the process stops), not in rbscope's memory, which so does
+not grow with the heap; --copy-in-memory keeps it in memory, refused
+before the process stops when it would not fit. --nonblocking walks the
+running process without a copy, skipping (and counting) objects torn
+meanwhile. A one-line summary goes to stderr.`,
 		Example: `  rbscope heap dump -p 4242 -o heap.json
   rbscope heap top heap.json
   rbscope heap dump -p 4242 -o heap.jsonl.zst   # compressed, about 15x smaller`,
@@ -246,21 +253,35 @@ copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to
 			if _, err := heap.CompressionOf(outPath); err != nil {
 				return usageError{err}
 			}
-			return heapDump(pid, outPath, !nonblocking, redact)
+			return heapDump(pid, outPath, !nonblocking, redact, inMemory)
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	c.Flags().StringVarP(&outPath, "output", "o", "", "file to write the dump to (*.zst: zstd, *.gz: gzip)")
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "walk without pausing the process (objects changing meanwhile are skipped)")
 	c.Flags().BoolVar(&redact, "redact-strings", false, "leave every String's contents out (its bytesize and encoding stay), for a dump that leaves the machine")
+	c.Flags().BoolVar(&inMemory, "copy-in-memory", false, "keep the copy of the process in rbscope's memory, not in a file beside the output")
 	return c
+}
+
+// copyNote says how a snapshot's copy was made: pre-copied, with its
+// stops, or copied while paused and why.
+func copyNote(ss heapdump.SnapshotStats) string {
+	note := ss.Method
+	if ss.Stops > 1 {
+		note += fmt.Sprintf(", in %d stops, the longest %d ms", ss.Stops, ss.Longest.Milliseconds())
+	}
+	if ss.Fallback != "" {
+		note += ": " + ss.Fallback
+	}
+	return note
 }
 
 // budgetSpent is what a dump whose read budget ran out says.
 const budgetSpent = "its read budget ran out: the process's objects claim far more memory than it holds (corrupt or hostile), and what could not be read is left out"
 
-func heapDump(pid int, outPath string, pause, redact bool) error {
-	o := heapfile.Options{Pause: pause, Redact: redact, VM: vmOptions}
+func heapDump(pid int, outPath string, pause, redact, inMemory bool) error {
+	o := heapfile.Options{Pause: pause, Redact: redact, VM: vmOptions, InMemory: inMemory}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		last := -1
 		o.Progress = func(done, total int) {
@@ -282,7 +303,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 		return err
 	}
 	st, ss, took := res.Stats, res.Snapshot, res.Took
-	paused := fmt.Sprintf("paused %d ms to copy %d MB, decoded in %v", ss.Paused.Milliseconds(), ss.Bytes>>20, took.Round(time.Millisecond))
+	paused := fmt.Sprintf("paused %d ms to copy %d MB (%s), decoded in %v", ss.Paused.Milliseconds(), ss.Bytes>>20, copyNote(ss), took.Round(time.Millisecond))
 	if !pause {
 		paused = fmt.Sprintf("not paused (took %v), %d objects skipped as torn", took.Round(time.Millisecond), st.Skipped)
 	} else if st.Skipped > 0 {

@@ -38,7 +38,7 @@ func TestHeapDumpCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	want := `^rbscope: wrote ` + regexp.QuoteMeta(out) + `: \d+ objects and \d+ roots of pid \d+ \(Ruby [0-9.]+\), \d+ bytes; paused \d+ ms to copy \d+ MB, decoded in \S+\n$`
+	want := `^rbscope: wrote ` + regexp.QuoteMeta(out) + `: \d+ objects and \d+ roots of pid \d+ \(Ruby [0-9.]+\), \d+ bytes; paused \d+ ms to copy \d+ MB \((pre-copied|copied while paused)[^\n]*\), decoded in \S+\n$`
 	if !regexp.MustCompile(want).MatchString(stderr) {
 		t.Errorf("stderr %q, want %s", stderr, want)
 	}

@@ -8,6 +8,7 @@ package heapfile
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heap"
@@ -27,6 +28,13 @@ type Options struct {
 	Redact bool
 	// VM is how the process's Ruby VM is found (the command's options).
 	VM rubyvm.Options
+	// InMemory keeps the snapshot's copy in rbscope's memory. Else it is
+	// kept in an unnamed file beside the output (on the disk the dump is
+	// written to, checked to hold it before the process stops), so that
+	// rbscope's resident memory does not grow with the heap: a dump taken
+	// from a sidecar that shares the application's memory limit cannot
+	// get it killed.
+	InMemory bool
 	// Progress, when set, is called as heap pages are done.
 	Progress func(done, total int)
 }
@@ -65,6 +73,9 @@ func Write(pid int, path string, o Options) (Result, error) {
 	t, vm := p.Live, p.VM
 	res.Version, res.LayoutNote = vm.Version, vm.LayoutNote
 	opts := heapdump.Options{RedactStrings: o.Redact, Progress: o.Progress}
+	if !o.InMemory {
+		opts.SpoolDir = filepath.Dir(path)
+	}
 	start := time.Now()
 	if o.Pause {
 		res.Stats, res.Snapshot, err = heapdump.WriteSnapshot(vm, t, out, opts)

@@ -351,7 +351,7 @@ func (pc *precopier) apply(w roundWork, last bool) error {
 		}
 		ds = append(ds, dest{p.addr, pc.s.arena[o : o+page]})
 	}
-	bad, err := pc.l.copyPieces(ds, last)
+	bad, err := pc.s.copyPieces(ds, last)
 	if err != nil {
 		return err
 	}

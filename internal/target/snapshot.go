@@ -85,8 +85,10 @@ const (
 	// maxCopyIov bounds the bytes of one range of one call.
 	maxCopyIov = 64 << 20
 	// maxCallBytes bounds the bytes of one call (the kernel copies at most
-	// 2 GiB less a page per call).
-	maxCallBytes = 1 << 30
+	// 2 GiB less a page per call); spoolCallBytes those of a call copying
+	// into a spool file, trimmed after each.
+	maxCallBytes   = 1 << 30
+	spoolCallBytes = 64 << 20
 	// maxGap is the longest gap of untouched anonymous pages kept inside
 	// a run (as zeros, never read from the process).
 	maxGap = 64 << 10
@@ -421,7 +423,7 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 		}
 	}
 	s.bad = s.bad[:0]
-	bad, err := s.l.copyPieces(all, !warmup)
+	bad, err := s.copyPieces(all, !warmup)
 	if !warmup {
 		s.bad = bad
 	}
@@ -439,13 +441,26 @@ type dest struct {
 // copy (a mapping shrunk, a file truncated) is returned among bad and the
 // copy goes on after it; the process ending is an error. hooked runs the
 // tests' beforeCopyBatch before each call.
-func (l *Live) copyPieces(all []dest, hooked bool) (bad []uint64, err error) {
+//
+// A copy kept in a spool file is copied at most spoolCallBytes a call, and
+// trimmed after each (Trim): rbscope's resident memory then holds at most
+// one call's worth of it.
+func (s *Snapshot) copyPieces(all []dest, hooked bool) (bad []uint64, err error) {
+	l := s.l
+	callBytes := maxCallBytes
+	if s.spool != nil {
+		callBytes = spoolCallBytes
+		defer s.Trim()
+	}
 	local := make([]unix.Iovec, 0, iovMax)
 	remote := make([]unix.RemoteIovec, 0, iovMax)
 	for i, skip := 0, uint64(0); i < len(all); {
 		local, remote = local[:0], remote[:0]
 		want := 0
-		for j := i; j < len(all) && len(local) < iovMax && want < maxCallBytes; j++ {
+		if s.spool != nil && i > 0 {
+			s.Trim()
+		}
+		for j := i; j < len(all) && len(local) < iovMax && want < callBytes; j++ {
 			d := all[j]
 			if j == i {
 				d = dest{d.addr + skip, d.buf[skip:]}

@@ -42,6 +42,10 @@ var errTorn = errors.New("torn object")
 
 // Options tune Write.
 type Options struct {
+	// SpoolDir, for WriteSnapshot, keeps the copy of the process in an
+	// unnamed file there rather than in rbscope's memory
+	// (target.SnapshotOptions).
+	SpoolDir string
 	// Progress, when set, is called after each heap page with the number
 	// of pages walked and the total.
 	Progress func(done, total int)
