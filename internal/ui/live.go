@@ -37,7 +37,7 @@ func (s *Server) stack(pid int) (any, error) {
 		return nil, err
 	}
 	defer vm.Close()
-	threads, err := stacks.Capture(t, vm, stacks.Options{})
+	threads, err := stacks.Capture(t, vm, stacks.Options{Locks: true})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
