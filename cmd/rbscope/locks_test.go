@@ -146,7 +146,7 @@ func checkLocks(t *testing.T, rep locksReport, doc wire.Stack) {
 	}
 }
 
-// TestLocks: stack (JSON and text), threads and core name what each thread of
+// TestLocks: stack (JSON and text), threads, record --idle and core name what each thread of
 // testdata/locks.rb waits on and holds, the owners, the other waiters and
 // the deadlock, as the program knows them (Mutex#owned?, Thread#status,
 // Queue#length and #num_waiting, inspect's addresses), on every Ruby.
@@ -195,6 +195,23 @@ func TestLocks(t *testing.T) {
 				}
 			}
 			checkLocks(t, rep, tdoc)
+
+			// record --idle ends each blocked thread's samples in its
+			// wait's leaf, by class; a thread asleep in Kernel#sleep
+			// gets none.
+			out, stderr, code = rbscope(t, "record", "-p", pid, "--idle", "--duration", "0.5", "--format", "collapsed", "-o", "-")
+			if code != 0 {
+				t.Fatalf("record --idle: exit %d: %s", code, stderr)
+			}
+			for _, leaf := range []string{"(waiting for Thread::Mutex)", "(waiting for Monitor)", "(waiting on Thread::ConditionVariable)",
+				"(waiting on Thread::Queue)", "(waiting on Thread::SizedQueue)", "(waiting for a Thread to end)"} {
+				if !strings.Contains(out, ";"+leaf+" ") {
+					t.Errorf("record --idle: no stack ends in %s:\n%s", leaf, out)
+				}
+			}
+			if strings.Contains(out, "Kernel#sleep (cfunc);(waiting") {
+				t.Errorf("record --idle: a sleeping thread got a wait's leaf:\n%s", out)
+			}
 
 			core := testruby.Gcore(t, p.PID())
 			out, stderr, code = rbscope(t, "core", "--json", core)

@@ -177,22 +177,69 @@ func (v *VM) ReadLocks(ths []Thread) ([]Locks, error) {
 	return out, nil
 }
 
-// wait reads what thread t is blocked on; nil when nothing checks out.
-// mutex decodes and notes a Mutex.
-func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[uint64]bool) *Wait {
-	L := v.Layout
+// FrameWait is what a sleeping thread's innermost frames say it blocks
+// on, from its stack alone (no memory is read, nothing is checked): the
+// kind, the class of the object by the method it is blocked in, and the
+// receivers of those frames (Object; a ConditionVariable wait's Mutex,
+// and the Monitor of Monitor#wait_for_cond). A sampler names a wait by it;
+// ReadLocks checks it.
+type FrameWait struct {
+	Kind    WaitKind
+	Class   string
+	Object  uint64
+	Mutex   uint64
+	Monitor uint64
+}
+
+// FrameWaitOf returns what thread t's innermost frames say it is blocked
+// on, and false when they name no wait (or t is not asleep).
+func FrameWaitOf(t Thread) (FrameWait, bool) {
+	if t.Status != "sleep" || len(t.Frames) == 0 {
+		return FrameWait{}, false
+	}
 	label := func(i int) string {
 		if i < len(t.Frames) {
 			return t.Frames[i].Label
 		}
 		return ""
 	}
-	self := func(i int) uint64 { return t.Frames[i].Self }
+	self := t.Frames[0].Self
+	switch label(0) {
+	case labelMutexLock, labelMutexSync:
+		return FrameWait{Kind: WaitMutex, Class: ClassMutex, Object: self}, true
+	case labelMonitorEnter, labelMonitorSync:
+		return FrameWait{Kind: WaitMonitor, Class: ClassMonitor, Object: self}, true
+	case labelMutexSleep:
+		if label(1) != labelCondVarWait {
+			return FrameWait{}, false // Mutex#sleep alone waits for no object
+		}
+		w := FrameWait{Kind: WaitCondVar, Class: ClassCondVar, Object: t.Frames[1].Self, Mutex: self}
+		if label(2) == labelMonitorWait {
+			w.Monitor = t.Frames[2].Self
+		}
+		return w, true
+	case labelQueuePop:
+		return FrameWait{Kind: WaitQueuePop, Class: ClassQueue, Object: self}, true
+	case labelSizedPop:
+		return FrameWait{Kind: WaitQueuePop, Class: ClassSizedQueue, Object: self}, true
+	case labelSizedPush:
+		return FrameWait{Kind: WaitQueuePush, Class: ClassSizedQueue, Object: self}, true
+	case labelThreadJoin, labelThreadValue:
+		return FrameWait{Kind: WaitJoin, Class: ClassThread, Object: self}, true
+	}
+	return FrameWait{}, false
+}
+
+// wait reads what thread t is blocked on; nil when nothing checks out.
+// mutex decodes and notes a Mutex.
+func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[uint64]bool) *Wait {
+	L := v.Layout
 	owned := func(w *Wait, m SyncObject) *Wait {
 		owner, err := v.mutexOwner(m.Data, threads)
 		w.Owner, w.OwnerKnown = owner, err == nil
 		return w
 	}
+	fw, framed := FrameWaitOf(t)
 	locking, err := v.m.u64(at(t.Addr, L.ThreadLockingMutex))
 	if err == nil && v.isHeapObject(locking) {
 		m, ok := mutex(locking)
@@ -200,35 +247,34 @@ func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[u
 			return nil
 		}
 		w := &Wait{Kind: WaitMutex, Object: m}
-		if l := label(0); l == labelMonitorEnter || l == labelMonitorSync {
-			if class, _, err := v.syncData(self(0), ClassMonitor); err == nil {
-				w = &Wait{Kind: WaitMonitor, Object: SyncObject{Class: class, Addr: self(0)}, Mutex: &m}
+		if framed && fw.Kind == WaitMonitor {
+			if class, _, err := v.syncData(fw.Object, ClassMonitor); err == nil {
+				w = &Wait{Kind: WaitMonitor, Object: SyncObject{Class: class, Addr: fw.Object}, Mutex: &m}
 			}
 		}
 		return owned(w, m)
 	}
-	if t.Status != "sleep" || len(t.Frames) == 0 {
+	if !framed {
 		return nil
 	}
-	switch label(0) {
-	case labelMutexSleep:
-		if label(1) != labelCondVarWait {
-			return nil // Mutex#sleep alone waits for no object
-		}
-		m, ok := mutex(self(0))
-		class, _, err := v.syncData(self(1), ClassCondVar)
+	switch fw.Kind {
+	case WaitCondVar:
+		m, ok := mutex(fw.Mutex)
+		class, _, err := v.syncData(fw.Object, ClassCondVar)
 		if !ok || err != nil {
 			return nil
 		}
-		w := &Wait{Kind: WaitCondVar, Object: SyncObject{Class: class, Addr: self(1)}, Mutex: &m}
-		if label(2) == labelMonitorWait {
-			if class, _, err := v.syncData(self(2), ClassMonitor); err == nil {
-				w.Monitor = &SyncObject{Class: class, Addr: self(2)}
+		w := &Wait{Kind: WaitCondVar, Object: SyncObject{Class: class, Addr: fw.Object}, Mutex: &m}
+		if fw.Monitor != 0 {
+			if class, _, err := v.syncData(fw.Monitor, ClassMonitor); err == nil {
+				w.Monitor = &SyncObject{Class: class, Addr: fw.Monitor}
 			}
 		}
 		return owned(w, m)
-	case labelQueuePop, labelSizedPop, labelSizedPush:
-		class, data, err := v.syncData(self(0), ClassQueue, ClassSizedQueue)
+	case WaitQueuePop, WaitQueuePush:
+		// A SizedQueue pops through Queue#pop where it does not define
+		// its own.
+		class, data, err := v.syncData(fw.Object, ClassQueue, ClassSizedQueue)
 		if err != nil {
 			return nil
 		}
@@ -236,18 +282,14 @@ func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[u
 		if err != nil {
 			return nil
 		}
-		kind := WaitQueuePop
-		if label(0) == labelSizedPush {
-			kind = WaitQueuePush
-		}
-		return &Wait{Kind: kind, Object: SyncObject{Class: class, Addr: self(0)},
+		return &Wait{Kind: fw.Kind, Object: SyncObject{Class: class, Addr: fw.Object},
 			Queue: &QueueState{Length: q.length, Waiting: q.waiting, Max: q.max, WaitingPush: q.waitingPush}}
-	case labelThreadJoin, labelThreadValue:
-		class, data, err := v.syncData(self(0), ClassThread)
+	case WaitJoin:
+		class, data, err := v.syncData(fw.Object, ClassThread)
 		if err != nil || !threads[data] || data == t.Addr {
 			return nil
 		}
-		return &Wait{Kind: WaitJoin, Object: SyncObject{Class: class, Addr: self(0)}, Owner: data, OwnerKnown: true}
+		return &Wait{Kind: WaitJoin, Object: SyncObject{Class: class, Addr: fw.Object}, Owner: data, OwnerKnown: true}
 	}
-	return nil
+	return nil // a Mutex or Monitor frame without a Mutex being waited for
 }
