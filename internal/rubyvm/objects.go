@@ -431,7 +431,7 @@ func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
 	case L.MutexFiber >= 0 && L.FiberThreadPtr >= 0:
 		fiber, err := v.m.u64(at(data, L.MutexFiber))
 		if err != nil || fiber == 0 {
-			return 0, err
+			return 0, v.unheld(data, threads, err)
 		}
 		if th, err = v.m.u64(at(fiber, L.FiberThreadPtr)); err != nil {
 			return 0, err
@@ -439,7 +439,7 @@ func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
 	case L.MutexThread >= 0:
 		var err error
 		if th, err = v.m.u64(at(data, L.MutexThread)); err != nil || th == 0 {
-			return 0, err
+			return 0, v.unheld(data, threads, err)
 		}
 	default:
 		return 0, fmt.Errorf("the layout has no Mutex owner: %w", ErrGarbage)
@@ -455,6 +455,20 @@ func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
 		return 0, fmt.Errorf("Mutex %#x is not on its owner %#x's list: %w", data, th, ErrGarbage)
 	}
 	return th, nil
+}
+
+// unheld checks a Mutex that reads as held by none (err nil): no thread of
+// threads has it on its list of held Mutexes. It returns err when not nil.
+func (v *VM) unheld(data uint64, threads map[uint64]bool, err error) error {
+	if err != nil {
+		return err
+	}
+	for th := range threads {
+		if held, _ := v.heldMutexes(th); slices.Contains(held, data) {
+			return fmt.Errorf("Mutex %#x reads as held by none, but thread %#x holds it: %w", data, th, ErrGarbage)
+		}
+	}
+	return nil
 }
 
 // heldMutexes returns the rb_mutex_t addresses on thread th's list of the

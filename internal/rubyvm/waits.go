@@ -132,6 +132,17 @@ func (v *VM) ReadLocks(ths []Thread) ([]Locks, error) {
 		values[data] = obj
 		return SyncObject{Class: class, Addr: obj, Data: data}, true
 	}
+	// The threads in each queue's pop and push, asleep and at all: a
+	// queue's count of its waiters lies between the two.
+	queued := map[queueWaiter]int{}
+	for _, t := range ths {
+		if fw, ok := frameWait(t); ok && (fw.Kind == WaitQueuePop || fw.Kind == WaitQueuePush) {
+			queued[queueWaiter{fw.Object, fw.Kind, false}]++
+			if t.Status == "sleep" {
+				queued[queueWaiter{fw.Object, fw.Kind, true}]++
+			}
+		}
+	}
 	for i, t := range ths {
 		if t.Status == "dead" || t.Error != "" {
 			continue
@@ -141,7 +152,7 @@ func (v *VM) ReadLocks(ths []Thread) ([]Locks, error) {
 				mutex(f.Self)
 			}
 		}
-		w := v.wait(t, mutex, threads)
+		w := v.wait(t, mutex, threads, queued)
 		if w == nil {
 			continue
 		}
@@ -194,7 +205,16 @@ type FrameWait struct {
 // FrameWaitOf returns what thread t's innermost frames say it is blocked
 // on, and false when they name no wait (or t is not asleep).
 func FrameWaitOf(t Thread) (FrameWait, bool) {
-	if t.Status != "sleep" || len(t.Frames) == 0 {
+	if t.Status != "sleep" {
+		return FrameWait{}, false
+	}
+	return frameWait(t)
+}
+
+// frameWait is FrameWaitOf whatever the thread's status: a thread woken
+// from its wait, not yet out of the blocking method, is still in it.
+func frameWait(t Thread) (FrameWait, bool) {
+	if len(t.Frames) == 0 {
 		return FrameWait{}, false
 	}
 	label := func(i int) string {
@@ -230,9 +250,18 @@ func FrameWaitOf(t Thread) (FrameWait, bool) {
 	return FrameWait{}, false
 }
 
+// queueWaiter counts the threads in a queue's pop or push (kind), asleep
+// or at all.
+type queueWaiter struct {
+	queue  uint64
+	kind   WaitKind
+	asleep bool
+}
+
 // wait reads what thread t is blocked on; nil when nothing checks out.
-// mutex decodes and notes a Mutex.
-func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[uint64]bool) *Wait {
+// mutex decodes and notes a Mutex; queued counts the threads in each
+// queue's pop and push, which its own counts must agree with.
+func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[uint64]bool, queued map[queueWaiter]int) *Wait {
 	L := v.Layout
 	owned := func(w *Wait, m SyncObject) *Wait {
 		owner, err := v.mutexOwner(m.Data, threads)
@@ -278,12 +307,15 @@ func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[u
 		if err != nil {
 			return nil
 		}
+		w := &Wait{Kind: fw.Kind, Object: SyncObject{Class: class, Addr: fw.Object}}
 		q, err := v.queue(data, class == ClassSizedQueue)
-		if err != nil {
-			return nil
+		within := func(n int64, kind WaitKind) bool {
+			return int64(queued[queueWaiter{fw.Object, kind, true}]) <= n && n <= int64(queued[queueWaiter{fw.Object, kind, false}])
 		}
-		return &Wait{Kind: fw.Kind, Object: SyncObject{Class: class, Addr: fw.Object},
-			Queue: &QueueState{Length: q.length, Waiting: q.waiting, Max: q.max, WaitingPush: q.waitingPush}}
+		if err == nil && within(q.waiting, WaitQueuePop) && (q.max < 0 || within(q.waitingPush, WaitQueuePush)) {
+			w.Queue = &QueueState{Length: q.length, Waiting: q.waiting, Max: q.max, WaitingPush: q.waitingPush}
+		}
+		return w
 	case WaitJoin:
 		class, data, err := v.syncData(fw.Object, ClassThread)
 		if err != nil || !threads[data] || data == t.Addr {
