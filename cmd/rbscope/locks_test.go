@@ -226,3 +226,20 @@ func TestLocks(t *testing.T) {
 		})
 	}
 }
+
+// TestLocksArm64: stack --json names the locks and waits of Debian's
+// arm64 Ruby 3.1 (the aarch64 table) under qemu-aarch64-static as the
+// program knows them.
+func TestLocksArm64(t *testing.T) {
+	rb := testruby.Arm64(t)
+	p, rep := startLocks(t, rb)
+	out, stderr, code := rbscope(t, "stack", "--json", "-p", fmt.Sprint(p.PID()))
+	if code != 0 {
+		t.Fatalf("stack --json: exit %d: %s", code, stderr)
+	}
+	var doc wire.Stack
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stack --json: %v\n%s", err, out)
+	}
+	checkLocks(t, rep, doc)
+}
