@@ -228,7 +228,13 @@ func (w *Wait) String() string {
 		if w.Monitor != nil {
 			retake = fmt.Sprintf("%s (its %s)", ObjectString(*w.Monitor), retake)
 		}
-		s = fmt.Sprintf("waiting on %s, to take %s again (now %s)", ObjectString(w.Object), retake, w.owner())
+		s = fmt.Sprintf("waiting on %s, to take %s again", ObjectString(w.Object), retake)
+		switch {
+		case w.Owner != nil:
+			s += " (now held by " + w.Owner.String() + ")"
+		case w.OwnerKnown:
+			s += " (now free)"
+		}
 	case rubyvm.WaitQueuePop, rubyvm.WaitQueuePush:
 		s = fmt.Sprintf("waiting on %s for an item", ObjectString(w.Object))
 		if w.Kind == rubyvm.WaitQueuePush {
