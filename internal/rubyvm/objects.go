@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
 // maxStringBytes bounds strings read for names and paths: a torn read must
@@ -496,6 +498,9 @@ type queueState struct {
 func (v *VM) queue(data uint64, sized bool) (queueState, error) {
 	L := v.Layout
 	q := queueState{max: -1, waitingPush: -1}
+	if min(L.QueueQue, L.QueueNumWaiting, L.SizedQueueQueue, L.SizedQueueMax, L.SizedQueueNumWaitingPush) < 0 {
+		return q, fmt.Errorf("the Ruby %s layout (%s) has no Queue's items and waiters: %w", L.Family, L.Source, layout.ErrFeatureMissing)
+	}
 	base := data
 	if sized {
 		base = at(data, L.SizedQueueQueue)

@@ -330,7 +330,8 @@ type Layout struct {
 	// next_mutex). A Mutex's owner is a fiber (3.0+), whose saved
 	// execution context names its thread, or a thread (2.7). A Queue
 	// keeps its items in an Array (que) and counts its poppers waiting;
-	// a SizedQueue holds a Queue and counts its pushers waiting. A build
+	// a SizedQueue holds a Queue and counts its pushers waiting (a build
+	// without them names a queue wait without the queue's state). A build
 	// has one of the owner's two forms (MutexFiber or MutexThread).
 	ThreadLockingMutex       int64 `dwarf:"off:rb_thread_struct.locking_mutex" need:"locks"`
 	ThreadKeepingMutexes     int64 `dwarf:"off:rb_thread_struct.keeping_mutexes" need:"locks"`
@@ -338,11 +339,11 @@ type Layout struct {
 	MutexThread              int64 `dwarf:"off:rb_mutex_struct.th,optional" need:"locks"`
 	MutexNext                int64 `dwarf:"off:rb_mutex_struct.next_mutex" need:"locks"`
 	FiberThreadPtr           int64 `dwarf:"off:rb_fiber_struct.cont.saved_ec.thread_ptr,optional" need:"locks"`
-	QueueQue                 int64 `dwarf:"off:rb_queue.que" need:"locks"`
-	QueueNumWaiting          int64 `dwarf:"off:rb_queue.num_waiting" need:"locks"`
-	SizedQueueQueue          int64 `dwarf:"off:rb_szqueue.q" need:"locks"`
-	SizedQueueNumWaitingPush int64 `dwarf:"off:rb_szqueue.num_waiting_push" need:"locks"`
-	SizedQueueMax            int64 `dwarf:"off:rb_szqueue.max" need:"locks"`
+	QueueQue                 int64 `dwarf:"off:rb_queue.que,optional" need:"locks"`
+	QueueNumWaiting          int64 `dwarf:"off:rb_queue.num_waiting,optional" need:"locks"`
+	SizedQueueQueue          int64 `dwarf:"off:rb_szqueue.q,optional" need:"locks"`
+	SizedQueueNumWaitingPush int64 `dwarf:"off:rb_szqueue.num_waiting_push,optional" need:"locks"`
+	SizedQueueMax            int64 `dwarf:"off:rb_szqueue.max,optional" need:"locks"`
 
 	// objects; a Thread object is typed data whose data is its rb_thread_t
 	RTypedDataData int64 `dwarf:"off:RTypedData.data"`
