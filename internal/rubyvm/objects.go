@@ -440,6 +440,12 @@ func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
 		}
 	case L.MutexThread >= 0:
 		var err error
+		if L.MutexECSerial >= 0 {
+			serial, err := v.m.u64(at(data, L.MutexECSerial))
+			if err != nil || serial == 0 {
+				return 0, v.unheld(data, threads, err)
+			}
+		}
 		if th, err = v.m.u64(at(data, L.MutexThread)); err != nil || th == 0 {
 			return 0, v.unheld(data, threads, err)
 		}

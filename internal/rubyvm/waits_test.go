@@ -54,7 +54,7 @@ func TestLocksShiftedLayout(t *testing.T) {
 			if named < 6 {
 				t.Fatalf("the right layout names %d owners, want 6 or more: %+v", named, want)
 			}
-			fields := []string{"ThreadLockingMutex", "ThreadKeepingMutexes", "MutexFiber", "MutexThread", "MutexNext", "FiberThreadPtr", "QueueQue", "QueueNumWaiting"}
+			fields := []string{"ThreadLockingMutex", "ThreadKeepingMutexes", "MutexFiber", "MutexThread", "MutexECSerial", "MutexNext", "FiberThreadPtr", "QueueQue", "QueueNumWaiting"}
 			for _, field := range fields {
 				for _, delta := range []int64{-8, 8} {
 					shifted := *right

@@ -333,10 +333,14 @@ type Layout struct {
 	// a SizedQueue holds a Queue and counts its pushers waiting (a build
 	// without them names a queue wait without the queue's state). A build
 	// has one of the owner's two forms (MutexFiber or MutexThread).
-	ThreadLockingMutex       int64 `dwarf:"off:rb_thread_struct.locking_mutex" need:"locks"`
-	ThreadKeepingMutexes     int64 `dwarf:"off:rb_thread_struct.keeping_mutexes" need:"locks"`
-	MutexFiber               int64 `dwarf:"off:rb_mutex_struct.fiber,optional" need:"locks"`
-	MutexThread              int64 `dwarf:"off:rb_mutex_struct.th,optional" need:"locks"`
+	ThreadLockingMutex   int64 `dwarf:"off:rb_thread_struct.locking_mutex" need:"locks"`
+	ThreadKeepingMutexes int64 `dwarf:"off:rb_thread_struct.keeping_mutexes" need:"locks"`
+	MutexFiber           int64 `dwarf:"off:rb_mutex_struct.fiber,optional" need:"locks"`
+	MutexThread          int64 `dwarf:"off:rb_mutex_struct.th,optional" need:"locks"`
+	// MutexECSerial is, where the Mutex keeps its owner's execution
+	// context's serial beside its thread (4.0), what says it is held (not
+	// 0): its thread is left behind when it is let go.
+	MutexECSerial            int64 `dwarf:"off:rb_mutex_struct.ec_serial,optional" need:"locks"`
 	MutexNext                int64 `dwarf:"off:rb_mutex_struct.next_mutex" need:"locks"`
 	FiberThreadPtr           int64 `dwarf:"off:rb_fiber_struct.cont.saved_ec.thread_ptr,optional" need:"locks"`
 	QueueQue                 int64 `dwarf:"off:rb_queue.que,optional" need:"locks"`

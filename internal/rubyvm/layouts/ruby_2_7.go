@@ -193,6 +193,7 @@ func init() {
 		ThreadKeepingMutexes:     256,
 		MutexFiber:               -1,
 		MutexThread:              0,
+		MutexECSerial:            -1,
 		MutexNext:                8,
 		FiberThreadPtr:           136,
 		QueueQue:                 24,

@@ -193,6 +193,7 @@ func init() {
 		ThreadKeepingMutexes:     224,
 		MutexFiber:               0,
 		MutexThread:              -1,
+		MutexECSerial:            -1,
 		MutexNext:                8,
 		FiberThreadPtr:           128,
 		QueueQue:                 24,

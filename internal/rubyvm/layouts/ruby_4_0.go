@@ -193,6 +193,7 @@ func init() {
 		ThreadKeepingMutexes:     360,
 		MutexFiber:               -1,
 		MutexThread:              8,
+		MutexECSerial:            0,
 		MutexNext:                16,
 		FiberThreadPtr:           128,
 		QueueQue:                 24,
