@@ -56,18 +56,19 @@ def named(name, &body)
 end
 
 threads = {}
-threads["holder"] = named("holder") { LOCK.synchronize { held << LOCK.owned?; sleep } }
-held.pop
+owned = {} # what each holder's Mutex#owned? (Monitor#mon_owned?) said
+threads["holder"] = named("holder") { LOCK.synchronize { held << ["holder", LOCK.owned?]; sleep } }
+owned.store(*held.pop)
 threads["waiter-1"] = named("waiter-1") { LOCK.synchronize {} }
 threads["waiter-2"] = named("waiter-2") { LOCK.synchronize {} }
-threads["dl-a"] = named("dl-a") { A.synchronize { held << A.owned?; sleep 0.01 until B.locked?; B.synchronize {} } }
-threads["dl-b"] = named("dl-b") { B.synchronize { held << B.owned?; sleep 0.01 until A.locked?; A.synchronize {} } }
-held.pop
-held.pop
+threads["dl-a"] = named("dl-a") { A.synchronize { held << ["dl-a", A.owned?]; sleep 0.01 until B.locked?; B.synchronize {} } }
+threads["dl-b"] = named("dl-b") { B.synchronize { held << ["dl-b", B.owned?]; sleep 0.01 until A.locked?; A.synchronize {} } }
+owned.store(*held.pop)
+owned.store(*held.pop)
 threads["pool-cond"] = named("pool-cond") { POOL.checkout }
 sleep 0.01 until threads["pool-cond"].status == "sleep"
-threads["pool-holder"] = named("pool-holder") { POOL.mon_synchronize { held << POOL.mon_owned?; sleep } }
-held.pop
+threads["pool-holder"] = named("pool-holder") { POOL.mon_synchronize { held << ["pool-holder", POOL.mon_owned?]; sleep } }
+owned.store(*held.pop)
 threads["pool-enter"] = named("pool-enter") { POOL.mon_enter }
 threads["consumer"] = named("consumer") { QUEUE.pop }
 threads["producer"] = named("producer") { SIZED.push(3) }
@@ -82,7 +83,7 @@ doc = {
   "pid" => Process.pid, "version" => RUBY_VERSION,
   "threads" => threads.to_h { |name, t| [name, { "tid" => t.native_thread_id, "status" => t.status, "addr" => addr(t) }] },
   "lock" => addr(LOCK), "a" => addr(A), "b" => addr(B),
-  "lock_locked" => LOCK.locked?, "a_locked" => A.locked?, "b_locked" => B.locked?,
+  "owned" => owned, "lock_locked" => LOCK.locked?, "a_locked" => A.locked?, "b_locked" => B.locked?,
   "monitor" => POOL.monitor_addr, "cond" => addr(POOL.instance_variable_get(:@available).instance_variable_get(:@cond)),
   "queue" => addr(QUEUE), "queue_length" => QUEUE.length, "queue_waiting" => QUEUE.num_waiting,
   "sized" => addr(SIZED), "sized_length" => SIZED.length, "sized_max" => SIZED.max, "sized_waiting" => SIZED.num_waiting,

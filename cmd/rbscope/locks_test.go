@@ -22,14 +22,16 @@ type locksReport struct {
 		Addr   uint64 `json:"addr"`
 	} `json:"threads"`
 	Lock, A, B, Monitor, Cond, Queue, Sized uint64
-	LockLocked                              bool  `json:"lock_locked"`
-	ALocked                                 bool  `json:"a_locked"`
-	BLocked                                 bool  `json:"b_locked"`
-	QueueLength                             int64 `json:"queue_length"`
-	QueueWaiting                            int64 `json:"queue_waiting"`
-	SizedLength                             int64 `json:"sized_length"`
-	SizedMax                                int64 `json:"sized_max"`
-	SizedWaiting                            int64 `json:"sized_waiting"`
+	// Owned is what each holder's Mutex#owned? (Monitor#mon_owned?) said.
+	Owned        map[string]bool `json:"owned"`
+	LockLocked   bool            `json:"lock_locked"`
+	ALocked      bool            `json:"a_locked"`
+	BLocked      bool            `json:"b_locked"`
+	QueueLength  int64           `json:"queue_length"`
+	QueueWaiting int64           `json:"queue_waiting"`
+	SizedLength  int64           `json:"sized_length"`
+	SizedMax     int64           `json:"sized_max"`
+	SizedWaiting int64           `json:"sized_waiting"`
 }
 
 // startLocks runs testdata/locks.rb on rb and waits for its report.
@@ -38,8 +40,13 @@ func startLocks(t *testing.T, rb testruby.Ruby) (*testruby.Process, locksReport)
 	p := testruby.Start(t, rb, "locks.rb", nil)
 	var rep locksReport
 	p.WaitReport(t, &rep, 60*time.Second)
-	if !rep.LockLocked || !rep.ALocked || !rep.BLocked {
+	if !rep.LockLocked || !rep.ALocked || !rep.BLocked || len(rep.Owned) != 4 {
 		t.Fatalf("the program's locks are not all held: %+v", rep)
+	}
+	for name, owned := range rep.Owned {
+		if !owned {
+			t.Fatalf("%s does not own its lock, says Mutex#owned?", name)
+		}
 	}
 	return p, rep
 }
