@@ -51,6 +51,20 @@ func startLocks(t *testing.T, rb testruby.Ruby) (*testruby.Process, locksReport)
 	return p, rep
 }
 
+// stackJSON runs stack --json on process pid.
+func stackJSON(t *testing.T, pid string) wire.Stack {
+	t.Helper()
+	out, stderr, code := rbscope(t, "stack", "--json", "-p", pid)
+	if code != 0 {
+		t.Fatalf("stack --json: exit %d: %s", code, stderr)
+	}
+	var doc wire.Stack
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stack --json: %v\n%s", err, out)
+	}
+	return doc
+}
+
 func hexAddr(a uint64) string { return fmt.Sprintf("0x%016x", a) }
 
 // checkLocks compares what a stack document names of each thread's waits
@@ -165,14 +179,7 @@ func TestLocks(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			p, rep := startLocks(t, rb)
 			pid := fmt.Sprint(p.PID())
-			out, stderr, code := rbscope(t, "stack", "--json", "-p", pid)
-			if code != 0 {
-				t.Fatalf("stack --json: exit %d: %s", code, stderr)
-			}
-			var doc wire.Stack
-			if err := json.Unmarshal([]byte(out), &doc); err != nil {
-				t.Fatalf("stack --json: %v\n%s", err, out)
-			}
+			doc := stackJSON(t, pid)
 			checkLocks(t, rep, doc, false)
 
 			text, stderr, code := rbscope(t, "stack", "-p", pid)
@@ -190,7 +197,7 @@ func TestLocks(t *testing.T) {
 				}
 			}
 
-			out, stderr, code = rbscope(t, "threads", "--json", "-p", pid)
+			out, stderr, code := rbscope(t, "threads", "--json", "-p", pid)
 			if code != 0 {
 				t.Fatalf("threads --json: exit %d: %s", code, stderr)
 			}
@@ -243,14 +250,7 @@ func TestLocks(t *testing.T) {
 func TestLocksArm64(t *testing.T) {
 	rb := testruby.Arm64(t)
 	p, rep := startLocks(t, rb)
-	out, stderr, code := rbscope(t, "stack", "--json", "-p", fmt.Sprint(p.PID()))
-	if code != 0 {
-		t.Fatalf("stack --json: exit %d: %s", code, stderr)
-	}
-	var doc wire.Stack
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("stack --json: %v\n%s", err, out)
-	}
+	doc := stackJSON(t, fmt.Sprint(p.PID()))
 	checkLocks(t, rep, doc, false)
 }
 
@@ -263,14 +263,7 @@ func TestLocksVariants(t *testing.T) {
 				rb := rb
 				rb.Env = append(append([]string(nil), rb.Env...), v.Env...)
 				p, rep := startLocks(t, rb)
-				out, stderr, code := rbscope(t, "stack", "--json", "-p", fmt.Sprint(p.PID()))
-				if code != 0 {
-					t.Fatalf("stack --json: exit %d: %s", code, stderr)
-				}
-				var doc wire.Stack
-				if err := json.Unmarshal([]byte(out), &doc); err != nil {
-					t.Fatalf("stack --json: %v\n%s", err, out)
-				}
+				doc := stackJSON(t, fmt.Sprint(p.PID()))
 				checkLocks(t, rep, doc, v.Name == "mn")
 			})
 		}
