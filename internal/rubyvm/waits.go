@@ -270,7 +270,7 @@ func (v *VM) wait(t Thread, mutex func(uint64) (SyncObject, bool), threads map[u
 	}
 	fw, framed := FrameWaitOf(t)
 	locking, err := v.m.u64(at(t.Addr, L.ThreadLockingMutex))
-	if err == nil && v.isHeapObject(locking) {
+	if err == nil && v.IsHeapObject(locking) {
 		m, ok := mutex(locking)
 		if !ok {
 			return nil

@@ -208,10 +208,14 @@ func TestCoreErrors(t *testing.T) {
 	}
 }
 
+// copyFile copies a file as an executable, making its directory.
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
