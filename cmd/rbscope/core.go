@@ -164,7 +164,7 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, err
 		return nil, err
 	}
 	defer closeAll()
-	threads, err := stacks.Capture(t, vm, stacks.Options{})
+	threads, err := stacks.Capture(t, vm, stacks.Options{Locks: true})
 	if err != nil {
 		return nil, coreError(t, err)
 	}
@@ -233,7 +233,7 @@ func readCoreNative(path string, opts target.CoreOptions, lines bool) (*wire.Cor
 		return nil, nil, err
 	}
 	defer closeAll()
-	threads, err := stacks.Capture(t, vm, stacks.Options{Native: true, Lines: lines})
+	threads, err := stacks.Capture(t, vm, stacks.Options{Native: true, Lines: lines, Locks: true})
 	if err != nil {
 		return nil, nil, coreError(t, err)
 	}

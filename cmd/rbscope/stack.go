@@ -35,7 +35,7 @@ always resumed; --nonblocking reads without pausing it.`,
 			if native && nonblocking {
 				return usageError{fmt.Errorf("--native needs the threads stopped to read their registers: drop --nonblocking")}
 			}
-			p, threads, err := readStacks(pid, stacks.Options{Native: native, Lines: lines, Nonblocking: nonblocking})
+			p, threads, err := readStacks(pid, stacks.Options{Native: native, Lines: lines, Nonblocking: nonblocking, Locks: true})
 			if err != nil {
 				return err
 			}
@@ -111,6 +111,18 @@ func printStacks(w io.Writer, threads []stacks.Thread) {
 			fmt.Fprintf(w, "  (stack incomplete: %s)\n", textsafe.Clean(th.Error))
 		}
 	}
+	printDeadlocks(w, threads)
+}
+
+// printDeadlocks prints a line for each cycle of the threads' waits,
+// after a blank line.
+func printDeadlocks(w io.Writer, threads []stacks.Thread) {
+	for i, d := range stacks.Deadlocks(threads) {
+		if i == 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, textsafe.Clean(d.String()))
+	}
 }
 
 // printThreadHeader prints the line that opens a thread's stack: its name
@@ -143,4 +155,7 @@ func printThreadHeader(w io.Writer, th stacks.Thread) {
 		fmt.Fprint(w, " (holds GVL)")
 	}
 	fmt.Fprintln(w)
+	for _, l := range stacks.LockLines(th) {
+		fmt.Fprintf(w, "  - %s\n", textsafe.Clean(l))
+	}
 }

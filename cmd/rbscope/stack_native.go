@@ -64,6 +64,7 @@ func printNativeStacks(w io.Writer, threads []stacks.Thread) {
 			fmt.Fprintf(w, "  (native stack ends: %s)\n", textsafe.Clean(th.NativeError))
 		}
 	}
+	printDeadlocks(w, threads)
 }
 
 // frameBytes prints a frame size, exactly.

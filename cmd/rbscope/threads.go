@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,6 +126,27 @@ func printThreadTable(w io.Writer, rows []threads.Row) {
 			frame += "  [large native frame: " + lf.Function + "]"
 		}
 		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s %8s  %-20s %-6s %-4s %s\n", r.TID, textsafe.Clean(r.Comm), r.State, r.CPUSeconds, r.CPUPercent, stack, big, textsafe.Clean(name), status, gvl, textsafe.Clean(frame))
+		if r.Kind == threads.KindRuby {
+			printThreadLocks(w, r.Ruby)
+		}
+	}
+	var seen []string
+	for _, r := range rows {
+		if r.Kind != threads.KindRuby || r.Ruby.Deadlock == nil || slices.Contains(seen, r.Ruby.Deadlock.String()) {
+			continue
+		}
+		if seen = append(seen, r.Ruby.Deadlock.String()); len(seen) == 1 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, textsafe.Clean(r.Ruby.Deadlock.String()))
+	}
+}
+
+// printThreadLocks prints, under a Ruby thread's row, what it waits on and
+// holds.
+func printThreadLocks(w io.Writer, rt *threads.RubyThread) {
+	for _, l := range stacks.LockLines(stacks.Thread{Wait: rt.Wait, Held: rt.Held}) {
+		fmt.Fprintf(w, "%8s - %s\n", "", textsafe.Clean(l))
 	}
 }
 

@@ -546,7 +546,7 @@ func readRuby(pid int) (*crashreport.Ruby, []string) {
 	}
 	// The process is dumping its core: it cannot be paused, and it
 	// stands still.
-	threads, err := stacks.Capture(t, vm, stacks.Options{Nonblocking: true, FrameBudget: reportFrameBudget})
+	threads, err := stacks.Capture(t, vm, stacks.Options{Nonblocking: true, FrameBudget: reportFrameBudget, Locks: true})
 	if err != nil {
 		problems = append(problems, "ruby threads: "+err.Error())
 	}

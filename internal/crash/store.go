@@ -187,6 +187,9 @@ func WriteText(w io.Writer, r *crashreport.Report) {
 				mark = "  <== crashed"
 			}
 			fmt.Fprintf(w, "Thread %q tid=%d status=%s%s\n", name, th.TID, th.Status, mark)
+			for _, l := range stacks.LockLines(th) {
+				fmt.Fprintf(w, "  - %s\n", textsafe.Clean(l))
+			}
 			for _, f := range th.Frames {
 				loc := "<cfunc>"
 				if f.Kind == stacks.KindRuby {
@@ -194,6 +197,9 @@ func WriteText(w io.Writer, r *crashreport.Report) {
 				}
 				fmt.Fprintf(w, "  %s  %s\n", textsafe.Clean(f.Label), loc)
 			}
+		}
+		for _, d := range stacks.Deadlocks(r.Ruby.Threads) {
+			fmt.Fprintln(w, textsafe.Clean(d.String()))
 		}
 	}
 	if len(r.Native) > 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/crashreport"
+	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -70,5 +72,45 @@ func TestTextSaysWhyCoreIsShort(t *testing.T) {
 	WriteText(&b, &r)
 	if !strings.Contains(b.String(), "core.zst (10 bytes read, 4 stored): writing core.zst failed") {
 		t.Errorf("report.txt hides why the core is short:\n%s", b.String())
+	}
+}
+
+// TestTextNamesLocks: report.txt says what each Ruby thread waited on and
+// held, and the deadlock they were in, as stack prints them; report.json
+// keeps them (read back, the same lines).
+func TestTextNamesLocks(t *testing.T) {
+	mutex := func(addr uint64) rubyvm.SyncObject { return rubyvm.SyncObject{Class: "Thread::Mutex", Addr: addr} }
+	a := stacks.ThreadRef{Index: 0, TID: 11, Name: "a"}
+	b := stacks.ThreadRef{Index: 1, TID: 12, Name: "b"}
+	r := crashreport.Report{ID: "x", Ruby: &crashreport.Ruby{Version: "3.3.8", Threads: []stacks.Thread{
+		{TID: 11, Name: "a", Ruby: true, Status: "sleep", Wait: &stacks.Wait{Kind: rubyvm.WaitMutex, Object: mutex(0x20), Owner: &b, OwnerKnown: true},
+			Held: []stacks.Held{{Mutex: mutex(0x10), Waiters: []stacks.ThreadRef{b}}}},
+		{TID: 12, Name: "b", Ruby: true, Status: "sleep", Wait: &stacks.Wait{Kind: rubyvm.WaitMutex, Object: mutex(0x10), Owner: &a, OwnerKnown: true},
+			Held: []stacks.Held{{Mutex: mutex(0x20), Waiters: []stacks.ThreadRef{a}}}},
+	}}}
+	want := []string{
+		`  - waiting for Thread::Mutex 0x0000000000000020 held by "b" tid=12`,
+		`  - holds Thread::Mutex 0x0000000000000010; waited for by "b" tid=12`,
+		`deadlock: "a" waits for Thread::Mutex 0x0000000000000020 held by "b", which waits for Thread::Mutex 0x0000000000000010 held by "a"`,
+	}
+	var text strings.Builder
+	WriteText(&text, &r)
+	js, err := wire.EncodeCrashReport(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := wire.ReadCrashReport(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again strings.Builder
+	WriteText(&again, back)
+	for _, w := range want {
+		if !strings.Contains(text.String(), w+"\n") {
+			t.Errorf("report.txt lacks %q:\n%s", w, text.String())
+		}
+	}
+	if again.String() != text.String() {
+		t.Errorf("read back from report.json:\n%s\nwant\n%s", again.String(), text.String())
 	}
 }

@@ -25,6 +25,7 @@ const (
 	KindThread  Kind = "thread"  // a root frame "thread NAME" with --threads
 	KindGC      Kind = "gc"      // LabelGC and its phase, above the Ruby frames that set the GC off
 	KindGVL     Kind = "gvl"     // LabelGVLWait, the leaf of a thread waiting for the GVL
+	KindWait    Kind = "wait"    // the leaf of a thread blocked on a Mutex, a Queue, a join: "(waiting for Thread::Mutex)"
 	KindNative  Kind = "native"  // a native function (record --native); Path is its object
 )
 

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
 
 // maxStringBytes bounds strings read for names and paths: a torn read must
@@ -391,4 +394,179 @@ func (v *VM) methodLabel(owner uint64, name string) string {
 // temporary "#<Class:0x...>::Foo" of a constant under an anonymous class.
 func permanentName(path string) bool {
 	return path != "" && !strings.HasPrefix(path, "#<")
+}
+
+// Synchronisation objects (thread_sync.c): a Mutex, a Queue, a
+// ConditionVariable, a Monitor (ext/monitor) and a Thread are typed data.
+// Their decoders check what they read: the object's class by name, its
+// data typed and out of its slot, an owner that is one of the VM's
+// threads and holds the Mutex on its own list. What does not check out
+// is not named.
+
+// Classes of the synchronisation objects, as Module#name gives them.
+const (
+	ClassMutex      = "Thread::Mutex"
+	ClassCondVar    = "Thread::ConditionVariable"
+	ClassQueue      = "Thread::Queue"
+	ClassSizedQueue = "Thread::SizedQueue"
+	ClassMonitor    = "Monitor"
+	ClassThread     = "Thread"
+)
+
+// maxHeldMutexes bounds the walk of a thread's list of held Mutexes.
+const maxHeldMutexes = 4096
+
+// syncData returns the class name and data pointer of obj, a typed data
+// object of one of the classes named; an error for anything else.
+func (v *VM) syncData(obj uint64, classes ...string) (string, uint64, error) {
+	L := v.Layout
+	typ, _, err := v.objType(obj)
+	if err != nil {
+		return "", 0, err
+	}
+	if typ != L.TData {
+		return "", 0, fmt.Errorf("object %#x is type %d, not typed data: %w", obj, typ, ErrGarbage)
+	}
+	klass, err := v.m.u64(at(obj, L.RBasicKlass))
+	if err != nil {
+		return "", 0, err
+	}
+	class := v.ClassName(klass)
+	if !slices.Contains(classes, class) {
+		return "", 0, fmt.Errorf("object %#x is a %q, not a %s: %w", obj, class, strings.Join(classes, " or "), ErrGarbage)
+	}
+	if L.RTypedDataTypedFlag >= 0 {
+		// 1 for typed data out of its slot; embedded data (3.3+'s
+		// TYPED_DATA_EMBEDDED) is not what these classes allocate.
+		if f, err := v.m.u64(at(obj, L.RTypedDataTypedFlag)); err != nil || f != 1 {
+			return "", 0, fmt.Errorf("object %#x is not typed data out of its slot: %w", obj, ErrGarbage)
+		}
+	}
+	data, err := v.m.u64(at(obj, L.RTypedDataData))
+	if err != nil {
+		return "", 0, err
+	}
+	if data == 0 {
+		return "", 0, fmt.Errorf("object %#x has no data: %w", obj, ErrGarbage)
+	}
+	return class, data, nil
+}
+
+// mutexOwner returns the thread (rb_thread_t) that holds the Mutex whose
+// rb_mutex_t is at data, 0 when none does. The owner must be one of
+// threads (the VM's, by address) and have the Mutex on its list of held
+// ones; an error otherwise.
+func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
+	L := v.Layout
+	var th uint64
+	switch {
+	case L.MutexFiber >= 0 && L.FiberThreadPtr >= 0:
+		fiber, err := v.m.u64(at(data, L.MutexFiber))
+		if err != nil || fiber == 0 {
+			return 0, v.unheld(data, threads, err)
+		}
+		if th, err = v.m.u64(at(fiber, L.FiberThreadPtr)); err != nil {
+			return 0, err
+		}
+	case L.MutexThread >= 0:
+		var err error
+		if L.MutexECSerial >= 0 {
+			serial, err := v.m.u64(at(data, L.MutexECSerial))
+			if err != nil || serial == 0 {
+				return 0, v.unheld(data, threads, err)
+			}
+		}
+		if th, err = v.m.u64(at(data, L.MutexThread)); err != nil || th == 0 {
+			return 0, v.unheld(data, threads, err)
+		}
+	default:
+		return 0, fmt.Errorf("the layout has no Mutex owner: %w", ErrGarbage)
+	}
+	if !threads[th] {
+		return 0, fmt.Errorf("Mutex %#x's owner %#x is none of the VM's threads: %w", data, th, ErrGarbage)
+	}
+	held, err := v.heldMutexes(th)
+	if err != nil {
+		return 0, err
+	}
+	if !slices.Contains(held, data) {
+		return 0, fmt.Errorf("Mutex %#x is not on its owner %#x's list: %w", data, th, ErrGarbage)
+	}
+	return th, nil
+}
+
+// unheld checks a Mutex that reads as held by none (err nil): no thread of
+// threads has it on its list of held Mutexes. It returns err when not nil.
+func (v *VM) unheld(data uint64, threads map[uint64]bool, err error) error {
+	if err != nil {
+		return err
+	}
+	for th := range threads {
+		if held, _ := v.heldMutexes(th); slices.Contains(held, data) {
+			return fmt.Errorf("Mutex %#x reads as held by none, but thread %#x holds it: %w", data, th, ErrGarbage)
+		}
+	}
+	return nil
+}
+
+// heldMutexes returns the rb_mutex_t addresses on thread th's list of the
+// Mutexes it holds (keeping_mutexes), innermost lock first.
+func (v *VM) heldMutexes(th uint64) ([]uint64, error) {
+	L := v.Layout
+	m, err := v.m.u64(at(th, L.ThreadKeepingMutexes))
+	var out []uint64
+	for ; err == nil && m != 0; m, err = v.m.u64(at(m, L.MutexNext)) {
+		if len(out) == maxHeldMutexes || slices.Contains(out, m) {
+			return nil, fmt.Errorf("thread %#x's list of Mutexes does not end: %w", th, ErrGarbage)
+		}
+		out = append(out, m)
+	}
+	return out, err
+}
+
+// queueState is what a Queue holds: its items, its poppers waiting and,
+// of a SizedQueue, its bound and pushers waiting (-1 for a Queue).
+type queueState struct {
+	length, waiting, max, waitingPush int64
+}
+
+// queue reads the Queue (sized: a SizedQueue) whose data is at data.
+func (v *VM) queue(data uint64, sized bool) (queueState, error) {
+	L := v.Layout
+	q := queueState{max: -1, waitingPush: -1}
+	if min(L.QueueQue, L.QueueNumWaiting, L.SizedQueueQueue, L.SizedQueueMax, L.SizedQueueNumWaitingPush) < 0 {
+		return q, fmt.Errorf("the Ruby %s layout (%s) has no Queue's items and waiters: %w", L.Family, L.Source, layout.ErrFeatureMissing)
+	}
+	base := data
+	if sized {
+		base = at(data, L.SizedQueueQueue)
+		b, err := v.m.read(data, int(max(L.SizedQueueMax, L.SizedQueueNumWaitingPush)+8))
+		if err != nil {
+			return q, err
+		}
+		q.max, q.waitingPush = int64(le64(b, L.SizedQueueMax)), int64(int32(le32(b, L.SizedQueueNumWaitingPush)))
+	}
+	b, err := v.m.read(base, int(max(L.QueueQue, L.QueueNumWaiting)+8))
+	if err != nil {
+		return q, err
+	}
+	q.waiting = int64(int32(le32(b, L.QueueNumWaiting)))
+	que := le64(b, L.QueueQue)
+	typ, flags, err := v.objType(que)
+	if err != nil {
+		return q, err
+	}
+	if typ != L.TArray {
+		return q, fmt.Errorf("Queue %#x's items %#x are not an Array: %w", data, que, ErrGarbage)
+	}
+	slot, err := v.m.read(que, aryHeaderLen(L))
+	if err != nil {
+		return q, err
+	}
+	n := AryHeader(L, slot, flags).Length
+	if n > 1<<40 || q.waiting < 0 || q.waitingPush < -1 {
+		return q, fmt.Errorf("Queue %#x holds %d items, %d waiting: %w", data, n, q.waiting, ErrGarbage)
+	}
+	q.length = int64(n)
+	return q, nil
 }

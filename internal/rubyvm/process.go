@@ -522,6 +522,7 @@ var featureWhat = map[layout.Feature]string{
 	layout.FeatureStack:  "reading stacks",
 	layout.FeatureCensus: "the heap census",
 	layout.FeatureDump:   "the heap dump",
+	layout.FeatureLocks:  "naming locks and waits",
 }
 
 // VMPtr reads ruby_current_vm_ptr.

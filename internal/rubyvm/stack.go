@@ -38,6 +38,10 @@ type Frame struct {
 	// inside a skipped one that was), when read WithExecBoundaries:
 	// where Ruby frames line up with the native frames running them.
 	ExecEnds bool
+	// Self is the frame's receiver (cfp->self): the Mutex of a
+	// Thread::Mutex#lock frame, the Queue of a Thread::Queue#pop frame,
+	// as the thread's read left it. Not dereferenced by the stack read.
+	Self uint64
 }
 
 // Thread is one Ruby thread and its stack.
@@ -952,7 +956,7 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			return Frame{}, false, err
 		}
 		if info.cTrace {
-			return Frame{Kind: KindCFunc, Label: v.methodLabel(owner, info.label)}, true, nil
+			return Frame{Kind: KindCFunc, Label: v.methodLabel(owner, info.label), Self: le64(cf, L.CFPSelf)}, true, nil
 		}
 		lkey := [2]uint64{iseq, owner}
 		label, ok := v.labels[lkey]
@@ -965,7 +969,7 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 				v.noteYoung(cacheLabel, iseq, owner)
 			}
 		}
-		f := Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line}
+		f := Frame{Kind: KindRuby, Label: label, BaseLabel: info.baseLabel, Path: info.path, Line: line, Self: le64(cf, L.CFPSelf)}
 		if bmethod != 0 {
 			if _, name, err := v.methodName(bmethod); err == nil && name != "?" {
 				f.Method = name
@@ -988,7 +992,7 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 	}
 	meCref := le64(env, (L.EnvIndexMECref-lo)*8)
 	if label, ok := v.cfuncs[meCref]; ok {
-		return Frame{Kind: KindCFunc, Label: label}, true, nil
+		return Frame{Kind: KindCFunc, Label: label, Self: le64(cf, L.CFPSelf)}, true, nil
 	}
 	me, err := v.methodEntry(meCref)
 	if err != nil {
@@ -1005,7 +1009,7 @@ func (v *VM) frame(cf []byte) (Frame, bool, error) {
 			v.noteYoung(cacheCFunc, meCref, 0)
 		}
 	}
-	return Frame{Kind: KindCFunc, Label: label}, true, nil
+	return Frame{Kind: KindCFunc, Label: label, Self: le64(cf, L.CFPSelf)}, true, nil
 }
 
 // methodName returns the owner of method entry me and the method's name as

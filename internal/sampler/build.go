@@ -18,8 +18,10 @@ import (
 // its Ruby frames (beside its native ones when they were read), under a
 // process and a thread root frame when asked for, with the GC's phase
 // above the GVL holder's and, for a thread waiting for the GVL, that leaf
-// (with Options.GVL, or for every thread: all). With native, a thread's
-// native frames unwound at this tick (p.reader) go beside its Ruby frames.
+// (with Options.GVL, or for every thread: all); with all, a thread blocked
+// on a Mutex, a Queue or a join gets that wait's leaf (sampling.WaitFrame).
+// With native, a thread's native frames unwound at this tick (p.reader) go
+// beside its Ruby frames.
 func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Thread, gc rubyvm.GCPhase, now time.Time, wanted func(rubyvm.Thread) bool, tidOf func(rubyvm.Thread) int, all, native bool) {
 	for _, th := range threads {
 		if !wanted(th) {
@@ -57,6 +59,10 @@ func (s *Sampler) addSamples(prof *profile.Profile, p *proc, threads []rubyvm.Th
 			frames = append(frames, sampling.GCFrames(gc)...)
 		case (s.opts.GVL || all) && waitsForGVL(th):
 			frames = append(frames, profile.Frame{Kind: profile.KindGVL, Label: profile.LabelGVLWait})
+		case all:
+			if f, ok := sampling.WaitFrame(th); ok {
+				frames = append(frames, f)
+			}
 		}
 		s.frames = frames
 		// A thread sampled where it was sampled last (a hot loop) counts

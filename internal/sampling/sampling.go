@@ -48,6 +48,28 @@ var gcFrames = map[rubyvm.GCPhase][]profile.Frame{
 // slice is shared: append it, never change it.
 func GCFrames(phase rubyvm.GCPhase) []profile.Frame { return gcFrames[phase] }
 
+// WaitFrame is the leaf a sample of a sleeping thread gets when its
+// innermost frames block on a synchronisation object
+// (rubyvm.FrameWaitOf), by the object's class, so that the waits on every
+// Mutex add up under one frame: "(waiting for Thread::Mutex)", "(waiting
+// for Monitor)", "(waiting on Thread::ConditionVariable)", "(waiting on
+// Thread::Queue)", "(waiting on Thread::SizedQueue)", "(waiting for a
+// Thread to end)". false when the frames name no wait.
+func WaitFrame(th rubyvm.Thread) (profile.Frame, bool) {
+	w, ok := rubyvm.FrameWaitOf(th)
+	if !ok {
+		return profile.Frame{}, false
+	}
+	label := "(waiting on " + w.Class + ")"
+	switch w.Kind {
+	case rubyvm.WaitMutex, rubyvm.WaitMonitor:
+		label = "(waiting for " + w.Class + ")"
+	case rubyvm.WaitJoin:
+		label = "(waiting for a Thread to end)"
+	}
+	return profile.Frame{Kind: profile.KindWait, Label: label}, true
+}
+
 // ThreadCut is a --thread cut as the samplers apply it (record, top): it
 // matches threads by their names in profiles (ThreadName) and TIDs
 // (profile.ThreadMatch), once for each thread, and remembers the threads

@@ -38,6 +38,11 @@ type Thread struct {
 	NativeError string
 	// Regs are the thread's registers when its native stack was read.
 	Regs *target.Regs
+	// Wait is what the Ruby thread is blocked on (a Mutex, a Monitor, a
+	// ConditionVariable, a Queue, a join), nil when nothing is named;
+	// Held are the Mutexes it holds (Options.Locks).
+	Wait *Wait
+	Held []Held
 }
 
 // Largest returns the thread's largest native frame (by the stack it
@@ -81,6 +86,12 @@ type Options struct {
 	// stacks are read, with the threads standing still (not with
 	// Nonblocking).
 	WhileStill func(tids []int) error
+	// Locks names what each Ruby thread waits on and holds (Thread.Wait,
+	// Thread.Held), read with the stacks; LocksErr says why not when the
+	// Ruby's layout lacks what it needs.
+	Locks bool
+	// LocksErr, when not nil, receives why the locks were not read.
+	LocksErr *error
 }
 
 // ErrNativeNonblocking refuses a capture of native stacks without a
@@ -107,7 +118,7 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 	if err := r.Prepare(); err != nil {
 		return nil, err
 	}
-	read, err := r.Read(&Selection{Nonblocking: opts.Nonblocking, AllNative: true, WhileStill: opts.WhileStill})
+	read, err := r.Read(&Selection{Nonblocking: opts.Nonblocking, AllNative: true, WhileStill: opts.WhileStill, Locks: opts.Locks && vm != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +155,12 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 			seen[rt.TID] = true // not listed again as a native thread
 		}
 		out = append(out, th)
+	}
+	if opts.Locks {
+		joinLocks(out, ruby, read.Locks)
+		if opts.LocksErr != nil {
+			*opts.LocksErr = read.LocksErr
+		}
 	}
 	if !opts.Native {
 		return out, nil

@@ -104,6 +104,9 @@ type Selection struct {
 	// stacks are read, with the TIDs of those that do (not with
 	// Nonblocking).
 	WhileStill func(tids []int) error
+	// Locks reads what each Ruby thread waits on and holds
+	// (rubyvm.VM.ReadLocks) with the stacks, when every thread's is read.
+	Locks bool
 }
 
 // Read is what one read found.
@@ -118,6 +121,10 @@ type Read struct {
 	// GC is the collector's phase with Selection.GC, when a thread read
 	// held the GVL (the collector runs on that thread); GCIdle otherwise.
 	GC rubyvm.GCPhase
+	// Locks are, with Selection.Locks, what each of Threads waits on and
+	// holds, by index; LocksErr says why they were not read.
+	Locks    []rubyvm.Locks
+	LocksErr error
 }
 
 // nativeStack is one thread's native stack as a read unwound it.
@@ -250,6 +257,9 @@ func (r *Reader) readStill() error {
 		}
 		if sel.GC {
 			r.res.GC = r.gcPhase(r.res.Threads)
+		}
+		if sel.Locks && sel.Threads == nil {
+			r.res.Locks, r.res.LocksErr = r.vm.ReadLocks(r.res.Threads)
 		}
 	}
 	if r.uw != nil {
@@ -396,6 +406,9 @@ func (r *Reader) readNonblocking() (Read, error) {
 	r.res.Threads = ths
 	if gc {
 		r.res.GC = r.gcPhaseRead(ths)
+	}
+	if sel.Locks {
+		r.res.Locks, r.res.LocksErr = r.vm.ReadLocks(ths)
 	}
 	return r.res, nil
 }

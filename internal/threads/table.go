@@ -71,6 +71,11 @@ type RubyThread struct {
 	GVL    bool
 	// Frame is its innermost Ruby frame (nil for an empty stack).
 	Frame *stacks.Frame
+	// Wait is what it is blocked on, Held the Mutexes it holds, and
+	// Deadlock the cycle of waits it is in (nil when none).
+	Wait     *stacks.Wait
+	Held     []stacks.Held
+	Deadlock *stacks.Deadlock
 }
 
 // kernelStates names the kernel's thread states.
@@ -96,7 +101,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		return nil, err
 	}
 	stackTasks := after
-	captured, err := stacks.Capture(t, vm, stacks.Options{Native: pause, Nonblocking: !pause, WhileStill: func([]int) error {
+	captured, err := stacks.Capture(t, vm, stacks.Options{Native: pause, Nonblocking: !pause, Locks: true, WhileStill: func([]int) error {
 		if k, err := t.Tasks(); err == nil {
 			stackTasks = k // every thread is blocked now, so each shows its sp
 		}
@@ -105,11 +110,18 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
+	deadlocked := map[int]*stacks.Deadlock{} // by the thread's place in captured
+	for _, d := range stacks.Deadlocks(captured) {
+		for _, l := range d {
+			deadlocked[l.Thread.Index] = &d
+		}
+	}
 	largest := map[int]*LargestFrame{}
 	var vmStacks map[int][2]uint64    // by TID, read once when a Ruby thread has a native frame
 	threadPointer := map[int]uint64{} // each thread's thread pointer, when paused
 	byTID := map[int]stacks.Thread{}
-	for _, th := range captured {
+	indexOf := map[int]int{} // a Ruby thread's place in captured, by TID
+	for i, th := range captured {
 		if th.TID <= 0 {
 			continue // an M:N thread on no native thread now
 		}
@@ -123,6 +135,7 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		}
 		if th.Ruby {
 			byTID[th.TID] = th
+			indexOf[th.TID] = i
 		}
 	}
 	maps, _ := t.Mappings()
@@ -168,7 +181,8 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		}
 		if th, ok := byTID[tk.TID]; ok {
 			row.Kind = KindRuby
-			rt := &RubyThread{Name: th.Name, Status: th.Status, Main: th.Main, GVL: th.GVL}
+			rt := &RubyThread{Name: th.Name, Status: th.Status, Main: th.Main, GVL: th.GVL, Wait: th.Wait, Held: th.Held,
+				Deadlock: deadlocked[indexOf[tk.TID]]}
 			for _, f := range th.Frames {
 				if f.Kind != stacks.KindNative {
 					rt.Frame = &f

@@ -31,7 +31,7 @@ func (s *Server) stack(pid int) (any, error) {
 		return nil, err
 	}
 	defer p.Close()
-	threads, err := stacks.Capture(p.Live, p.VM, stacks.Options{})
+	threads, err := stacks.Capture(p.Live, p.VM, stacks.Options{Locks: true})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}

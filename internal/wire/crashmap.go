@@ -154,7 +154,8 @@ func (d *CrashReport) report() *crashreport.Report {
 	if d.Ruby != nil {
 		r.Ruby = &crashreport.Ruby{Version: d.Ruby.Version, Threads: make([]stacks.Thread, len(d.Ruby.Threads))}
 		for i, w := range d.Ruby.Threads {
-			th := stacks.Thread{TID: w.TID, Name: w.Name, Ruby: true, Main: w.Main, Status: w.Status, GVL: w.GVL, Error: w.Error}
+			th := stacks.Thread{TID: w.TID, Name: w.Name, Ruby: true, Main: w.Main, Status: w.Status, GVL: w.GVL, Error: w.Error,
+				Wait: w.Wait.wait(), Held: held(w.Holds)}
 			if w.Frames != nil {
 				th.Frames = make([]stacks.Frame, len(w.Frames))
 				for j, f := range w.Frames {

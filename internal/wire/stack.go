@@ -27,6 +27,8 @@ func NewProcess(pid int, vm *rubyvm.VM) Process {
 type Stack struct {
 	Process
 	Threads []Thread `json:"threads"`
+	// Deadlocks are the cycles of the threads' waits.
+	Deadlocks []Deadlock `json:"deadlocks,omitempty"`
 }
 
 // Thread is a Ruby thread and its Ruby frames.
@@ -38,6 +40,9 @@ type Thread struct {
 	GVL    bool    `json:"gvl"`
 	Frames []Frame `json:"frames"`
 	Error  string  `json:"error,omitempty"`
+	// Wait is what the thread is blocked on; Holds the Mutexes it holds.
+	Wait  *Wait      `json:"wait,omitempty"`
+	Holds []HeldLock `json:"holds,omitempty"`
 }
 
 // Frame is a Ruby frame: kind "ruby", "cfunc" or "unknown".
@@ -51,7 +56,7 @@ type Frame struct {
 
 // NewStack maps captured Ruby stacks to the stack document.
 func NewStack(p Process, threads []stacks.Thread) *Stack {
-	return &Stack{Process: p, Threads: Threads(threads)}
+	return &Stack{Process: p, Threads: Threads(threads), Deadlocks: Deadlocks(threads)}
 }
 
 // Threads maps captured Ruby threads (their Ruby frames) to documents.
@@ -61,7 +66,8 @@ func Threads(threads []stacks.Thread) []Thread {
 		if !th.Ruby {
 			continue
 		}
-		w := Thread{TID: th.TID, Name: th.Name, Main: th.Main, Status: th.Status, GVL: th.GVL, Error: th.Error}
+		w := Thread{TID: th.TID, Name: th.Name, Main: th.Main, Status: th.Status, GVL: th.GVL, Error: th.Error,
+			Wait: newWait(th.Wait), Holds: newHeld(th.Held)}
 		if th.Frames != nil {
 			w.Frames = make([]Frame, 0, len(th.Frames))
 		}
@@ -81,6 +87,8 @@ func Threads(threads []stacks.Thread) []Thread {
 type NativeStack struct {
 	Process
 	Threads []NativeThread `json:"threads"`
+	// Deadlocks are the cycles of the Ruby threads' waits.
+	Deadlocks []Deadlock `json:"deadlocks,omitempty"`
 }
 
 // NativeThread is a native thread: a Ruby thread's (Ruby set) or not.
@@ -99,6 +107,10 @@ type NativeThread struct {
 	RubyPlacement string `json:"ruby_placement,omitempty"`
 	Error         string `json:"error,omitempty"`
 	NativeError   string `json:"native_error,omitempty"`
+	// Wait is what a Ruby thread is blocked on; Holds the Mutexes it
+	// holds.
+	Wait  *Wait      `json:"wait,omitempty"`
+	Holds []HeldLock `json:"holds,omitempty"`
 }
 
 // MixedFrame is a Ruby frame (kind, label, base_label, path, line) or a
@@ -142,7 +154,7 @@ const UnalignedPlacement = "after the native frames (the exec loop's frames were
 // NewNativeStack maps captured stacks, native frames included, to the
 // stack --native document.
 func NewNativeStack(p Process, threads []stacks.Thread) *NativeStack {
-	return &NativeStack{Process: p, Threads: NativeThreads(threads)}
+	return &NativeStack{Process: p, Threads: NativeThreads(threads), Deadlocks: Deadlocks(threads)}
 }
 
 // NativeThreads maps captured threads with their native frames to
@@ -151,7 +163,7 @@ func NativeThreads(threads []stacks.Thread) []NativeThread {
 	out := make([]NativeThread, 0, len(threads))
 	for _, th := range threads {
 		w := NativeThread{TID: th.TID, Name: th.Name, Ruby: th.Ruby, Main: th.Main, Status: th.Status, GVL: th.GVL,
-			Error: th.Error, NativeError: th.NativeError}
+			Error: th.Error, NativeError: th.NativeError, Wait: newWait(th.Wait), Holds: newHeld(th.Held)}
 		if th.Unaligned {
 			w.RubyPlacement = UnalignedPlacement
 		}

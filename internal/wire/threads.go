@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"time"
 
 	"github.com/rbscope/rbscope/internal/threads"
@@ -10,6 +11,8 @@ import (
 // native thread of the process, with the Ruby thread it runs.
 type ThreadTable struct {
 	Threads []ThreadRow `json:"threads"`
+	// Deadlocks are the cycles of the Ruby threads' waits.
+	Deadlocks []Deadlock `json:"deadlocks,omitempty"`
 }
 
 // ThreadRow is one native thread.
@@ -47,6 +50,9 @@ type ThreadRowRuby struct {
 	Main   bool   `json:"main"`
 	GVL    bool   `json:"gvl"`
 	Frame  *Frame `json:"frame,omitempty"`
+	// Wait is what the thread is blocked on; Holds the Mutexes it holds.
+	Wait  *Wait      `json:"wait,omitempty"`
+	Holds []HeldLock `json:"holds,omitempty"`
 }
 
 // NewThreadTable maps the rows of the threads table.
@@ -59,7 +65,10 @@ func NewThreadTable(rows []threads.Row) *ThreadTable {
 			w.LargestFrame = &LargestFrame{Bytes: r.LargestFrame.Bytes, Function: r.LargestFrame.Function, VMStackBytes: r.LargestFrame.VMStackBytes}
 		}
 		if rt := r.Ruby; rt != nil {
-			w.Ruby = &ThreadRowRuby{Name: rt.Name, Status: rt.Status, Main: rt.Main, GVL: rt.GVL}
+			w.Ruby = &ThreadRowRuby{Name: rt.Name, Status: rt.Status, Main: rt.Main, GVL: rt.GVL, Wait: newWait(rt.Wait), Holds: newHeld(rt.Held)}
+			if d := rt.Deadlock; d != nil && !slices.ContainsFunc(out.Deadlocks, func(x Deadlock) bool { return x.Text == d.String() }) {
+				out.Deadlocks = append(out.Deadlocks, newDeadlock(*d))
+			}
 			if f := rt.Frame; f != nil {
 				w.Ruby.Frame = &Frame{Kind: string(f.Kind), Label: f.Label, BaseLabel: f.BaseLabel, Path: f.Path, Line: f.Line}
 			}

@@ -70,6 +70,12 @@ var value64 = []patch{
 		members("min int; max int")...),
 	pack("rb_io_internal_buffer", "PACKED_STRUCT_UNALIGNED: packed where unaligned word access is allowed (x86_64, not wasm32)"),
 	pack("iseq_catch_table", "PACKED_STRUCT_UNALIGNED"),
+	// thread_sync.c packs a Queue and a SizedQueue (3.1 to 3.4's sources;
+	// 4.0.0's are not at hand: taken as 3.4's, as the Queue's members are,
+	// its items still in the Array que): a SizedQueue's num_waiting_push
+	// right after the Queue's 36 bytes, at 36, its max at 56.
+	pack("rb_queue", "thread_sync.c: PACKED_STRUCT_UNALIGNED"),
+	pack("rb_szqueue", "thread_sync.c: PACKED_STRUCT_UNALIGNED"),
 }
 
 // sched34 are thread_pthread.h's M:N scheduler structs of 3.3 and 3.4

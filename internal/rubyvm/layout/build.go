@@ -28,13 +28,21 @@ const (
 	FeatureCensus Feature = "census"
 	// FeatureDump is decoding every object's references (heap dump).
 	FeatureDump Feature = "dump"
+	// FeatureLocks is naming what a thread waits on and what it holds
+	// (Mutexes, Queues, joins): it builds on the stack's fields only,
+	// and no other feature needs it.
+	FeatureLocks Feature = "locks"
 )
 
-// features lists the features in the order they build on each other.
+// features lists the features in the order they build on each other;
+// FeatureLocks stands beside them, on the stack's.
 var features = []Feature{FeatureStack, FeatureCensus, FeatureDump}
 
 // needs reports whether feature f needs a field tagged need:"g".
 func needs(f, g Feature) bool {
+	if f == FeatureLocks || g == FeatureLocks {
+		return g == f || g == FeatureStack
+	}
 	for _, x := range features {
 		if x == g {
 			return true // g is at or before f in the order

@@ -324,6 +324,31 @@ type Layout struct {
 	GenIVPtr         int64 `dwarf:"off:gen_ivtbl.ivptr|gen_ivtbl.as.shape.ivptr,optional" need:"dump"`
 	SymbolsDsymHash  int64 `dwarf:"off:rb_symbols_t.dsymbol_fstr_hash,optional" need:"dump"`
 
+	// Locks and waits (thread_sync.c, cont.c). A thread waiting for a
+	// Mutex names it in locking_mutex (a VALUE); the Mutexes it holds are
+	// a list through keeping_mutexes (rb_mutex_t pointers, linked by
+	// next_mutex). A Mutex's owner is a fiber (3.0+), whose saved
+	// execution context names its thread, or a thread (2.7). A Queue
+	// keeps its items in an Array (que) and counts its poppers waiting;
+	// a SizedQueue holds a Queue and counts its pushers waiting (a build
+	// without them names a queue wait without the queue's state). A build
+	// has one of the owner's two forms (MutexFiber or MutexThread).
+	ThreadLockingMutex   int64 `dwarf:"off:rb_thread_struct.locking_mutex" need:"locks"`
+	ThreadKeepingMutexes int64 `dwarf:"off:rb_thread_struct.keeping_mutexes" need:"locks"`
+	MutexFiber           int64 `dwarf:"off:rb_mutex_struct.fiber,optional" need:"locks"`
+	MutexThread          int64 `dwarf:"off:rb_mutex_struct.th,optional" need:"locks"`
+	// MutexECSerial is, where the Mutex keeps its owner's execution
+	// context's serial beside its thread (4.0), what says it is held (not
+	// 0): its thread is left behind when it is let go.
+	MutexECSerial            int64 `dwarf:"off:rb_mutex_struct.ec_serial,optional" need:"locks"`
+	MutexNext                int64 `dwarf:"off:rb_mutex_struct.next_mutex" need:"locks"`
+	FiberThreadPtr           int64 `dwarf:"off:rb_fiber_struct.cont.saved_ec.thread_ptr,optional" need:"locks"`
+	QueueQue                 int64 `dwarf:"off:rb_queue.que,optional" need:"locks"`
+	QueueNumWaiting          int64 `dwarf:"off:rb_queue.num_waiting,optional" need:"locks"`
+	SizedQueueQueue          int64 `dwarf:"off:rb_szqueue.q,optional" need:"locks"`
+	SizedQueueNumWaitingPush int64 `dwarf:"off:rb_szqueue.num_waiting_push,optional" need:"locks"`
+	SizedQueueMax            int64 `dwarf:"off:rb_szqueue.max,optional" need:"locks"`
+
 	// objects; a Thread object is typed data whose data is its rb_thread_t
 	RTypedDataData int64 `dwarf:"off:RTypedData.data"`
 	RBasicFlags    int64 `dwarf:"off:RBasic.flags"`

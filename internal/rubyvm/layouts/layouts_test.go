@@ -3,6 +3,9 @@ package layouts_test
 import (
 	"debug/elf"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -172,5 +175,46 @@ func TestReleases(t *testing.T) {
 	}
 	if l, _, _ := layouts.ForRelease("3.0.7"); l != nil {
 		t.Errorf("ForRelease(3.0.7) gave a layout; no 3.0 table exists")
+	}
+}
+
+// TestTablesWriteEveryField: every generated table names every offset
+// field of layout.Layout: a field added to Layout without the tables made
+// again would read as offset 0 from a stale table.
+func TestTablesWriteEveryField(t *testing.T) {
+	var want []string
+	lt := reflect.TypeOf(layout.Layout{})
+	for i := 0; i < lt.NumField(); i++ {
+		f := lt.Field(i)
+		if _, ok := f.Tag.Lookup("dwarf"); ok {
+			want = append(want, f.Name)
+		} else if _, ok := f.Tag.Lookup("macro"); ok {
+			want = append(want, f.Name)
+		}
+	}
+	files, _ := filepath.Glob("ruby_*.go")
+	if len(files) == 0 {
+		t.Fatal("no generated tables (ruby_*.go) here")
+	}
+	fset := token.NewFileSet()
+	for _, file := range files {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if kv, ok := n.(*ast.KeyValueExpr); ok {
+				if id, ok := kv.Key.(*ast.Ident); ok {
+					have[id.Name] = true
+				}
+			}
+			return true
+		})
+		for _, name := range want {
+			if !have[name] {
+				t.Errorf("%s does not set %s: make the table again with tools/layoutgen (CONTRIBUTING.md)", file, name)
+			}
+		}
 	}
 }

@@ -164,7 +164,9 @@ const views = {
           const s = await post("live/stack", { pid });
           out.replaceChildren(el("h2", {}, `pid ${s.pid}, Ruby ${s.ruby_version}`), ...s.threads.map(th => el("div", { class: "thread" },
             el("h3", {}, `${th.name || (th.main ? "main" : "thread")} (tid ${th.tid}, ${th.status}${th.gvl ? ", holds the GVL" : ""})`),
-            el("ol", { class: "frames" }, th.frames.map(fr => el("li", {}, el("span", { class: "fn" }, fr.label), " ", fr.kind === "ruby" ? `${fr.path}:${fr.line}` : `<${fr.kind}>`))))));
+            ...[th.wait, ...(th.holds || [])].filter(Boolean).map(l => el("p", { class: "wait" }, l.text)),
+            el("ol", { class: "frames" }, th.frames.map(fr => el("li", {}, el("span", { class: "fn" }, fr.label), " ", fr.kind === "ruby" ? `${fr.path}:${fr.line}` : `<${fr.kind}>`)))),
+          ), ...(s.deadlocks || []).map(dl => el("p", { class: "deadlock" }, dl.text)));
         } else {
           const f = await post("live/" + what, what === "record" ? { pid, seconds: 10 } : { pid });
           location.hash = f.kind === "profile" || what === "record" ? `#/profile/${f.id}/functions` : `#/heap/${f.id}/overview`;
