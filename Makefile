@@ -40,12 +40,15 @@ build:
 # reader of dump_all's format that rbscope's dumps must not break; Sinatra,
 # whose routes the agent labels (TestAgentLabelsSinatra).
 # qemu-user-static runs Debian's arm64 Ruby (its sysroot made by
-# scripts/arm64-sysroot.sh) for the arm64 tests, and arm64 test binaries.
+# scripts/arm64-sysroot.sh) for the arm64 tests, and arm64 test binaries;
+# qemu-system-x86, busybox-static and cpio boot Debian's cloud kernel
+# (scripts/softdirty-kernel.sh), which keeps soft-dirty bits, for the heap
+# snapshot's pre-copy test where the host's kernel keeps none.
 DEPS_PACKAGES := ruby gdb tmux valgrind util-linux libjemalloc2 musl-tools \
 	puma unicorn ruby-sidekiq redis-server ruby-activejob ruby-railties ruby-activerecord \
 	ruby-actionpack ruby-sqlite3 apache2-utils man-db bash-completion chromium \
 	graphviz redmine redmine-sqlite jekyll ruby-stackprof ruby-heapy ruby-sinatra \
-	qemu-user-static
+	qemu-user-static qemu-system-x86 busybox-static cpio
 
 # REDMINE_DEBCONF answers the redmine package's questions: SQLite, so that
 # its installation needs no database server.
@@ -69,6 +72,7 @@ deps:
 	  if [ -n "$$missing" ]; then echo "$$REDMINE_DEBCONF" | debconf-set-selections; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	@scripts/arm64-sysroot.sh >/dev/null
+	@scripts/softdirty-kernel.sh >/dev/null
 	$(GO) mod download
 
 # rubies builds the Rubies the test matrix also runs on (RUBY_BUILDS); they

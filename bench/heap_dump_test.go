@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
 
@@ -52,7 +52,7 @@ func BenchmarkHeapDump(b *testing.B) {
 		defer f.Close()
 		w := bufio.NewWriterSize(f, 1<<20)
 		vm.ForgetCaches()
-		st, ss, err := vm.HeapDumpSnapshot(t, w, rubyvm.DumpOptions{})
+		st, ss, err := heapdump.WriteSnapshot(vm, t, w, heapdump.Options{})
 		if err == nil {
 			err = w.Flush()
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,4 +235,113 @@ func TestSlug(t *testing.T) {
 			t.Errorf("slug(%q) = %q, want %q", title, got, want)
 		}
 	}
+}
+
+// modulePath is the module's import path, the prefix of its packages'.
+const modulePath = "github.com/rbscope/rbscope/"
+
+// importsBlock finds ARCHITECTURE.md's block of every package's imports:
+// the code block after the sentence naming TestArchitectureImports.
+var importsBlock = regexp.MustCompile("(?s)`TestArchitectureImports`.*?\n```\n(.*?)```")
+
+// TestArchitectureImports holds ARCHITECTURE.md's block of imports to the
+// code, both ways: every package of internal/ and cmd/ has its line, unless
+// the block's last line names it a test helper; each line names exactly
+// the project's packages the package's own (non-test) files import; a test
+// helper is imported by tests only.
+func TestArchitectureImports(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := importsBlock.FindSubmatch(b)
+	if m == nil {
+		t.Fatal("ARCHITECTURE.md has no code block after the sentence naming TestArchitectureImports")
+	}
+	drawn := map[string][]string{}
+	helpers := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(m[1])), "\n") {
+		if rest, ok := strings.CutPrefix(line, "(test helpers, imported by tests only: "); ok {
+			for _, h := range strings.Split(strings.TrimSuffix(rest, ")"), ", ") {
+				helpers[h] = true
+			}
+			continue
+		}
+		name, deps, _ := strings.Cut(line, " ──> ")
+		if _, dup := drawn[name]; dup {
+			t.Errorf("ARCHITECTURE.md draws %s twice", name)
+		}
+		drawn[name] = nil
+		if deps != "" {
+			drawn[name] = strings.Split(deps, ", ")
+		}
+	}
+	code := packageImports(t)
+	for name, imports := range code {
+		if helpers[name] {
+			continue
+		}
+		deps, ok := drawn[name]
+		if !ok {
+			t.Errorf("ARCHITECTURE.md's imports block has no line for %s (it imports %s)", name, strings.Join(imports, ", "))
+			continue
+		}
+		for _, imp := range imports {
+			if helpers[imp] {
+				t.Errorf("%s imports the test helper %s outside its tests", name, imp)
+			}
+		}
+		if got, want := strings.Join(deps, ", "), strings.Join(imports, ", "); got != want {
+			t.Errorf("ARCHITECTURE.md: %s ──> %s; its code imports %s", name, got, want)
+		}
+	}
+	for name := range drawn {
+		if _, ok := code[name]; !ok {
+			t.Errorf("ARCHITECTURE.md draws %s, which is no package", name)
+		}
+	}
+	for name := range helpers {
+		if _, ok := code[name]; !ok {
+			t.Errorf("ARCHITECTURE.md names the test helper %s, which is no package", name)
+		}
+	}
+}
+
+// packageImports returns, for each package under internal/ and cmd/ (named
+// as ARCHITECTURE.md names them: internal/ left out), the project's
+// packages its non-test files import, sorted.
+func packageImports(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	fset := token.NewFileSet()
+	short := func(p string) string { return strings.TrimPrefix(p, "internal/") }
+	for _, top := range []string{"internal", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			name := short(filepath.ToSlash(rel))
+			set := out[name]
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if dep, ok := strings.CutPrefix(p, modulePath); ok && !slices.Contains(set, short(dep)) {
+					set = append(set, short(dep))
+				}
+			}
+			out[name] = set
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range out {
+		slices.Sort(out[name])
+	}
+	return out
 }

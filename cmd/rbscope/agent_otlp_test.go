@@ -124,7 +124,7 @@ func TestAgentOTLP(t *testing.T) {
 	pyro := &fakePyroscope{t: t}
 	pyro.start()
 	defer pyro.stop()
-	cmd := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "otlp")
+	cmd := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "otlp"))
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/teststat"
 )
 
 // TestAgentPushesToPyroscope: the agent finds two Ruby workloads by itself
@@ -40,7 +41,7 @@ func TestAgentPushesToPyroscope(t *testing.T) {
 	marker := fmt.Sprintf("agentmark%d", time.Now().UnixNano())
 	work := map[string]*exec.Cmd{}
 	for _, name := range []string{"alpha", "beta"} {
-		cmd := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name, marker)
+		cmd := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name, marker))
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -228,7 +229,7 @@ func (r *refusingPusher) Push(context.Context, *connect.Request[pushv1.PushReque
 func TestAgentServerRefuses(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	marker := fmt.Sprintf("agentrefuse%d", time.Now().UnixNano())
-	work := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "gamma", marker)
+	work := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), "gamma", marker))
 	out, _ := work.StdoutPipe()
 	if err := work.Start(); err != nil {
 		t.Fatal(err)
@@ -354,7 +355,7 @@ func testAgentWallProfile(t *testing.T, rb testruby.Ruby, srv *fakePyroscope, eb
 	wantNap := 100 * (after.Nap - before.Nap) / (after.Nap - before.Nap + after.Compute - before.Compute)
 	n := float64(wall[0] + wall[1])
 	gotNap := 100 * float64(wall[1]) / n
-	tol := math.Max(5, 4*math.Sqrt(wantNap*(100-wantNap)/n))
+	tol := math.Max(5, 100*teststat.Share(wantNap/100, n, 1))
 	t.Logf("wall profile: nap %.1f%% of %.0f samples; the program measured %.1f%% of its wall time asleep; CPU profile: %d compute, %d nap samples",
 		gotNap, n, wantNap, cpu[0], cpu[1])
 	if math.Abs(gotNap-wantNap) > tol {
@@ -392,7 +393,7 @@ func TestAgentEBPF(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		metricsAddr := ln.Addr().String()
 		ln.Close()
-		checkKnownSplit(t, rb, shared, "agent --ebpf", func(pid int) string {
+		checkKnownSplit(t, rb, shared, "agent --ebpf", 2*splitChains, func(pid int) string {
 			if agentCmd == nil {
 				var exited <-chan struct{}
 				agentCmd, exited = startRbscope(t, nil, agentErr, "agent", "--ebpf", "--server", "http://"+srv.addr, "--pid", strconv.Itoa(pid),

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -18,17 +20,23 @@ var vmOptions = rubyvm.Options{Builds: rubyvm.NewBuildCache()}
 // openRuby attaches to a live process and finds its Ruby VM. The returned
 // close releases both.
 func openRuby(pid int) (*target.Live, *rubyvm.VM, func(), error) {
-	t, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: vmOptions})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	vm, err := rubyvm.OpenWith(t, vmOptions)
-	if err != nil {
-		t.Close()
-		return nil, nil, nil, err
+	noteVersion(p.VM)
+	noteLayout(p.VM)
+	return p.Live, p.VM, p.Close, nil
+}
+
+// noteVersion says on stderr, in one line, how a live process's release
+// was found when its image's ruby_version did not say it (proven from its
+// heap); the user's own --force-version goes unsaid. A core says it among
+// its fallbacks (corefile).
+func noteVersion(vm *rubyvm.VM) {
+	if vm.VersionFrom != "" && vm.VersionFrom != "--force-version" {
+		fmt.Fprintf(os.Stderr, "rbscope: Ruby %s taken from %s\n", vm.Version, vm.VersionFrom)
 	}
-	noteLayout(vm)
-	return t, vm, func() { vm.Close(); t.Close() }, nil
 }
 
 // whilePaused runs read with every thread of the target stopped, when

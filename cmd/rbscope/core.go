@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +10,10 @@ import (
 
 	"github.com/rbscope/rbscope/internal/corefile"
 	"github.com/rbscope/rbscope/internal/crash"
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/stacks"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/textsafe"
@@ -34,8 +35,12 @@ Memory the core does not hold (program text and read-only data, which the
 kernel leaves out) is read from the files the process had mapped, at the
 paths the core records. When a file is not on this machine (or differs), its
 ELF image is read from the core itself and, if need be, the VM is found by
-scanning the Ruby image's data; the version then comes from the mapped
-files' paths unless --force-version gives it. A line on stderr says so.
+scanning the Ruby image's data. When no string of the image says the Ruby
+release (the core lacks its read-only data), the release is proven from the
+process's heap (RUBY_VERSION, or RbConfig at the process's RUBY_PATCHLEVEL,
+read with each family's table that fits; a file's name is only a hint) or
+the core is refused; --force-version gives it on your word. A line on
+stderr says so.
 --sysroot DIR names a directory holding the crashed machine's files at the
 same paths (DIR/usr/lib/...), and --exe PATH the executable; --core-only
 reads no file of this machine.`,
@@ -56,6 +61,9 @@ reads no file of this machine.`,
 				}
 				if native || census {
 					return usageError{fmt.Errorf("--heap-dump is read alone: drop --native and --census")}
+				}
+				if _, err := heap.CompressionOf(outPath); err != nil {
+					return usageError{err}
 				}
 				return coreHeapDump(args[0], opts, outPath, redact)
 			}
@@ -102,7 +110,7 @@ reads no file of this machine.`,
 	f.BoolVar(&asJSON, "json", false, "print JSON: rbscope stack's document plus core, command, signal, signal_tid (and census with --census)")
 	f.BoolVar(&census, "census", false, "also count the heap's live objects by type and class")
 	f.BoolVar(&heapDumpFlag, "heap-dump", false, "write every live object to -o FILE in ObjectSpace.dump_all's format, as 'rbscope heap dump' does")
-	f.StringVarP(&outPath, "output", "o", "", "with --heap-dump: the file to write")
+	f.StringVarP(&outPath, "output", "o", "", "with --heap-dump: the file to write (*.zst: zstd, *.gz: gzip)")
 	f.BoolVar(&redact, "redact-strings", false, "with --heap-dump: leave every String's contents out (bytesize and encoding stay)")
 	f.BoolVar(&lines, "lines", false, "with --native: each native frame's source file and line, from DWARF where the code has it")
 	f.BoolVar(&native, "native", false, "show every thread's native frames too, unwound with the code's CFI, as 'rbscope stack --native' does, and the fault beneath a signal handler")
@@ -183,7 +191,7 @@ func readCore(path string, opts target.CoreOptions, census bool) (*coreRead, err
 // coreHeapDump writes the heap of the process a core holds, as heap dump
 // writes a live one's.
 func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact bool) error {
-	out, err := output.Create(outPath) // refused before the core is read
+	out, err := heapfile.Create(outPath) // refused before the core is read
 	if err != nil {
 		return err
 	}
@@ -193,12 +201,8 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 		return err
 	}
 	defer closeAll()
-	bw := bufio.NewWriterSize(out, 1<<20)
 	vm.PrepareHeapDump()
-	st, err := vm.HeapDump(bw, rubyvm.DumpOptions{RedactStrings: redact, MachineContext: true})
-	if err == nil {
-		err = bw.Flush()
-	}
+	st, err := heapdump.Write(vm, out, heapdump.Options{RedactStrings: redact, MachineContext: true})
 	if err != nil {
 		return coreError(t, fmt.Errorf("heap dump: %w", err))
 	}
@@ -216,8 +220,8 @@ func coreHeapDump(path string, opts target.CoreOptions, outPath string, redact b
 	for _, c := range st.Caveats() {
 		skipped += "; " + c
 	}
-	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %d bytes%s\n",
-		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, st.Bytes, skipped)
+	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s) from core %s, %s%s\n",
+		outPath, st.Objects, st.Roots, t.PID(), vm.Version, path, heapfile.Size(st.Bytes, out.Compression, out.Stored()), skipped)
 	return nil
 }
 

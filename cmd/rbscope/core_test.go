@@ -211,28 +211,26 @@ func TestCoreKernelCrash(t *testing.T) {
 // TestCoreFromElsewhere reads a peer core (made on a machine we never saw,
 // see internal/rubyvm's TestCorePeerCores) through the command line: its
 // files are not here, and the core holds none of libruby's read-only data,
-// so nothing in it says its Ruby's release. rbscope refuses in one line
-// naming the release the file's name claims, never taking a name for the
-// release; with --force-version it reads the core's own images and says
-// so, and where the version came from, in one line on stderr.
+// so no string of its image says its Ruby's release. rbscope proves the
+// release from the process's heap (its file's name is only a hint), reads
+// the core's own images, and says so, and how the release was proven, in
+// one line on stderr. --force-version is the user's word, and wins.
 func TestCoreFromElsewhere(t *testing.T) {
 	src := filepath.Join(testruby.EnvOr("RBSCOPE_PEER_CORES", "/work/shared/peer-cores"), "ruby-coredump-3.1.0.gz")
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("no peer core: %v", err)
 	}
 	core := testruby.UnpackCore(t, src, filepath.Join(testruby.CoreCache(), "peer-cores"))
-	_, stderr, code := rbscope(t, "core", core)
-	if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "its file's name says Ruby 3.1.0") ||
-		!strings.Contains(stderr, "pass --force-version X.Y.Z (3.1.0 if that is its release)") {
-		t.Errorf("without --force-version: exit %d, %q", code, stderr)
-	}
-	stdout, stderr, code := rbscope(t, "core", core, "--force-version", "3.1.0")
+	stdout, stderr, code := rbscope(t, "core", core)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "read its ELF image as the core holds it") ||
-		!strings.Contains(stderr, "Ruby 3.1.0 taken from --force-version") {
-		t.Errorf("stderr is not the one line saying how the core was read: %q", stderr)
+		!strings.Contains(stderr, "Ruby 3.1.0 taken from RbConfig::CONFIG's RUBY_PROGRAM_VERSION with the process's RUBY_PATCHLEVEL 0, read from its heap with 3.1's table") {
+		t.Errorf("stderr is not the one line saying how the core was read and its release proven: %q", stderr)
+	}
+	if !strings.HasPrefix(stdout, "core "+core+": pid 41319 (ruby), Ruby 3.1.0\n") {
+		t.Errorf("stdout does not begin with the core's Ruby 3.1.0:\n%s", stdout)
 	}
 	if !regexpLine(stdout, `^ +Kernel#sleep +<cfunc>$`) || !regexpLine(stdout, `^ +Object#aaa +\S*infinite.rb:2$`) {
 		t.Errorf("stdout lacks the main thread's frames:\n%s", stdout)
@@ -240,14 +238,30 @@ func TestCoreFromElsewhere(t *testing.T) {
 	// --sysroot wins: the files are looked for there, and their absence
 	// is an error again.
 	empty := t.TempDir()
-	_, stderr, code = rbscope(t, "core", core, "--sysroot", empty, "--force-version", "3.1.0")
+	_, stderr, code = rbscope(t, "core", core, "--sysroot", empty)
 	if code != 1 || !strings.Contains(stderr, "is not on this machine (looked for "+empty+"/") {
 		t.Errorf("--sysroot: exit %d, %q", code, stderr)
 	}
-	// another release is the user's word too
+	// another release is the user's word
 	_, stderr, code = rbscope(t, "core", core, "--force-version", "3.1.2")
 	if code != 0 || !strings.Contains(stderr, "Ruby 3.1.2 taken from --force-version") {
 		t.Errorf("--force-version: exit %d, %q", code, stderr)
+	}
+}
+
+// TestCoreRefusedFamily: a peer core of Ruby 3.0, which has no table, and
+// whose heap no other family's table reads, is refused in one line naming
+// the release its file's name says and its family.
+func TestCoreRefusedFamily(t *testing.T) {
+	src := filepath.Join(testruby.EnvOr("RBSCOPE_PEER_CORES", "/work/shared/peer-cores"), "ruby-coredump-3.0.0.gz")
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("no peer core: %v", err)
+	}
+	core := testruby.UnpackCore(t, src, filepath.Join(testruby.CoreCache(), "peer-cores"))
+	stdout, stderr, code := rbscope(t, "core", core)
+	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "its file's name says Ruby 3.0.0") ||
+		!strings.Contains(stderr, "Ruby 3.0 has no built-in table") || !strings.Contains(stderr, "no built-in table fits it") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 

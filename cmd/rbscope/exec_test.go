@@ -39,7 +39,7 @@ func startExecTarget(t *testing.T, uid int, mode string) int {
 	os.Chmod(dir, 0o777)
 	report := filepath.Join(dir, "report.json")
 	cmd := exec.Command(rb.Bin, script, report, mode)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testruby.DieWithTest(cmd)
 	if uid != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/teststat"
 )
 
 // collapsedLines parses collapsed stacks into (frames, count) pairs.
@@ -37,13 +38,14 @@ func collapsedLines(t *testing.T, collapsed string) (stacks [][]string, counts [
 // TestRecordGCShare records testdata/gc_split.rb, which spends a share of
 // its CPU time in GC.start that it measures itself with its thread CPU
 // clock: the share of samples ending in (garbage collection) must match
-// it (5 points, or 3.5 standard errors of the sampled share), every such
+// it (5 points, or the sampled share's error, teststat.Share), every such
 // sample must sit on the Ruby stack that called GC.start, with the phase
 // under it if any, and marking must be seen on every Ruby, sweeping on one
 // at least.
 func TestRecordGCShare(t *testing.T) {
 	sweeping := false
-	for _, rb := range testruby.Rubies(t) {
+	rubies := testruby.Rubies(t)
+	for _, rb := range rubies {
 		t.Run(rb.Name, func(t *testing.T) {
 			p := testruby.Start(t, rb, "gc_split.rb", nil, "60")
 			var rep struct{ PID int }
@@ -96,7 +98,7 @@ func TestRecordGCShare(t *testing.T) {
 			}
 			got := 100 * float64(inGC) / float64(total)
 			want := 100 * gcCPU / (gcCPU + workCPU)
-			tol := math.Max(5, 3.5*math.Sqrt(want*(100-want)/float64(total)))
+			tol := math.Max(5, 100*teststat.Share(want/100, float64(total), len(rubies)))
 			t.Logf("%d samples, %.1f%% in GC %v; the program measured %.1f%% of %.2fs CPU in GC.start", total, got, phases, want, gcCPU+workCPU)
 			if math.Abs(got-want) > tol {
 				t.Errorf("%.1f%% of samples in GC, the program measured %.1f%% of its CPU in GC.start (±%.1f)", got, want, tol)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heapfile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -24,7 +25,9 @@ func newHeapCmd() *cobra.Command {
 		Short: "Inspect the Ruby heap",
 		Long: `Inspect the objects on a running Ruby process's GC heap (census, dump), and
 analyse heap dumps in ObjectSpace.dump_all's JSON-lines format (diff, path,
-top).`,
+top, suspects). Dumps are read plain or compressed with zstd or gzip, told
+by their first bytes, not their names; a compressed dump cut short is
+refused.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			return usageError{fmt.Errorf("a subcommand is required: census, dump, diff, path or top (see 'rbscope heap --help')")}
@@ -217,7 +220,12 @@ lacks it as cut short, even when the cut fell between two lines; other
 readers take it for a root that holds nothing.
 
 The file is written under a temporary name and renamed when complete; a
-path that cannot be written is refused before the process is touched. The
+path that cannot be written is refused before the process is touched.
+A FILE named *.zst is written compressed with zstd (its fastest level, in
+4 MiB frames with a seek table: 'rbscope ui' reads an object's line from
+its frame), *.gz with gzip, as the dump is decoded; every 'rbscope heap'
+command and 'rbscope ui' read them as plain dumps, and refuse one cut
+short. Other compressors' suffixes (.xz, .bz2, .zstd) are refused. The
 process stands still (ptrace) only while its writable memory is copied,
 then runs again while the copy is decoded; the summary on stderr says how
 long it stood still ("paused N ms") and how much was copied. A copy that
@@ -225,7 +233,8 @@ would not fit in the machine's available memory is refused before the
 process stops: --nonblocking then walks the running process without a
 copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to stderr.`,
 		Example: `  rbscope heap dump -p 4242 -o heap.json
-  rbscope heap top heap.json`,
+  rbscope heap top heap.json
+  rbscope heap dump -p 4242 -o heap.jsonl.zst   # compressed, about 15x smaller`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if pid <= 0 {
@@ -234,11 +243,14 @@ copy, skipping (and counting) objects torn meanwhile. A one-line summary goes to
 			if outPath == "" {
 				return usageError{fmt.Errorf("--output FILE is required (see 'rbscope heap dump --help')")}
 			}
+			if _, err := heap.CompressionOf(outPath); err != nil {
+				return usageError{err}
+			}
 			return heapDump(pid, outPath, !nonblocking, redact)
 		},
 	}
 	c.Flags().IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
-	c.Flags().StringVarP(&outPath, "output", "o", "", "file to write the dump to")
+	c.Flags().StringVarP(&outPath, "output", "o", "", "file to write the dump to (*.zst: zstd, *.gz: gzip)")
 	c.Flags().BoolVar(&nonblocking, "nonblocking", false, "walk without pausing the process (objects changing meanwhile are skipped)")
 	c.Flags().BoolVar(&redact, "redact-strings", false, "leave every String's contents out (its bytesize and encoding stay), for a dump that leaves the machine")
 	return c
@@ -285,7 +297,7 @@ func heapDump(pid int, outPath string, pause, redact bool) error {
 	for _, c := range st.Caveats() {
 		paused += "; " + c
 	}
-	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %d bytes; %s\n",
-		outPath, st.Objects, st.Roots, pid, res.Version, st.Bytes, paused)
+	fmt.Fprintf(os.Stderr, "rbscope: wrote %s: %d objects and %d roots of pid %d (Ruby %s), %s; %s\n",
+		outPath, st.Objects, st.Roots, pid, res.Version, heapfile.Size(st.Bytes, res.Compression, res.Stored), paused)
 	return nil
 }

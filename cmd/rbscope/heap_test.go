@@ -142,15 +142,23 @@ func TestHeapCensusErrors(t *testing.T) {
 // (while the target stands still for the copy, or after, while the copy
 // is decoded: the pause is tens of milliseconds, too short to aim at on a
 // busy machine) makes rbscope exit at once (status 130) with the target
-// running and neither the output nor its temporary file left behind.
+// running and neither the output nor its temporary file left behind,
+// compressed or not.
 func TestHeapDumpInterrupted(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	p := testruby.Start(t, rb, "big_heap.rb", nil)
 	var rep struct{ PID int }
 	p.WaitReport(t, &rep, 60*time.Second)
+	for _, name := range []string{"heap.json", "heap.jsonl.zst"} {
+		t.Run(name, func(t *testing.T) { interruptDump(t, p.PID(), name) })
+	}
+}
+
+// interruptDump interrupts heap dump of pid to a file named name.
+func interruptDump(t *testing.T, pid int, name string) {
 	dir := t.TempDir()
-	out := filepath.Join(dir, "heap.json")
-	cmd := exec.Command(rbscopeBin, "heap", "dump", "-p", fmt.Sprint(p.PID()), "-o", out)
+	out := filepath.Join(dir, name)
+	cmd := exec.Command(rbscopeBin, "heap", "dump", "-p", fmt.Sprint(pid), "-o", out)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -159,7 +167,7 @@ func TestHeapDumpInterrupted(t *testing.T) {
 	// The dump is under way once its temporary file exists.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		tmp, _ := filepath.Glob(filepath.Join(dir, ".heap.json.tmp-*"))
+		tmp, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*"))
 		if len(tmp) > 0 {
 			break
 		}
@@ -177,7 +185,7 @@ func TestHeapDumpInterrupted(t *testing.T) {
 		t.Errorf("heap dump after SIGINT: %v (%s); want exit 130", err, stderr.String())
 	}
 	for i := 0; i < 5 && !t.Failed(); i++ {
-		checkNotStopped(t, p.PID())
+		checkNotStopped(t, pid)
 		time.Sleep(20 * time.Millisecond)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) > 0 {
@@ -224,8 +232,9 @@ func TestHeapDumpRedactStrings(t *testing.T) {
 }
 
 // TestCoreHeapDump: the dump rbscope core --heap-dump writes from a gcore'd
-// core equals the one heap dump writes from the live process at the same
-// moment (the program stands still, its GC off), object for object.
+// core (compressed with zstd, as its name asks) equals the one heap dump
+// writes from the live process at the same moment (the program stands
+// still, its GC off), object for object.
 func TestCoreHeapDump(t *testing.T) {
 	for _, rb := range testruby.Rubies(t) {
 		t.Run(rb.Name, func(t *testing.T) {
@@ -241,15 +250,13 @@ func TestCoreHeapDump(t *testing.T) {
 			if _, errOut, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(p.PID()), "-o", live); code != 0 {
 				t.Fatalf("heap dump: exit %d: %s", code, errOut)
 			}
-			fromCore := filepath.Join(t.TempDir(), "core.json")
+			// Written compressed, as heap dump writes it (the same writer).
+			fromCore := filepath.Join(t.TempDir(), "core.jsonl.zst")
 			if _, errOut, code := rbscope(t, "core", core, "--heap-dump", "-o", fromCore); code != 0 {
 				t.Fatalf("core --heap-dump: exit %d: %s", code, errOut)
 			}
 			lines := func(path string) map[string]bool {
-				b, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := decompressed(t, path)
 				out := map[string]bool{}
 				for _, l := range strings.Split(string(b), "\n") {
 					if l != "" {
@@ -283,7 +290,7 @@ func TestCoreHeapDump(t *testing.T) {
 				refs []uint64
 			}
 			read := func(path string) map[uint64]obj {
-				f, err := os.Open(path)
+				f, err := heap.Open(path)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -267,7 +267,7 @@ type sleepHalfSpent struct {
 func startSleepHalf(t *testing.T, rb testruby.Ruby, marker string) (*exec.Cmd, func() sleepHalfSpent) {
 	t.Helper()
 	report := filepath.Join(t.TempDir(), "spent.json")
-	prog := exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker)
+	prog := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("sleep_half.rb"), report, marker))
 	if err := prog.Start(); err != nil {
 		t.Fatal(err)
 	}

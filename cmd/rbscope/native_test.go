@@ -278,8 +278,37 @@ func TestStackNativeMatchesGDB(t *testing.T) {
 			}
 			for _, r := range doc.Threads {
 				want := byTID[r.TID].LargestFrame
+				if r.Ruby != nil && r.Ruby.Name == "fiddle" {
+					// Its largest frame of its own, beside the one holding
+					// its VM stack.
+					if got := r.LargestFrame; got == nil || !strings.HasPrefix(got.Function, "rbscope_big_frame") {
+						t.Errorf("threads: the fiddle thread's largest frame %+v, want rbscope_big_frame", got)
+					}
+					continue
+				}
 				if got := r.LargestFrame; got == nil || got.Bytes != want {
 					t.Errorf("threads: thread %d (%s): largest frame %+v, stack --native %d", r.TID, r.Comm, got, want)
+				}
+				// Ruby 3.0 and later allocate a thread's VM stack in the
+				// frame that starts it: queue-pop's largest frame holds it,
+				// and is no alarm.
+				if r.Ruby != nil && r.Ruby.Name == "queue-pop" && !testruby.Older(rb, 3, 0) && (r.LargestFrame == nil || r.LargestFrame.VMStackBytes < 64<<10) {
+					t.Errorf("threads: queue-pop's largest frame %+v holds no VM stack", r.LargestFrame)
+				}
+			}
+			// The text flags the fiddle thread's 300000-byte frame, not the
+			// frames that hold a VM stack.
+			text, errOut, code := rbscope(t, "threads", "-p", strconv.Itoa(p.PID()), "--interval", "10ms")
+			if code != 0 {
+				t.Fatalf("threads: exit %d: %s", code, errOut)
+			}
+			for _, line := range strings.Split(text, "\n") {
+				flagged := strings.Contains(line, "[large native frame")
+				switch {
+				case strings.Contains(line, " fiddle ") && !strings.Contains(line, "[large native frame: rbscope_big_frame"):
+					t.Errorf("threads: the fiddle thread's large frame is not flagged: %s", line)
+				case strings.Contains(line, " queue-pop ") && flagged:
+					t.Errorf("threads: a frame holding the VM stack is flagged: %s", line)
 				}
 			}
 		})

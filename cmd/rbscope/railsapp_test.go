@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,7 +114,7 @@ func (s *server) stats(t *testing.T) railsStats {
 func (s *server) abLoad(t *testing.T, n int, path string) {
 	t.Helper()
 	cmd := exec.Command("ab", "-q", "-r", "-t", "3600", "-n", "100000000", "-c", strconv.Itoa(n), fmt.Sprintf("http://127.0.0.1:%d%s", s.port, path))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testruby.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

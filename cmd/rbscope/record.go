@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/recording"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/sampling"
@@ -26,6 +27,7 @@ func newRecordCmd() *cobra.Command {
 		format   string
 		noLineno bool
 		useEBPF  bool
+		cut      cuts
 	)
 	c := &cobra.Command{
 		Annotations: map[string]string{stopsOnSignal: "yes"},
@@ -40,7 +42,15 @@ another program in its place (exec, as a server's hot restart does), and the
 output is always written. Samples that cannot be read (a thread dying
 mid-read, memory changing under --nonblocking) are counted and skipped.
 By default only threads the kernel reports as running are sampled; --idle
-includes sleeping and waiting threads.
+includes sleeping and waiting threads. --thread samples one thread (or
+those a regular expression names), reading no other thread's stack; one
+that names none of a running process's threads fails within a second.
+
+Every sample carries the context labels the agent derives from its stack
+(endpoint: the Rails controller action or Sinatra route; job: the Sidekiq
+or ActiveJob job class), in raw recordings too and as pprof's sample
+labels; --endpoint and --job keep the samples of one. A cut that keeps
+nothing fails, naming what the recording had.
 
 --ebpf (experimental) takes the samples with a BPF program on each CPU's
 clock instead of reading the target from rbscope's own thread: the same
@@ -55,6 +65,7 @@ it cannot honour (--gvl, --native, --nonblocking, --subprocesses).`,
 		Example: `  rbscope record -p 4242 --duration 30s
   rbscope record --format pprof -o cpu.pb.gz -- ruby app.rb
   rbscope record -p 4242 --subprocesses --threads --format speedscope
+  rbscope record -p 4242 --thread 'puma srv tp .*' --endpoint IssuesController#show
   sudo rbscope record --ebpf -p 4242 --duration 30s`,
 		RunE: func(c *cobra.Command, args []string) error {
 			launch := args
@@ -78,7 +89,8 @@ it cannot honour (--gvl, --native, --nonblocking, --subprocesses).`,
 					return usageError{err}
 				}
 			}
-			return record(c.Context(), pid, launch, opts, useEBPF, outPath, ofmt, output.Options{Lines: !noLineno})
+			ro := recording.Options{PID: pid, Launch: launch, Sampler: opts, EBPF: useEBPF, Cuts: cut.transforms(), Path: outPath, Format: ofmt, Output: output.Options{Lines: !noLineno}}
+			return record(c.Context(), ro)
 		},
 	}
 	f := c.Flags()
@@ -95,6 +107,7 @@ it cannot honour (--gvl, --native, --nonblocking, --subprocesses).`,
 	f.BoolVar(&opts.Threads, "threads", false, "split samples by thread (each under a root frame \"thread NAME\")")
 	f.BoolVar(&opts.Realtime, "realtime", true, "run the sampling thread at real-time priority where allowed (root or CAP_SYS_NICE), so that samples on a busy machine land where they were drawn; --realtime=false to keep it at normal priority")
 	f.BoolVar(&noLineno, "nolineno", false, "leave line numbers out of frame names (flamegraph, collapsed)")
+	cut.register(f)
 	f.BoolVar(&useEBPF, "ebpf", false, "experimental: take the samples with a BPF program in the kernel (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE; host PID namespace): on-CPU Ruby stacks of one process at a fraction of the cost (with --idle, their time off a CPU too), the target never paused")
 	return c
 }
@@ -121,9 +134,9 @@ func ebpfRefusal(flags *pflag.FlagSet, opts sampler.Options) error {
 
 // record runs a recording and writes its output; in launch mode the exit
 // status is the command's.
-func record(ctx context.Context, pid int, launch []string, opts sampler.Options, useEBPF bool, outPath string, format output.Format, oo output.Options) error {
-	ro := recording.Options{PID: pid, Launch: launch, Sampler: opts, EBPF: useEBPF, Path: outPath, Format: format, Output: oo, Stdout: os.Stdout,
-		Notice: func(line string) { fmt.Fprintln(os.Stderr, line) }}
+func record(ctx context.Context, ro recording.Options) error {
+	ro.Stdout = os.Stdout
+	ro.Notice = func(line string) { fmt.Fprintln(os.Stderr, line) }
 	progress := term.IsTerminal(int(os.Stderr.Fd()))
 	if progress {
 		ro.Progress = func(pid int, p sampling.Progress) {
@@ -135,11 +148,14 @@ func record(ctx context.Context, pid int, launch []string, opts sampler.Options,
 	if progress && res.Profile != nil {
 		fmt.Fprintln(os.Stderr)
 	}
+	if errors.Is(err, profile.ErrNoMatch) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}
 	if res.Path != "" {
-		fmt.Fprintln(os.Stderr, wroteLine(res.Path, format.Name, res.Profile))
+		fmt.Fprintln(os.Stderr, wroteLine(res.Path, ro.Format.Name, res.Profile))
 	}
 	if res.Launched && res.ExitStatus > 0 {
 		return exitCode(res.ExitStatus)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/teststat"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -51,19 +52,21 @@ func ebpfOrSkip(t *testing.T, args ...string) (string, string) {
 // (record --ebpf): each chain's share of the samples against the share
 // of CPU time the program measured each chain get with its own thread
 // CPU clock over the same window, within the same tolerance (3 points, or
-// 3.5 standard errors of the sampled share where the samples are too few
-// for 3 points to be told from chance). It runs beside two CPU spinners,
+// the sampled share's error, teststat.Share, where the samples are too
+// few for 3 points to be told from chance). It runs beside two CPU spinners,
 // with the workload free to move between CPUs and sharing one CPU with a
 // further spinning process, so that it waits for the CPU about half the
 // time: the BPF program runs on the CPU's clock only while the thread is
 // on the CPU, so a wait must not show. Windows of 3 seconds at 1000 Hz
 // until there are 1,500 samples in the chains (up to 4).
 func TestRecordEBPFKnownSplit(t *testing.T) {
-	for _, rb := range testruby.Rubies(t) {
+	rubies := testruby.Rubies(t)
+	checks := len(rubies) * 2 * splitChains
+	for _, rb := range rubies {
 		t.Run(rb.Name, func(t *testing.T) {
 			testruby.Spinners(t, 2)
 			for _, shared := range []bool{false, true} {
-				checkKnownSplit(t, rb, shared, "--ebpf", func(pid int) string {
+				checkKnownSplit(t, rb, shared, "--ebpf", checks, func(pid int) string {
 					out, _ := ebpfOrSkip(t, "-p", fmt.Sprint(pid), "--rate", "1000", "--duration", "3s", "-f", "collapsed", "-o", "-")
 					return out
 				})
@@ -228,8 +231,8 @@ func TestRecordEBPFForkedChild(t *testing.T) {
 // about half its wall time and sleeps the other half, by its own clock;
 // a 3-second recording at 100 Hz has about 300 samples of its one
 // thread, nap's share of them the share of its wall time the program
-// slept over the recording (within 4 standard errors, at least 5
-// points), and top's table, fed by the same sampler, shows nap.
+// slept over the recording (within the sampled share's error,
+// teststat.Share, at least 5 points), and top's table, fed by the same sampler, shows nap.
 func TestRecordEBPFIdle(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	prog, read := startSleepHalf(t, rb, "ebpfidle")
@@ -254,7 +257,7 @@ func TestRecordEBPFIdle(t *testing.T) {
 	wantNap := 100 * (after.Nap - before.Nap) / (after.Nap - before.Nap + after.Compute - before.Compute)
 	n := float64(nap + compute)
 	gotNap := 100 * float64(nap) / n
-	tol := max(5, 4*math.Sqrt(wantNap*(100-wantNap)/n))
+	tol := max(5, 100*teststat.Share(wantNap/100, n, 1))
 	t.Logf("%d samples in 3 s at 100 Hz; nap %.1f%% of %d in nap or compute, the program slept %.1f%% of its wall time", total, gotNap, nap+compute, wantNap)
 	if total < 240 || total > 330 {
 		t.Errorf("%d samples of one thread for 3 s at 100 Hz: the wall profile's unit is the period", total)

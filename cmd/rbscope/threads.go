@@ -118,7 +118,10 @@ func printThreadTable(w io.Writer, rows []threads.Row) {
 		default:
 			name = "[native, no Ruby]"
 		}
-		if lf := r.LargestFrame; lf != nil && lf.Bytes >= largeFrame {
+		// A frame holding the thread's VM stack is large on every thread
+		// but the main one (threads.LargestFrame); only what it holds
+		// beyond that is unusual.
+		if lf := r.LargestFrame; lf != nil && lf.Unusual() >= largeFrame {
 			frame += "  [large native frame: " + lf.Function + "]"
 		}
 		fmt.Fprintf(w, "%-8d %-16s %-9s %7.2fs %5.1f%% %8s %8s  %-20s %-6s %-4s %s\n", r.TID, textsafe.Clean(r.Comm), r.State, r.CPUSeconds, r.CPUPercent, stack, big, textsafe.Clean(name), status, gvl, textsafe.Clean(frame))

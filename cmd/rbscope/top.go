@@ -2,23 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/sampling"
+	"github.com/rbscope/rbscope/internal/textsafe"
 )
 
 func newTopCmd() *cobra.Command {
@@ -26,7 +27,8 @@ func newTopCmd() *cobra.Command {
 		pid     int
 		opts    sampler.Options
 		window  time.Duration
-		thread  string
+		runFor  time.Duration
+		cut     cuts
 		useEBPF bool
 	)
 	c := &cobra.Command{
@@ -35,15 +37,21 @@ func newTopCmd() *cobra.Command {
 		Short:       "Live view of the hottest Ruby methods",
 		Long: `Sample a running Ruby process and show, refreshed every second, the methods
 with the most samples over the last --window: self (running the method itself)
-and total (the method or anything it called). Quit with q or Ctrl-C; the
+and total (the method or anything it called). Quit with q or Ctrl-C, or
+let --duration end it (the last table then stays on the terminal); the
 terminal is restored and the target left running. When the output is not a
 terminal, a plain table is printed every second instead.
+
+The header says how many threads a tick found on average: those on a CPU
+(with --gvl, and those waiting for the GVL), or with --idle every thread,
+running or not, so that four threads make 4.0 whatever they do.
 
 --ebpf (experimental) takes the samples with a BPF program in the kernel,
 as record --ebpf does (root, host PID namespace; --idle needs the kernel's
 BTF), and refuses --gvl and --nonblocking.`,
 		Example: `  rbscope top -p 4242
-  rbscope top -p 4242 --thread worker --window 30s`,
+  rbscope top -p 4242 --thread worker --window 30s
+  rbscope top -p 4242 --duration 30s > top.txt`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if pid <= 0 {
@@ -53,15 +61,11 @@ BTF), and refuses --gvl and --nonblocking.`,
 			if err := opts.Validate(); err != nil {
 				return usageError{err}
 			}
+			if runFor < 0 {
+				return usageError{fmt.Errorf("--duration %v is negative: give how long top runs, or 0 to run until q or Ctrl-C", runFor)}
+			}
 			if window < time.Second {
 				return usageError{fmt.Errorf("--window %v is too short: give at least 1s", window)}
-			}
-			if thread != "" {
-				re, err := regexp.Compile(thread)
-				if err != nil {
-					return usageError{fmt.Errorf("--thread %q is not a regular expression: %w", thread, err)}
-				}
-				opts.ThreadFilter = func(th rubyvm.Thread) bool { return re.MatchString(sampling.ThreadName(th)) }
 			}
 			if useEBPF {
 				switch {
@@ -71,14 +75,15 @@ BTF), and refuses --gvl and --nonblocking.`,
 					return usageError{fmt.Errorf("--nonblocking has no meaning with --ebpf: the BPF sampler never pauses the target; drop --nonblocking")}
 				}
 			}
-			return top(c.Context(), pid, opts, window, thread, useEBPF)
+			return top(c.Context(), pid, opts, window, runFor, cut, useEBPF)
 		},
 	}
 	f := c.Flags()
 	f.IntVarP(&pid, "pid", "p", 0, "process ID of the Ruby process")
 	f.Float64VarP(&opts.Rate, "rate", "r", 100, "samples per second (1-1000)")
 	durationFlag(f, &window, "window", "", 10*time.Second, "how much recent history the table covers")
-	f.StringVar(&thread, "thread", "", "only threads whose name matches this regular expression")
+	durationFlag(f, &runFor, "duration", "d", 0, "stop after this long, leaving the last table on the terminal; default: until q or Ctrl-C, or the target exits")
+	cut.register(f)
 	f.BoolVar(&opts.Idle, "idle", false, "include threads that are sleeping or waiting (those waiting for the GVL end in (waiting for GVL))")
 	f.BoolVar(&opts.GVL, "gvl", false, "also sample threads waiting for the GVL, with a (waiting for GVL) leaf")
 	f.BoolVar(&opts.Nonblocking, "nonblocking", false, "read without pausing the target")
@@ -86,9 +91,22 @@ BTF), and refuses --gvl and --nonblocking.`,
 	return c
 }
 
-func top(ctx context.Context, pid int, opts sampler.Options, window time.Duration, thread string, useEBPF bool) error {
+// top runs the live view until ctx is done, runFor passes (0: never) or
+// the target exits.
+func top(ctx context.Context, pid int, opts sampler.Options, window, runFor time.Duration, cut cuts, useEBPF bool) error {
+	var threadCut *sampling.ThreadCut
+	if cut.thread != "" {
+		threadCut = sampling.NewThreadCut(cut.thread)
+		opts.ThreadFilter = threadCut.Filter()
+	}
 	updates := make(chan *profile.Profile, 4)
 	flush := func(p *profile.Profile) {
+		// Each second's samples get their context labels, and lose
+		// those the cuts by label leave out.
+		ctxlabels.Annotate(p, nil)
+		if ls := cut.labels(); len(ls) > 0 {
+			p, _ = p.Apply(ls) // label cuts need no timeline
+		}
 		select {
 		case updates <- p:
 		default: // the screen is behind; drop rather than stall sampling
@@ -97,8 +115,8 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	var run func(context.Context)
 	if useEBPF {
 		ro := ebpfsample.RecordOptions{Rate: opts.Rate, Idle: opts.Idle, VM: opts.VM, FlushEvery: time.Second, Flush: flush}
-		if thread != "" {
-			ro.ThreadFilter = regexp.MustCompile(thread).MatchString // checked by the command
+		if threadCut != nil {
+			ro.ThreadFilter = threadCut.Keep
 		}
 		r, err := ebpfsample.NewRecorder(pid, ro)
 		if err != nil {
@@ -120,6 +138,11 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if runFor > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, runFor)
+		defer stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		run(ctx)
@@ -127,6 +150,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	}()
 
 	interactive := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	restore := func() {} // leaves the alternate screen and raw mode, once
 	if interactive {
 		old, err := term.MakeRaw(int(os.Stdin.Fd()))
 		if err != nil {
@@ -135,10 +159,15 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 			return fmt.Errorf("terminal: %w", err)
 		}
 		fmt.Print("\x1b[?1049h\x1b[?25l") // alternate screen, hide cursor
-		defer func() {
-			fmt.Print("\x1b[?25h\x1b[?1049l")
-			term.Restore(int(os.Stdin.Fd()), old)
-		}()
+		restored := false
+		restore = func() {
+			if !restored {
+				restored = true
+				fmt.Print("\x1b[?25h\x1b[?1049l")
+				term.Restore(int(os.Stdin.Fd()), old)
+			}
+		}
+		defer restore()
 		go func() {
 			b := make([]byte, 1)
 			for {
@@ -151,11 +180,20 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 	}
 
 	var history []*profile.Profile
+	var last *profile.Profile
 	for {
 		select {
 		case <-done:
 			var why string
 			switch {
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				// --duration ended it: the last table stays on the
+				// terminal, below the alternate screen left.
+				restore()
+				if interactive && last != nil {
+					drawTop(os.Stdout, pid, last, opts, cut, threadCut, 40, 120, false)
+				}
+				return nil
 			case procfs.Exited(pid):
 				why = fmt.Sprintf("pid %d exited", pid)
 			case ctx.Err() == nil:
@@ -164,9 +202,7 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 				why = fmt.Sprintf("pid %d ran another program (exec); watch it with: rbscope top -p %d", pid, pid)
 			}
 			if why != "" {
-				if interactive {
-					fmt.Print("\x1b[?25h\x1b[?1049l")
-				}
+				restore()
 				fmt.Fprintln(os.Stderr, "rbscope: "+why)
 			}
 			return nil
@@ -186,23 +222,27 @@ func top(ctx context.Context, pid int, opts sampler.Options, window time.Duratio
 				}
 				fmt.Print("\x1b[H\x1b[2J")
 			}
-			drawTop(os.Stdout, pid, merged, thread, rows, cols, interactive)
+			drawTop(os.Stdout, pid, merged, opts, cut, threadCut, rows, cols, interactive)
+			last = merged
 		}
 	}
 }
 
-// drawTop prints one screen of the top view.
-func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols int, raw bool) {
+// drawTop prints one screen of the top view; threadCut, when not nil, is
+// the --thread cut, which says so when it matched no thread yet.
+func drawTop(w io.Writer, pid int, p *profile.Profile, opts sampler.Options, cut cuts, threadCut *sampling.ThreadCut, rows, cols int, raw bool) {
 	nl := "\n"
 	if raw {
 		nl = "\r\n" // raw mode: no newline translation
 	}
-	filter := ""
-	if thread != "" {
-		filter = fmt.Sprintf(", threads matching %q", thread)
+	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %s, %d errors%s",
+		pid, p.Duration.Seconds(), cut, p.Samples, perTick(p, opts), p.Errors, nl)
+	if threadCut != nil {
+		if err := threadCut.Unmatched(); err != nil {
+			fmt.Fprint(w, textsafe.Clean(err.Error()), nl)
+			rows--
+		}
 	}
-	fmt.Fprintf(w, "rbscope top: pid %d, last %.0fs%s: %d samples, %.0f%% of ticks had a running thread, %d errors%s",
-		pid, p.Duration.Seconds(), filter, p.Samples, output.Pct(p.Samples, p.Ticks), p.Errors, nl)
 	fmt.Fprint(w, output.Breakdown(p), nl)
 	n, _ := output.FunctionTable(w, p, output.TableOptions{MaxRows: max(rows-5, 1), Width: cols, Newline: nl})
 	if n == 0 {
@@ -213,4 +253,21 @@ func drawTop(w io.Writer, pid int, p *profile.Profile, thread string, rows, cols
 	} else {
 		fmt.Fprint(w, strings.Repeat("-", 40), nl)
 	}
+}
+
+// perTick says how many threads a tick of p found on average, as what
+// they were: samples are threads, not ticks, so a share of ticks would
+// pass 100% with two threads on CPUs, or with --idle's sleeping threads.
+func perTick(p *profile.Profile, opts sampler.Options) string {
+	n := 0.0
+	if p.Ticks > 0 {
+		n = float64(p.Samples) / float64(p.Ticks)
+	}
+	switch {
+	case opts.Idle:
+		return fmt.Sprintf("%.1f threads a tick (--idle: running or not)", n)
+	case opts.GVL:
+		return fmt.Sprintf("%.2f threads a tick on a CPU or waiting for the GVL", n)
+	}
+	return fmt.Sprintf("%.2f threads a tick on a CPU", n)
 }

@@ -116,4 +116,15 @@ func TestTopTerminal(t *testing.T) {
 	if !strings.Contains(screen, "TOP-EXIT=0") || !strings.Contains(screen, "BEFORE-TOP") || strings.Contains(screen, "burn (") {
 		t.Errorf("after q the shell screen should be back with top's exit 0:\n%s", screen)
 	}
+	// --duration ends top by itself, and its last table stays on the
+	// shell's screen, line under line (the terminal out of raw mode).
+	exec.Command("tmux", "kill-session", "-t", session).Run()
+	tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "30", "sh", "-c", fmt.Sprintf("echo BEFORE-TOP; %s top -p %d --duration 3; echo TOP-EXIT=$?; sleep 30", rbscopeBin, p.PID()))
+	screen = ""
+	for i := 0; i < 10 && !strings.Contains(screen, "TOP-EXIT="); i++ {
+		screen = waitScreen("TOP-EXIT=")
+	}
+	if !strings.Contains(screen, "TOP-EXIT=0") || !strings.Contains(screen, "BEFORE-TOP") || !regexpLine(screen, `^rbscope top: pid \d+`) || !regexpLine(screen, `^ *[\d.]+% .*burn \(`) {
+		t.Errorf("after --duration the shell screen should be back with top's last table and exit 0:\n%s", screen)
+	}
 }

@@ -23,7 +23,8 @@ func newUICmd() *cobra.Command {
 		Use:   "ui [FILE...]",
 		Short: "Look at heap dumps and raw recordings in a local web page",
 		Long: `Serve a web page on this machine for heap dumps (ObjectSpace.dump_all JSON
-lines, from rbscope heap dump or Ruby itself) and raw recordings (record
+lines, from rbscope heap dump or Ruby itself, plain or compressed with zstd
+or gzip) and raw recordings (record
 --format raw) given as arguments or dropped on the page, and the reports of
 the crash store (rbscope crash install's), and the Ruby processes of the
 host that this user may read: their stacks, heap dumps and 10-second

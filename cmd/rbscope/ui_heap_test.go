@@ -43,9 +43,7 @@ type heapGraphReport struct {
 func TestCutDumps(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	dir := t.TempDir()
-	p := testruby.Start(t, rb, "heap_dump.rb", nil, filepath.Join(dir, "ruby.json"))
-	var rep struct{}
-	p.WaitReport(t, &rep, 60*time.Second)
+	p, _ := startHeapDumpProgram(t, rb, dir)
 	whole := filepath.Join(dir, "rbscope.json")
 	_, stderr, code := rbscope(t, "heap", "dump", "-p", strconv.Itoa(p.PID()), "-o", whole)
 	if code != 0 {

@@ -14,13 +14,20 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
-// Where the kernel's settings live.
+// The kernel's settings crash install changes, and where they live.
+const (
+	CorePatternSysctl   = "kernel/core_pattern"
+	CorePipeLimitSysctl = "kernel/core_pipe_limit"
+)
+
+// The files of the kernel's settings crash install changes.
 var (
-	CorePatternPath   = "/proc/sys/kernel/core_pattern"
-	CorePipeLimitPath = "/proc/sys/kernel/core_pipe_limit"
+	CorePatternPath   = procfs.SysctlPath(CorePatternSysctl)
+	CorePipeLimitPath = procfs.SysctlPath(CorePipeLimitSysctl)
 )
 
 // DefaultConfigPath is where `crash install` keeps its settings: the
@@ -140,18 +147,6 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func readSetting(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimRight(string(b), "\n"), nil
-}
-
-func writeSetting(path, value string) error {
-	return os.WriteFile(path, []byte(value+"\n"), 0o644)
-}
-
 // checkStore refuses a store that root does not own, that others can write,
 // or that is a symbolic link; it creates a missing one 0700.
 func checkStore(dir string) error {
@@ -188,14 +183,14 @@ func Install(cfg *Config, configPath, exe string) error {
 	if err := checkStore(cfg.Dir); err != nil {
 		return err
 	}
-	prev, err := readSetting(CorePatternPath)
+	prev, err := procfs.Sysctl(CorePatternSysctl)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", CorePatternPath, err)
 	}
 	if strings.Contains(prev, " crash handle") {
 		return fmt.Errorf("an rbscope crash handler is already installed (%s); run 'rbscope crash uninstall' first", prev)
 	}
-	prevLimit, err := readSetting(CorePipeLimitPath)
+	prevLimit, err := procfs.Sysctl(CorePipeLimitSysctl)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", CorePipeLimitPath, err)
 	}
@@ -218,13 +213,13 @@ func Install(cfg *Config, configPath, exe string) error {
 	// The kernel waits for at most core_pipe_limit handlers at once and
 	// keeps /proc/PID readable while they run; 0 means it does not wait.
 	if n, _ := strconv.Atoi(prevLimit); n < 16 {
-		if err := writeSetting(CorePipeLimitPath, "16"); err != nil {
+		if err := procfs.SetSysctl(CorePipeLimitSysctl, "16"); err != nil {
 			os.Remove(configPath)
 			return fmt.Errorf("writing %s: %w", CorePipeLimitPath, err)
 		}
 	}
-	if err := writeSetting(CorePatternPath, pattern); err != nil {
-		writeSetting(CorePipeLimitPath, prevLimit)
+	if err := procfs.SetSysctl(CorePatternSysctl, pattern); err != nil {
+		procfs.SetSysctl(CorePipeLimitSysctl, prevLimit)
 		os.Remove(configPath)
 		return fmt.Errorf("writing %s: %w", CorePatternPath, err)
 	}
@@ -240,10 +235,10 @@ func Uninstall(configPath string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no rbscope crash handler is installed (%w)", err)
 	}
-	if err := writeSetting(CorePatternPath, cfg.PreviousPattern); err != nil {
+	if err := procfs.SetSysctl(CorePatternSysctl, cfg.PreviousPattern); err != nil {
 		return nil, fmt.Errorf("restoring %s: %w", CorePatternPath, err)
 	}
-	if err := writeSetting(CorePipeLimitPath, cfg.PreviousPipeLimit); err != nil {
+	if err := procfs.SetSysctl(CorePipeLimitSysctl, cfg.PreviousPipeLimit); err != nil {
 		return nil, fmt.Errorf("restoring %s: %w", CorePipeLimitPath, err)
 	}
 	if err := os.Remove(configPath); err != nil {
@@ -255,8 +250,8 @@ func Uninstall(configPath string) (*Config, error) {
 // GetStatus reads the kernel's settings and the config.
 func GetStatus(configPath string) *wire.CrashStatus {
 	st := &wire.CrashStatus{ConfigPath: configPath}
-	st.CorePattern, _ = readSetting(CorePatternPath)
-	st.CorePipeLimit, _ = readSetting(CorePipeLimitPath)
+	st.CorePattern, _ = procfs.Sysctl(CorePatternSysctl)
+	st.CorePipeLimit, _ = procfs.Sysctl(CorePipeLimitSysctl)
 	if cfg, err := LoadConfig(configPath); err == nil {
 		st.Config = wireConfig(cfg)
 		st.Installed = strings.Contains(st.CorePattern, " crash handle")

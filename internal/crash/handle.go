@@ -22,6 +22,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/crashreport"
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
@@ -527,19 +528,18 @@ var readRubyState = readRuby
 // readRuby reads the Ruby stacks of the crashed process from its memory,
 // which the kernel keeps until the handler exits, and says what it could not.
 func readRuby(pid int) (*crashreport.Ruby, []string) {
-	t, err := target.Attach(pid)
-	if err != nil {
+	p, err := liveproc.Open(pid, liveproc.Options{})
+	var vmErr *liveproc.VMError
+	switch {
+	case errors.Is(err, rubyvm.ErrNotRuby):
+		return nil, nil
+	case errors.As(err, &vmErr):
+		return nil, []string{"ruby: " + err.Error()}
+	case err != nil:
 		return nil, []string{"memory: " + err.Error()}
 	}
-	defer t.Close()
-	vm, err := rubyvm.Open(t)
-	if err != nil {
-		if !errors.Is(err, rubyvm.ErrNotRuby) {
-			return nil, []string{"ruby: " + err.Error()}
-		}
-		return nil, nil
-	}
-	defer vm.Close()
+	defer p.Close()
+	t, vm := p.Live, p.VM
 	var problems []string
 	for _, s := range vm.Build().Skipped() {
 		problems = append(problems, "ruby image: not read: "+s)

@@ -54,8 +54,8 @@ import (
 // The keys of the labels, in pprof's sample labels and OpenTelemetry's
 // sample attributes.
 const (
-	Endpoint = "endpoint"
-	Job      = "job"
+	Endpoint = profile.LabelEndpoint
+	Job      = profile.LabelJob
 )
 
 // role is what a frame says of the frame it calls.

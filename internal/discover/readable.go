@@ -7,9 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
-	"github.com/rbscope/rbscope/internal/target"
 )
 
 // Readable is a Ruby process the commands can read, and what the UI's
@@ -93,17 +93,12 @@ func (l *Lister) List() ([]Readable, error) {
 // readVersion opens process pid's VM as the commands do and returns its
 // release, or why it could not.
 func (l *Lister) readVersion(pid int) versionRead {
-	t, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: l.vmOpts})
 	if err != nil {
 		return versionRead{err: err.Error()}
 	}
-	defer t.Close()
-	vm, err := rubyvm.OpenWith(t, l.vmOpts)
-	if err != nil {
-		return versionRead{err: err.Error()}
-	}
-	defer vm.Close()
-	return versionRead{version: vm.Version}
+	defer p.Close()
+	return versionRead{version: p.VM.Version}
 }
 
 // canOpenMemory reports whether this user may open process pid's memory

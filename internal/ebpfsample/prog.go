@@ -34,6 +34,14 @@ const (
 	tripleSize = 24
 )
 
+// runSkew is how much shorter than its CPU time a run's wall time may be
+// read, in nanoseconds, and still be the run ending: the two are read on
+// different clocks at different points of the switches (the dispatcher's
+// arrival on the monotonic clock, the CPU time on the run queue's task
+// clock), a microsecond or so apart; the run's wall time is then its CPU
+// time.
+const runSkew = 50_000
+
 // flagSwitch, a record flag, says it was taken as the thread left its
 // CPU with another stack than at its last switch (sched_switch), not on
 // the clock.
@@ -47,15 +55,19 @@ const flagSwitch = 1
 // writes here too: the switch program, run at every switch of the
 // target's threads, so looks up one map a switch rather than two), and
 // the PID of the process that listed it (a TID another process had
-// before, whose state is not yet gone, is not read in this one's memory).
+// before, whose state is not yet gone, is not read in this one's memory),
+// and, where the kernel keeps no run's start (kernelOffsets.arrivals), when
+// the thread last came to a CPU, which the dispatcher writes (0: not
+// seen since listed).
 const (
-	wallOut   = 0
-	wallRan   = 8
-	wallAcc   = 16
-	wallHash  = 24
-	wallEC    = 32
-	wallTGID  = 40
-	wallValue = 48
+	wallOut    = 0
+	wallRan    = 8
+	wallAcc    = 16
+	wallHash   = 24
+	wallEC     = 32
+	wallTGID   = 40
+	wallArrive = 48
+	wallValue  = 56
 )
 
 // Counter indexes in the counters value.
@@ -387,6 +399,16 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			ins = append(ins, read(slotClock, slotTask, p.kern.taskCFSRQ)...)
 			ins = append(ins, read(slotClock, slotClock, p.kern.cfsRQRq)...)
 			ins = append(ins, read(slotClock, slotClock, p.kern.rqClock)...)
+		} else if p.kern.arrivals() {
+			// When it came to this CPU, as the dispatcher saw it come,
+			// and the time now, both on the monotonic clock.
+			ins = append(ins,
+				asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
+				asm.LoadMem(asm.R2, asm.R1, wallArrive, asm.DWord),
+				asm.StoreMem(asm.R10, slotArrival, asm.R2, asm.DWord),
+				asm.LoadMem(asm.R2, asm.R6, int16(recOff+timeOff), asm.DWord),
+				asm.StoreMem(asm.R10, slotClock, asm.R2, asm.DWord),
+			)
 		}
 	}
 	for w := int16(0); w < gcFlagsMax/4; w++ {
@@ -475,10 +497,18 @@ func program(p progParams, fd programFDs, switched bool) asm.Instructions {
 			asm.JLT.Reg(asm.R5, asm.R2, "cputime"),
 			asm.Sub.Reg(asm.R5, asm.R2),
 			asm.JGT.Reg(asm.R5, asm.R3, "cputime"),
-			asm.JLT.Reg(asm.R5, asm.R0, "cputime"),
+			// A run shorter than its CPU time by more than the two
+			// clocks' skew is not the one ending (a switch was not
+			// seen); shorter by less, it is, with no time taken.
+			asm.Mov.Reg(asm.R2, asm.R5),
+			asm.Add.Imm(asm.R2, runSkew),
+			asm.JLT.Reg(asm.R2, asm.R0, "cputime"),
+			asm.JLT.Reg(asm.R5, asm.R0, "runwall"),
 			asm.Mov.Reg(asm.R0, asm.R5),
 		)
-		ins = append(ins, count(cntRunWall)...)
+		runWall := count(cntRunWall)
+		runWall[0] = runWall[0].WithSymbol("runwall")
+		ins = append(ins, runWall...)
 		ins = append(ins,
 			asm.LoadMem(asm.R1, asm.R10, slotWall, asm.DWord),
 			asm.Sub.Reg(asm.R3, asm.R0).WithSymbol("cputime"),

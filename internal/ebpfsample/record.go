@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampling"
@@ -38,8 +39,8 @@ type RecordOptions struct {
 	FlushEvery time.Duration
 	Flush      func(*profile.Profile)
 	// ThreadFilter, if set, keeps only the samples of the threads whose
-	// name (sampling.ThreadName) it accepts (top --thread).
-	ThreadFilter func(name string) bool
+	// name (sampling.ThreadName) and TID it accepts (--thread).
+	ThreadFilter func(name string, tid int) bool
 	// Idle records every thread whatever it does (record --idle): the
 	// threads on a CPU at the clock's samples, and the others for the
 	// time they spend off a CPU, weighed at Rate under the stack they
@@ -138,18 +139,12 @@ func open(pid int, vmOpts rubyvm.Options, opts Options) (attached, error) {
 	if err := checkPlace(); err != nil {
 		return attached{}, err
 	}
-	live, err := target.Attach(pid)
-	if err != nil {
-		return attached{}, err
-	}
 	// The BPF sampler never stops the target: Ctrl-C needs no guard.
-	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, vmOpts)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: vmOpts, NoSignalGuard: true})
 	if err != nil {
-		err = goneOr(live, err)
-		live.Close()
 		return attached{}, err
 	}
+	live, vm := p.Live, p.VM
 	s, err := New(pid, vm, opts)
 	if err != nil {
 		err = goneOr(live, explain(err))
@@ -345,8 +340,8 @@ type profiles struct {
 	clock     *wallClock
 	// threads puts each sample under a root frame naming its thread.
 	threads bool
-	// keep, if set, says which threads' samples are kept, by name.
-	keep func(thread string) bool
+	// keep, if set, says which threads' samples are kept, by name and TID.
+	keep func(thread string, tid int) bool
 }
 
 // drainInto adds the samples in s's ring buffer to ps and returns how
@@ -361,7 +356,7 @@ func drainInto(s *Sampler, ps profiles, pid int) (int, error) {
 			return // a thread not yet running Ruby code
 		}
 		thread := s.ThreadName(smp.TID)
-		if ps.keep != nil && !ps.keep(thread) {
+		if ps.keep != nil && !ps.keep(thread, smp.TID) {
 			return
 		}
 		root := ""

@@ -40,6 +40,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 )
 
 // Options say how the sampler samples.
@@ -369,11 +370,7 @@ func (s *Sampler) RefreshThreads() (int, error) {
 		if th.TID <= 0 || th.Error != "" {
 			continue
 		}
-		// A forked child's main thread keeps its parent's TID in Ruby's
-		// books (a server's worker): the kernel knows it by the PID.
-		if th.Main && th.TID != s.pid && procfs.TaskExited(s.pid, th.TID) {
-			th.TID = s.pid
-		}
+		th.TID = stacks.KernelTID(s.pid, th, func(tid int) bool { return !procfs.TaskExited(s.pid, tid) })
 		tid := uint32(th.TID)
 		seen[tid] = true
 		th.Frames = nil

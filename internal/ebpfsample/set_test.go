@@ -23,7 +23,7 @@ func TestSetKeepsProcessesApart(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	pids, cmds := map[string]int{}, map[string]*exec.Cmd{}
 	for _, name := range []string{"alpha", "beta"} {
-		cmd := exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name)
+		cmd := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("agent_work.rb"), name))
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

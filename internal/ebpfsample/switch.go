@@ -22,7 +22,9 @@ import (
 // one map lookup, not one program run a process; and no program runs as
 // a thread comes back to a CPU: the time it spent off one is its time
 // between two switch records less the run between them, which the switch
-// program reads from the kernel's task and run queue (kernelOffsets).
+// program reads from the kernel's task and run queue (kernelOffsets), or,
+// where the kernel keeps no run's start, from the time the dispatcher saw
+// the thread come to its CPU.
 type switchHook struct {
 	// walls is the wall state of each thread listed (wallValue bytes),
 	// by TID; tgids the slot in progs of each process's switch
@@ -60,21 +62,39 @@ var ErrNoBTF = errors.New("the kernel gives no BTF (/sys/kernel/btf/vmlinux)")
 // counts twice, on the CPU in the clock's samples and off it in the switch
 // samples.
 type kernelOffsets struct {
-	// taskRan is task_struct's se.sum_exec_runtime (nanoseconds).
-	taskRan int32
+	// taskRan is task_struct's se.sum_exec_runtime (nanoseconds), taskPID
+	// its pid (the TID, 4 bytes).
+	taskRan, taskPID int32
 	// taskArrival is task_struct's sched_info.last_arrival (the run
 	// queue's clock when the task last came to a CPU), taskCFSRQ its
 	// se.cfs_rq (a pointer), cfsRQRq cfs_rq's rq (a pointer) and rqClock
 	// rq's clock. All 0 where the kernel has not one of them
-	// (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED): the run's wall time
-	// is then not known, and the CPU time stands for it.
+	// (CONFIG_SCHED_INFO, CONFIG_FAIR_GROUP_SCHED): the dispatcher then
+	// notes when each thread listed comes to a CPU (arrivals).
 	taskArrival, taskCFSRQ, cfsRQRq, rqClock int32
 }
 
-// runKnown says whether the switch program can read the wall time of a
-// task's run.
+// runKnown says whether the switch program reads the start of a task's
+// run from the kernel.
 func (k kernelOffsets) runKnown() bool {
 	return k.taskArrival > 0 && k.taskCFSRQ > 0 && k.cfsRQRq > 0 && k.rqClock > 0
+}
+
+// arrivals says whether the dispatcher notes when a thread listed comes
+// to a CPU (the next task of a switch) in its wall state, for the switch
+// program to take its run's wall time from: where the kernel keeps no
+// run's start. It costs every switch of the host a read of the next
+// task's TID and a lookup in the walls map; the CPU time, which would
+// stand for the run's wall time otherwise, leaves out a VM's steal (see
+// kernelOffsets).
+func (k kernelOffsets) arrivals() bool {
+	return !k.runKnown() && k.taskPID > 0
+}
+
+// withoutRunStart is k as on a kernel that keeps no run's start.
+func (k kernelOffsets) withoutRunStart() kernelOffsets {
+	k.taskArrival, k.taskCFSRQ, k.cfsRQRq, k.rqClock = 0, 0, 0, 0
+	return k
 }
 
 // readKernelOffsets reads kernelOffsets from the kernel's BTF.
@@ -84,13 +104,16 @@ func readKernelOffsets() (kernelOffsets, error) {
 		return kernelOffsets{}, fmt.Errorf("%w: %w", ErrNoBTF, err)
 	}
 	var k kernelOffsets
-	if k.taskRan, err = memberOffset(spec, "task_struct", "se", "sum_exec_runtime"); err != nil {
+	if k.taskRan, err = memberOffset(spec, 8, "task_struct", "se", "sum_exec_runtime"); err != nil {
 		return k, err
 	}
-	arrival, errA := memberOffset(spec, "task_struct", "sched_info", "last_arrival")
-	cfsRQ, errC := memberOffset(spec, "task_struct", "se", "cfs_rq")
-	rq, errR := memberOffset(spec, "cfs_rq", "rq")
-	clock, errK := memberOffset(spec, "rq", "clock")
+	if k.taskPID, err = memberOffset(spec, 4, "task_struct", "pid"); err != nil {
+		return k, err
+	}
+	arrival, errA := memberOffset(spec, 8, "task_struct", "sched_info", "last_arrival")
+	cfsRQ, errC := memberOffset(spec, 8, "task_struct", "se", "cfs_rq")
+	rq, errR := memberOffset(spec, 8, "cfs_rq", "rq")
+	clock, errK := memberOffset(spec, 8, "rq", "clock")
 	if errA == nil && errC == nil && errR == nil && errK == nil {
 		k.taskArrival, k.taskCFSRQ, k.cfsRQRq, k.rqClock = arrival, cfsRQ, rq, clock
 	}
@@ -99,9 +122,9 @@ func readKernelOffsets() (kernelOffsets, error) {
 
 // memberOffset is the byte offset of a (nested) member of a struct in the
 // kernel's BTF: path names a member of the struct, then a member of that
-// member, and so on. The member it ends at must be 8 bytes, aligned: the
-// program reads a u64 or a pointer there.
-func memberOffset(spec *btf.Spec, name string, path ...string) (int32, error) {
+// member, and so on. The member it ends at must be size bytes, aligned:
+// the program reads a u64 or a pointer (8), or a u32 (4) there.
+func memberOffset(spec *btf.Spec, size int, name string, path ...string) (int32, error) {
 	var s *btf.Struct
 	if err := spec.TypeByName(name, &s); err != nil {
 		return 0, fmt.Errorf("%s in the kernel's BTF: %w", name, err)
@@ -120,8 +143,8 @@ func memberOffset(spec *btf.Spec, name string, path ...string) (int32, error) {
 		off += m.Offset
 		typ = m.Type
 	}
-	if size, err := btf.Sizeof(typ); err != nil || size != 8 || off%64 != 0 {
-		return 0, fmt.Errorf("%s.%s at bit %d (%v): not an aligned 8 bytes", name, strings.Join(path, "."), off, typ)
+	if got, err := btf.Sizeof(typ); err != nil || got != size || off%btf.Bits(8*size) != 0 {
+		return 0, fmt.Errorf("%s.%s at bit %d (%v): not an aligned %d bytes", name, strings.Join(path, "."), off, typ, size)
 	}
 	return int32(off / 8), nil
 }
@@ -142,6 +165,13 @@ func newSwitchHook() (*switchHook, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newSwitchHookFor(kern)
+}
+
+// newSwitchHookFor is newSwitchHook for the kernel's offsets kern (a test
+// makes the hook of a kernel without the run's start with them).
+func newSwitchHookFor(kern kernelOffsets) (*switchHook, error) {
+	var err error
 	h := &switchHook{kern: kern, used: map[uint32]bool{}}
 	if h.walls, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rbs_walls", Type: ebpf.Hash, KeySize: 4, ValueSize: wallValue, MaxEntries: maxWallThreads}); err != nil {
 		h.close()
@@ -159,7 +189,7 @@ func newSwitchHook() (*switchHook, error) {
 		Name:         "rbs_switch",
 		Type:         ebpf.RawTracepoint,
 		License:      "GPL",
-		Instructions: dispatcher(h.tgids.FD(), h.progs.FD()),
+		Instructions: dispatcher(h.tgids.FD(), h.progs.FD(), h.walls.FD(), kern),
 	}, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
 	if err != nil {
 		h.close()
@@ -183,11 +213,38 @@ func verifierLog(err error) error {
 
 // dispatcher is the sched_switch program: when the current task (the one
 // leaving its CPU) is of a process in tgids, the process's switch program
-// runs in its place (a tail call, which does not return).
-func dispatcher(tgidsFD, progsFD int) asm.Instructions {
-	return asm.Instructions{
+// runs in its place (a tail call, which does not return). With
+// kern.arrivals, it first notes the time in the wall state of the next
+// task (the one coming to the CPU), when that is a thread listed.
+func dispatcher(tgidsFD, progsFD, wallsFD int, kern kernelOffsets) asm.Instructions {
+	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.FnGetCurrentPidTgid.Call(),
+	}
+	if kern.arrivals() {
+		ins = append(ins,
+			// The next task's TID: sched_switch's arguments are
+			// (preempt, prev, next, ...).
+			asm.LoadMem(asm.R3, asm.R6, 16, asm.DWord),
+			asm.Add.Imm(asm.R3, kern.taskPID),
+			asm.Mov.Imm(asm.R1, 0),
+			asm.StoreMem(asm.R10, -8, asm.R1, asm.DWord),
+			asm.Mov.Reg(asm.R1, asm.R10),
+			asm.Add.Imm(asm.R1, -8),
+			asm.Mov.Imm(asm.R2, 4),
+			asm.FnProbeReadKernel.Call(),
+			asm.JNE.Imm(asm.R0, 0, "prev"),
+			asm.LoadMapPtr(asm.R1, wallsFD),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -8),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "prev"),
+			asm.Mov.Reg(asm.R7, asm.R0),
+			asm.FnKtimeGetNs.Call(),
+			asm.StoreMem(asm.R7, wallArrive, asm.R0, asm.DWord),
+		)
+	}
+	return append(ins,
+		asm.FnGetCurrentPidTgid.Call().WithSymbol("prev"),
 		asm.RSh.Imm(asm.R0, 32),
 		asm.StoreMem(asm.R10, -8, asm.R0, asm.Word),
 		asm.LoadMapPtr(asm.R1, tgidsFD),
@@ -201,7 +258,7 @@ func dispatcher(tgidsFD, progsFD int) asm.Instructions {
 		asm.FnTailCall.Call(),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
 		asm.Return(),
-	}
+	)
 }
 
 // add runs prog at the switches of process pid's threads, until remove.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -79,9 +78,9 @@ const textPrefix = 40
 
 const realNameBit = 1 << 31 // detail of a CLASS with no name: strs index of its real_class_name
 
-// LoadFile loads the dump at path.
+// LoadFile loads the dump at path, plain or compressed (Open).
 func LoadFile(path string) (*Graph, error) {
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -326,11 +325,11 @@ const lineEvery = 256
 var ErrNoLines = errors.New("the heap index has no line offsets")
 
 // Record reads object i's line from the dump the Graph was loaded from
-// (dump, read at the offsets of the file as Load read it) with the
+// (dump, read at the offsets of its decompressed bytes as Load read them) with the
 // instance variables (Record.InstanceVariables) kept. It reads from the
 // nearest line whose offset the Graph keeps, at most lineEvery-1 lines
 // more.
-func (g *Graph) Record(dump io.ReaderAt, i int) (*Record, error) {
+func (g *Graph) Record(dump *File, i int) (*Record, error) {
 	if i < 0 || i >= len(g.addr) {
 		return nil, fmt.Errorf("object %d: out of range", i)
 	}
@@ -338,7 +337,11 @@ func (g *Graph) Record(dump io.ReaderAt, i int) (*Record, error) {
 	if k >= len(g.lineAt) {
 		return nil, ErrNoLines
 	}
-	rd := NewReader(io.NewSectionReader(dump, g.lineAt[k], math.MaxInt64-g.lineAt[k]), g.Name)
+	from, err := dump.From(g.lineAt[k])
+	if err != nil {
+		return nil, err
+	}
+	rd := NewReader(from, g.Name)
 	rd.KeepInstanceVariables()
 	for n := k * lineEvery; ; {
 		rec, err := rd.Next()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -89,18 +90,23 @@ func TestIndexRoundTripRandom(t *testing.T) {
 	g2, d2, raw := roundTrip(t, g, d)
 	sameAnswers(t, g, d, g2, d2)
 
-	// Every object's own line, from the offsets the index kept; a dump
-	// that changed since is an error.
-	for _, gr := range []*Graph{g, g2} {
-		for i := 0; i < gr.Len(); i++ {
-			rec, err := gr.Record(strings.NewReader(dump), i)
-			if err != nil || rec.Address != gr.Address(i) {
-				t.Fatalf("object %d (%#x): line of %#x, %v", i, gr.Address(i), rec.Address, err)
+	// Every object's own line, from the offsets the index kept, in the
+	// dump plain and compressed; a dump that changed since is an error.
+	dir := t.TempDir()
+	for _, name := range []string{"random.json", "random.json.zst", "random.json.gz"} {
+		f := writeDump(t, filepath.Join(dir, name), dump)
+		for _, gr := range []*Graph{g, g2} {
+			for i := 0; i < gr.Len(); i += 1 + 50*int(f.Compression) {
+				rec, err := gr.Record(f, i)
+				if err != nil || rec.Address != gr.Address(i) {
+					t.Fatalf("%s: object %d (%#x): line of %#x, %v", name, i, gr.Address(i), rec.Address, err)
+				}
 			}
 		}
-	}
-	if _, err := g2.Record(strings.NewReader(`{"address":"0x8", "type":"OBJECT", "memsize":1}`+"\n"+dump), g2.Len()-1); err == nil {
-		t.Errorf("the line of an object of a dump that changed: no error")
+		f = writeDump(t, filepath.Join(dir, "changed-"+name), `{"address":"0x8", "type":"OBJECT", "memsize":1}`+"\n"+dump)
+		if _, err := g2.Record(f, g2.Len()-1); err == nil {
+			t.Errorf("%s: the line of an object of a dump that changed: no error", name)
+		}
 	}
 
 	// A cut or damaged index is an error, never a panic.

@@ -84,17 +84,6 @@ const (
 	EndRoot = "rbscope_end"
 )
 
-// DumpedByField is what rbscope's writer puts in its first ROOT line.
-const DumpedByField = `, "dumped_by":"` + DumpedBy + `"`
-
-// AppendEndLine appends the line that ends a dump of rbscope's own,
-// after lines lines.
-func AppendEndLine(b []byte, lines uint64) []byte {
-	b = append(b, `{"type":"ROOT", "root":"`+EndRoot+`", "references":[], "lines":`...)
-	b = strconv.AppendUint(b, lines, 10)
-	return append(b, "}\n"...)
-}
-
 // Ivar is one instance variable: its name and its value, the address of
 // an object or, for an immediate, Address 0 and Value as Ruby inspects it
 // (5, nil, :sym, 1.5).

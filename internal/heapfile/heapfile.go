@@ -6,13 +6,14 @@
 package heapfile
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -32,55 +33,53 @@ type Options struct {
 
 // Result is what a dump wrote.
 type Result struct {
-	Stats    *rubyvm.DumpStats
-	Snapshot rubyvm.SnapshotStats
+	Stats    *heapdump.Stats
+	Snapshot heapdump.SnapshotStats
 	// Took is how long reading and writing took.
 	Took time.Duration
+	// Compression is the file's, and Stored its size (Stats.Bytes is the
+	// dump's, before compression).
+	Compression heap.Compression
+	Stored      int64
 	// Version is the process's Ruby release, and LayoutNote what rubyvm
 	// noted of its layout (empty for none).
 	Version    string
 	LayoutNote string
 }
 
-// Write writes process pid's heap to path. An output that cannot be
-// written is refused before the process is touched; the file appears only
-// once it is whole.
+// Write writes process pid's heap to path, compressed as its name asks
+// (Create). An output that cannot be written is refused before the
+// process is touched; the file appears only once it is whole.
 func Write(pid int, path string, o Options) (Result, error) {
 	var res Result
-	out, err := output.Create(path)
+	out, err := Create(path)
 	if err != nil {
 		return res, err
 	}
-	defer out.Abort() // no-op after Commit has renamed the file
-	t, err := target.Attach(pid)
+	defer out.Abort() // no-op after Commit
+	p, err := liveproc.Open(pid, liveproc.Options{VM: o.VM})
 	if err != nil {
 		return res, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.OpenWith(t, o.VM)
-	if err != nil {
-		return res, err
-	}
-	defer vm.Close()
+	defer p.Close()
+	t, vm := p.Live, p.VM
 	res.Version, res.LayoutNote = vm.Version, vm.LayoutNote
-	opts := rubyvm.DumpOptions{RedactStrings: o.Redact, Progress: o.Progress}
-	bw := bufio.NewWriterSize(out, 1<<20)
+	opts := heapdump.Options{RedactStrings: o.Redact, Progress: o.Progress}
 	start := time.Now()
 	if o.Pause {
-		res.Stats, res.Snapshot, err = vm.HeapDumpSnapshot(t, bw, opts)
+		res.Stats, res.Snapshot, err = heapdump.WriteSnapshot(vm, t, out, opts)
 	} else {
 		vm.PrepareHeapDump()
-		res.Stats, err = vm.HeapDump(bw, opts)
+		res.Stats, err = heapdump.Write(vm, out, opts)
 	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	res.Took = time.Since(start)
 	if errors.Is(err, target.ErrSnapshotTooBig) {
 		return res, fmt.Errorf("pid %d: %w; --nonblocking dumps it without a copy", pid, err)
 	}
 	if err != nil {
 		return res, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return res, out.Commit()
+	err = out.Commit()
+	res.Took = time.Since(start)
+	res.Compression, res.Stored = out.Compression, out.Stored()
+	return res, err
 }

@@ -48,6 +48,7 @@ type fgRect struct {
 	x, w  float64 // in samples
 	depth int
 	name  string
+	fn    string // the function, Frame.Name(false): what a focus names
 	kind  profile.Kind
 	count int
 	// change is the change of the frame's share against the baseline, in
@@ -92,7 +93,7 @@ func Flamegraph(w io.Writer, p *profile.Profile, o Options) error {
 			if float64(c.count)*scale >= fgMinWidth {
 				f := p.Frames[id]
 				name := f.Name(o.Lines)
-				r := fgRect{x: x, w: float64(c.count), depth: depth, name: name, kind: f.Kind, count: c.count}
+				r := fgRect{x: x, w: float64(c.count), depth: depth, name: name, fn: f.Name(false), kind: f.Kind, count: c.count}
 				cpath := profile.PrefixKey(path, name)
 				if base != nil {
 					r.change = 100*float64(c.count)/float64(total) - base[cpath]
@@ -130,7 +131,7 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 <text id="details" x="%.0f" y="%.0f"> </text>
 `, fgWidth, height, fgWidth/2, html.EscapeString(title), fgWidth/2, p.Samples, p.Duration.Seconds(), p.Rate, p.Errors,
 		fgPad, fgWidth-fgPad, fgWidth-fgPad, height-10, fgPad, height-10)
-	bw.printf(`<g id="frames" data-total="%d" data-scale="%g">`+"\n", total, scale)
+	bw.printf(`<g id="frames" data-total="%d" data-scale="%g" data-start="%d" data-icicle="%t">`+"\n", total, scale, startDepth(p, root), o.Icicle)
 	for _, r := range rects {
 		y := height - fgBottom - float64(r.depth+1)*fgFrameH
 		if o.Icicle {
@@ -141,13 +142,46 @@ g.f:hover rect { stroke: #000; stroke-width: 0.5; cursor: pointer; }
 		if base != nil {
 			fill, change = ChangeColor(r.change), fmt.Sprintf(", %+.2f points", r.change)
 		}
-		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-d="%d"><title>%s (%d samples, %.2f%%%s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
-			r.x, r.w, r.depth, name, r.count, Pct(r.count, total), change,
+		bw.printf(`<g class="f" data-x="%g" data-w="%g" data-fn="%s" data-d="%d"><title>%s (%d samples, %.2f%%%s)</title><rect x="%.2f" y="%.0f" width="%.2f" height="%.0f" fill="%s" rx="2" ry="2"/><text x="%.2f" y="%.1f">%s</text></g>`+"\n",
+			r.x, r.w, html.EscapeString(r.fn), r.depth, name, r.count, Pct(r.count, total), change,
 			fgPad+r.x*scale, y, r.w*scale, fgFrameH-1, fill, fgPad+r.x*scale+3, y+fgFrameH-4.5,
 			html.EscapeString(fitText(r.name, r.w*scale)))
 	}
 	bw.printf("</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s\n]]></script>\n</svg>\n", strings.TrimSpace(flamegraphJS))
 	return bw.err
+}
+
+// startDepth is the depth a flame graph opens at, scrolled so that its
+// frames show (depth 0, the roots, needs no scroll): where the request's
+// own frames begin, the outermost frame of an endpoint's action or route
+// (the frame ctxlabels names it by: its label, or for a Sinatra route its
+// method), below which a Rails stack holds a hundred frames of Puma, Rack
+// and middleware that every request shares; without endpoints, the depth
+// where the stacks first part (the trunk every sample shares ends).
+func startDepth(p *profile.Profile, root *fgNode) int {
+	start := -1
+	for _, st := range p.Stacks {
+		e := st.Label(profile.LabelEndpoint)
+		if e == "" {
+			continue
+		}
+		for k, id := range st.Frames {
+			if f := p.Frames[id]; f.Label == e || f.Method == e {
+				if start < 0 || k < start {
+					start = k
+				}
+				break
+			}
+		}
+	}
+	if start >= 0 {
+		return start
+	}
+	depth := 0
+	for n := root; len(n.children) == 1; depth++ {
+		n = n.children[n.order[0]]
+	}
+	return max(depth-1, 0)
 }
 
 // fgCharWidth is the average width of a character at fgFontSize.
@@ -242,6 +276,18 @@ function init(evt) {
   reset.addEventListener("click", unzoom);
   searchBtn.addEventListener("click", search);
   layout(0, total, -1);
+  // Open where the frames read: at the depth startDepth chose (the
+  // request's own frames, or where the stacks first part), not on the
+  // tips of deep stacks.
+  var fs = document.getElementById("frames"), start = parseFloat(fs.getAttribute("data-start")) || 0;
+  if (start > 0) {
+    var row = null;
+    frames.some(function (g) { if (num(g, "data-d") === start) { row = g.querySelector("rect"); return true; } return false; });
+    if (row) {
+      var y = parseFloat(row.getAttribute("y")), h = window.innerHeight || 600;
+      window.scrollTo(0, fs.getAttribute("data-icicle") === "true" ? y - 40 : y + 40 - h + h / 3);
+    }
+  }
 }
 function num(g, a) { return parseFloat(g.getAttribute(a)); }
 function layout(x0, w0, d0) {
@@ -265,6 +311,11 @@ function layout(x0, w0, d0) {
 function zoom(g) {
   layout(num(g, "data-x"), num(g, "data-w"), num(g, "data-d"));
   reset.style.opacity = 1;
+  // In rbscope ui's page, which offers to start from the frame (a focus
+  // kept in the page's URL) and remember it.
+  if (window.parent !== window) {
+    window.parent.postMessage({ rbscope: "flame", fn: g.getAttribute("data-fn"), title: g.querySelector("title").textContent }, location.origin);
+  }
 }
 function unzoom() { layout(0, total, -1); reset.style.opacity = 0; }
 function search() {

@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/profile"
 
 	"github.com/rbscope/rbscope/internal/testruby"
@@ -442,5 +445,64 @@ func TestFirefoxGCMarkers(t *testing.T) {
 		if strings.HasPrefix(name, "(") != (cat == "GC / CC") {
 			t.Errorf("frame %s in category %s", name, cat)
 		}
+	}
+}
+
+// TestRawLabels: a raw recording keeps its stacks' labels (in its header,
+// the format's version unchanged), and one made before labels were kept
+// gets those ctxlabels derives from its frames.
+func TestRawLabels(t *testing.T) {
+	ruby := func(label string) profile.Frame {
+		return profile.Frame{Kind: profile.KindRuby, Label: label, Path: "app.rb", Line: 1}
+	}
+	p := profile.NewProfile(100)
+	p.KeepTimeline()
+	action := []profile.Frame{ruby("ActionController::BasicImplicitRender#send_action"), ruby("ItemsController#index"), ruby("Object#spin")}
+	other := []profile.Frame{ruby("Object#spin")}
+	for i := range 3 {
+		p.AddSample(action, p.Start.Add(time.Duration(i)), 1, 1, "main")
+		p.AddSample(other, p.Start.Add(time.Duration(i)), 1, 2, "w")
+	}
+	ctxlabels.Annotate(p, nil)
+	var raw bytes.Buffer
+	if err := Raw(&raw, p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	q, _, err := ReadRaw(bytes.NewReader(raw.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEndpoint := func(p *profile.Profile) map[string]int {
+		out := map[string]int{}
+		for _, st := range p.Stacks {
+			out[st.Label(profile.LabelEndpoint)] += st.Count
+		}
+		return out
+	}
+	want := map[string]int{"ItemsController#index": 3, "": 3}
+	if got := byEndpoint(q); !maps.Equal(got, want) {
+		t.Errorf("read back: %v, want %v", got, want)
+	}
+	// The same recording as an older rbscope wrote it: no labels key.
+	zr, _ := gzip.NewReader(bytes.NewReader(raw.Bytes()))
+	text, _ := io.ReadAll(zr)
+	head, rest, _ := bytes.Cut(text, []byte("\n"))
+	var h map[string]any
+	json.Unmarshal(head, &h)
+	if h["version"] != 1.0 || h["labels"] == nil {
+		t.Fatalf("header %s: want version 1 and labels", head)
+	}
+	delete(h, "labels")
+	head, _ = json.Marshal(h)
+	var old bytes.Buffer
+	zw := gzip.NewWriter(&old)
+	zw.Write(append(append(head, '\n'), rest...))
+	zw.Close()
+	q, _, err = ReadRaw(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byEndpoint(q); !maps.Equal(got, want) {
+		t.Errorf("an older recording: %v, want %v", got, want)
 	}
 }

@@ -2,13 +2,18 @@ package output
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/wire"
 )
@@ -33,7 +38,8 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 	bw := bufio.NewWriter(zw)
 	enc := json.NewEncoder(bw)
 	h := wire.RawHeader{Format: wire.RawFormat, Version: wire.RawVersion, Title: o.Title, Rate: p.Rate, StartNs: p.Start.UnixNano(),
-		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Samples: p.Samples, Timeline: p.Timeline != nil}
+		DurationNs: int64(p.Duration), Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Samples: p.Samples, Timeline: p.Timeline != nil,
+		Labels: rawLabels(p)}
 	if err := enc.Encode(h); err != nil {
 		return err
 	}
@@ -81,9 +87,44 @@ func Raw(w io.Writer, p *profile.Profile, o Options) error {
 	return zw.Close()
 }
 
+// RawHead tells whether head, the first bytes of a file once
+// decompressed, begin a recording that Raw wrote (its header's first key).
+func RawHead(head []byte) bool {
+	return bytes.HasPrefix(head, []byte(`{"format":"`+wire.RawFormat+`"`))
+}
+
+// rawLabels are the labels of p's stacks as a raw recording's header keeps
+// them: each distinct set once (stacks of one context share one slice).
+func rawLabels(p *profile.Profile) *wire.RawLabels {
+	out := &wire.RawLabels{Sets: []map[string]string{}, Stacks: [][2]int{}}
+	sets := map[string]int{}
+	for si, st := range p.Stacks {
+		if len(st.Labels) == 0 {
+			continue
+		}
+		var key strings.Builder
+		set := make(map[string]string, len(st.Labels))
+		for _, l := range st.Labels {
+			set[l.Key] = l.Value
+			fmt.Fprintf(&key, "%q=%q;", l.Key, l.Value)
+		}
+		n, ok := sets[key.String()]
+		if !ok {
+			n = len(out.Sets)
+			sets[key.String()] = n
+			out.Sets = append(out.Sets, set)
+		}
+		out.Stacks = append(out.Stacks, [2]int{si, n})
+	}
+	return out
+}
+
 // ReadRaw reads a recording that Raw wrote. The file is checked as it is
 // read: a malformed line is reported with its number, and a reference to a
-// frame, stack or thread not yet defined is refused.
+// frame, stack or thread not yet defined is refused. The stacks get the
+// labels the header keeps; a recording made before labels were kept gets
+// those ctxlabels derives from its frames (all but Sinatra's routes, whose
+// method names such a recording lacks).
 func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
@@ -115,6 +156,7 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 		name     string
 	}
 	var threads []thread
+	var moved []int // a stack's number in the file -> its index in p, -1: unused
 	for n := 2; ; n++ {
 		var rec []json.RawMessage
 		if err := dec.Decode(&rec); err == io.EOF {
@@ -158,6 +200,7 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 				st[i] = frames[id]
 			}
 			stacks = append(stacks, st)
+			moved = append(moved, -1)
 		case wire.RawThread:
 			var th thread
 			if err := args(3, &th.pid, &th.tid, &th.name); err != nil {
@@ -174,7 +217,11 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 				return nil, "", bad(fmt.Errorf("sample refers to thread %d of %d, stack %d of %d", ti, len(threads), si, len(stacks)))
 			}
 			th := threads[ti]
-			p.AddSample(stacks[si], p.Start.Add(time.Duration(ns)), th.pid, th.tid, th.name)
+			if moved[si] < 0 {
+				moved[si] = p.AddSample(stacks[si], p.Start.Add(time.Duration(ns)), th.pid, th.tid, th.name)
+			} else {
+				p.AddStackSample(moved[si], p.Start.Add(time.Duration(ns)), th.pid, th.tid, th.name)
+			}
 		case wire.RawCount:
 			var si, count int
 			if err := args(2, &si, &count); err != nil {
@@ -183,13 +230,31 @@ func ReadRaw(r io.Reader) (*profile.Profile, string, error) {
 			if si < 0 || si >= len(stacks) || count < 1 {
 				return nil, "", bad(fmt.Errorf("%d samples of stack %d of %d", count, si, len(stacks)))
 			}
-			p.Add(stacks[si], count)
+			moved[si] = p.Add(stacks[si], count)
 		default:
 			return nil, "", bad(fmt.Errorf("unknown record %q", kind))
 		}
 	}
 	if p.Samples != h.Samples {
 		return nil, "", fmt.Errorf("raw recording is truncated or damaged: %d samples, its header says %d", p.Samples, h.Samples)
+	}
+	if h.Labels == nil {
+		ctxlabels.Annotate(p, nil)
+		return p, h.Title, nil
+	}
+	for _, sl := range h.Labels.Stacks {
+		si, set := sl[0], sl[1]
+		if si < 0 || si >= len(stacks) || set < 0 || set >= len(h.Labels.Sets) {
+			return nil, "", fmt.Errorf("raw recording header is damaged: labels of stack %d of %d, set %d of %d", si, len(stacks), set, len(h.Labels.Sets))
+		}
+		if moved[si] < 0 {
+			continue // a stack without samples
+		}
+		var ls []profile.Label
+		for _, k := range slices.Sorted(maps.Keys(h.Labels.Sets[set])) {
+			ls = append(ls, profile.Label{Key: k, Value: h.Labels.Sets[set][k]})
+		}
+		p.Stacks[moved[si]].Labels = ls
 	}
 	return p, h.Title, nil
 }

@@ -239,18 +239,3 @@ func PIDs(root string) ([]int, error) {
 	sort.Ints(pids)
 	return pids, nil
 }
-
-// HostSteal is the time the hypervisor has taken from this machine's CPUs
-// since boot, summed over them (/proc/stat's steal): time a thread on a
-// vCPU spent, by the guest's clocks, on a CPU that was not running it.
-func HostSteal() (time.Duration, error) {
-	fs, err := prom.NewFS(Root)
-	if err != nil {
-		return 0, fmt.Errorf("opening %s: %w", Root, err)
-	}
-	st, err := fs.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("reading %s/stat: %w", Root, err)
-	}
-	return time.Duration(st.CPUTotal.Steal * float64(time.Second)), nil
-}

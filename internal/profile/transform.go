@@ -14,6 +14,10 @@ import (
 // out the samples that pass through it) or "merge" (take the function's
 // frames out of the stacks, its time going to its caller). Function is a
 // function as Frame.Name(false) names it.
+//
+// The filters keep whole samples: "time" (From, To), and "thread",
+// "endpoint" and "job", whose Function is then the thread as NAME|TID
+// (ThreadMatch) or the label's value (NameMatch).
 type Transform struct {
 	Op       string
 	Function string
@@ -23,8 +27,9 @@ type Transform struct {
 }
 
 // ParseTransforms reads transforms written as "op:function" separated by
-// newlines (the function's name may hold anything else), and
-// "time:FROM-TO" in seconds (TO empty: to the end).
+// newlines (the function's name may hold anything else), "time:FROM-TO"
+// in seconds (TO empty: to the end), and "thread:NAME|TID",
+// "endpoint:NAME" and "job:NAME".
 func ParseTransforms(s string) ([]Transform, error) {
 	var out []Transform
 	for _, line := range strings.Split(s, "\n") {
@@ -45,33 +50,41 @@ func ParseTransforms(s string) ([]Transform, error) {
 			continue
 		}
 		op, fn, ok := strings.Cut(line, ":")
-		if !ok || fn == "" || (op != "focus" && op != "drop" && op != "merge") {
-			return nil, fmt.Errorf("transform %q: want focus:FUNCTION, drop:FUNCTION or merge:FUNCTION", line)
+		switch {
+		case !ok || fn == "":
+		case op == "focus" || op == "drop" || op == "merge" || op == "thread" || op == LabelEndpoint || op == LabelJob:
+			out = append(out, Transform{Op: op, Function: fn})
+			continue
 		}
-		out = append(out, Transform{Op: op, Function: fn})
+		return nil, fmt.Errorf("transform %q: want focus:FUNCTION, drop:FUNCTION, merge:FUNCTION, time:FROM-TO, thread:NAME|TID, endpoint:NAME or job:NAME", line)
 	}
 	return out, nil
 }
 
-// Apply returns a profile of p's stacks with the transforms applied
-// in order; p is left as it is. The counts that are not the stacks'
-// (ticks, errors, rate, times) are p's.
+// Apply returns a profile of p's stacks with the transforms applied; p
+// is left as it is. The counts that are not the stacks' (ticks, errors,
+// rate, times) are p's.
 //
-// Time windows ("time") apply first, to the timeline; a profile without
-// one (ErrNoTimeline) cannot be windowed. The timeline stays, each sample
-// with its transformed stack (those left out, without), so that the
-// timeline and the stack chart show the transforms too.
+// The filters (time windows, threads, endpoints, jobs) apply first, to
+// the samples: a time window or a thread needs the timeline
+// (ErrNoTimeline). The others then apply in order. The timeline stays,
+// each sample with its transformed stack (those left out, without), so
+// that the timeline and the stack chart show the transforms too; each
+// stack keeps its samples' labels.
 func (p *Profile) Apply(ts []Transform) (*Profile, error) {
-	var rest []Transform
+	var filters, rest []Transform
 	for _, t := range ts {
-		if t.Op != "time" {
+		if t.isFilter() {
+			filters = append(filters, t)
+		} else {
 			rest = append(rest, t)
-			continue
 		}
-		if p.Timeline == nil {
-			return nil, ErrNoTimeline
+	}
+	if len(filters) > 0 {
+		var err error
+		if p, err = p.filter(filters); err != nil {
+			return nil, err
 		}
-		p = p.window(t.From, t.To)
 	}
 	if len(rest) == 0 {
 		return p, nil
@@ -79,28 +92,9 @@ func (p *Profile) Apply(ts []Transform) (*Profile, error) {
 	return p.applyStacks(rest), nil
 }
 
-// ErrNoTimeline is Apply's error for a time window on a recording that
-// kept no timeline.
+// ErrNoTimeline is Apply's error for a time window or a thread on a
+// recording that kept no timeline.
 var ErrNoTimeline = errors.New("the recording kept no timeline (record --format raw keeps one)")
-
-// window is p's samples taken from from to to (0: the end).
-func (p *Profile) window(from, to time.Duration) *Profile {
-	out := &Profile{Ticks: p.Ticks, Errors: p.Errors, Waiting: p.Waiting, Wall: p.Wall, Rate: p.Rate, Start: p.Start, Duration: p.Duration}
-	out.KeepTimeline()
-	frames := make([]Frame, 0, 64)
-	for _, s := range p.Timeline {
-		if s.Time < from || to > 0 && s.Time >= to {
-			continue
-		}
-		frames = frames[:0]
-		for _, id := range p.Stacks[s.Stack].Frames {
-			frames = append(frames, p.Frames[id])
-		}
-		si := out.Add(frames, 1)
-		out.Timeline = append(out.Timeline, Sample{Time: s.Time, PID: s.PID, TID: s.TID, Thread: s.Thread, Stack: si})
-	}
-	return out
-}
 
 // applyStacks applies transforms that work on the stacks alone, and
 // carries the timeline over to the stacks they make.
@@ -160,6 +154,9 @@ func (p *Profile) applyStacks(ts []Transform) *Profile {
 			frames = append(frames, p.Frames[id])
 		}
 		moved[si] = out.Add(frames, st.Count)
+		if out.Stacks[moved[si]].Labels == nil {
+			out.Stacks[moved[si]].Labels = st.Labels
+		}
 	}
 	if p.Timeline != nil {
 		out.KeepTimeline()

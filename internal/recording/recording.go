@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/ctxlabels"
 	"github.com/rbscope/rbscope/internal/ebpfsample"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/procfs"
@@ -36,6 +37,12 @@ type Options struct {
 	// timeline and VM options: the caller refuses the others).
 	Sampler sampler.Options
 	EBPF    bool
+	// Cuts keep some of the samples (record --thread, --endpoint,
+	// --job; profile.Transform's filters): a thread's are kept by the
+	// sampler, which reads no other thread's stack, the labels' taken
+	// from the profile once ctxlabels has labelled it. A cut that keeps
+	// nothing fails the recording, naming what there was.
+	Cuts []profile.Transform
 	// Path is the output file ("" for rbscope-PID-TIME with the format's
 	// extension; "-" for Stdout), Format and Output how it is written.
 	Path   string
@@ -114,17 +121,62 @@ func run(ctx context.Context, o Options, child *exec.Cmd, res *Result) error {
 		defer out.Abort() // no-op after Commit has renamed the file
 		w = out
 	}
-	s, err := open(ctx, pid, o.Sampler, o.EBPF, child != nil)
+	var threadCut *sampling.ThreadCut
+	var labelCuts []profile.Transform
+	for _, t := range o.Cuts {
+		if t.Op == "thread" {
+			threadCut = sampling.NewThreadCut(t.Function)
+		} else {
+			labelCuts = append(labelCuts, t)
+		}
+	}
+	s, err := open(ctx, pid, o.Sampler, o.EBPF, child != nil, threadCut)
 	if err != nil {
 		return err
 	}
 	if o.Progress != nil {
 		s.SetProgress(func(p sampling.Progress) { o.Progress(pid, p) })
 	}
-	prof, err := s.Run(ctx)
+	runCtx := ctx
+	if threadCut != nil && child == nil && !o.EBPF {
+		// The user-space sampler asks the cut about every thread at
+		// each tick: a --thread that names none of a running process's
+		// threads fails in a second, not at the end of the recording.
+		var stop context.CancelFunc
+		runCtx, stop = context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case <-time.After(time.Second):
+				if threadCut.Asked() && threadCut.Unmatched() != nil {
+					stop()
+				}
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	prof, err := s.Run(runCtx)
 	res.Profile = prof
 	if err != nil {
 		return fmt.Errorf("record --ebpf: the sampler failed after %d samples: %w", prof.Samples, err)
+	}
+	// Every recording carries the context labels the agent derives
+	// (endpoint, job), in raw recordings too.
+	ctxlabels.Annotate(prof, nil)
+	if threadCut != nil {
+		if err := threadCut.Unmatched(); err != nil {
+			return err
+		}
+	}
+	if len(labelCuts) > 0 {
+		if err := prof.NoMatch(labelCuts); err != nil {
+			return fmt.Errorf("%w (record --format raw keeps every sample, to cut later with rbscope report)", err)
+		}
+		cut, err := prof.Apply(labelCuts)
+		if err != nil {
+			return err
+		}
+		prof, res.Profile = cut, cut
 	}
 	opts := o.Sampler
 	if child == nil && !opts.Subprocesses && ctx.Err() == nil && (opts.Duration == 0 || prof.Duration < opts.Duration) && !procfs.Exited(pid) {
@@ -172,8 +224,12 @@ func (u userSampler) Run(ctx context.Context) (*profile.Profile, error) {
 }
 
 // open attaches the sampler a recording uses to pid: the BPF sampler with
-// useEBPF, else the user-space sampler.
-func open(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched bool) (sampled, error) {
+// useEBPF, else the user-space sampler; threads, when not nil, keeps the
+// samples of some threads only.
+func open(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched bool, threads *sampling.ThreadCut) (sampled, error) {
+	if threads != nil {
+		opts.ThreadFilter = threads.Filter()
+	}
 	if !useEBPF {
 		s, err := whenReady(ctx, pid, launched, func() (*sampler.Sampler, error) { return sampler.New(pid, opts) })
 		if err != nil {
@@ -182,6 +238,9 @@ func open(ctx context.Context, pid int, opts sampler.Options, useEBPF, launched 
 		return userSampler{s}, nil
 	}
 	ropts := ebpfsample.RecordOptions{Rate: opts.Rate, Duration: opts.Duration, Threads: opts.Threads, Timeline: opts.Timeline, Idle: opts.Idle, VM: opts.VM}
+	if threads != nil {
+		ropts.ThreadFilter = threads.Keep
+	}
 	r, err := whenReady(ctx, pid, launched, func() (*ebpfsample.Recorder, error) { return ebpfsample.NewRecorder(pid, ropts) })
 	if err != nil {
 		return nil, fmt.Errorf("record --ebpf: %w", err)

@@ -1,12 +1,8 @@
 package rubyvm_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbscope/rbscope/internal/arch"
 	"github.com/rbscope/rbscope/internal/rubyexec"
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/stacks"
@@ -22,28 +17,6 @@ import (
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
 )
-
-// openArm64Core reads a qemu-made aarch64 core with the sysroot's files.
-func openArm64Core(t *testing.T, rb testruby.Ruby, core string) (*target.Core, *rubyvm.VM) {
-	t.Helper()
-	c, err := target.OpenCore(core, target.CoreOptions{Sysroot: rb.Sysroot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if c.Arch() != arch.ARM64 {
-		t.Fatalf("core of %s, want aarch64", c.Arch().Name)
-	}
-	vm, err := rubyvm.Open(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close() })
-	if vm.Layout.Source != "table" {
-		t.Errorf("Debian's stripped arm64 libruby read with layout from %s, want the built-in table", vm.Layout.Source)
-	}
-	return c, vm
-}
 
 // cBacktrace is the return addresses of the C-level backtrace in Ruby's
 // crash report ([BUG]), innermost first.
@@ -87,7 +60,7 @@ func TestArm64CoreStacks(t *testing.T) {
 			c.Close()
 		}
 	}
-	c, vm := openArm64Core(t, rb, core)
+	c, vm := testvm.OpenArm64Core(t, rb.Sysroot, core)
 	if sig, tid := c.Signal(); sig != int(syscall.SIGABRT) || tid != rep.PID {
 		t.Errorf("core says signal %d in tid %d, want SIGABRT (Ruby's [BUG] handler aborts) in %d", sig, tid, rep.PID)
 	}
@@ -165,9 +138,9 @@ func TestArm64Live(t *testing.T) {
 		p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
 		var rep selfReport
 		p.WaitReport(t, &rep, 2*time.Minute)
-		vm, threads := readThreads(t, p.PID(), true)
+		vm, threads := testvm.AttachAsleep(t, p.PID(), true)
 		for i := 0; i < 20 && !runningAgree(&rep, threads); i++ {
-			vm, threads = readThreads(t, p.PID(), true)
+			vm, threads = testvm.AttachAsleep(t, p.PID(), true)
 		}
 		if vm.Layout.Source != "table" {
 			t.Errorf("layout from %s, want the built-in aarch64 table", vm.Layout.Source)
@@ -194,7 +167,7 @@ func TestArm64Live(t *testing.T) {
 		p := testruby.Start(t, rb, "heap_census.rb", nil)
 		var rep heapReport
 		p.WaitReport(t, &rep, 2*time.Minute)
-		vm, _ := readThreads(t, p.PID(), true)
+		vm, _ := testvm.AttachAsleep(t, p.PID(), true)
 		var c *rubyvm.Census
 		if err := testvm.Paused(t, vm, func() (err error) { c, err = vm.HeapCensus(); return err }); err != nil {
 			t.Fatal(err)
@@ -212,58 +185,15 @@ func TestArm64CoreCensus(t *testing.T) {
 	rb := testruby.Arm64(t)
 	var rep heapReport
 	core, _ := testruby.EmulatedCore(t, rb, "heap_census.rb", &rep, func(pid int, _ string) {
-		readThreads(t, pid, true) // until the main thread sleeps: the heap is as counted
+		testvm.AttachAsleep(t, pid, true) // until the main thread sleeps: the heap is as counted
 		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
 			t.Fatal(err)
 		}
 	})
-	_, vm := openArm64Core(t, rb, core)
+	_, vm := testvm.OpenArm64Core(t, rb.Sysroot, core)
 	c, err := vm.HeapCensus()
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkCensus(t, vm, c, &rep)
-}
-
-// TestArm64HeapDump dumps testdata/heap_dump.rb's heap on Debian's arm64
-// Ruby under qemu-aarch64-static and compares with the program's own
-// ObjectSpace.dump_all, object by object for everything reachable from
-// $dump_root: live through the emulator (whose registers are not the
-// program's, so no machine-context root), then from the aarch64 core
-// qemu writes when the program is killed with SIGABRT (with the machine
-// context, from the guest's registers and stacks).
-func TestArm64HeapDump(t *testing.T) {
-	rb := testruby.Arm64(t)
-	rubyDump := filepath.Join(t.TempDir(), "ruby-dump.json")
-	var rep dumpReport
-	core, _ := testruby.EmulatedCore(t, rb, "heap_dump.rb", &rep, func(pid int, report string) {
-		vm, _ := readThreads(t, pid, true) // until the main thread sleeps: the heap is as dumped
-		t.Run("live", func(t *testing.T) {
-			var live dumpReport
-			if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &live) != nil {
-				t.Fatalf("report: %v", err)
-			}
-			var out bytes.Buffer
-			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{MachineContext: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("live: %d objects, %d roots, %d skipped", st.Objects, st.Roots, st.Skipped)
-			checkDump(t, &out, st, &live, rubyDump, false)
-		})
-		if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
-			t.Fatal(err)
-		}
-	}, rubyDump)
-	t.Run("core", func(t *testing.T) {
-		_, vm := openArm64Core(t, rb, core)
-		vm.PrepareHeapDump()
-		var out bytes.Buffer
-		st, err := vm.HeapDump(&out, rubyvm.DumpOptions{MachineContext: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("core: %d objects, %d roots, %d skipped", st.Objects, st.Roots, st.Skipped)
-		checkDump(t, &out, st, &rep, rubyDump, true)
-	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // TestSharedBuild: two processes of one Ruby opened with one BuildCache
@@ -49,7 +50,7 @@ func TestSharedBuild(t *testing.T) {
 				if vm.VMPtrAddr() == 0 {
 					t.Errorf("process %d: ruby_current_vm_ptr not found", i)
 				}
-				threads := readSleeping(t, vm, true)
+				threads := testvm.ReadAsleep(t, vm, true)
 				checkStacks(t, rb, &reps[i], vm, threads, false)
 			}
 			vms[0].Close()

@@ -69,20 +69,20 @@ type cacheGen struct {
 }
 
 // forgetObjects empties the caches of objects.
-func (v *VM) forgetObjects() {
-	v.classNames = map[uint64]string{}
-	v.iseqs = map[uint64]*iseqInfo{}
-	v.lines = map[[2]uint64]int{}
-	v.labels = map[[2]uint64]string{}
-	v.owners = map[uint64]uint64{}
-	v.cfuncs = map[uint64]string{}
-	v.gen.young = v.gen.young[:0]
-	v.gen.emptied = time.Now()
+func (c *memoCaches) forgetObjects() {
+	c.classNames = map[uint64]string{}
+	c.iseqs = map[uint64]*iseqInfo{}
+	c.lines = map[[2]uint64]int{}
+	c.labels = map[[2]uint64]string{}
+	c.owners = map[uint64]uint64{}
+	c.cfuncs = map[uint64]string{}
+	c.gen.young = c.gen.young[:0]
+	c.gen.emptied = time.Now()
 }
 
 // cachedEntries is how many entries the caches of objects and names hold.
-func (v *VM) cachedEntries() int {
-	return len(v.ids) + len(v.classNames) + len(v.iseqs) + len(v.lines) + len(v.labels) + len(v.owners) + len(v.cfuncs)
+func (c *memoCaches) cachedEntries() int {
+	return len(c.ids) + len(c.classNames) + len(c.iseqs) + len(c.lines) + len(c.labels) + len(c.owners) + len(c.cfuncs)
 }
 
 // gcCounts returns where the collector's counts lie in the target (one
@@ -104,18 +104,17 @@ func (v *VM) gcCounts() (addr uint64, n int, ok bool) {
 }
 
 // checkCaches keeps, drops or empties the caches of objects by the
-// collector's counts as read (b, from the range gcCounts names; ok false
-// when they could not be read).
-func (v *VM) checkCaches(b []byte, ok bool) {
-	g := &v.gen
-	if v.cachedEntries() > maxCachedEntries {
-		v.ids = map[uint64]string{}
-		v.forgetObjects()
+// collector's counts as read (b, from the range gcCounts names, where L
+// places them; ok false when they could not be read).
+func (c *memoCaches) checkCaches(L *layout.Layout, b []byte, ok bool) {
+	g := &c.gen
+	if c.cachedEntries() > maxCachedEntries {
+		c.ids = map[uint64]string{}
+		c.forgetObjects()
 		g.read = false
 	}
 	var count, major uint64
 	if ok {
-		L := v.Layout
 		lo := min(L.ObjspaceGCCount, L.ObjspaceMajorGCCount)
 		count, major = le64(b, L.ObjspaceGCCount-lo), le64(b, L.ObjspaceMajorGCCount-lo)
 		// Counts that go back are not the counts (a layout off for this
@@ -124,39 +123,39 @@ func (v *VM) checkCaches(b []byte, ok bool) {
 	}
 	if !ok {
 		if time.Since(g.emptied) > cacheLifetime {
-			v.forgetObjects()
+			c.forgetObjects()
 		}
 		g.read = false
 		return
 	}
 	switch {
 	case !g.read || major != g.major:
-		v.forgetObjects()
+		c.forgetObjects()
 	case count != g.count:
-		v.dropYoung()
+		c.dropYoung()
 	}
 	g.count, g.major, g.read = count, major, true
 }
 
 // dropYoung drops the entries that rest on a young object.
-func (v *VM) dropYoung() {
-	for _, e := range v.gen.young {
+func (c *memoCaches) dropYoung() {
+	for _, e := range c.gen.young {
 		switch e.kind {
 		case cacheIseq:
-			delete(v.iseqs, e.key[0])
+			delete(c.iseqs, e.key[0])
 		case cacheLine:
-			delete(v.lines, e.key)
+			delete(c.lines, e.key)
 		case cacheLabel:
-			delete(v.labels, e.key)
+			delete(c.labels, e.key)
 		case cacheOwner:
-			delete(v.owners, e.key[0])
+			delete(c.owners, e.key[0])
 		case cacheCFunc:
-			delete(v.cfuncs, e.key[0])
+			delete(c.cfuncs, e.key[0])
 		case cacheClassName:
-			delete(v.classNames, e.key[0])
+			delete(c.classNames, e.key[0])
 		}
 	}
-	v.gen.young = v.gen.young[:0]
+	c.gen.young = c.gen.young[:0]
 }
 
 // noteYoung records an entry just made that rests on a young object (of
@@ -178,7 +177,7 @@ func young(L *layout.Layout, flags uint64) bool {
 // cannot be read is. In a core nothing is (no collection will run), and
 // nothing is read to say so.
 func (v *VM) youngAt(addr uint64) bool {
-	if !v.live || addr == 0 || !v.isHeapObject(addr) {
+	if !v.live || addr == 0 || !v.IsHeapObject(addr) {
 		return false // not an object: nothing the collector frees
 	}
 	_, flags, err := v.objType(addr)
@@ -189,5 +188,5 @@ func (v *VM) youngAt(addr uint64) bool {
 // change at the next collection: the owner is young, or anonymous (a
 // class may be named later, by a constant).
 func (v *VM) ownerYoung(owner uint64) bool {
-	return owner != 0 && (v.youngAt(owner) || v.className(owner) == "")
+	return owner != 0 && (v.youngAt(owner) || v.ClassName(owner) == "")
 }

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -36,7 +35,7 @@ func TestCachesFollowTheCollector(t *testing.T) {
 		t.Run(rb.Name, func(t *testing.T) {
 			cmd := exec.Command(rb.Bin, testruby.Testdata("cache_gen.rb"))
 			cmd.Env = append(os.Environ(), rb.Env...)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			testruby.DieWithTest(cmd)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			in, _ := cmd.StdinPipe()

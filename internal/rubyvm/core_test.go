@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // openCore reads a core file's Ruby threads.
@@ -45,7 +46,7 @@ func TestCoreStacksMatchCallerLocations(t *testing.T) {
 			p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
-			readThreads(t, p.PID(), true) // until the main thread sleeps
+			testvm.AttachAsleep(t, p.PID(), true) // until the main thread sleeps
 			var c *target.Core
 			var vm *rubyvm.VM
 			var threads []rubyvm.Thread

@@ -1,12 +1,5 @@
 package rubyvm
 
-// FailDecoding returns opt with a hook that makes the decoding of every
-// object whose address fail answers true fail as a decoder bug would.
-func FailDecoding(opt DumpOptions, fail func(addr uint64) bool) DumpOptions {
-	opt.failDecode = fail
-	return opt
-}
-
 // CachedIseq finds, among the iseqs the VM keeps, the one labelled label:
 // its address, and whether the VM took it for young.
 func (v *VM) CachedIseq(label string) (addr uint64, young, ok bool) {

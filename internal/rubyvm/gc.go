@@ -74,7 +74,7 @@ func (v *VM) objspaceBase() (uint64, error) {
 		return 0, err
 	}
 	if v.objspaceAddr == 0 {
-		objspace, err := v.objspace()
+		objspace, err := v.Objspace()
 		if err != nil {
 			return 0, err
 		}

@@ -17,9 +17,9 @@ const (
 	// maxPageBytes bounds one page's slots (Ruby's pages are 16 KiB in 3.1
 	// and 64 KiB in 3.3).
 	maxPageBytes = 1 << 20
-	// maxOutOfSlot bounds a String's or Array's claimed capacity; a larger
+	// MaxOutOfSlot bounds a String's or Array's claimed capacity; a larger
 	// one is a torn read and is not counted.
-	maxOutOfSlot = 1 << 40
+	MaxOutOfSlot = 1 << 40
 )
 
 // CensusRow is the number and size of live objects of one type and class.
@@ -124,9 +124,9 @@ func (v *VM) TypeName(t int64) string {
 	return fmt.Sprintf("UNKNOWN_%#x", t)
 }
 
-// heapPages returns the addresses of every struct heap_page.
-func (v *VM) heapPages() ([]uint64, error) {
-	objspace, err := v.objspace()
+// pageAddrs returns the addresses of every struct heap_page.
+func (v *VM) pageAddrs() ([]uint64, error) {
+	objspace, err := v.Objspace()
 	if err != nil {
 		return nil, err
 	}
@@ -173,13 +173,13 @@ func (v *VM) pageList(objspace uint64) (sorted, n uint64, err error) {
 	return sorted, n, nil
 }
 
-// objspace returns the VM's rb_objspace_t, from vm->objspace at the
+// Objspace returns the VM's rb_objspace_t, from vm->objspace at the
 // layout's offset (each patch release's own: 3.1.5 and 4.0.6 moved it).
 // The first time, the object space must hold together (plausibleObjspace):
 // when it does not, the layout does not fit this process, and the heap is
 // not read through it.
-func (v *VM) objspace() (uint64, error) {
-	vm, err := v.vmPtr()
+func (v *VM) Objspace() (uint64, error) {
+	vm, err := v.VMPtr()
 	if err != nil {
 		return 0, err
 	}
@@ -238,22 +238,22 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) error {
 		if page == 0 {
 			return fmt.Errorf("leads to a heap page list with a null page (%d of %d)", i, n)
 		}
-		hdr, err := v.m.read(page, v.pageHeaderLen())
+		hdr, err := v.m.read(page, pageHeaderLen(v.Layout))
 		if err != nil {
 			return fmt.Errorf("leads to heap page %d of %d at %#x, which cannot be read", i, n, page)
 		}
-		p, ok := v.pageHeader(hdr)
-		if !ok || p.slotSize%L.BaseSlotSize != 0 {
+		p, ok := pageHeader(v.Layout, hdr)
+		if !ok || p.SlotSize%L.BaseSlotSize != 0 {
 			return fmt.Errorf("leads to heap page %d of %d at %#x, whose header is not a heap page's", i, n, page)
 		}
-		m, ok := target.FindMapping(maps, p.start)
-		if !ok || p.end() > m.End {
-			return fmt.Errorf("leads to heap page %d of %d, whose slots %#x-%#x lie outside one mapping", i, n, p.start, p.end())
+		m, ok := target.FindMapping(maps, p.Start)
+		if !ok || p.End() > m.End {
+			return fmt.Errorf("leads to heap page %d of %d, whose slots %#x-%#x lie outside one mapping", i, n, p.Start, p.End())
 		}
-		if p.start <= prev {
-			return fmt.Errorf("leads to a heap page list not sorted by address, as the GC keeps it (page %d of %d at %#x)", i, n, p.start)
+		if p.Start <= prev {
+			return fmt.Errorf("leads to a heap page list not sorted by address, as the GC keeps it (page %d of %d at %#x)", i, n, p.Start)
 		}
-		prev = p.start
+		prev = p.Start
 	}
 	return nil
 }
@@ -261,76 +261,74 @@ func (v *VM) plausibleObjspace(vm uint64, off int64) error {
 // maxCheckedPages bounds how many heap pages plausibleObjspace checks.
 const maxCheckedPages = 16
 
-// heapPage is one heap page: slots of slotSize bytes from start.
-type heapPage struct {
-	start    uint64
-	slotSize int64
-	total    int64
+// HeapPage is one heap page: Total slots of SlotSize bytes from Start.
+type HeapPage struct {
+	Start    uint64
+	SlotSize int64
+	Total    int64
 }
 
-// end returns one past the page's last slot.
-func (p heapPage) end() uint64 { return p.start + uint64(p.slotSize*p.total) }
+// End returns one past the page's last slot.
+func (p HeapPage) End() uint64 { return p.Start + uint64(p.SlotSize*p.Total) }
 
 // pageHeaderLen is how many bytes of a struct heap_page pageHeader reads.
-func (v *VM) pageHeaderLen() int {
-	L := v.Layout
+func pageHeaderLen(L *layout.Layout) int {
 	return int(max(L.HeapPageSlotSize+2, L.HeapPageTotalSlots+2, L.HeapPageStart+8))
 }
 
 // pageHeader decodes the start of a struct heap_page (slot_size and
 // total_slots are shorts); ok is false when it does not look sane.
-func (v *VM) pageHeader(hdr []byte) (p heapPage, ok bool) {
-	L := v.Layout
-	p = heapPage{
-		slotSize: L.BaseSlotSize, // before 3.2 every slot is one RVALUE
-		total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
-		start:    le64(hdr, L.HeapPageStart),
+func pageHeader(L *layout.Layout, hdr []byte) (p HeapPage, ok bool) {
+	p = HeapPage{
+		SlotSize: L.BaseSlotSize, // before 3.2 every slot is one RVALUE
+		Total:    int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageTotalSlots:]))),
+		Start:    le64(hdr, L.HeapPageStart),
 	}
 	if L.HeapPageSlotSize >= 0 {
-		p.slotSize = int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
+		p.SlotSize = int64(int16(binary.LittleEndian.Uint16(hdr[L.HeapPageSlotSize:])))
 	}
-	ok = p.slotSize >= L.BaseSlotSize && p.total > 0 && p.slotSize*p.total <= maxPageBytes &&
-		p.start != 0 && p.start <= ^uint64(0)-maxPageBytes
+	ok = p.SlotSize >= L.BaseSlotSize && p.Total > 0 && p.SlotSize*p.Total <= maxPageBytes &&
+		p.Start != 0 && p.Start <= ^uint64(0)-maxPageBytes
 	return p, ok
 }
 
-// pageHeaders reads the header of every heap page and returns the pages
+// HeapPages reads the header of every heap page and returns the pages
 // that look sane, sorted by address, and how many did not.
-func (v *VM) pageHeaders() ([]heapPage, int, error) {
-	pages, err := v.heapPages()
+func (v *VM) HeapPages() ([]HeapPage, int, error) {
+	pages, err := v.pageAddrs()
 	if err != nil {
 		return nil, 0, err
 	}
-	hdr := make([]byte, v.pageHeaderLen())
-	out := make([]heapPage, 0, len(pages))
+	hdr := make([]byte, pageHeaderLen(v.Layout))
+	out := make([]HeapPage, 0, len(pages))
 	skipped := 0
 	for _, page := range pages {
 		if page == 0 || target.ReadFull(v.m.t, hdr, page) != nil {
 			skipped++
 			continue
 		}
-		p, ok := v.pageHeader(hdr)
+		p, ok := pageHeader(v.Layout, hdr)
 		if !ok {
 			skipped++
 			continue
 		}
 		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
 	return out, skipped, nil
 }
 
 // eachPage reads each page's slots in one piece and calls fn with them
 // (the buffer is reused); pages that cannot be read are counted, not fatal.
-func (v *VM) eachPage(pages []heapPage, fn func(i int, p heapPage, body []byte) error) (skipped int, err error) {
+func (v *VM) eachPage(pages []HeapPage, fn func(i int, p HeapPage, body []byte) error) (skipped int, err error) {
 	var body []byte
 	for i, p := range pages {
-		n := int(p.slotSize * p.total)
+		n := int(p.SlotSize * p.Total)
 		if cap(body) < n {
 			body = make([]byte, n)
 		}
 		body = body[:n]
-		if target.ReadFull(v.m.t, body, p.start) != nil {
+		if target.ReadFull(v.m.t, body, p.Start) != nil {
 			skipped++
 			continue
 		}
@@ -343,28 +341,28 @@ func (v *VM) eachPage(pages []heapPage, fn func(i int, p heapPage, body []byte) 
 
 // arySharedRootFlag returns RARRAY_SHARED_ROOT_FLAG: an array other arrays
 // share, whose aux word counts them instead of holding its capacity.
-func (v *VM) arySharedRootFlag() uint64 {
-	return 1 << uint64(v.Layout.FlUShift+v.Layout.RArraySharedRootUser)
+func arySharedRootFlag(L *layout.Layout) uint64 {
+	return 1 << uint64(L.FlUShift+L.RArraySharedRootUser)
 }
 
-// outOfSlot returns the bytes a String or Array keeps in a malloc'd
+// OutOfSlot returns the bytes a String or Array keeps in a malloc'd
 // buffer of its own (not embedded, not shared), as the census counts them.
-func (v *VM) outOfSlot(typ, flags uint64, slot []byte) uint64 {
+func (v *VM) OutOfSlot(typ, flags uint64, slot []byte) uint64 {
 	L := v.Layout
 	if flags&uint64(L.FlEltsShared) != 0 {
 		return 0
 	}
 	switch {
-	case typ == uint64(L.TString) && !strHeader(L, slot, flags).embedded:
-		if capa := le64(slot, L.RStringHeapCapa); capa < maxOutOfSlot {
+	case typ == uint64(L.TString) && !StrHeader(L, slot, flags).Embedded:
+		if capa := le64(slot, L.RStringHeapCapa); capa < MaxOutOfSlot {
 			return capa
 		}
-	case typ == uint64(L.TArray) && !aryHeader(L, slot, flags).embedded:
+	case typ == uint64(L.TArray) && !AryHeader(L, slot, flags).Embedded:
 		capa := le64(slot, L.RArrayHeapCapa)
-		if flags&v.arySharedRootFlag() != 0 {
-			capa = aryHeader(L, slot, flags).length // aux counts the sharers
+		if flags&arySharedRootFlag(v.Layout) != 0 {
+			capa = AryHeader(L, slot, flags).Length // aux counts the sharers
 		}
-		if capa < maxOutOfSlot/8 {
+		if capa < MaxOutOfSlot/8 {
 			return capa * 8
 		}
 	}
@@ -381,7 +379,7 @@ func (v *VM) HeapCensus() (*Census, error) {
 		return nil, err
 	}
 	L := v.Layout
-	pages, badHeaders, err := v.pageHeaders()
+	pages, badHeaders, err := v.HeapPages()
 	if err != nil {
 		return nil, err
 	}
@@ -401,11 +399,11 @@ func (v *VM) HeapCensus() (*Census, error) {
 	// of one kind, and a hit saves a map lookup.
 	var lastKey censusKey
 	var last *censusAgg
-	skipped, _ := v.eachPage(pages, func(_ int, p heapPage, body []byte) error {
+	skipped, _ := v.eachPage(pages, func(_ int, p HeapPage, body []byte) error {
 		c.Pages++
-		c.Slots += uint64(p.total)
-		ss := uint64(p.slotSize)
-		for off := int64(0); off < int64(len(body)); off += p.slotSize {
+		c.Slots += uint64(p.Total)
+		ss := uint64(p.SlotSize)
+		for off := int64(0); off < int64(len(body)); off += p.SlotSize {
 			flags := binary.LittleEndian.Uint64(body[off+flagsOff:])
 			typ := flags & tmask
 			switch typ {
@@ -433,7 +431,7 @@ func (v *VM) HeapCensus() (*Census, error) {
 				last, lastKey = a, k
 			}
 			last.count++
-			last.bytes += ss + v.outOfSlot(typ, flags, body[off:off+p.slotSize])
+			last.bytes += ss + v.OutOfSlot(typ, flags, body[off:off+p.SlotSize])
 		}
 		return nil
 	})
@@ -445,7 +443,7 @@ func (v *VM) HeapCensus() (*Census, error) {
 	for k, a := range agg {
 		name, ok := names[k.klass]
 		if !ok {
-			name = v.objClassName(k.klass)
+			name = v.ObjectClassName(k.klass)
 			names[k.klass] = name
 		}
 		tn := v.TypeName(k.typ)
@@ -498,11 +496,11 @@ func sortRows(rows []CensusRow) {
 // up to the real class.
 const maxSuperChain = 64
 
-// objClassName names what obj.class returns for an object whose
+// ObjectClassName names what obj.class returns for an object whose
 // RBasic.klass is klass: singleton classes and ICLASSes are skipped through
 // their superclass. It is "" for klass 0 (a hidden object) and
 // "#<Class:0x...>" for an anonymous class.
-func (v *VM) objClassName(klass uint64) string {
+func (v *VM) ObjectClassName(klass uint64) string {
 	L := v.Layout
 	if klass == 0 {
 		return ""
@@ -526,7 +524,7 @@ func (v *VM) objClassName(klass uint64) string {
 	if err != nil || (typ != L.TClass && typ != L.TModule) {
 		return fmt.Sprintf("#<unreadable class %#x>", klass)
 	}
-	if n := v.className(k); n != "" {
+	if n := v.ClassName(k); n != "" {
 		return n
 	}
 	if typ == L.TModule {

@@ -39,7 +39,7 @@ func TestHeapCensusMatchesCountObjects(t *testing.T) {
 			p.WaitReport(t, &rep, 60*time.Second)
 			// readThreads returns once the main thread sleeps: the
 			// program's heap is then what it counted.
-			vm, _ := readThreads(t, p.PID(), true)
+			vm, _ := testvm.AttachAsleep(t, p.PID(), true)
 			var c *rubyvm.Census
 			err := testvm.Paused(t, vm, func() (err error) {
 				c, err = vm.HeapCensus()

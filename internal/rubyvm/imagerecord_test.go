@@ -82,7 +82,7 @@ func TestImageRecord(t *testing.T) {
 			if vm.Layout.Checked != marked {
 				t.Fatalf("the record was not read: layout checked %q", vm.Layout.Checked)
 			}
-			checkStacks(t, rb, &rep, vm, readSleeping(t, vm, true), false)
+			checkStacks(t, rb, &rep, vm, testvm.ReadAsleep(t, vm, true), false)
 
 			for _, c := range []struct {
 				name  string

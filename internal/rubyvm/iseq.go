@@ -111,7 +111,7 @@ func (v *VM) iseq(addr uint64) (*iseqInfo, error) {
 		}
 		info.path = PathNotInCore
 	}
-	if n, ok := v.fixnum(le64(b, L.BodyFirstLineno)); ok {
+	if n, ok := v.Fixnum(le64(b, L.BodyFirstLineno)); ok {
 		info.firstLine = int(n)
 	}
 	v.iseqs[addr] = info

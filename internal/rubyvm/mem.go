@@ -54,3 +54,7 @@ func at(base uint64, off int64) uint64 { return base + uint64(off) }
 
 func le64(b []byte, off int64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 func le32(b []byte, off int64) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+
+// Word reads the word (a VALUE or a pointer) at addr through the VM's
+// reader of its target.
+func (v *VM) Word(addr uint64) (uint64, error) { return v.m.u64(addr) }

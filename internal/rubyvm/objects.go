@@ -2,6 +2,7 @@ package rubyvm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -10,15 +11,15 @@ import (
 // not make rbscope copy gigabytes.
 const maxStringBytes = 16 << 10
 
-// isHeapObject reports whether a VALUE points at a heap object rather than
+// IsHeapObject reports whether a VALUE points at a heap object rather than
 // being an immediate (Fixnum, Symbol, Flonum, nil, true, false, undef).
-func (v *VM) isHeapObject(val uint64) bool {
+func (v *VM) IsHeapObject(val uint64) bool {
 	L := v.Layout
 	return val != 0 && val&uint64(L.ImmediateMask) == 0 && val != uint64(L.Qnil) && val != uint64(L.Qfalse)
 }
 
-// fixnum decodes a Fixnum VALUE.
-func (v *VM) fixnum(val uint64) (int64, bool) {
+// Fixnum decodes a Fixnum VALUE.
+func (v *VM) Fixnum(val uint64) (int64, bool) {
 	if val&uint64(v.Layout.FixnumFlag) == 0 {
 		return 0, false
 	}
@@ -27,7 +28,7 @@ func (v *VM) fixnum(val uint64) (int64, bool) {
 
 // objType returns the ruby_value_type of a heap object and its flags.
 func (v *VM) objType(obj uint64) (typ int64, flags uint64, err error) {
-	if !v.isHeapObject(obj) {
+	if !v.IsHeapObject(obj) {
 		return 0, 0, fmt.Errorf("VALUE %#x is not a heap object: %w", obj, ErrGarbage)
 	}
 	flags, err = v.m.u64(at(obj, v.Layout.RBasicFlags))
@@ -39,7 +40,7 @@ func (v *VM) objType(obj uint64) (typ int64, flags uint64, err error) {
 
 // rstring reads a Ruby String object.
 func (v *VM) rstring(obj uint64) (string, error) {
-	if !v.isHeapObject(obj) {
+	if !v.IsHeapObject(obj) {
 		return "", fmt.Errorf("VALUE %#x is not a heap object: %w", obj, ErrGarbage)
 	}
 	slot, err := v.m.read(obj, strHeaderLen(v.Layout))
@@ -48,6 +49,25 @@ func (v *VM) rstring(obj uint64) (string, error) {
 	}
 	s, _, err := v.decodeString(obj, slot)
 	return s, err
+}
+
+// stringLen returns the length of the String obj, from its header (its
+// bytes may lie where they cannot be read: a String made of a C literal
+// of an image the core lacks).
+func (v *VM) stringLen(obj uint64) (uint64, error) {
+	L := v.Layout
+	typ, flags, err := v.objType(obj)
+	if err != nil {
+		return 0, err
+	}
+	if typ != L.TString {
+		return 0, fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
+	}
+	slot, err := v.m.read(obj, strHeaderLen(L))
+	if err != nil {
+		return 0, err
+	}
+	return StrHeader(L, slot, flags).Length, nil
 }
 
 // decodeString decodes the String obj from slot, at least the first
@@ -62,21 +82,21 @@ func (v *VM) decodeString(obj uint64, slot []byte) (string, []byte, error) {
 	if typ := int64(flags) & L.TMask; typ != L.TString {
 		return "", nil, fmt.Errorf("object %#x is type %d, not a String: %w", obj, typ, ErrGarbage)
 	}
-	h := strHeader(L, slot[:hdr], flags)
-	if h.length > maxStringBytes {
-		return "", nil, fmt.Errorf("String %#x claims %d bytes: %w", obj, h.length, ErrGarbage)
+	h := StrHeader(L, slot[:hdr], flags)
+	if h.Length > maxStringBytes {
+		return "", nil, fmt.Errorf("String %#x claims %d bytes: %w", obj, h.Length, ErrGarbage)
 	}
-	if !h.embedded {
-		if h.length == 0 {
+	if !h.Embedded {
+		if h.Length == 0 {
 			return "", slot[:hdr], nil
 		}
-		b, err := v.m.read(h.ptr, int(h.length))
+		b, err := v.m.read(h.Ptr, int(h.Length))
 		if err != nil {
 			return "", nil, err
 		}
 		return string(b), slot[:hdr], nil
 	}
-	need := int(h.off) + int(h.length)
+	need := int(h.Off) + int(h.Length)
 	if need > len(slot) {
 		b, err := v.m.read(obj, need)
 		if err != nil {
@@ -85,7 +105,7 @@ func (v *VM) decodeString(obj uint64, slot []byte) (string, []byte, error) {
 		slot = b
 	}
 	key := slot[:max(hdr, need)]
-	return string(slot[h.off:need]), key, nil
+	return string(slot[h.Off:need]), key, nil
 }
 
 // nameCache keeps the thread names read, by the String's VALUE, with the
@@ -141,10 +161,10 @@ func (v *VM) rarrayEntry(obj uint64, i int64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	h := aryHeader(L, slot, flags)
-	length, ptr := h.length, h.ptr
-	if h.embedded {
-		ptr = at(obj, h.off)
+	h := AryHeader(L, slot, flags)
+	length, ptr := h.Length, h.Ptr
+	if h.Embedded {
+		ptr = at(obj, h.Off)
 	}
 	if i < 0 || uint64(i) >= length {
 		return 0, fmt.Errorf("index %d outside Array %#x of length %d: %w", i, obj, length, ErrGarbage)
@@ -152,30 +172,45 @@ func (v *VM) rarrayEntry(obj uint64, i int64) (uint64, error) {
 	return v.m.u64(ptr + uint64(i)*8)
 }
 
-// idName returns the name of a Ruby ID (a method or ivar name) through the
+// IDName returns the name of a Ruby ID (a method or ivar name) through the
 // global symbol table.
-func (v *VM) idName(id uint64) (string, error) {
+func (v *VM) IDName(id uint64) (string, error) {
 	if s, ok := v.ids[id]; ok {
 		return s, nil
 	}
+	serial := id
+	if id > uint64(v.Layout.LastOpID) {
+		serial = id >> uint64(v.Layout.IDScopeShift)
+	}
+	s, err := v.serialName(serial)
+	if errors.Is(err, errNoSerial) && id < 0x80 && id > 0x20 {
+		return string(rune(id)), nil // a one-character operator
+	}
+	if err != nil {
+		return "", err
+	}
+	v.ids[id] = s
+	return s, nil
+}
+
+// errNoSerial is an ID serial the global symbol table does not hold.
+var errNoSerial = errors.New("not in the symbol table")
+
+// serialName returns the name of the ID whose serial is given (an ID
+// shifted right by its scope bits; what ID tables key by): the String at
+// that serial in the global symbol table's ids, an Array of chunks.
+func (v *VM) serialName(serial uint64) (string, error) {
 	L := v.Layout
-	symbols := v.globalSymbols()
+	symbols := v.GlobalSymbols()
 	if symbols == 0 {
 		return "", fmt.Errorf("the global symbol table was not found")
-	}
-	serial := id
-	if id > uint64(L.LastOpID) {
-		serial = id >> uint64(L.IDScopeShift)
 	}
 	lastID, err := v.m.u32(at(symbols, L.SymbolsLastID))
 	if err != nil {
 		return "", err
 	}
 	if serial == 0 || serial > uint64(lastID) {
-		if id < 0x80 && id > 0x20 {
-			return string(rune(id)), nil // a one-character operator
-		}
-		return "", fmt.Errorf("ID %#x is not in the symbol table: %w", id, ErrGarbage)
+		return "", fmt.Errorf("ID serial %d: %w (%w)", serial, errNoSerial, ErrGarbage)
 	}
 	ids, err := v.m.u64(at(symbols, L.SymbolsIDs))
 	if err != nil {
@@ -190,16 +225,11 @@ func (v *VM) idName(id uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s, err := v.rstring(str)
-	if err != nil {
-		return "", err
-	}
-	v.ids[id] = s
-	return s, nil
+	return v.rstring(str)
 }
 
-// classExt returns the address of a class's rb_classext_t.
-func (v *VM) classExt(klass uint64) (uint64, error) {
+// ClassExt returns the address of a class's rb_classext_t.
+func (v *VM) ClassExt(klass uint64) (uint64, error) {
 	L := v.Layout
 	if L.RClassExtPtr >= 0 {
 		return v.m.u64(at(klass, L.RClassExtPtr))
@@ -214,7 +244,7 @@ func (v *VM) classIvar(klass uint64, name string) (uint64, bool) {
 	if L.ClassExtIVTbl < 0 {
 		return 0, false
 	}
-	ext, err := v.classExt(klass)
+	ext, err := v.ClassExt(klass)
 	if err != nil || ext == 0 {
 		return 0, false
 	}
@@ -244,16 +274,16 @@ func (v *VM) classIvar(klass uint64, name string) (uint64, bool) {
 		if le64(e, L.StEntryHash) == ^uint64(0) { // a deleted entry
 			continue
 		}
-		if k, err := v.idName(le64(e, L.StEntryKey)); err == nil && k == name {
+		if k, err := v.IDName(le64(e, L.StEntryKey)); err == nil && k == name {
 			return le64(e, L.StEntryRecord), true
 		}
 	}
 	return 0, false
 }
 
-// className returns a class or module's name as Ruby's Module#name gives it,
+// ClassName returns a class or module's name as Ruby's Module#name gives it,
 // "#<Class:Foo>" style for singleton classes, or "" when anonymous.
-func (v *VM) className(klass uint64) string {
+func (v *VM) ClassName(klass uint64) string {
 	if s, ok := v.classNames[klass]; ok {
 		return s
 	}
@@ -291,7 +321,7 @@ func (v *VM) classPath(klass uint64) string {
 	L := v.Layout
 	var path uint64
 	if L.ClassExtClassPath >= 0 {
-		ext, err := v.classExt(klass)
+		ext, err := v.ClassExt(klass)
 		if err != nil {
 			return ""
 		}
@@ -304,7 +334,7 @@ func (v *VM) classPath(klass uint64) string {
 			path, _ = v.classIvar(klass, "__tmp_classpath__")
 		}
 	}
-	if !v.isHeapObject(path) {
+	if !v.IsHeapObject(path) {
 		return ""
 	}
 	s, err := v.rstring(path)
@@ -318,7 +348,7 @@ func (v *VM) classPath(klass uint64) string {
 func (v *VM) attached(klass uint64) (uint64, bool) {
 	L := v.Layout
 	if L.ClassExtAttached >= 0 {
-		ext, err := v.classExt(klass)
+		ext, err := v.ClassExt(klass)
 		if err != nil {
 			return 0, false
 		}

@@ -1,7 +1,9 @@
 // Package rubyvm turns the bytes of a Ruby process into Ruby threads, frames
 // and objects. It finds the VM through the Ruby image's symbols, reads the
 // version from the process and takes struct layouts from DWARF or from the
-// built-in tables.
+// built-in tables. Its reader of objects (heap pages, object headers, class
+// names, IDs, id tables, shapes, what the roots hold) is exported for the
+// heap dump, rubyvm/heapdump, which reads every object through it.
 package rubyvm
 
 import (
@@ -61,7 +63,7 @@ type VM struct {
 
 	// VersionFrom says where Version came from when it was not the
 	// process's ruby_version ("--force-version", the ruby_description
-	// string), or is "".
+	// string, or how its heap proved it: proveRelease), or is "".
 	VersionFrom string
 	// LayoutNote says, in one line, that the built-in table was chosen for
 	// a patch release rbscope has no facts of (and which release's layout
@@ -187,6 +189,17 @@ func OpenWith(t target.Target, opts Options) (*VM, error) {
 	return v, nil
 }
 
+// OverMemory returns a VM that reads t through the layout L, with no
+// image: its VM pointer is at vmPtrAddr and the globals located are where
+// located says (run-time addresses by symbol). It is for the fuzzers that
+// feed made-up memory to rubyvm's readers and to those above it (the heap
+// dump's).
+func OverMemory(t target.Target, L *layout.Layout, vmPtrAddr uint64, located map[string]uint64) *VM {
+	v := &VM{T: t, Layout: L, m: mem{t: t}, vmPtrAddr: vmPtrAddr, located: located}
+	v.ForgetCaches()
+	return v
+}
+
 // shedDebugInfo gives a Build kept in a BuildCache, whose layout was read
 // from the image's debug information, a fresh copy of its image: a
 // binary.Image keeps what it read for its life (tens of megabytes of DWARF
@@ -224,14 +237,29 @@ func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Opti
 		v.localTID, v.live = l.LocalTID, true
 	}
 	v.ForgetCaches()
-	if err := v.findVersion(maps, opts); err != nil {
+	unread, err := v.findVersion(maps, opts)
+	if err != nil {
 		return err
 	}
-	fam, err := Family(v.Version)
+	if unread != nil {
+		return v.proveRelease(maps, unread)
+	}
+	return v.attach(maps, v.Version)
+}
+
+// attach reads the process through the layout of release version: it
+// chooses the layout (the image's DWARF, or the release's built-in
+// table), finds ruby_current_vm_ptr, and checks the layout against the
+// invariants the VM keeps (sanityCheck), refusing it in one line when one
+// does not hold. What an earlier attach found is forgotten first.
+func (v *VM) attach(maps []target.Mapping, version string) error {
+	v.detach()
+	v.Version = version
+	fam, err := Family(version)
 	if err != nil {
 		return v.withVersionSource(err)
 	}
-	if v.Layout, v.LayoutNote, err = b.layout(fam, v.Version); err != nil {
+	if v.Layout, v.LayoutNote, err = v.build.layout(fam, version); err != nil {
 		return v.withVersionSource(err)
 	}
 	if layoutHook != nil {
@@ -244,6 +272,15 @@ func (v *VM) open(t target.Target, path string, maps []target.Mapping, opts Opti
 		return v.withVersionSource(v.refuseLayout(err))
 	}
 	return nil
+}
+
+// detach forgets what was found of the process through a layout: the
+// globals located with its checks, the object space, the caches.
+func (v *VM) detach() {
+	v.Layout, v.LayoutNote, v.vmPtrAddr = nil, "", 0
+	v.located, v.locatedHow = map[string]uint64{}, map[string]FoundBy{}
+	v.objspaceChecked, v.objspaceAddr = false, 0
+	v.ForgetCaches()
 }
 
 // layoutHook, nil but in the tests' own binaries (testhooks.go), changes
@@ -487,8 +524,8 @@ var featureWhat = map[layout.Feature]string{
 	layout.FeatureDump:   "the heap dump",
 }
 
-// vmPtr reads ruby_current_vm_ptr.
-func (v *VM) vmPtr() (uint64, error) {
+// VMPtr reads ruby_current_vm_ptr.
+func (v *VM) VMPtr() (uint64, error) {
 	p, err := v.m.u64(v.vmPtrAddr)
 	if err != nil {
 		return 0, fmt.Errorf("reading ruby_current_vm_ptr: %w", err)
@@ -511,7 +548,7 @@ func (v *VM) vmPtr() (uint64, error) {
 // offset it doubts.
 func (v *VM) sanityCheck(maps []target.Mapping) error {
 	L := v.Layout
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return err
 	}
@@ -560,7 +597,7 @@ func (v *VM) sanityCheck(maps []target.Mapping) error {
 
 // isString reports whether val is a String object.
 func (v *VM) isString(val uint64) bool {
-	if !v.isHeapObject(val) {
+	if !v.IsHeapObject(val) {
 		return false
 	}
 	typ, _, err := v.objType(val)
@@ -816,7 +853,7 @@ func (v *VM) classCheck(th uint64) error {
 	if L.RClassExtPtr >= 0 {
 		where += fmt.Sprintf(", RClass.ptr at %d", L.RClassExtPtr)
 	}
-	ext, err := v.classExt(klass)
+	ext, err := v.ClassExt(klass)
 	if err != nil {
 		return fmt.Errorf("class Thread's classext (%s): %w", where, err)
 	}
@@ -830,4 +867,25 @@ func (v *VM) classCheck(th uint64) error {
 		}
 	}
 	return nil
+}
+
+// WithTarget returns a VM that reads the same process through t (a
+// snapshot of it, or a budgeted reader): it keeps what v found (the
+// Build, the layout, the globals it located), not what it cached of
+// memory, nor the mappings it was opened with. It is never closed: v owns the image and the Build.
+func (v *VM) WithTarget(t target.Target) *VM {
+	w := *v
+	w.T = t
+	w.m = mem{t: t}
+	w.tpTIDs = nil
+	w.live = false
+	// The mappings are t's: a snapshot's are those of its pause, which
+	// may hold heap pages the process mapped after v was opened (read
+	// against v's, a benign process mapping a page in between was
+	// refused as a layout that does not fit).
+	if maps, err := t.Mappings(); err == nil && len(maps) > 0 {
+		w.maps = maps
+	}
+	w.ForgetCaches()
+	return &w
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
 
@@ -275,30 +276,26 @@ func (s span) u64(off int64) uint64 {
 
 // vmFields are the offsets of the fields of the VM that a walk of its
 // threads reads; ractorFields those of a ractor.
-func (v *VM) vmFields() []int64 {
-	L := v.Layout
+func vmFields(L *layout.Layout) []int64 {
 	next := L.ListNodeNext
 	return []int64{L.VMRactorMainThread, field(L.VMRactorSet, next), L.VMRactorMainRactor, field(L.VMLivingThreads, next), L.VMGVLOwner}
 }
 
-func (v *VM) ractorFields() []int64 {
-	L := v.Layout
+func ractorFields(L *layout.Layout) []int64 {
 	next := L.ListNodeNext
 	return []int64{field(L.RactorVMListNode, next), field(L.RactorThreadsSet, next), L.RactorGVLOwner}
 }
 
 // ractorGroup is ractor r's thread group, from its span (ractorFields),
 // and the next node of the VM's list of ractors.
-func (v *VM) ractorGroup(r uint64, rs span) (threadGroup, uint64) {
-	L := v.Layout
+func ractorGroup(L *layout.Layout, r uint64, rs span) (threadGroup, uint64) {
 	next := L.ListNodeNext
 	return threadGroup{ractor: r, head: at(r, L.RactorThreadsSet), first: rs.u64(field(L.RactorThreadsSet, next)), gvlOwner: rs.u64(L.RactorGVLOwner)}, rs.u64(field(L.RactorVMListNode, next))
 }
 
 // vmGroup is the VM's own thread group, on a Ruby without ractors (2.7),
 // from the VM's span (vmFields).
-func (v *VM) vmGroup(vm uint64, vs span) threadGroup {
-	L := v.Layout
+func vmGroup(L *layout.Layout, vm uint64, vs span) threadGroup {
 	return threadGroup{head: at(vm, L.VMLivingThreads), first: vs.u64(field(L.VMLivingThreads, L.ListNodeNext)), gvlOwner: vs.u64(L.VMGVLOwner)}
 }
 
@@ -307,7 +304,7 @@ func (v *VM) vmGroup(vm uint64, vs span) threadGroup {
 // thread's rb_thread_t.
 func (v *VM) threadGroups(vm uint64) ([]threadGroup, uint64, error) {
 	L := v.Layout
-	vs, err := v.readSpan(vm, v.vmFields()...)
+	vs, err := v.readSpan(vm, vmFields(v.Layout)...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -316,17 +313,17 @@ func (v *VM) threadGroups(vm uint64) ([]threadGroup, uint64, error) {
 		if L.VMLivingThreads < 0 {
 			return nil, 0, fmt.Errorf("the layout has neither ractors nor the VM's living threads: %w", ErrGarbage)
 		}
-		return []threadGroup{v.vmGroup(vm, vs)}, mainThread, nil
+		return []threadGroup{vmGroup(v.Layout, vm, vs)}, mainThread, nil
 	}
 	// The ractors' list, each ractor's fields read with its next node.
 	head := at(vm, L.VMRactorSet)
 	var gs []threadGroup
 	ractorOf := func(r uint64) (threadGroup, uint64, error) {
-		rs, err := v.readSpan(r, v.ractorFields()...)
+		rs, err := v.readSpan(r, ractorFields(v.Layout)...)
 		if err != nil {
 			return threadGroup{}, 0, err
 		}
-		g, next := v.ractorGroup(r, rs)
+		g, next := ractorGroup(v.Layout, r, rs)
 		return g, next, nil
 	}
 	for node := vs.u64(field(L.VMRactorSet, L.ListNodeNext)); node != head; {
@@ -356,8 +353,7 @@ func (v *VM) threadGroups(vm uint64) ([]threadGroup, uint64, error) {
 
 // threadBlockLen is how much of an rb_thread_t one read takes: every field
 // a thread's identity needs, and its list node.
-func (v *VM) threadBlockLen() int64 {
-	L := v.Layout
+func threadBlockLen(L *layout.Layout) int64 {
 	size := L.ThreadName + 8
 	for _, o := range []int64{L.ThreadSelf, L.ThreadEC, L.ThreadTID, L.ThreadNT, L.ThreadPthread, (L.ThreadStatusBit + L.ThreadStatusLen) / 8, L.ThreadListNode + L.ListNodeNext} {
 		size = max(size, o+8)
@@ -370,7 +366,7 @@ func (v *VM) threadBlockLen() int64 {
 // blocks, and what it found before an error.
 func (v *VM) threadBlocks(g threadGroup) ([]uint64, [][]byte, error) {
 	L := v.Layout
-	size := int(v.threadBlockLen())
+	size := int(threadBlockLen(v.Layout))
 	var addrs []uint64
 	var blocks [][]byte
 	for node := g.first; node != g.head; {
@@ -391,7 +387,7 @@ func (v *VM) threadBlocks(g threadGroup) ([]uint64, [][]byte, error) {
 // thread reads one rb_thread_t and returns it with the address of its
 // execution context; a failure is recorded in Thread.Error.
 func (v *VM) thread(th uint64) (Thread, uint64) {
-	b, err := v.m.read(th, int(v.threadBlockLen()))
+	b, err := v.m.read(th, int(threadBlockLen(v.Layout)))
 	if err != nil {
 		return Thread{Addr: th, Error: err.Error()}, 0
 	}
@@ -408,8 +404,7 @@ const (
 )
 
 // ecBlockLen is how much of an execution context readStackBounds reads.
-func (v *VM) ecBlockLen() int {
-	L := v.Layout
+func ecBlockLen(L *layout.Layout) int {
 	return int(max(L.ECVMStack, L.ECVMStackSize, L.ECCFP) + 8)
 }
 
@@ -456,12 +451,12 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 				raddrs[r+rangeTID], bufs[r+rangeTID] = at(nts[i], L.NativeThreadTID), sc.buf(r+rangeTID, 4)
 			}
 		}
-		t.Status = v.threadStatus(b)
-		if names[i] = le64(b, L.ThreadName); v.isHeapObject(names[i]) {
+		t.Status = threadStatus(v.Layout, b)
+		if names[i] = le64(b, L.ThreadName); v.IsHeapObject(names[i]) {
 			raddrs[r+rangeName], bufs[r+rangeName] = names[i], sc.buf(r+rangeName, v.names.readLen(names[i], strHeaderLen(L)))
 		}
 		if ecs[i] != 0 {
-			raddrs[r+rangeEC], bufs[r+rangeEC] = ecs[i], sc.buf(r+rangeEC, v.ecBlockLen())
+			raddrs[r+rangeEC], bufs[r+rangeEC] = ecs[i], sc.buf(r+rangeEC, ecBlockLen(v.Layout))
 		}
 	}
 	var gcErr error
@@ -484,7 +479,7 @@ func (v *VM) threads(addrs []uint64, blocks [][]byte, first bool) ([]Thread, []u
 	v.readBatchAhead(raddrs, bufs, ok, true)
 	if first && v.live {
 		// Before any stack is read through the caches.
-		v.checkCaches(bufs[countsRange], counts && ok[countsRange])
+		v.checkCaches(v.Layout, bufs[countsRange], counts && ok[countsRange])
 	}
 	if g := v.read.gc; first && g != nil {
 		switch {
@@ -584,8 +579,7 @@ func (sc *idScratch) buf(i, n int) []byte {
 }
 
 // threadStatus decodes Thread#status from a thread's block.
-func (v *VM) threadStatus(b []byte) string {
-	L := v.Layout
+func threadStatus(L *layout.Layout, b []byte) string {
 	word := le64(b, L.ThreadStatusBit/8)
 	switch int64(word>>uint64(L.ThreadStatusBit%8)) & (1<<uint64(L.ThreadStatusLen) - 1) {
 	case L.ThreadRunnable:
@@ -596,6 +590,24 @@ func (v *VM) threadStatus(b []byte) string {
 		return "dead"
 	}
 	return "unknown"
+}
+
+// VMStack returns the VM stack that thread th (a Thread's Addr) runs on
+// now, [lo, hi): its current execution context's vm_stack and
+// vm_stack_size. Ruby 3.0 and later allocate a thread's VM stack on its
+// machine stack (thread_start_func_2's alloca of thread_vm_stack_size,
+// 1 MiB by default), so the native frame that starts the thread holds
+// it; the main thread's and a Fiber's are allocated apart.
+func (v *VM) VMStack(th uint64) (lo, hi uint64, err error) {
+	ec, err := v.m.u64(at(th, v.Layout.ThreadEC))
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := v.readStackBounds(ec, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.vmStack, st.end, nil
 }
 
 type stackBounds struct {
@@ -612,9 +624,9 @@ func (v *VM) readStackBounds(ec uint64, b []byte) (stackBounds, error) {
 	if ec == 0 {
 		return stackBounds{}, fmt.Errorf("thread has no execution context: %w", ErrGarbage)
 	}
-	if len(b) < v.ecBlockLen() {
+	if len(b) < ecBlockLen(v.Layout) {
 		var err error
-		if b, err = v.m.read(ec, v.ecBlockLen()); err != nil {
+		if b, err = v.m.read(ec, ecBlockLen(v.Layout)); err != nil {
 			return stackBounds{}, err
 		}
 	}
@@ -1011,7 +1023,7 @@ func (v *VM) methodName(me uint64) (owner uint64, name string, err error) {
 			id = orig
 		}
 	}
-	if name, err = v.idName(id); err != nil {
+	if name, err = v.IDName(id); err != nil {
 		name = "?"
 	}
 	return le64(b, L.MEOwner), name, nil
@@ -1024,8 +1036,7 @@ var errForeignEnv = fmt.Errorf("a Ruby frame whose environment is not a Ruby fra
 
 // rubyFrameMagic reports whether magic (an environment's flags under
 // VM_FRAME_MAGIC_MASK) is the type of a frame that runs an iseq.
-func (v *VM) rubyFrameMagic(magic int64) bool {
-	L := v.Layout
+func rubyFrameMagic(L *layout.Layout, magic int64) bool {
 	switch magic {
 	case L.FrameMagicMethod, L.FrameMagicBlock, L.FrameMagicClass, L.FrameMagicTop, L.FrameMagicEval, L.FrameMagicRescue:
 		return true
@@ -1054,7 +1065,7 @@ func (v *VM) frameOwner(ep uint64) (owner, bmethod uint64, err error) {
 			return 0, 0, err
 		}
 		word := func(i int64) uint64 { return le64(env, (i-lo)*8) }
-		if depth == 0 && !v.rubyFrameMagic(int64(word(L.EnvIndexFlags))&L.FrameMagicMask) {
+		if depth == 0 && !rubyFrameMagic(v.Layout, int64(word(L.EnvIndexFlags))&L.FrameMagicMask) {
 			return 0, 0, errForeignEnv
 		}
 		local := int64(word(L.EnvIndexFlags))&L.EnvFlagLocal != 0
@@ -1096,7 +1107,7 @@ func (v *VM) frameOwner(ep uint64) (owner, bmethod uint64, err error) {
 // method entry, looking through a svar when canBeSvar.
 func (v *VM) methodEntryOf(obj uint64, canBeSvar bool) (uint64, bool) {
 	L := v.Layout
-	if !v.isHeapObject(obj) {
+	if !v.IsHeapObject(obj) {
 		return 0, false
 	}
 	typ, flags, err := v.objType(obj)

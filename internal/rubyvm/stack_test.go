@@ -35,53 +35,6 @@ type threadReport struct {
 
 const deepFrames = 3000
 
-// readThreads reads every thread of pid, pausing the process for each
-// read. The program writes its report just before its main thread calls
-// sleep, and that thread may still be on its way there (in File.rename, or
-// waiting for the GVL that a running thread holds): the read is repeated,
-// up to a deadline, until the main thread's innermost frame is
-// Kernel#sleep, and the last read is returned either way.
-func readThreads(t *testing.T, pid int, pause bool) (*rubyvm.VM, []rubyvm.Thread) {
-	t.Helper()
-	_, vm := testvm.Attach(t, pid)
-	return vm, readSleeping(t, vm, pause)
-}
-
-// readSleeping reads vm's threads as readThreads does.
-func readSleeping(t *testing.T, vm *rubyvm.VM, pause bool) []rubyvm.Thread {
-	t.Helper()
-	read := func() []rubyvm.Thread {
-		var ths []rubyvm.Thread
-		read := func() (err error) {
-			ths, err = vm.Threads()
-			return err
-		}
-		var err error
-		if pause {
-			err = testvm.Paused(t, vm, read)
-		} else {
-			err = read()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ths
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ths := read()
-		for _, th := range ths {
-			if th.Main && len(th.Frames) > 0 && th.Frames[0].Label == "Kernel#sleep" {
-				return ths
-			}
-		}
-		if time.Now().After(deadline) {
-			return ths
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStacksMatchCallerLocations compares every thread's stack, read from
 // outside, with the caller_locations the thread took on the line it blocks
 // on, for every Ruby installed, and again with YJIT on and with M:N threads
@@ -94,14 +47,14 @@ func TestStacksMatchCallerLocations(t *testing.T) {
 				p := testruby.Start(t, rb, "stack_threads.rb", va.Env, fmt.Sprint(deepFrames))
 				var rep selfReport
 				p.WaitReport(t, &rep, 30*time.Second)
-				vm, threads := readThreads(t, p.PID(), true)
+				vm, threads := testvm.AttachAsleep(t, p.PID(), true)
 				// A running thread may be caught anywhere in its loop:
 				// read again (a few times) until it is where it reported.
 				// Under M:N threads the GVL may also be caught handed to
 				// a thread that no native thread has picked up yet.
 				mn := va.Name == "mn"
 				for i := 0; i < 20 && (!runningAgree(&rep, threads) || mn && gvlUnplaced(threads)); i++ {
-					vm, threads = readThreads(t, p.PID(), true)
+					vm, threads = testvm.AttachAsleep(t, p.PID(), true)
 				}
 				checkStacks(t, rb, &rep, vm, threads, mn)
 			})
@@ -130,7 +83,7 @@ func TestListedThenReadStacks(t *testing.T) {
 			p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
 			var rep selfReport
 			p.WaitReport(t, &rep, 30*time.Second)
-			readThreads(t, p.PID(), true) // until the main thread sleeps
+			testvm.AttachAsleep(t, p.PID(), true) // until the main thread sleeps
 			_, vm := testvm.Attach(t, p.PID())
 			var ths []rubyvm.Thread
 			// A running thread may be caught anywhere in its loop: read
@@ -345,7 +298,7 @@ func TestFrameBudget(t *testing.T) {
 	p := testruby.Start(t, rb, "stack_threads.rb", nil, fmt.Sprint(deepFrames))
 	var rep selfReport
 	p.WaitReport(t, &rep, 30*time.Second)
-	vm, full := readThreads(t, p.PID(), true)
+	vm, full := testvm.AttachAsleep(t, p.PID(), true)
 	var cut []rubyvm.Thread
 	if err := testvm.Paused(t, vm, func() (err error) { cut, err = vm.Threads(rubyvm.WithFrameBudget(100)); return err }); err != nil {
 		t.Fatal(err)

@@ -11,9 +11,9 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// globalSymbols returns the address of ruby_global_symbols, 0 when it was
+// GlobalSymbols returns the address of ruby_global_symbols, 0 when it was
 // not found (C method names then show as "?").
-func (v *VM) globalSymbols() uint64 { return v.locate("ruby_global_symbols") }
+func (v *VM) GlobalSymbols() uint64 { return v.locate("ruby_global_symbols") }
 
 // FoundBy says how locate found a VM global.
 type FoundBy int
@@ -287,7 +287,7 @@ func (v *VM) plausibleSymbols(addr uint64) bool {
 	v.located["ruby_global_symbols"] = addr
 	// The first Ruby method ID registered is well known; any readable
 	// name for a small ID will do as a last check.
-	_, err = v.idName(uint64(L.LastOpID+1) << uint64(L.IDScopeShift))
+	_, err = v.IDName(uint64(L.LastOpID+1) << uint64(L.IDScopeShift))
 	if had {
 		v.located["ruby_global_symbols"] = saved
 	} else {

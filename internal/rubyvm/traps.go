@@ -32,7 +32,7 @@ func (v *VM) TrapsSignal(sig int) (trapped, ok bool) {
 	if !exact || v.Layout.VMTrapCmd < 0 || sig <= 0 || sig >= trapSlots {
 		return false, false
 	}
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return false, false
 	}

@@ -41,20 +41,20 @@ type specRead struct {
 
 // specReadOf lays out the batched read of c's addresses.
 func (v *VM) specReadOf(c *walkCache) (*specRead, error) {
-	vs, err := spanOf(v.vmFields()...)
+	vs, err := spanOf(vmFields(v.Layout)...)
 	if err != nil {
 		return nil, err
 	}
 	r := &specRead{vs: vs, addrs: []uint64{v.vmPtrAddr, at(c.vm, vs.lo)}, bufs: [][]byte{make([]byte, 8), vs.b}}
 	for _, ractor := range c.ractors {
-		rs, err := spanOf(v.ractorFields()...)
+		rs, err := spanOf(ractorFields(v.Layout)...)
 		if err != nil {
 			return nil, err
 		}
 		r.rss = append(r.rss, rs)
 		r.addrs, r.bufs = append(r.addrs, at(ractor, rs.lo)), append(r.bufs, rs.b)
 	}
-	size := int(v.threadBlockLen())
+	size := int(threadBlockLen(v.Layout))
 	for _, ths := range c.threads {
 		blocks := make([][]byte, len(ths))
 		for i, th := range ths {
@@ -80,7 +80,7 @@ func (v *VM) walkThreads() (walked, error) {
 		return w, nil
 	}
 	v.walk = walkCache{}
-	vm, err := v.vmPtr()
+	vm, err := v.VMPtr()
 	if err != nil {
 		return walked{}, err
 	}
@@ -142,7 +142,7 @@ func (v *VM) speculate() (walked, bool) {
 	w.main = vs.u64(L.VMRactorMainThread)
 	next := L.ListNodeNext
 	if L.VMRactorSet < 0 {
-		w.groups = append(w.groups, v.vmGroup(c.vm, vs))
+		w.groups = append(w.groups, vmGroup(v.Layout, c.vm, vs))
 	} else {
 		// The ractors, in list order from the VM's list head back to it.
 		head := at(c.vm, L.VMRactorSet)
@@ -152,7 +152,7 @@ func (v *VM) speculate() (walked, bool) {
 				return walked{}, false
 			}
 			var g threadGroup
-			g, node = v.ractorGroup(r, rss[i])
+			g, node = ractorGroup(v.Layout, r, rss[i])
 			w.groups = append(w.groups, g)
 		}
 		if node != head {

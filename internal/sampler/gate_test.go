@@ -13,6 +13,7 @@ import (
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/teststat"
 )
 
 // gateMix is what testdata/gate_mix.rb says of itself: the CPU seconds its
@@ -82,9 +83,9 @@ func TestPerProcessGateKeepsShares(t *testing.T) {
 		}
 		got := 100 * float64(ruby) / float64(ruby+c)
 		want := 100 * truth.Ruby / (truth.Ruby + truth.C)
-		// The samples' share's own error, at two standard deviations, and
-		// 3 points beside.
-		bound := 3 + 200*math.Sqrt(want/100*(1-want/100)/float64(ruby+c))
+		// The samples' share's own error (teststat.Share, for the two
+		// gates checked), and 3 points beside.
+		bound := 3 + 100*teststat.Share(want/100, float64(ruby+c), 2)
 		t.Logf("gated %v: %d samples in Ruby bursts, %d in C bursts: %.1f%% Ruby; the program measured %.1f%% of %.2f s CPU (bound %.1f points)",
 			gated, ruby, c, got, want, truth.Ruby+truth.C, bound)
 		if math.Abs(got-want) > bound {

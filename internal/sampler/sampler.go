@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/procfs"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
@@ -53,7 +54,8 @@ type Options struct {
 	Subprocesses bool
 	// Progress, if set, is called about once a second while recording.
 	Progress func(sampling.Progress)
-	// ThreadFilter, if set, keeps only the threads it returns true for.
+	// ThreadFilter, if set, keeps only the threads it returns true for;
+	// it is asked of every thread at each tick.
 	ThreadFilter func(rubyvm.Thread) bool
 	// Flush, if set, is called every FlushEvery with the samples taken
 	// since the previous call; the sampler then starts a new profile. It
@@ -322,17 +324,12 @@ func New(pid int, opts Options) (*Sampler, error) {
 }
 
 func attach(pid int, opts Options) (*proc, error) {
-	live, err := target.Attach(pid)
-	if err != nil {
-		return nil, err
-	}
 	// The recorder handles Ctrl-C itself and resumes before writing.
-	live.NoSignalGuard = true
-	vm, err := rubyvm.OpenWith(live, opts.VM)
+	lp, err := liveproc.Open(pid, liveproc.Options{VM: opts.VM, NoSignalGuard: true})
 	if err != nil {
-		live.Close()
 		return nil, err
 	}
+	live, vm := lp.Live, lp.VM
 	p := &proc{pid: pid, live: live, vm: vm, title: processTitle(pid)}
 	// Frames read without a pause are copied by addSamples before the
 	// next read.

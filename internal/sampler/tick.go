@@ -22,6 +22,20 @@ func (p *proc) foreignMain(tid int) bool {
 	return p.mainForeign
 }
 
+// isTask says whether tid is one of the process's threads, for
+// stacks.KernelTID: by the tick's task list where it has one, else the
+// process's own (the main thread's TID asked about is remembered, the
+// one a tick asks of).
+func (p *proc) isTask(tid int) bool {
+	if tid == p.pid {
+		return true
+	}
+	if p.tick.tasks != nil {
+		return p.tick.tasks[tid]
+	}
+	return !p.foreignMain(tid)
+}
+
 // sampleSafe is sample; with PerProcess, a panic (a bug) sampling one
 // process drops that process, said through Options.Failed, and the others
 // go on.
@@ -118,15 +132,12 @@ func (p *proc) tickFuncs(s *Sampler, running, tasks map[int]bool) (tidOf func(ru
 	t := &p.tick
 	t.s, t.running, t.tasks = s, running, tasks
 	if t.tidOf == nil {
-		t.tidOf = func(th rubyvm.Thread) int {
-			if th.Main && th.TID != p.pid && (t.tasks != nil && !t.tasks[th.TID] || t.tasks == nil && p.foreignMain(th.TID)) {
-				return p.pid
-			}
-			return th.TID
-		}
+		t.tidOf = func(th rubyvm.Thread) int { return stacks.KernelTID(p.pid, th, p.isTask) }
 		t.gvlWaiter = func(th rubyvm.Thread) bool { return t.s.opts.GVL && waitsForGVL(th) }
 		t.wants = func(th rubyvm.Thread) bool {
-			return (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th)) && (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th))
+			// The filter first: it is asked of every thread (a --thread
+			// cut that matched none says which there were).
+			return (t.s.opts.ThreadFilter == nil || t.s.opts.ThreadFilter(th)) && (t.running == nil || t.running[t.tidOf(th)] || t.gvlWaiter(th))
 		}
 	}
 	return t.tidOf, t.wants

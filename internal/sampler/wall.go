@@ -5,6 +5,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/stacks"
 )
 
 // wallStack is a thread's stack as its last wall-clock sample read it, and
@@ -33,10 +34,7 @@ func (s *Sampler) sampleWall(p *proc, now time.Time) {
 	p.wallAdded, p.wallAddedTo = p.wallAdded[:0], nil
 	p.wallReads++
 	tidOf := func(th rubyvm.Thread) int {
-		if th.Main && th.TID != p.pid && p.foreignMain(th.TID) {
-			return p.pid
-		}
-		return th.TID
+		return stacks.KernelTID(p.pid, th, func(tid int) bool { return tid == p.pid || !p.foreignMain(tid) })
 	}
 	if p.wallStacks == nil {
 		p.wallStacks = map[uint64]wallStack{}

@@ -94,7 +94,7 @@ var ErrEmulated = errors.New("the process runs under an emulator: its threads' r
 
 // Capture reads the stacks of t's threads: the Ruby threads of vm (nil
 // for none) and, with opts.Native, every native thread's native stack.
-// A live target is paused for the read, and always resumed (target.Hold);
+// A live target is paused for the read, and always resumed (a Reader's read);
 // the native frames are named after it runs again. Ruby threads come
 // first, in the VM's order; native threads that run no Ruby follow, by
 // TID.
@@ -163,19 +163,26 @@ func Capture(t target.Target, vm *rubyvm.VM, opts Options) ([]Thread, error) {
 	return out, nil
 }
 
+// KernelTID is the TID the kernel knows Ruby thread th of process pid by.
+// A forked child's main thread keeps its parent's TID in Ruby's books (a
+// Puma or Unicorn worker's names its master's), and the kernel knows it by
+// the process ID: a main thread whose TID is not one of the process's
+// tasks while the PID is, is the PID. isTask says whether a TID is one of
+// the process's threads (its target's list, a task directory under /proc).
+func KernelTID(pid int, th rubyvm.Thread, isTask func(tid int) bool) int {
+	if th.Main && th.TID != pid && !isTask(th.TID) && isTask(pid) {
+		return pid
+	}
+	return th.TID
+}
+
 // fixForkedMain gives the main thread of a process's Ruby threads the
-// kernel's TID where Ruby's books keep another: a forked child's main
-// thread keeps its parent's TID there (a Puma or Unicorn worker's names
-// its master's), and the kernel's is the process ID. tids are the
+// kernel's TID where Ruby's books keep another (KernelTID). tids are the
 // process's threads as its target lists them.
 func fixForkedMain(pid int, ruby []rubyvm.Thread, tids []int) {
-	if len(tids) == 0 || !slices.Contains(tids, pid) {
-		return
-	}
+	isTask := func(tid int) bool { return slices.Contains(tids, tid) }
 	for i := range ruby {
-		if th := &ruby[i]; th.Main && th.TID != pid && !slices.Contains(tids, th.TID) {
-			th.TID = pid
-		}
+		ruby[i].TID = KernelTID(pid, ruby[i], isTask)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -26,15 +25,7 @@ func TestOnlyStacksDrivesTheUnwinder(t *testing.T) {
 		t.Fatal("no type Frame found in internal/unwind: the test reads the wrong directory")
 	}
 	testsrc.Files(t, "../..", []string{"internal/unwind", "internal/stacks"}, true, func(fset *token.FileSet, _ string, f *ast.File) {
-		name := ""
-		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); p == unwindPath {
-				name = "unwind"
-				if imp.Name != nil {
-					name = imp.Name.Name
-				}
-			}
-		}
+		name := testsrc.ImportName(f, unwindPath)
 		if name == "" {
 			return
 		}
@@ -77,4 +68,33 @@ func unwindTypes(t *testing.T, dir string) map[string]bool {
 		}
 	}
 	return types
+}
+
+// TestOnlyKernelTIDMapsTheForkedMain holds the rule that a forked child's
+// main thread's TID (Ruby's books keep its parent's; the kernel's is the
+// PID) is worked out in one place, KernelTID: no code outside this
+// package tests a thread's Main together with its TID in one condition.
+// Tests are left out.
+func TestOnlyKernelTIDMapsTheForkedMain(t *testing.T) {
+	testsrc.Files(t, "../..", []string{"internal/stacks"}, false, func(fset *token.FileSet, _ string, f *ast.File) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			be, ok := n.(*ast.BinaryExpr)
+			if !ok || be.Op != token.LAND {
+				return true
+			}
+			main, tid := false, false
+			ast.Inspect(be, func(m ast.Node) bool {
+				if sel, ok := m.(*ast.SelectorExpr); ok {
+					main = main || sel.Sel.Name == "Main"
+					tid = tid || sel.Sel.Name == "TID"
+				}
+				return true
+			})
+			if main && tid {
+				t.Errorf("%s: a condition on a thread's Main and TID: the kernel's TID of a forked child's main thread is stacks.KernelTID's", fset.Position(be.Pos()))
+				return false
+			}
+			return true
+		})
+	})
 }

@@ -93,7 +93,7 @@ type Selection struct {
 	Want func(rubyvm.Thread) bool
 	// TIDOf gives a Ruby thread's TID as the kernel knows it (a forked
 	// child's main thread keeps its parent's in Ruby's books); nil for
-	// the TID in Ruby's books.
+	// KernelTID over the threads that stand still.
 	TIDOf func(rubyvm.Thread) int
 	// GC reads the collector's phase with the stacks.
 	GC bool
@@ -294,7 +294,7 @@ func (r *Reader) tidOf(th rubyvm.Thread) int {
 	if r.sel != nil && r.sel.TIDOf != nil {
 		return r.sel.TIDOf(th)
 	}
-	return th.TID
+	return KernelTID(r.t.PID(), th, r.stopped)
 }
 
 // stopped says whether thread tid stands still in the read under way.

@@ -23,7 +23,7 @@ import (
 func startSleep(t *testing.T) (*exec.Cmd, []Mapping) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", "ulimit -c unlimited && exec sleep 60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testruby.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +208,14 @@ func TestCoreErrors(t *testing.T) {
 	}
 }
 
+// copyFile copies a file as an executable, making its directory.
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {

@@ -112,17 +112,17 @@ func PermissionError(pid int) error {
 		advice = "even root was refused: the process may be in another user namespace or a security module (AppArmor, SELinux, seccomp) forbids ptrace; run rbscope inside the process's container or grant it CAP_SYS_PTRACE there"
 		see = DocContainers
 	}
-	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
-		switch strings.TrimSpace(string(b)) {
-		case "1":
+	if scope, ok := procfs.PtraceScope(); ok {
+		switch scope {
+		case 1:
 			if os.Geteuid() != 0 {
 				advice = "kernel.yama.ptrace_scope=1 allows only parents to trace: run rbscope as root, grant CAP_SYS_PTRACE, or set sysctl kernel.yama.ptrace_scope=0"
 				see = DocPtraceScope
 			}
-		case "2":
+		case 2:
 			advice = "kernel.yama.ptrace_scope=2 allows tracing only with CAP_SYS_PTRACE: run rbscope as root or grant it CAP_SYS_PTRACE"
 			see = DocPtraceScope
-		case "3":
+		case 3:
 			advice = "kernel.yama.ptrace_scope=3 forbids all tracing until reboot; nothing can read this process"
 			see = DocPtraceScope
 		}

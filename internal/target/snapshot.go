@@ -1,7 +1,6 @@
 package target
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,11 +36,30 @@ type Snapshot struct {
 	arena []byte
 	// Bytes is how many bytes were copied, Held the memory the copy takes
 	// (its arena's resident pages: the gaps inside runs take none);
-	// Paused how long the threads stood still (from the first stop to the
-	// last resume).
+	// Paused how long the threads stood still in all (each stop from the
+	// first thread's stop to the last one's resume), in Stops stops, the
+	// longest of them Longest.
 	Bytes, Held int64
 	Paused      time.Duration
+	Stops       int
+	Longest     time.Duration
+	// spool is the file the copy is kept in (nil: anonymous memory).
+	spool *os.File
+	// Method says how the copy was made: PreCopied or CopiedPaused.
+	Method string
+	// Fallback says why a copy was not pre-copied ("" when it was).
+	Fallback string
 }
+
+// How a snapshot's copy is made (Snapshot.Method).
+const (
+	// PreCopied: copied while the process ran, then again, while it
+	// stood still, only the pages it wrote since (the kernel's
+	// soft-dirty bits): the pause does not grow with the memory.
+	PreCopied = "pre-copied"
+	// CopiedPaused: every page copied while the process stood still.
+	CopiedPaused = "copied while paused"
+)
 
 // snapRun is a range of the copy: the pieces the process had touched,
 // which are copied, and in anonymous memory the short gaps between them
@@ -93,18 +111,53 @@ var ErrSnapshotTooBig = errors.New("not enough memory for a copy of the process"
 // copy that would not fit in the memory available is refused before the
 // process stops (ErrSnapshotTooBig); a process that ends during the copy
 // leaves no snapshot.
-func (l *Live) Snapshot() (*Snapshot, error) {
-	maps, err := l.Mappings()
+//
+// Where the kernel keeps soft-dirty bits, the copy is pre-copied instead
+// (precopy.go): the pause is a scan of the page tables and the copy of
+// what the process wrote meanwhile, not the copy of all of it.
+func (l *Live) Snapshot() (*Snapshot, error) { return l.SnapshotWith(SnapshotOptions{}) }
+
+// SnapshotWith is Snapshot with options.
+func (l *Live) SnapshotWith(opts SnapshotOptions) (*Snapshot, error) {
+	why := softDirtyMissing()
+	if why == "" {
+		s, err := l.precopy(opts)
+		if !errors.Is(err, errNoPrecopy) {
+			return s, err
+		}
+		why = err.Error()
+	}
+	s, err := l.snapshotPaused(opts)
+	if s != nil {
+		s.Fallback = why
+	}
+	return s, err
+}
+
+// planCopy reads the mappings and the pages a copy of them takes, and
+// refuses, before the process stops, a copy kept in memory that would not
+// fit in what is available (a spooled copy's disk is checked as its file
+// is made).
+func (l *Live) planCopy(opts SnapshotOptions) (maps []Mapping, runs []snapRun, need int64, err error) {
+	if maps, err = l.Mappings(); err != nil {
+		return nil, nil, 0, err
+	}
+	if runs, err = l.plan(maps); err != nil {
+		return nil, nil, 0, err
+	}
+	need = runsBytes(runs)
+	if avail, ok := availableMemory(); ok && opts.SpoolDir == "" && float64(need) > memHeadroom*float64(avail) {
+		return nil, nil, 0, fmt.Errorf("%w: pid %d has %d MB of writable memory in use, and %d MB are available (to this memory cgroup, or on the machine)", ErrSnapshotTooBig, l.pid, need>>20, avail>>20)
+	}
+	return maps, runs, need, nil
+}
+
+// snapshotPaused is Snapshot with every page copied while the process
+// stands still.
+func (l *Live) snapshotPaused(opts SnapshotOptions) (*Snapshot, error) {
+	_, runs, need, err := l.planCopy(opts)
 	if err != nil {
 		return nil, err
-	}
-	runs, err := l.plan(maps)
-	if err != nil {
-		return nil, err
-	}
-	need := runsBytes(runs)
-	if avail, ok := availableMemory(); ok && float64(need) > memHeadroom*float64(avail) {
-		return nil, fmt.Errorf("%w: pid %d has %d MB of writable memory in use, and %d MB are available (to this memory cgroup, or on the machine)", ErrSnapshotTooBig, l.pid, need>>20, avail>>20)
 	}
 	// One arena, with room for growth until the pause comes, warmed up
 	// by a first copy of the running process: the kernel copies into
@@ -112,11 +165,16 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 	// a virtual machine: 48 MB in 50 ms cold, 6-15 ms warm).
 	// The arena is mapped outside Go's heap: it is released at Close, and
 	// does not make the garbage collector let the heap grow by its size.
-	arena, err := mapArena(need + need/8 + 1<<20)
-	if err != nil {
+	s := &Snapshot{l: l, regs: map[int]Regs{}, Method: CopiedPaused, Stops: 1}
+	if opts.SpoolDir != "" {
+		if s.spool, err = openSpool(opts.SpoolDir, need); err != nil {
+			return nil, err
+		}
+	}
+	if s.arena, err = mapArena(need+need/8+1<<20, s.spool, false); err != nil {
+		s.Close()
 		return nil, err
 	}
-	s := &Snapshot{l: l, regs: map[int]Regs{}, arena: arena}
 	s.copy(runs, true) //nolint:errcheck // the warm-up's contents do not matter
 	warm := runs
 	if afterWarmup != nil {
@@ -132,12 +190,12 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 			return err
 		}
 		if n := runsBytes(runs); n > int64(len(s.arena)) {
-			if avail, ok := availableMemory(); ok && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
+			if avail, ok := availableMemory(); ok && s.spool == nil && float64(n-int64(len(s.arena))) > memHeadroom*float64(avail) {
 				return fmt.Errorf("%w: pid %d grew to %d MB of writable memory in use", ErrSnapshotTooBig, l.pid, n>>20)
 			}
-			grown, err := unix.Mremap(s.arena, int(n), unix.MREMAP_MAYMOVE) // keeps the warm pages
+			grown, err := growArena(s.arena, n, s.spool) // keeps the warm pages
 			if err != nil {
-				return fmt.Errorf("%w: growing the copy to %d MB: %v", ErrSnapshotTooBig, n>>20, err)
+				return err
 			}
 			s.arena = grown
 		}
@@ -160,10 +218,18 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 		return nil
 	})
 	s.Paused = time.Since(start)
+	s.Longest = s.Paused
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.count()
+	return s, nil
+}
+
+// count sets Bytes and Held once the copy is made.
+func (s *Snapshot) count() {
+	s.Bytes = 0
 	for _, r := range s.runs {
 		for _, pc := range r.pieces {
 			s.Bytes += int64(pc.size)
@@ -171,7 +237,6 @@ func (l *Live) Snapshot() (*Snapshot, error) {
 	}
 	s.Bytes -= int64(len(s.bad)) * page
 	s.Held = resident(s.arena)
-	return s, nil
 }
 
 // layOut gives each run its place in the arena, one after the other.
@@ -226,15 +291,6 @@ func resident(b []byte) int64 {
 	return n * page
 }
 
-// mapArena maps n bytes of anonymous memory.
-func mapArena(n int64) ([]byte, error) {
-	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, fmt.Errorf("%w: mapping %d MB for the copy: %v", ErrSnapshotTooBig, n>>20, err)
-	}
-	return b, nil
-}
-
 // runsBytes is what the runs take in the arena.
 func runsBytes(runs []snapRun) int64 {
 	var n int64
@@ -263,53 +319,90 @@ func anonymous(m Mapping) bool {
 // /proc/PID/pagemap says the process has touched (present or swapped), in
 // runs that also span gaps of up to maxGap untouched anonymous pages.
 func (l *Live) plan(maps []Mapping) ([]snapRun, error) {
-	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", l.pid))
+	pm, err := l.openPagemap()
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: reading which pages are in use: %w", l.pid, err)
+		return nil, err
 	}
 	defer pm.Close()
 	var runs []snapRun
-	buf := make([]byte, 8*4096)
 	for _, m := range maps {
 		if !snapshotted(m) || m.End <= m.Start {
 			continue
 		}
-		anon := anonymous(m)
-		first := true // the first page of this mapping starts a run
-		add := func(addr uint64) {
-			if n := len(runs); n > 0 && !first {
-				r := &runs[n-1]
-				gap := addr - r.end()
-				if gap == 0 || (anon && gap <= maxGap) {
-					if addr+page-r.addr <= maxRun {
-						r.size = addr + page - r.addr
-						if p := &r.pieces[len(r.pieces)-1]; gap == 0 && p.size < maxCopyIov {
-							p.size += page
-						} else {
-							r.pieces = append(r.pieces, piece{addr, page})
-						}
-						return
-					}
-				}
+		rb := runBuilder{anon: anonymous(m), runs: runs}
+		if err := l.pagemap(pm, m, func(addr, e uint64) {
+			if e&(pmPresent|pmSwapped) != 0 {
+				rb.add(addr)
 			}
-			first = false
-			runs = append(runs, snapRun{addr: addr, size: page, pieces: []piece{{addr, page}}})
+		}); err != nil {
+			return nil, err
 		}
-		for a := m.Start; a < m.End; {
-			n := min((m.End-a)/page, uint64(len(buf)/8))
-			got, err := pm.ReadAt(buf[:n*8], int64(a/page*8))
-			if got < 8 {
-				return nil, fmt.Errorf("pid %d: reading /proc/%d/pagemap at %#x: %v", l.pid, l.pid, a, err)
-			}
-			for i := 0; i+8 <= got; i += 8 {
-				if e := binary.LittleEndian.Uint64(buf[i:]); e&(1<<63|1<<62) != 0 { // present or swapped
-					add(a + uint64(i/8)*page)
-				}
-			}
-			a += uint64(got/8) * page
-		}
+		runs = rb.runs
 	}
 	return runs, nil
+}
+
+// Bits of a pagemap entry.
+const (
+	pmPresent   = 1 << 63
+	pmSwapped   = 1 << 62
+	pmSoftDirty = 1 << 55
+)
+
+// runBuilder gathers the touched pages of one mapping, in address order,
+// into runs: a run goes on over a page that follows it, and in anonymous
+// memory over a gap of up to maxGap untouched pages, up to maxRun.
+type runBuilder struct {
+	anon    bool
+	started bool // the mapping's first page has started a run
+	runs    []snapRun
+}
+
+func (rb *runBuilder) add(addr uint64) {
+	if n := len(rb.runs); n > 0 && rb.started {
+		r := &rb.runs[n-1]
+		gap := addr - r.end()
+		if gap == 0 || (rb.anon && gap <= maxGap) {
+			if addr+page-r.addr <= maxRun {
+				r.size = addr + page - r.addr
+				if p := &r.pieces[len(r.pieces)-1]; gap == 0 && p.size < maxCopyIov {
+					p.size += page
+				} else {
+					r.pieces = append(r.pieces, piece{addr, page})
+				}
+				return
+			}
+		}
+	}
+	rb.started = true
+	rb.runs = append(rb.runs, snapRun{addr: addr, size: page, pieces: []piece{{addr, page}}})
+}
+
+// openPagemap opens the process's page map.
+func (l *Live) openPagemap() (*os.File, error) {
+	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", l.pid))
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: reading which pages are in use: %w", l.pid, err)
+	}
+	return pm, nil
+}
+
+// pagemap calls fn with each page of mapping m and its pagemap entry, in
+// address order.
+func (l *Live) pagemap(pm *os.File, m Mapping, fn func(addr, entry uint64)) error {
+	buf := make([]byte, 8*4096)
+	for a := m.Start; a < m.End; {
+		n := min((m.End-a)/page, uint64(len(buf)/8))
+		got, err := pm.ReadAt(buf[:n*8], int64(a/page*8))
+		if got < 8 {
+			return fmt.Errorf("pid %d: reading /proc/%d/pagemap at %#x: %v", l.pid, l.pid, a, err)
+		}
+		for i := 0; i+8 <= got; i += 8 {
+			fn(a+uint64(i/8)*page, binary.LittleEndian.Uint64(buf[i:]))
+		}
+		a += uint64(got/8) * page
+	}
+	return nil
 }
 
 // copy lays the runs out in the arena and copies their pieces into it
@@ -320,11 +413,6 @@ func (l *Live) plan(maps []Mapping) ([]snapRun, error) {
 // matter.
 func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 	s.layOut(runs)
-	// The pieces with where they go.
-	type dest struct {
-		addr uint64
-		buf  []byte
-	}
 	var all []dest
 	for i := range runs {
 		r := &runs[i]
@@ -332,9 +420,28 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 			all = append(all, dest{p.addr, r.data[p.addr-r.addr : p.addr-r.addr+p.size]})
 		}
 	}
+	s.bad = s.bad[:0]
+	bad, err := s.l.copyPieces(all, !warmup)
+	if !warmup {
+		s.bad = bad
+	}
+	return err
+}
+
+// dest is a piece of the process's memory to copy and where it goes.
+type dest struct {
+	addr uint64
+	buf  []byte
+}
+
+// copyPieces copies the pieces of all with process_vm_readv: at most
+// iovMax ranges and maxCallBytes per call. A page the kernel will not
+// copy (a mapping shrunk, a file truncated) is returned among bad and the
+// copy goes on after it; the process ending is an error. hooked runs the
+// tests' beforeCopyBatch before each call.
+func (l *Live) copyPieces(all []dest, hooked bool) (bad []uint64, err error) {
 	local := make([]unix.Iovec, 0, iovMax)
 	remote := make([]unix.RemoteIovec, 0, iovMax)
-	s.bad = s.bad[:0]
 	for i, skip := 0, uint64(0); i < len(all); {
 		local, remote = local[:0], remote[:0]
 		want := 0
@@ -352,15 +459,15 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 			remote = append(remote, unix.RemoteIovec{Base: uintptr(d.addr), Len: len(d.buf)})
 			want += len(d.buf)
 		}
-		if beforeCopyBatch != nil && !warmup {
+		if beforeCopyBatch != nil && hooked {
 			beforeCopyBatch()
 		}
-		n, err := unix.ProcessVMReadv(s.l.pid, local, remote, 0)
-		if errors.Is(err, unix.ESRCH) || (err != nil && procfs.Exited(s.l.pid)) {
-			return fmt.Errorf("pid %d ended while its memory was copied: %w", s.l.pid, ErrExited)
+		n, err := unix.ProcessVMReadv(l.pid, local, remote, 0)
+		if errors.Is(err, unix.ESRCH) || (err != nil && procfs.Exited(l.pid)) {
+			return bad, fmt.Errorf("pid %d ended while its memory was copied: %w", l.pid, ErrExited)
 		}
 		if err != nil && !errors.Is(err, unix.EFAULT) {
-			return fmt.Errorf("pid %d: copying its memory: %w", s.l.pid, err)
+			return bad, fmt.Errorf("pid %d: copying its memory: %w", l.pid, err)
 		}
 		n = max(n, 0)
 		// Move past what was copied.
@@ -382,9 +489,7 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 			continue
 		}
 		pageAt := (all[i].addr + skip) &^ (page - 1)
-		if !warmup {
-			s.bad = append(s.bad, pageAt)
-		}
+		bad = append(bad, pageAt)
 		next := pageAt + page - all[i].addr
 		if next >= uint64(len(all[i].buf)) {
 			i, skip = i+1, 0
@@ -392,7 +497,7 @@ func (s *Snapshot) copy(runs []snapRun, warmup bool) error {
 			skip = next
 		}
 	}
-	return nil
+	return bad, nil
 }
 
 // beforeCopyBatch and afterWarmup, when set (by tests), run before each
@@ -405,7 +510,7 @@ var availableMemory = memAvailable
 // memAvailable returns how much memory rbscope may still take: the
 // machine's MemAvailable, or less if its memory cgroup's limit leaves less.
 func memAvailable() (int64, bool) {
-	avail, ok := meminfoAvailable()
+	avail, ok := procfs.HostMemAvailable()
 	if room, cok := cgroupRoom(); cok && (!ok || room < avail) {
 		return room, true
 	}
@@ -456,23 +561,6 @@ func cgroupRoom() (int64, bool) {
 			return 0, false
 		}
 		return max(limit-usage, 0), true
-	}
-	return 0, false
-}
-
-// meminfoAvailable returns MemAvailable from /proc/meminfo, in bytes.
-func meminfoAvailable() (int64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err == nil
-		}
 	}
 	return 0, false
 }
@@ -579,10 +667,14 @@ func (s *Snapshot) Open(path string) (*os.File, error) { return s.l.Open(path) }
 // after); the process is not touched.
 func (s *Snapshot) Close() error {
 	s.runs = nil
-	if s.arena == nil {
-		return nil
+	var err error
+	if s.arena != nil {
+		err = unix.Munmap(s.arena)
+		s.arena = nil
 	}
-	err := unix.Munmap(s.arena)
-	s.arena = nil
+	if s.spool != nil {
+		s.spool.Close()
+		s.spool = nil
+	}
 	return err
 }

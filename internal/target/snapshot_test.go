@@ -3,6 +3,7 @@ package target
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -75,7 +76,7 @@ func TestSnapshotCopiesWritableMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	t.Logf("paused %v to copy %d MB in %d ranges", s.Paused, s.Bytes>>20, len(s.runs))
+	t.Logf("paused %v in %d stops (longest %v) to copy %d MB in %d ranges, %s (fallback: %q)", s.Paused, s.Stops, s.Longest, s.Bytes>>20, len(s.runs), s.Method, s.Fallback)
 	if s.Bytes < 48<<20 || s.Paused <= 0 {
 		t.Errorf("copied %d bytes, paused %v", s.Bytes, s.Paused)
 	}
@@ -179,12 +180,6 @@ func TestSnapshotTargetDies(t *testing.T) {
 // never touched is never read: the process's own resident memory does not
 // grow by it, and it reads as zeros.
 func TestSnapshotIsThePausedCopy(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		testruby.Missing(t, "gcc is not installed")
-	}
-	dir := t.TempDir()
-	src, bin := filepath.Join(dir, "sparse.c"), filepath.Join(dir, "sparse")
-	// 256 MB mapped, one page in sixteen written (the marker first).
 	prog := `#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -198,25 +193,7 @@ int main(void) {
 	return 0;
 }
 `
-	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("setup: gcc: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var base uint64
-	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
-		t.Fatalf("setup: the program's address: %v", err)
-	}
+	cmd, base := startAddressProgram(t, buildC(t, t.TempDir(), "sparse", prog))
 	pid := cmd.Process.Pid
 	rssKB := func() int {
 		f := strings.Fields(procStatus(t, pid, "RssAnon"))
@@ -261,4 +238,137 @@ int main(void) {
 	if _, err := s.ReadAt(got, base+16*4096); err != nil || string(got) != "AAAAAAA" {
 		t.Errorf("a touched page reads %q, %v", got, err)
 	}
+}
+
+// writerProg is a C program that maps 64 MB and sweeps it without end,
+// writing its sweep's number at the head of each page in turn, and says
+// where the memory is once it has swept it once. At any instant the pages
+// hold one sweep's number up to where the writer is and the sweep before
+// from there on: a copy of one instant does too.
+const writerProg = `#include <stdio.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#define PAGES (64 << 20) / 4096
+int main(void) {
+	volatile uint64_t *p = mmap(0, (size_t)PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	for (uint64_t g = 1;; g++) {
+		for (long i = 0; i < PAGES; i++) p[i * 512] = g;
+		if (g == 1) { printf("%p\n", (void *)p); fflush(stdout); }
+	}
+}
+`
+
+// WriterEnv names a prebuilt writerProg, for a machine without gcc: the virtual machine of TestPrecopyOnSoftDirtyKernel.
+const WriterEnv = "RBSCOPE_TEST_WRITER"
+
+// startWriter builds (or takes from WriterEnv) and starts writerProg,
+// returning its memory's address and size.
+func startWriter(t *testing.T) (*exec.Cmd, uint64, int) {
+	t.Helper()
+	bin := os.Getenv(WriterEnv)
+	if bin == "" {
+		bin = buildC(t, t.TempDir(), "writer", writerProg)
+	}
+	cmd, base := startAddressProgram(t, bin)
+	return cmd, base, (64 << 20) / page
+}
+
+// startAddressProgram starts a program that prints an address on its
+// first line of output, and returns it with the address.
+func startAddressProgram(t *testing.T, bin string) (*exec.Cmd, uint64) {
+	t.Helper()
+	cmd := testruby.DieWithTest(exec.Command(bin))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var base uint64
+	if _, err := fmt.Fscanf(bufio.NewReader(out), "%v\n", &base); err != nil {
+		t.Fatalf("setup: the program's address: %v", err)
+	}
+	return cmd, base
+}
+
+// TestSnapshotOfAWriter: a process writing all the time is copied as it
+// was at one instant, whichever way the copy is made (pre-copied where
+// the kernel keeps soft-dirty bits, else while paused; kept in a spool
+// file; and while paused when asked): its pages hold one sweep's number
+// up to one page and the sweep before after it, never a page of an older
+// sweep among newer ones.
+func TestSnapshotOfAWriter(t *testing.T) {
+	for _, method := range []string{"default", "spooled", CopiedPaused} {
+		t.Run(method, func(t *testing.T) {
+			cmd, base, pages := startWriter(t)
+			if method == CopiedPaused {
+				saved := softDirtyMissing
+				softDirtyMissing = func() string { return "asked" }
+				defer func() { softDirtyMissing = saved }()
+			}
+			l, err := Attach(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var opts SnapshotOptions
+			if method == "spooled" {
+				opts.SpoolDir = t.TempDir()
+			}
+			s, err := l.SnapshotWith(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			t.Logf("%s: paused %v in %d stops (longest %v) to copy %d MB (fallback: %q)", s.Method, s.Paused, s.Stops, s.Longest, s.Bytes>>20, s.Fallback)
+			if method == CopiedPaused && s.Method != CopiedPaused {
+				t.Errorf("method %q, want %q", s.Method, CopiedPaused)
+			}
+			if want := softDirtyMissing() == ""; method != CopiedPaused && (s.Method == PreCopied) != want {
+				t.Errorf("method %q where the kernel's soft-dirty bits are usable: %v", s.Method, want)
+			}
+			buf := make([]byte, pages*page)
+			if _, err := s.ReadAt(buf, base); err != nil {
+				t.Fatal(err)
+			}
+			gen := func(i int) uint64 { return binary.LittleEndian.Uint64(buf[i*page:]) }
+			first, cut := gen(0), -1
+			for i := 1; i < pages; i++ {
+				g := gen(i)
+				switch {
+				case g == first:
+				case g == first-1 && cut < 0:
+					cut = i
+				case g == first-1 && cut >= 0:
+				default:
+					t.Fatalf("page %d holds sweep %d, page 0 sweep %d (the cut at %d): not one instant", i, g, first, cut)
+				}
+				if cut >= 0 && g == first {
+					t.Fatalf("page %d holds sweep %d after the cut at page %d: not one instant", i, g, cut)
+				}
+			}
+			t.Logf("sweep %d up to page %d of %d", first, cut, pages)
+			if first < 2 {
+				t.Errorf("the writer was copied in its first sweep (%d): nothing was written meanwhile", first)
+			}
+		})
+	}
+}
+
+// buildC compiles the C program src as dir/name.
+func buildC(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testruby.Missing(t, "gcc is not installed")
+	}
+	file, bin := filepath.Join(dir, name+".c"), filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, file).CombinedOutput(); err != nil {
+		t.Fatalf("setup: gcc: %v\n%s", err, out)
+	}
+	return bin
 }

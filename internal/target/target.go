@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 
 	"github.com/rbscope/rbscope/internal/procfs"
 )
@@ -53,28 +52,6 @@ var (
 	// live thread that is not paused, or a thread the core has no note of.
 	ErrNoRegisters = errors.New("no registers")
 )
-
-// Hold runs do while t stands still and reports the threads whose
-// registers t.Registers gives meanwhile: a live process is paused, every
-// thread of it, for the time do runs, and resumed whatever happens
-// (Live.WhilePaused); a core or a snapshot stands still already.
-func Hold(t Target, do func(tids []int) error) error {
-	if l, ok := t.(*Live); ok {
-		return l.WhilePaused(nil, func(s *Stopped) error {
-			tids := make([]int, 0, len(s.Threads))
-			for tid := range s.Threads {
-				tids = append(tids, tid)
-			}
-			sort.Ints(tids)
-			return do(tids)
-		})
-	}
-	tids, err := t.Threads()
-	if err != nil {
-		return err
-	}
-	return do(tids)
-}
 
 // FindMapping returns the mapping that contains addr.
 func FindMapping(maps []Mapping, addr uint64) (Mapping, bool) {

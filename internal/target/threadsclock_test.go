@@ -15,7 +15,7 @@ import (
 // (inherited), as the kernel's own count of the process's time says.
 func TestThreadsClock(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
-	cmd := exec.Command(rb.Bin, "-e", `$stdout.sync = true; puts "ready"; $stdin.gets; Thread.new { x = 0; loop { x += 1 } }; sleep`)
+	cmd := testruby.DieWithTest(exec.Command(rb.Bin, "-e", `$stdout.sync = true; puts "ready"; $stdin.gets; Thread.new { x = 0; loop { x += 1 } }; sleep`))
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

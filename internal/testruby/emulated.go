@@ -22,7 +22,7 @@ func EmulatedCore(t *testing.T, rb Ruby, script string, rep any, kill func(pid i
 	report := filepath.Join(dir, "report.json")
 	cmd := rb.Command(append([]string{Testdata(script), report}, args...)...)
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithTest(cmd)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// qemu writes a core as the kernel would: within the core size

@@ -82,8 +82,18 @@ func Spinners(t *testing.T, n int) {
 // run interrupted, runs no cleanup, and its spinners went on for an hour
 // and more, skewing what ran after them.
 func spinnerCmd() *exec.Cmd {
-	cmd := exec.Command("sh", "-c", "while :; do :; done")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return DieWithTest(exec.Command("sh", "-c", "while :; do :; done"))
+}
+
+// DieWithTest makes cmd's process die with the test binary that starts it
+// (PR_SET_PDEATHSIG): a process that keeps a CPU busy, left behind by a
+// test killed by its timeout or an interrupted run, would load every test
+// after it.
+func DieWithTest(cmd *exec.Cmd) *exec.Cmd {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	return cmd
 }
 

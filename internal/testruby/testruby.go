@@ -197,7 +197,7 @@ func Start(t testing.TB, rb Ruby, script string, env []string, args ...string) *
 	cmd.Stderr = &stderr
 	cmd.Stdout = &stderr
 	cmd.Env = append(append(os.Environ(), rb.Env...), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s %s: %v", rb.Bin, script, err)
 	}
@@ -429,7 +429,7 @@ func StartReporting(t testing.TB, bin string, env ...string) (int, []string) {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +475,7 @@ func StartInline(t testing.TB, rb Ruby, program string, report any) int {
 	t.Helper()
 	cmd := rb.Command("-e", program)
 	cmd.Env = append(os.Environ(), rb.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

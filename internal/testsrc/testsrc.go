@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -66,4 +67,18 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// ImportName is the name file f gives the package of import path path (its
+// own name unless renamed; "" when f does not import it).
+func ImportName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == path {
+			if imp.Name != nil {
+				return imp.Name.Name
+			}
+			return path[strings.LastIndex(path, "/")+1:]
+		}
+	}
+	return ""
 }

@@ -27,7 +27,8 @@ type Row struct {
 	// the top of its mapping); nil when it could not be read.
 	StackBytes *uint64
 	// LargestFrame is the thread's largest native frame (unwound with the
-	// code's CFI while the process stood still); nil without a pause.
+	// code's CFI while the process stood still), by its own bytes for a
+	// Ruby thread (LargestFrame.Unusual); nil without a pause.
 	LargestFrame *LargestFrame
 	// Kind is KindRuby (runs a Ruby thread), KindRubyInternal (Ruby's own
 	// timer thread) or KindNative (no Ruby thread).
@@ -46,7 +47,21 @@ const (
 type LargestFrame struct {
 	Bytes    uint64
 	Function string
+	// VMStackBytes is the part of the frame that is the thread's own VM
+	// stack (0: none): Ruby 3.0 and later allocate a thread's VM stack
+	// (thread_vm_stack_size, 1 MiB by default) with alloca in the frame
+	// that starts the thread (thread_start_func_2), so every thread but
+	// the main one has a frame that large by design. A frame is found to
+	// hold it by address: the VM stack lies inside the frame's bytes. A
+	// Ruby thread's largest frame is the largest by its bytes less this
+	// (Unusual), so that a large frame of the program's own shows beside
+	// the one Ruby makes.
+	VMStackBytes uint64
 }
+
+// Unusual is the frame's size less the VM stack it holds: what is large
+// about it beyond what Ruby puts there on every thread.
+func (lf LargestFrame) Unusual() uint64 { return lf.Bytes - lf.VMStackBytes }
 
 // RubyThread is the Ruby thread a native thread runs.
 type RubyThread struct {
@@ -91,13 +106,16 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	largest := map[int]*LargestFrame{}
+	var vmStacks map[int][2]uint64    // by TID, read once when a Ruby thread has a native frame
 	threadPointer := map[int]uint64{} // each thread's thread pointer, when paused
 	byTID := map[int]stacks.Thread{}
 	for _, th := range captured {
 		if th.TID <= 0 {
 			continue // an M:N thread on no native thread now
 		}
-		if big, ok := th.Largest(); ok {
+		if th.Ruby {
+			largest[th.TID] = largestOwn(vm, th, &vmStacks)
+		} else if big, ok := th.Largest(); ok {
 			largest[th.TID] = &LargestFrame{Bytes: big.Native.Size, Function: big.Name()}
 		}
 		if th.Regs != nil {
@@ -165,4 +183,47 @@ func Read(ctx context.Context, t *target.Live, vm *rubyvm.VM, interval time.Dura
 		rows = append(rows, row)
 	}
 	return rows, nil
+}
+
+// largestOwn returns Ruby thread th's largest native frame by its own
+// bytes, the VM stack a frame holds not counted (LargestFrame's
+// VMStackBytes), the innermost of equals; nil when it has no native frame.
+func largestOwn(vm *rubyvm.VM, th stacks.Thread, vmStacks *map[int][2]uint64) *LargestFrame {
+	var big *LargestFrame
+	for _, f := range th.Frames {
+		if f.Kind != stacks.KindNative {
+			continue
+		}
+		lf := &LargestFrame{Bytes: f.Native.Size, Function: f.Name(), VMStackBytes: vmStackIn(vm, th.TID, f.Native.CFA, f.Native.Size, vmStacks)}
+		if big == nil || lf.Unusual() > big.Unusual() {
+			big = lf
+		}
+	}
+	return big
+}
+
+// vmStackIn returns the bytes of thread tid's VM stack that the native
+// frame of canonical frame address cfa and size bytes holds: all of it
+// when the VM stack lies within the frame's bytes [cfa-size, cfa), else 0. stacks caches every Ruby thread's VM stack by
+// TID, read on first use (the VM stack of a live thread stays where it
+// is; a thread running a Fiber runs on the Fiber's VM stack, which no
+// frame of the thread's machine stack holds).
+func vmStackIn(vm *rubyvm.VM, tid int, cfa, size uint64, stacks *map[int][2]uint64) uint64 {
+	if *stacks == nil {
+		*stacks = map[int][2]uint64{}
+		ths, err := vm.ReadThreads(func(rubyvm.Thread) bool { return false })
+		if err != nil {
+			return 0
+		}
+		for _, th := range ths {
+			if lo, hi, err := vm.VMStack(th.Addr); err == nil && th.TID > 0 {
+				(*stacks)[th.TID] = [2]uint64{lo, hi}
+			}
+		}
+	}
+	b, ok := (*stacks)[tid]
+	if !ok || size == 0 || cfa < size || b[0] < cfa-size || b[1] > cfa {
+		return 0
+	}
+	return b[1] - b[0]
 }

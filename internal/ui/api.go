@@ -8,7 +8,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +42,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/profile/functions", s.profileHandler(apiFunctions))
 	s.mux.HandleFunc("GET /api/profile/tree", s.profileHandler(apiTree))
 	s.mux.HandleFunc("GET /api/profile/sandwich", s.profileHandler(apiSandwich))
+	s.mux.HandleFunc("GET /api/profile/cuts", s.profileHandler(apiCuts))
 	s.mux.HandleFunc("GET /api/profile/timeline", s.profileHandler(apiTimeline))
 	s.mux.HandleFunc("GET /api/profile/diff", s.profileDiff)
 	s.mux.HandleFunc("GET /api/profile/flame.svg", s.flameSVG)
@@ -486,7 +486,7 @@ type ivarField struct {
 // ivars reads object i's instance variables from its line in the dump at
 // path (the index keeps none: read when an object page asks).
 func (ix *heapIndex) ivars(path string, i int) ([]ivarField, error) {
-	f, err := os.Open(path)
+	f, err := heap.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the instance variables: %w", err)
 	}

@@ -89,8 +89,8 @@ func (p *ivarPage) names() string {
 // object's instance variables by name, in order, with the values the
 // program reports (references as objects of the dump, immediates as their
 // inspect), both when the server built the dump's index and when it read
-// it back; for the program's own dump_all of the same heap it shows none,
-// and no error.
+// it back, and in the dump compressed (zstd, gzip); for the program's own
+// dump_all of the same heap it shows none, and no error.
 func TestObjectIvars(t *testing.T) {
 	dir := t.TempDir()
 	rubyDump := filepath.Join(dir, "dump_all.json")
@@ -99,8 +99,12 @@ func TestObjectIvars(t *testing.T) {
 	p.WaitReport(t, &rep, 60*time.Second)
 	dump := filepath.Join(dir, "rbscope.json")
 	dumpHeap(t, rep.PID, dump, false)
+	compressed := []string{dump + ".zst", dump + ".gz"}
+	for _, c := range compressed {
+		dumpHeap(t, rep.PID, c, false)
+	}
 	for _, round := range []string{"index built", "index read back"} {
-		ts := newTestServer(t, Options{Files: []string{dump, rubyDump}})
+		ts := newTestServer(t, Options{Files: append([]string{dump, rubyDump}, compressed...)})
 		files := ts.files(t)
 		for _, f := range files {
 			if f.State != "ready" {
@@ -119,6 +123,13 @@ func TestObjectIvars(t *testing.T) {
 			ts.get(t, "/api/heap/object?f=0&addr="+o.Address, &mine)
 			if got := mine.names(); got != strings.Join(want, " ") || mine.IvarsError != "" {
 				t.Errorf("%s: %s (%s): the object page shows\n  %s %s\nthe program says\n  %s", round, o.What, o.Address, got, mine.IvarsError, strings.Join(want, " "))
+			}
+			for f := range compressed {
+				var page ivarPage
+				ts.get(t, fmt.Sprintf("/api/heap/object?f=%d&addr=%s", 2+f, o.Address), &page)
+				if got := page.names(); got != strings.Join(want, " ") || page.IvarsError != "" {
+					t.Errorf("%s: %s: %s (%s): the object page shows\n  %s %s\nthe program says\n  %s", round, compressed[f], o.What, o.Address, got, page.IvarsError, strings.Join(want, " "))
+				}
 			}
 			for _, iv := range mine.Ivars {
 				if iv.Object == nil && iv.Value == "" {
@@ -462,13 +473,18 @@ func TestCutDumps(t *testing.T) {
 	midLine := cut(whole, "mid.json", true)
 	atLine := cut(whole, "atline.json", false)
 	theirs := cut(filepath.Join(dir, "ruby.json"), "theirs.json", false)
+	// Compressed, cut anywhere (here mid-way): the stream says so.
+	zst := filepath.Join(dir, "rbscope.json.zst")
+	dumpHeap(t, p.PID(), zst, false)
+	cutZst := cut(zst, "cut.json.zst", true)
 	var log bytes.Buffer
-	ts := newTestServer(t, Options{Files: []string{whole, midLine, atLine, theirs}, Log: &log})
+	ts := newTestServer(t, Options{Files: []string{whole, midLine, atLine, theirs, cutZst}, Log: &log})
 	files := ts.files(t)
-	if len(files) != 4 || files[0].State != "ready" || files[3].State != "ready" {
+	if len(files) != 5 || files[0].State != "ready" || files[3].State != "ready" {
 		t.Fatalf("the whole dump and Ruby's cut at a line are served: %+v", files)
 	}
-	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`} {
+	for i, want := range map[int]string{1: `mid\.json: not a usable heap dump: line \d+: invalid JSON`, 2: `atline\.json: not a usable heap dump: line \d+: cut short after \d+ lines`,
+		4: `cut\.json\.zst: not a usable heap dump: the zstd stream is cut short \(.*\): dump the process again$`} {
 		if files[i].State != "error" || !regexp.MustCompile(want).MatchString(files[i].Error) {
 			t.Errorf("page: %+v, want an error matching %s", files[i], want)
 		}
@@ -476,7 +492,7 @@ func TestCutDumps(t *testing.T) {
 			t.Errorf("top of %s: %d %q, want 422 %q", files[i].Name, code, msg, files[i].Error)
 		}
 	}
-	for _, name := range []string{"mid.json:", "atline.json:"} {
+	for _, name := range []string{"mid.json:", "atline.json:", "cut.json.zst:"} {
 		if n := strings.Count(log.String(), name); n != 1 {
 			t.Errorf("the log names %s %d times: %s", name, n, log.String())
 		}

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -120,7 +119,7 @@ func indexPaths(path, cacheDir string) []string {
 // dump, or in cacheDir when the dump's directory is not writable). built
 // says which.
 func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
-	f, err := os.Open(path)
+	f, err := heap.Open(path)
 	if err != nil {
 		return nil, false, err
 	}
@@ -159,7 +158,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 		}
 		// Unreadable at once (the disk failing?): built again, kept in
 		// memory.
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
+		if err := f.Rewind(); err != nil {
 			return nil, false, err
 		}
 		if ix, err = buildHeap(f, path); err != nil {
@@ -173,7 +172,7 @@ func openHeap(path, cacheDir string) (ix *heapIndex, built bool, err error) {
 
 // buildHeap builds the index of the dump f: parsed, dominators computed,
 // rows built, and its waste being found.
-func buildHeap(f *os.File, path string) (*heapIndex, error) {
+func buildHeap(f *heap.File, path string) (*heapIndex, error) {
 	g, err := heap.Load(f, path)
 	if err != nil {
 		return nil, err

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heapfile"
+	"github.com/rbscope/rbscope/internal/liveproc"
 	"github.com/rbscope/rbscope/internal/output"
 	"github.com/rbscope/rbscope/internal/recording"
-	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/sampler"
 	"github.com/rbscope/rbscope/internal/stacks"
-	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/wire"
 )
 
@@ -27,21 +26,16 @@ import (
 // stack returns the stacks of pid's threads, the document stack -p PID
 // --json prints.
 func (s *Server) stack(pid int) (any, error) {
-	t, err := target.Attach(pid)
+	p, err := liveproc.Open(pid, liveproc.Options{VM: s.opts.VM})
 	if err != nil {
 		return nil, err
 	}
-	defer t.Close()
-	vm, err := rubyvm.OpenWith(t, s.opts.VM)
-	if err != nil {
-		return nil, err
-	}
-	defer vm.Close()
-	threads, err := stacks.Capture(t, vm, stacks.Options{})
+	defer p.Close()
+	threads, err := stacks.Capture(p.Live, p.VM, stacks.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return wire.NewStack(wire.NewProcess(pid, vm), threads), nil
+	return wire.NewStack(wire.NewProcess(pid, p.VM), threads), nil
 }
 
 // heapDump writes pid's heap to path, as heap dump -p PID -o path does.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rbscope/rbscope/internal/output"
+	"github.com/rbscope/rbscope/internal/output/rawtest"
 	"github.com/rbscope/rbscope/internal/profile"
 	"github.com/rbscope/rbscope/internal/testruby"
 )
@@ -21,16 +21,7 @@ import (
 func demoRecording(t *testing.T) (string, *profile.Profile) {
 	t.Helper()
 	raw := testruby.Testdata("golden/demo.raw.gz")
-	f, err := os.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, _, err := output.ReadRaw(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw, p
+	return raw, rawtest.Read(t, raw)
 }
 
 // through counts the samples of p whose stack holds the function named

@@ -235,6 +235,53 @@ func apiTree(f *file, q *query) (any, error) {
 	return out, nil
 }
 
+// cutRow is a thread, endpoint or job of a view, with its samples.
+type cutRow struct {
+	Name    string `json:"name"`
+	TID     int    `json:"tid,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	Samples int    `json:"samples"`
+	// Cut is the transform that keeps its samples (thread:NAME, by the
+	// TID where two threads share the name, endpoint:NAME, job:NAME).
+	Cut string `json:"cut"`
+}
+
+// apiCuts: the threads, endpoints and jobs of a view's samples, the most
+// samples first, each with the transform that cuts the view to it (what
+// record, report and top's --thread, --endpoint and --job keep).
+func apiCuts(f *file, q *query) (any, error) {
+	pv, err := f.view(q)
+	if err != nil {
+		return nil, err
+	}
+	p := pv.p
+	threads := p.Threads()
+	out := struct {
+		profileSummary
+		Threads   []cutRow `json:"threads"`
+		Endpoints []cutRow `json:"endpoints"`
+		Jobs      []cutRow `json:"jobs"`
+	}{profileSummary: f.summaryOf(pv), Threads: []cutRow{}, Endpoints: []cutRow{}, Jobs: []cutRow{}}
+	for _, th := range threads {
+		// By its name where that names it alone (a name matches as a
+		// regular expression too), else by its TID.
+		cut, m := "thread:"+th.Name, profile.NewThreadMatch(th.Name)
+		for _, other := range threads {
+			if other != th && m.Match(other.Name, other.TID) {
+				cut = fmt.Sprintf("thread:%d", th.TID)
+			}
+		}
+		out.Threads = append(out.Threads, cutRow{Name: th.Name, TID: th.TID, PID: th.PID, Samples: th.Samples, Cut: cut})
+	}
+	for _, g := range p.LabelValues(profile.LabelEndpoint) {
+		out.Endpoints = append(out.Endpoints, cutRow{Name: g.Name, Samples: g.Samples, Cut: profile.LabelEndpoint + ":" + g.Name})
+	}
+	for _, g := range p.LabelValues(profile.LabelJob) {
+		out.Jobs = append(out.Jobs, cutRow{Name: g.Name, Samples: g.Samples, Cut: profile.LabelJob + ":" + g.Name})
+	}
+	return out, nil
+}
+
 // callRow is a caller or callee of the sandwich view: a function and the
 // samples of the sandwiched function's stacks it is in that place in.
 type callRow struct {
@@ -246,60 +293,6 @@ type callRow struct {
 	// parameter): its samples there, and its share of each recording's.
 	Before int          `json:"before_samples,omitempty"`
 	Diff   *shareChange `json:"diff,omitempty"`
-}
-
-// sandwich is a function's place in a recording's stacks: the samples it
-// is in (total) and ends in (self), and those of each of its callers and
-// callees (a stack counts once per caller and per callee, however deep
-// the recursion).
-type sandwich struct {
-	self, total      int
-	callers, callees map[string]int
-	kinds            map[string]string // of the callers and callees
-}
-
-// sandwichOf finds the function name (as Frame.Name(false) names it) in
-// p's stacks.
-func sandwichOf(p *profile.Profile, name string) sandwich {
-	names := make([]string, len(p.Frames))
-	for i, fr := range p.Frames {
-		names[i] = fr.Name(false)
-	}
-	sw := sandwich{callers: map[string]int{}, callees: map[string]int{}, kinds: map[string]string{}}
-	for _, st := range p.Stacks {
-		in := false
-		seenCaller, seenCallee := map[string]bool{}, map[string]bool{}
-		for k, id := range st.Frames {
-			if names[id] != name {
-				continue
-			}
-			in = true
-			caller := "(root)"
-			if k > 0 {
-				caller = names[st.Frames[k-1]]
-				sw.kinds[caller] = string(p.Frames[st.Frames[k-1]].Kind)
-			}
-			if !seenCaller[caller] {
-				seenCaller[caller] = true
-				sw.callers[caller] += st.Count
-			}
-			if k+1 < len(st.Frames) {
-				callee := names[st.Frames[k+1]]
-				sw.kinds[callee] = string(p.Frames[st.Frames[k+1]].Kind)
-				if !seenCallee[callee] {
-					seenCallee[callee] = true
-					sw.callees[callee] += st.Count
-				}
-			}
-		}
-		if in {
-			sw.total += st.Count
-			if names[st.Frames[len(st.Frames)-1]] == name {
-				sw.self += st.Count
-			}
-		}
-	}
-	return sw
 }
 
 // apiSandwich: one function (fn, as the function table names it), with
@@ -318,26 +311,26 @@ func apiSandwich(f *file, q *query) (any, error) {
 		return nil, err
 	}
 	p := pv.p
-	sw := sandwichOf(p, name)
-	var before sandwich
+	sw := p.SandwichOf(name, false)
+	var before profile.Sandwich
 	if bv != nil {
-		before = sandwichOf(bv.p, name)
-		for fn, k := range before.kinds {
-			sw.kinds[fn] = cmp.Or(sw.kinds[fn], k)
+		before = bv.p.SandwichOf(name, false)
+		for fn, k := range before.Kinds {
+			sw.Kinds[fn] = cmp.Or(sw.Kinds[fn], k)
 		}
 	}
-	if sw.total == 0 && before.total == 0 {
+	if sw.Total == 0 && before.Total == 0 {
 		// (One that only the recording before has is what it lost.)
 		return nil, fmt.Errorf("fn=%q: no sample of the recording is in that function", name)
 	}
 	rows := func(m, bm map[string]int) []callRow {
 		out := make([]callRow, 0, len(m))
 		for fn, n := range m {
-			out = append(out, callRow{Function: fn, Kind: sw.kinds[fn], Samples: n, Pct: output.Pct(n, sw.total)})
+			out = append(out, callRow{Function: fn, Kind: string(sw.Kinds[fn]), Samples: n, Pct: output.Pct(n, sw.Total)})
 		}
 		for fn := range bm {
 			if _, ok := m[fn]; !ok {
-				out = append(out, callRow{Function: fn, Kind: sw.kinds[fn]})
+				out = append(out, callRow{Function: fn, Kind: string(sw.Kinds[fn])})
 			}
 		}
 		for k := range out {
@@ -366,13 +359,13 @@ func apiSandwich(f *file, q *query) (any, error) {
 		BeforeTotal int             `json:"before_total,omitempty"`
 		SelfDiff    *shareChange    `json:"self_diff,omitempty"`
 		TotalDiff   *shareChange    `json:"total_diff,omitempty"`
-	}{profileSummary: f.summaryOf(pv), Function: name, Self: sw.self, Total: sw.total,
-		Callers: rows(sw.callers, before.callers), Callees: rows(sw.callees, before.callees)}
+	}{profileSummary: f.summaryOf(pv), Function: name, Self: sw.Self, Total: sw.Total,
+		Callers: rows(sw.Callers, before.Callers), Callees: rows(sw.Callees, before.Callees)}
 	if bv != nil {
 		bs := q.before.summaryOf(bv)
-		out.Before, out.BeforeSelf, out.BeforeTotal = &bs, before.self, before.total
-		out.SelfDiff = newShareChange(output.Pct(before.self, bv.p.Samples), output.Pct(sw.self, p.Samples))
-		out.TotalDiff = newShareChange(output.Pct(before.total, bv.p.Samples), output.Pct(sw.total, p.Samples))
+		out.Before, out.BeforeSelf, out.BeforeTotal = &bs, before.Self, before.Total
+		out.SelfDiff = newShareChange(output.Pct(before.Self, bv.p.Samples), output.Pct(sw.Self, p.Samples))
+		out.TotalDiff = newShareChange(output.Pct(before.Total, bv.p.Samples), output.Pct(sw.Total, p.Samples))
 	}
 	return out, nil
 }
@@ -470,6 +463,9 @@ func (f *file) view(q *query) (*profileView, error) {
 	}
 	if pv.transformed == nil || len(pv.transformed) >= maxViews {
 		pv.transformed = map[string]*profileView{}
+	}
+	if err := pv.p.NoMatch(ts); err != nil {
+		return nil, err
 	}
 	tp, err := pv.p.Apply(ts)
 	if err != nil {

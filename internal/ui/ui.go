@@ -220,28 +220,35 @@ func (s *Server) load(f *file) {
 }
 
 func (s *Server) open(f *file) (string, error) {
-	in, err := os.Open(f.Path)
+	in, err := heap.Open(f.Path)
 	if err != nil {
 		return "", fmt.Errorf("cannot open %s: %w", f.Name, unwrapPath(err))
 	}
 	br := bufio.NewReader(in)
-	head, _ := br.Peek(2)
-	if len(head) == 0 {
-		in.Close()
-		return "", fmt.Errorf("%s: empty file: not a heap dump nor a raw recording", f.Name)
-	}
-	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
-		defer in.Close()
-		p, title, err := output.ReadRaw(br)
+	head, err := br.Peek(64)
+	in.Close()
+	// Gzipped, a raw recording unless it reads as a dump.
+	if in.Compression == heap.Gzip && (len(head) == 0 || head[0] != '{' || output.RawHead(head)) {
+		raw, err := os.Open(f.Path)
+		if err != nil {
+			return "", fmt.Errorf("cannot open %s: %w", f.Name, unwrapPath(err))
+		}
+		defer raw.Close()
+		p, title, err := output.ReadRaw(raw)
 		if err != nil {
 			return "profile", fmt.Errorf("%s: not a raw recording (rbscope record --format raw): %w", f.Name, err)
 		}
 		f.prof = newProfileView(p, title)
 		return "profile", nil
 	}
-	in.Close()
+	if len(head) == 0 && err != nil && err != io.EOF {
+		return "", fmt.Errorf("%s: not a usable heap dump: %w", f.Name, err)
+	}
+	if len(head) == 0 {
+		return "", fmt.Errorf("%s: empty file: not a heap dump nor a raw recording", f.Name)
+	}
 	if head[0] != '{' {
-		return "", fmt.Errorf("%s: not a heap dump (ObjectSpace.dump_all JSON lines) nor a raw recording (gzipped)", f.Name)
+		return "", fmt.Errorf("%s: not a heap dump (ObjectSpace.dump_all JSON lines, plain, .zst or .gz) nor a raw recording (gzipped)", f.Name)
 	}
 	ix, built, err := openHeap(f.Path, s.opts.CacheDir)
 	if err != nil {

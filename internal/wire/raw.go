@@ -32,6 +32,23 @@ type RawHeader struct {
 	// Timeline says the samples carry their time and thread ("t"
 	// records).
 	Timeline bool `json:"timeline"`
+	// Labels are the context labels of the recording's stacks (endpoint
+	// and job, package ctxlabels), in the header so that a reader that
+	// knows no labels reads the recording as before; absent from a
+	// recording made before labels were kept, whose reader derives them
+	// from its frames.
+	Labels *RawLabels `json:"labels,omitempty"`
+}
+
+// RawLabels are the labels of a raw recording's stacks: each distinct set
+// once, and the stacks that have one.
+type RawLabels struct {
+	// Sets are the distinct sets of labels, each an object of a value by
+	// key ({"endpoint": "IssuesController#show"}).
+	Sets []map[string]string `json:"sets"`
+	// Stacks pairs a stack number with the number of its set in Sets,
+	// for every stack with labels.
+	Stacks [][2]int `json:"stacks"`
 }
 
 // The records of a raw recording, after its header: JSON arrays whose

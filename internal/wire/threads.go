@@ -34,6 +34,9 @@ type ThreadRow struct {
 type LargestFrame struct {
 	Bytes    uint64 `json:"bytes"`
 	Function string `json:"function"`
+	// VMStackBytes is the part of it that is the thread's own VM stack
+	// (threads.LargestFrame), 0 for none.
+	VMStackBytes uint64 `json:"vm_stack_bytes"`
 }
 
 // ThreadRowRuby is the Ruby thread a native thread runs, and its
@@ -53,7 +56,7 @@ func NewThreadTable(rows []threads.Row) *ThreadTable {
 		w := ThreadRow{TID: r.TID, Comm: r.Comm, State: r.State, CPUSeconds: r.CPUSeconds, CPUPercent: r.CPUPercent,
 			StackBytes: r.StackBytes, Kind: r.Kind}
 		if r.LargestFrame != nil {
-			w.LargestFrame = &LargestFrame{Bytes: r.LargestFrame.Bytes, Function: r.LargestFrame.Function}
+			w.LargestFrame = &LargestFrame{Bytes: r.LargestFrame.Bytes, Function: r.LargestFrame.Function, VMStackBytes: r.LargestFrame.VMStackBytes}
 		}
 		if rt := r.Ruby; rt != nil {
 			w.Ruby = &ThreadRowRuby{Name: rt.Name, Status: rt.Status, Main: rt.Main, GVL: rt.GVL}

@@ -17,15 +17,7 @@ import (
 // them (nil: the sample is left out).
 func Samples(t testing.TB, path string, keep func(s profile.Sample, fns []string) []string) map[int][][]string {
 	t.Helper()
-	file, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	p, _, err := output.ReadRaw(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := Read(t, path)
 	timeline := slices.Clone(p.Timeline)
 	slices.SortStableFunc(timeline, func(a, b profile.Sample) int { return cmp.Compare(a.Time, b.Time) })
 	out := map[int][][]string{}
@@ -39,4 +31,19 @@ func Samples(t testing.TB, path string, keep func(s profile.Sample, fns []string
 		}
 	}
 	return out
+}
+
+// Read reads the raw recording path as report reads it.
+func Read(t testing.TB, path string) *profile.Profile {
+	t.Helper()
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	p, _, err := output.ReadRaw(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -545,7 +545,7 @@ const views = {
       search ? [" ", el("span", { id: "search-summary" }, `${num(d.page.total)} functions; in ${num(d.matched_samples)} samples (${pct(100 * d.matched_samples / Math.max(d.samples, 1))})`), " ",
         el("a", { href: hashFor(base, { sort, t }) }, "clear")] : null);
     form.addEventListener("submit", e => { e.preventDefault(); location.hash = hashFor(base, { sort, search: box.value, t }); });
-    show(gen, "ready", profileTabs(f, "functions", t), profileHead(d), transformsBar(f, "functions", p), form,
+    show(gen, "ready", profileTabs(f, "functions", t), profileHead(d), transformsBar(f, "functions", p), await cutsBar(f, "functions", p), form,
       table([
         { label: "Self %", num: true, sort: "self", cell: r => pct(r.self_pct) },
         { label: "Total %", num: true, sort: "total", cell: r => pct(r.total_pct) },
@@ -559,6 +559,16 @@ const views = {
 
   async "profile/flame"(gen, f, p) {
     const t = p.t || "";
+    // Start from the frame chosen last time ("start here"), where this
+    // recording has it and the view asks for nothing else.
+    const chosen = localStorage.getItem(flameStartKey);
+    if (chosen && !t && p.all !== "1") {
+      try {
+        await api("profile/sandwich", { f, fn: chosen });
+        location.replace(hashFor(`/profile/${f}/flame`, { ...p, t: "focus:" + chosen }));
+        return;
+      } catch (e) { /* not in this recording: the whole graph */ }
+    }
     const d = await api("profile/functions", { f, limit: 1, t });
     setCrumbs(["files", "#/"], [d.file]);
     const icicle = p.icicle === "1", before = p.before;
@@ -568,7 +578,24 @@ const views = {
       el("a", { href: hashFor(`/profile/${f}/flame`, { t, before }), class: icicle ? "" : "on" }, "flame graph (roots at the bottom)"), " · ",
       el("a", { href: hashFor(`/profile/${f}/flame`, { icicle: 1, t, before }), class: icicle ? "on" : "", id: "icicle-link" }, "icicle (roots at the top)"));
     const against = await againstPick(f, "flame", p);
-    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), pivot, against, frame);
+    const unfocused = hashFor(`/profile/${f}/flame`, { ...p, all: 1, t: transforms(p).filter(x => x !== "focus:" + chosen).join("\n") || undefined });
+    const remembered = chosen && transforms(p).includes("focus:" + chosen) ? el("p", { class: "pivot", id: "flame-remembered" },
+      `Starting from ${chosen}, as chosen before. `,
+      el("a", { href: unfocused, id: "flame-root" }, "start from the roots"), " · ",
+      el("a", { href: unfocused, id: "flame-forget" }, "forget the choice")) : null;
+    const pick = el("p", { class: "pivot", id: "flame-pick" },
+      "The graph opens at the request's own frames (the endpoints' actions) or where the stacks first part; scroll for the rest. Click a frame to zoom into it, and to start from it here and next time.");
+    onFlamePick = e => {
+      if (gen !== generation || e.source !== frame.contentWindow) return;
+      const { fn, title } = e.data;
+      const start = el("a", { href: hashFor(`/profile/${f}/flame`, { ...p, t: [...transforms(p), "focus:" + fn].join("\n") }), id: "flame-start",
+        title: "keep only the samples through it, from it up, in every view; the flame graph of the next recording starts from it too" }, "start here, and next time");
+      start.addEventListener("click", () => localStorage.setItem(flameStartKey, fn));
+      pick.replaceChildren(el("span", { class: "fn", id: "flame-picked" }, title), " ", start, " ", transformLinks(f, "flame", p, fn));
+    };
+    show(gen, "loading", profileTabs(f, "flame", t), profileHead(d), transformsBar(f, "flame", p), await cutsBar(f, "flame", p), remembered, pivot, against, pick, frame);
+    const forget = document.getElementById("flame-forget");
+    if (forget) forget.addEventListener("click", () => localStorage.removeItem(flameStartKey));
     frame.addEventListener("load", () => { if (gen === generation) view.dataset.state = "ready"; });
   },
 
@@ -622,7 +649,7 @@ const views = {
     const zoomBar = range ? el("p", { class: "pivot", id: "zoom-bar" }, zoom
       ? [`The timeline shows ${secs(lo, d.span_seconds)}–${secs(lo + d.span_seconds, d.span_seconds)} s. `, el("a", { href: hashFor(`/profile/${f}/timeline`, { before, t }), id: "zoom-out" }, "show the whole recording")]
       : [el("a", { href: hashFor(`/profile/${f}/timeline`, { before, t, zoom: 1 }), id: "zoom-in" }, "zoom into the selection")]) : null;
-    show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p), await againstPick(f, "timeline", p), againstHead(d),
+    show(gen, "ready", profileTabs(f, "timeline", t), profileHead(d), transformsBar(f, "timeline", p), await cutsBar(f, "timeline", p), await againstPick(f, "timeline", p), againstHead(d),
       el("p", { class: "hint" }, d.before
         ? `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: each on the colour of the change of the share of the samples of the function in it that changed the most (by the change times its samples there).`
         : `A track per thread over ${d.span_seconds.toFixed(1)} s, in ${n} stretches: blue while it ran, orange in GC, grey waiting for the GVL, darker for more samples.`,
@@ -652,7 +679,7 @@ const views = {
       pick.replaceChildren(el("span", { class: "fn", id: "chart-picked" }, title), " ", transformLinks(f, "stack", p, fn), " ",
         el("a", { href: narrow, id: "chart-narrow", title: "keep the samples of its time in every view" }, "narrow to its time"));
     };
-    show(gen, "loading", profileTabs(f, "stack", t), profileHead(d), transformsBar(f, "stack", p), pivot, await againstPick(f, "stack", p),
+    show(gen, "loading", profileTabs(f, "stack", t), profileHead(d), transformsBar(f, "stack", p), await cutsBar(f, "stack", p), pivot, await againstPick(f, "stack", p),
       el("p", { class: "hint" }, "A track per thread, time left to right: each box a frame, as wide as the run of samples in it, its callees below it. Hover a box for its file, lines and time" +
         (before !== undefined ? "; against the recording before, each box is on the colour of the change of its function's share of the samples, which its title gives." : ".")),
       pick, frame);
@@ -671,7 +698,7 @@ const views = {
       { label: "Called", cell: r => r.children ? link(r) : r.name, cls: "fn" },
     ];
     if (d.before) cols.splice(1, 0, ...diffCols(false));
-    show(gen, "ready", profileTabs(f, "tree", t), profileHead(d), transformsBar(f, "tree", p), await againstPick(f, "tree", p), againstHead(d),
+    show(gen, "ready", profileTabs(f, "tree", t), profileHead(d), transformsBar(f, "tree", p), await cutsBar(f, "tree", p), await againstPick(f, "tree", p), againstHead(d),
       el("ol", { class: "ancestors" }, [...d.ancestors, d.node].map(a => el("li", {}, link(a), ` ${pct(a.total_pct)}`, a.diff ? [" ", changeCell(a.diff)] : null))),
       table(cols, d.children.rows));
   },
@@ -679,11 +706,17 @@ const views = {
 
 // onChartPick is what the stack chart's view does with the box clicked
 // in its frame, which the chart posts to the page; null until that view
-// sets it.
-let onChartPick = null;
+// sets it. onFlamePick is the flame graph's, for the frame clicked.
+let onChartPick = null, onFlamePick = null;
 window.addEventListener("message", e => {
-  if (e.origin === location.origin && e.data && e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
+  if (e.origin !== location.origin || !e.data) return;
+  if (e.data.rbscope === "stackchart" && onChartPick) onChartPick(e);
+  if (e.data.rbscope === "flame" && onFlamePick) onFlamePick(e);
 });
+
+// flameStartKey is where the page remembers the frame the flame graph
+// starts from (localStorage): "start here" sets it, "forget" clears it.
+const flameStartKey = "rbscope.flameStart";
 
 // againstPick offers the other open recordings to compare a profile
 // view's recording with (its before parameter), and none.
@@ -723,7 +756,8 @@ function diffCols(withAfter) {
 }
 
 // transforms lists the transforms a view's t parameter holds, a line each
-// (focus:FUNCTION, drop:FUNCTION or merge:FUNCTION).
+// (focus:FUNCTION, drop:FUNCTION, merge:FUNCTION, time:FROM-TO,
+// thread:NAME|TID, endpoint:NAME, job:NAME).
 function transforms(p) { return (p.t || "").split("\n").filter(x => x); }
 
 // transformsBar shows the transforms applied to the view, each with a
@@ -738,6 +772,29 @@ function transformsBar(f, viewName, p) {
     " · ", el("a", { href: hashFor(`/profile/${f}/${viewName}`, keep([])) }, "none"),
     range ? [" · ", el("span", { id: "range" }, `time kept: ${secs(range.from, range.to === null ? undefined : range.to - range.from)}–${range.to === null ? "the end" : secs(range.to, range.to - range.from) + " s, " + span(range.to - range.from)}`), " ",
       el("a", { href: hashFor(`/profile/${f}/${viewName}`, { ...p, offset: undefined, zoom: undefined, t: withRange(p, null) }), id: "range-clear", title: "keep all the time (Esc)" }, "clear")] : null);
+}
+
+// cutsBar offers to cut the view to one of its threads, endpoints or
+// jobs (the transforms thread:, endpoint: and job:, as record, report
+// and top's --thread, --endpoint and --job), each with its samples; a
+// cut already applied is taken off in the transforms bar.
+async function cutsBar(f, viewName, p) {
+  const d = await api("profile/cuts", { f, t: p.t || "" });
+  const ts = transforms(p);
+  const links = (what, rows, label) => rows.length > 1 || (rows.length === 1 && !ts.includes(rows[0].cut)) ? [
+    el("span", { class: "cut-kind" }, what + ": "),
+    rows.slice(0, 12).map((r, k) => [k ? " · " : "", el("a", {
+      href: hashFor(`/profile/${f}/${viewName}`, { ...p, offset: undefined, node: undefined, t: [...ts, r.cut].join("\n") }),
+      class: "cut", "data-cut": r.cut, title: `${num(r.samples)} samples (${pct(100 * r.samples / Math.max(d.samples, 1))})`,
+    }, label(r))]),
+    rows.length > 12 ? ` and ${rows.length - 12} more` : "", ". "] : null;
+  const parts = [
+    links("thread", d.threads, r => `${r.name} (tid ${r.tid})`),
+    links("endpoint", d.endpoints, r => r.name),
+    links("job", d.jobs, r => r.name),
+  ].filter(x => x);
+  if (!parts.length) return null;
+  return el("p", { class: "pivot", id: "cuts" }, "Cut by ", parts);
 }
 
 // timeRange is the time the time windows of p's transforms keep,

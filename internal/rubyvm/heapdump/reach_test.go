@@ -1,4 +1,4 @@
-package rubyvm_test
+package heapdump_test
 
 import (
 	"bytes"
@@ -13,9 +13,10 @@ import (
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/heap/heaptest"
 	"github.com/rbscope/rbscope/internal/malloc"
-	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // reachReport is what testdata/heap_reach.rb writes about itself.
@@ -52,9 +53,9 @@ func TestHeapDumpReachesWhatDumpAllReaches(t *testing.T) {
 			p := testruby.Start(t, rb, "heap_reach.rb", nil, rubyDump)
 			var rep reachReport
 			p.WaitReport(t, &rep, 60*time.Second)
-			vm, _ := readThreads(t, p.PID(), true)
+			vm, _ := testvm.AttachAsleep(t, p.PID(), true)
 			var out bytes.Buffer
-			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, _, err := heapdump.WriteSnapshot(vm, vm.T.(*target.Live), &out, heapdump.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

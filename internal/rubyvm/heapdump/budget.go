@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"errors"

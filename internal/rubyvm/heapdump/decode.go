@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -8,52 +8,10 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 )
-
-// shapeTree returns the address of the object shapes' tree (Ruby 3.2+),
-// or 0: 4.0 keeps it in the global rb_shape_tree, earlier Rubies behind
-// rb_shape_tree_ptr. A stripped libruby does not export
-// rb_shape_tree_ptr; the exported rb_shape_get_shape_by_id loads it first
-// thing.
-func (v *VM) shapeTree() uint64 {
-	if tree := v.locate("rb_shape_tree"); tree != 0 {
-		return tree
-	}
-	c := v.locate("rb_shape_tree_ptr")
-	if c == 0 {
-		return 0
-	}
-	tree, err := v.m.u64(c)
-	if err != nil {
-		return 0
-	}
-	return tree
-}
-
-// findShapeList returns the shape tree's shape_list, or 0.
-func (v *VM) findShapeList() uint64 {
-	l, _ := v.shapeListIn(v.shapeTree())
-	return l
-}
-
-// shapeListIn reads the shape list of the shape tree at tree, checking
-// that its root shape has no instance variables.
-func (v *VM) shapeListIn(tree uint64) (uint64, bool) {
-	L := v.Layout
-	if tree == 0 || tree&7 != 0 {
-		return 0, false
-	}
-	l, err := v.m.u64(at(tree, L.ShapeTreeList))
-	if err != nil || l == 0 || l&7 != 0 {
-		return 0, false
-	}
-	root, err := v.m.read(l, int(L.ShapeSize))
-	if err != nil || attrIndex(L, root, L.ShapeNextIVIndex) != 0 {
-		return 0, false // the root shape has no instance variables
-	}
-	return l, true
-}
 
 // object appends the line of the object in slot at addr, if it is live.
 func (d *dumper) object(addr uint64, slot []byte) {
@@ -123,7 +81,7 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 		return errTorn
 	}
 	d.buf = append(d.buf, `{"address":`...)
-	d.buf = appendAddr(d.buf, addr)
+	d.buf = heap.AppendAddr(d.buf, addr)
 	d.buf = append(d.buf, `, "type":"`...)
 	d.buf = append(d.buf, tn...)
 	d.buf = append(d.buf, '"')
@@ -155,21 +113,21 @@ func (d *dumper) encode(addr uint64, slot []byte, flags, typ uint64) error {
 	cons := consOnly(d.refs, d.cons)
 	if len(d.refs)+len(cons) > 0 {
 		d.buf = append(d.buf, `, "references":[`...)
-		d.buf = appendAddrs(d.buf, d.refs)
+		d.buf = heap.AppendAddrs(d.buf, d.refs)
 		if len(d.refs) > 0 && len(cons) > 0 {
 			d.buf = append(d.buf, ", "...)
 		}
-		d.buf = appendAddrs(d.buf, cons)
+		d.buf = heap.AppendAddrs(d.buf, cons)
 		d.buf = append(d.buf, ']')
 	}
 	if len(cons) > 0 {
 		d.buf = append(d.buf, `, "conservative_references":[`...)
-		d.buf = appendAddrs(d.buf, cons)
+		d.buf = heap.AppendAddrs(d.buf, cons)
 		d.buf = append(d.buf, ']')
 	}
 	if len(d.weak) > 0 {
 		d.buf = append(d.buf, `, "weak_references":[`...)
-		d.buf = appendAddrs(d.buf, d.weak)
+		d.buf = heap.AppendAddrs(d.buf, d.weak)
 		d.buf = append(d.buf, ']')
 	}
 	d.field("memsize", memsize)
@@ -201,7 +159,7 @@ func (d *dumper) decodeBody(addr uint64, slot []byte, flags, typ uint64) (uint64
 	case L.TFloat:
 		d.key("value")
 		d.buf = append(d.buf, '"')
-		d.buf = appendCG(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)), L.DumpFloatAltForm == 1)
+		d.buf = heap.AppendFloat(d.buf, math.Float64frombits(le64(slot, L.RFloatValue)), L.DumpFloatAltForm == 1)
 		d.buf = append(d.buf, '"')
 	case L.TRational:
 		d.ref(le64(slot, L.RRationalNum))
@@ -242,11 +200,11 @@ var builtinEncodings = [...]struct {
 // dump prints).
 func (d *dumper) strContent(slot []byte, flags uint64) (length uint64, ptr uint64, err error) {
 	L := d.L
-	h := strHeader(L, slot, flags)
-	if !h.embedded {
-		return h.length, h.ptr, nil
+	h := rubyvm.StrHeader(L, slot, flags)
+	if !h.Embedded {
+		return h.Length, h.Ptr, nil
 	}
-	length = h.length
+	length = h.Length
 	if L.RStringEmbedAry+int64(length) > int64(len(slot)) {
 		return 0, 0, errTorn
 	}
@@ -279,7 +237,7 @@ func (d *dumper) str(slot []byte, flags, memsize uint64) (uint64, error) {
 			if enc < uint64(len(builtinEncodings)) {
 				termlen = builtinEncodings[enc].termlen
 			}
-			if capa := le64(slot, L.RStringHeapCapa); capa < maxOutOfSlot {
+			if capa := le64(slot, L.RStringHeapCapa); capa < rubyvm.MaxOutOfSlot {
 				memsize += capa + termlen
 			}
 		}
@@ -330,7 +288,7 @@ func (d *dumper) strValue(slot []byte, flags, enc uint64, withValue bool) error 
 		}
 	}
 	d.key("value")
-	d.buf = appendJSONString(d.buf, b)
+	d.buf = heap.AppendJSONString(d.buf, b)
 	return nil
 }
 
@@ -338,7 +296,7 @@ func (d *dumper) strValue(slot []byte, flags, enc uint64, withValue bool) error 
 // bytesize and value); a Symbol marks nothing.
 func (d *dumper) symbol(slot []byte) error {
 	fstr := le64(slot, d.L.RSymbolFstr)
-	if !d.v.isHeapObject(fstr) {
+	if !d.v.IsHeapObject(fstr) {
 		return nil
 	}
 	b := d.slotAt(fstr)
@@ -357,12 +315,12 @@ func (d *dumper) symbol(slot []byte) error {
 // root) as references.
 func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
-	h := aryHeader(L, slot, flags)
-	n := h.length
-	if h.embedded {
+	h := rubyvm.AryHeader(L, slot, flags)
+	n := h.Length
+	if h.Embedded {
 		d.field("length", n)
 		d.flag("embedded")
-		return memsize, d.refSlotWords(slot, h.off, n)
+		return memsize, d.refSlotWords(slot, h.Off, n)
 	}
 	if n > maxDumpElems {
 		return 0, errTorn
@@ -375,11 +333,11 @@ func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 		d.ref(le64(slot, L.RArraySharedRoot))
 		return memsize, nil
 	}
-	memsize += d.v.outOfSlot(uint64(L.TArray), flags, slot)
+	memsize += d.v.OutOfSlot(uint64(L.TArray), flags, slot)
 	if n == 0 {
 		return memsize, nil
 	}
-	return memsize, d.refWords(h.ptr, n)
+	return memsize, d.refWords(h.Ptr, n)
 }
 
 // hash appends size, default (a default proc) and the keys and values,
@@ -387,20 +345,12 @@ func (d *dumper) array(slot []byte, flags, memsize uint64) (uint64, error) {
 func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 	L := d.L
 	ifnone := le64(slot, L.RHashIfnone)
-	if flags&uint64(L.RHashSTFlag) != 0 {
-		var head []byte
-		if L.RHashST < 0 { // 3.3: the st_table is in the slot after struct RHash
-			if L.RHashSize+L.StEntries+8 > int64(len(slot)) {
-				return 0, errTorn
-			}
-			head = slot[L.RHashSize:]
-		} else {
-			b, err := d.read(le64(slot, L.RHashST), int(L.StEntries)+8)
-			if err != nil {
-				return 0, err
-			}
-			head = append([]byte(nil), b...)
-		}
+	t, err := rubyvm.HashTableOf(L, slot, flags, d.read)
+	if err != nil {
+		return 0, tornUnlessBudget(err)
+	}
+	if t.ST != nil {
+		head := append([]byte(nil), t.ST...)
 		d.field("size", le64(head, L.StNumEntries))
 		if flags&uint64(L.RHashProcDefault) != 0 {
 			d.addrField("default", ifnone)
@@ -409,43 +359,21 @@ func (d *dumper) hash(slot []byte, flags, memsize uint64) (uint64, error) {
 			return 0, err
 		}
 	} else {
-		size := (flags & uint64(L.RHashARSizeMask)) >> uint64(L.RHashARSizeShift)
-		bound := (flags & uint64(L.RHashARBoundMask)) >> uint64(L.RHashARBoundShift)
-		d.field("size", size)
+		d.field("size", t.Size)
 		if flags&uint64(L.RHashProcDefault) != 0 {
 			d.addrField("default", ifnone)
 		}
-		if bound > uint64(L.ARTableMax) || size > bound {
-			return 0, errTorn
+		if t.ARApart {
+			memsize += uint64(L.ARTablePairs + L.ARTableMax*16)
 		}
-		var pairs []byte
-		if L.RHashAR >= 0 {
-			ar := le64(slot, L.RHashAR)
-			if ar != 0 {
-				b, err := d.read(ar+uint64(L.ARTablePairs), int(L.ARTableMax)*16)
-				if err != nil {
-					return 0, err
-				}
-				pairs = b
-				memsize += uint64(L.ARTablePairs + L.ARTableMax*16)
+		undef := uint64(L.Qundef)
+		for i := uint64(0); i < t.Bound && t.AR != nil; i++ {
+			k := le64(t.AR, int64(i*16))
+			if k == undef {
+				continue
 			}
-		} else {
-			off := L.RHashSize + L.ARTablePairs
-			if off+int64(bound)*16 > int64(len(slot)) {
-				return 0, errTorn
-			}
-			pairs = slot[off:]
-		}
-		if pairs != nil {
-			undef := uint64(L.Qundef)
-			for i := uint64(0); i < bound; i++ {
-				k := le64(pairs, int64(i*16))
-				if k == undef {
-					continue
-				}
-				d.ref(k)
-				d.ref(le64(pairs, int64(i*16+8)))
-			}
+			d.ref(k)
+			d.ref(le64(t.AR, int64(i*16+8)))
 		}
 	}
 	d.ref(ifnone)
@@ -467,29 +395,16 @@ func (d *dumper) stEntries(head []byte, keys bool) error {
 // st_table whose head is given, reading the entries in chunks; fn must not
 // read memory (the chunk is the dumper's scratch buffer).
 func (d *dumper) stEach(head []byte, fn func(key, rec uint64)) error {
-	L := d.L
-	start, bound := le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
-	entries := le64(head, L.StEntries)
-	if bound < start || bound-start > maxDumpElems/3 {
-		return errTorn
+	return tornUnlessBudget(rubyvm.StEach(d.L, head, maxDumpElems/3, dumpChunk/3, d.read, fn))
+}
+
+// tornUnlessBudget is err as the dumper tells it: errTorn for memory that
+// could not be read or did not hold together, errReadBudget as it is.
+func tornUnlessBudget(err error) error {
+	if err == nil || errors.Is(err, errReadBudget) {
+		return err
 	}
-	esz := uint64(L.StEntrySize)
-	for i := start; i < bound; {
-		k := min(bound-i, dumpChunk/3)
-		b, err := d.read(entries+i*esz, int(k*esz))
-		if err != nil {
-			return err
-		}
-		for j := uint64(0); j < k; j++ {
-			e := b[j*esz:]
-			if le64(e, L.StEntryHash) == ^uint64(0) { // deleted
-				continue
-			}
-			fn(le64(e, L.StEntryKey), le64(e, L.StEntryRecord))
-		}
-		i += k
-	}
-	return nil
+	return errTorn
 }
 
 // stPairs returns the live entries of the st_table whose address is held
@@ -532,8 +447,8 @@ func (d *dumper) shape(id uint64) shapeInfo {
 	if d.shapeList != 0 && index < maxShapeID {
 		if b, err := d.read(d.shapeList+index*uint64(L.ShapeSize), int(L.ShapeSize)); err == nil {
 			s = shapeInfo{
-				ivs:  attrIndex(L, b, L.ShapeNextIVIndex),
-				capa: attrIndex(L, b, L.ShapeCapacity),
+				ivs:  rubyvm.AttrIndex(L, b, L.ShapeNextIVIndex),
+				capa: rubyvm.AttrIndex(L, b, L.ShapeCapacity),
 				tooComplex: int64(b[L.ShapeType]) == L.ShapeTooComplex ||
 					(L.ShapeIDFlTooComplex > 0 && id&uint64(L.ShapeIDFlTooComplex) != 0),
 				ok: true,
@@ -557,20 +472,6 @@ func shapeIndex(L *layout.Layout, id uint64) uint64 {
 		high |= uint64(L.ShapeIDHeapIndexMask)
 	}
 	return id &^ high
-}
-
-// attrIndex reads an attr_index_t of a shape at off.
-func attrIndex(L *layout.Layout, b []byte, off int64) uint64 {
-	if off < 0 {
-		return 0
-	}
-	switch L.AttrIndexSize {
-	case 1:
-		return uint64(b[off])
-	case 2:
-		return uint64(binary.LittleEndian.Uint16(b[off:]))
-	}
-	return uint64(le32(b, off))
 }
 
 // objectEmbedded reports whether an object's ivars are in its slot.
@@ -660,7 +561,7 @@ func (d *dumper) rstruct(slot []byte, flags, memsize uint64) (uint64, error) {
 }
 
 // class appends a CLASS, MODULE or ICLASS's superclass, name and the
-// references decoded (see HeapDump).
+// references decoded (see Write).
 func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err error) {
 	L := d.L
 	v := d.v
@@ -672,16 +573,16 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 	}()
 	super := le64(slot, L.RClassSuper)
 	singleton := flags&uint64(L.FlSingleton) != 0
-	ext, err := v.classExt(addr)
+	ext, err := v.ClassExt(addr)
 	if err != nil {
 		ext = 0
 	}
 	if typ == L.TClass && singleton && L.ClassExtAttached >= 0 && ext != 0 {
-		if a, err := v.m.u64(at(ext, L.ClassExtAttached)); err == nil {
+		if a, err := v.Word(at(ext, L.ClassExtAttached)); err == nil {
 			d.ref(a)
 		}
 	}
-	if d.v.isHeapObject(super) {
+	if d.v.IsHeapObject(super) {
 		d.addrField("superclass", super)
 		d.ref(super)
 	}
@@ -689,10 +590,10 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 		n, ok := d.names[addr]
 		if !ok {
 			if !singleton {
-				n.name = v.className(addr)
+				n.name = v.ClassName(addr)
 			}
 			if n.name == "" {
-				if r := v.objClassName(addr); r != "" && r[0] != '#' {
+				if r := v.ObjectClassName(addr); r != "" && r[0] != '#' {
 					n.real = r
 				}
 			}
@@ -715,7 +616,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 	}
 	if typ == L.TIClass {
 		if L.ClassExtIncluder >= 0 && d.shapeList != 0 {
-			if inc, err := v.m.u64(at(ext, L.ClassExtIncluder)); err == nil {
+			if inc, err := v.Word(at(ext, L.ClassExtIncluder)); err == nil {
 				d.ref(inc)
 			}
 		}
@@ -724,7 +625,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 	// instance variables
 	if L.ClassExtIVPtr >= 0 {
 		if s := d.shape(flags >> uint64(L.ShapeFlagShift)); s.ok && !s.tooComplex && s.ivs > 0 {
-			if ivptr, err := v.m.u64(at(ext, L.ClassExtIVPtr)); err == nil && ivptr != 0 {
+			if ivptr, err := v.Word(at(ext, L.ClassExtIVPtr)); err == nil && ivptr != 0 {
 				if err := d.refWords(ivptr, s.ivs); err != nil {
 					return err
 				}
@@ -734,7 +635,7 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 			}
 		}
 	} else if L.ClassExtIVTbl >= 0 {
-		if tbl, err := v.m.u64(at(ext, L.ClassExtIVTbl)); err == nil && tbl != 0 {
+		if tbl, err := v.Word(at(ext, L.ClassExtIVTbl)); err == nil && tbl != 0 {
 			b, err := d.read(tbl, int(L.StEntries)+8)
 			if err != nil {
 				return err
@@ -747,13 +648,13 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 		}
 	}
 	// constants
-	if tbl, err := v.m.u64(at(ext, L.ClassExtConstTbl)); err == nil && tbl != 0 {
+	if tbl, err := v.Word(at(ext, L.ClassExtConstTbl)); err == nil && tbl != 0 {
 		if err := d.constants(tbl); err != nil {
 			return err
 		}
 	}
 	if L.ClassExtClassPath >= 0 {
-		if p, err := v.m.u64(at(ext, L.ClassExtClassPath)); err == nil {
+		if p, err := v.Word(at(ext, L.ClassExtClassPath)); err == nil {
 			d.ref(p)
 		}
 	}
@@ -764,24 +665,19 @@ func (d *dumper) class(addr uint64, slot []byte, flags uint64, typ int64) (err e
 // (an rb_id_table of rb_const_entry_t pointers).
 func (d *dumper) constants(tbl uint64) error {
 	L := d.L
-	raw, capa, ok := d.v.idTable(tbl)
+	raw, capa, ok := d.v.IDTable(tbl)
 	if !ok {
 		return errTorn
 	}
-	for i := range capa {
-		it := raw[i*int(L.IDItemSize):]
-		if le32(it, L.IDItemKey) == 0 {
-			continue
-		}
-		ce := le64(it, L.IDItemVal)
+	rubyvm.IDTableEach(L, raw, capa, func(_, ce uint64) {
 		b, err := d.read(ce, int(max(L.ConstEntryValue, L.ConstEntryFile))+8)
 		if err != nil {
-			continue
+			return
 		}
 		val, file := le64(b, L.ConstEntryValue), le64(b, L.ConstEntryFile)
 		d.ref(val)
 		d.ref(file)
-	}
+	})
 	return nil
 }
 
@@ -794,7 +690,7 @@ func (d *dumper) shapeLines() error {
 	if L.ShapeTreeNextID < 0 || L.ShapeParentID < 0 || L.ShapeEdges < 0 {
 		return nil
 	}
-	tree := d.v.shapeTree()
+	tree := d.v.ShapeTree()
 	if tree == 0 {
 		return nil
 	}
@@ -817,7 +713,7 @@ func (d *dumper) shapeLines() error {
 		s := shape(id)
 		typ := int64(s[L.ShapeType])
 		d.buf = append(d.buf, `{"address":`...)
-		d.buf = appendAddr(d.buf, d.shapeList+id*size)
+		d.buf = heap.AppendAddr(d.buf, d.shapeList+id*size)
 		d.buf = append(d.buf, `, "type":"SHAPE"`...)
 		d.field("id", id)
 		if typ != L.ShapeRoot {
@@ -846,12 +742,12 @@ func (d *dumper) shapeLines() error {
 		d.strField("shape_type", name)
 		if typ == L.ShapeIvar {
 			id := le64(s, L.ShapeEdgeName)
-			ivar, err := d.v.idName(id)
+			ivar, err := d.v.IDName(id)
 			if err != nil {
 				ivar = "ID_INTERNAL(" + strconv.FormatUint(id>>uint64(L.IDScopeShift), 10) + ")"
 			}
 			d.buf = append(d.buf, `,"edge_name":`...) // sic: dump_all writes no space here
-			d.buf = appendJSONString(d.buf, []byte(ivar))
+			d.buf = heap.AppendJSONString(d.buf, []byte(ivar))
 		}
 		edges, memsize := uint64(0), size
 		switch e := le64(s, L.ShapeEdges); {

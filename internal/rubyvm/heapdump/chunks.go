@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import "github.com/rbscope/rbscope/internal/target"
 

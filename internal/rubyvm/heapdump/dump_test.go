@@ -1,4 +1,4 @@
-package rubyvm_test
+package heapdump_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/testvm"
@@ -89,7 +90,7 @@ func startDumpProgram(t *testing.T, rb testruby.Ruby) (*rubyvm.VM, *dumpReport, 
 	p := testruby.Start(t, rb, "heap_dump.rb", nil, ruby)
 	var rep dumpReport
 	p.WaitReport(t, &rep, 60*time.Second)
-	vm, _ := readThreads(t, p.PID(), true)
+	vm, _ := testvm.AttachAsleep(t, p.PID(), true)
 	return vm, &rep, ruby
 }
 
@@ -101,7 +102,7 @@ func TestHeapDumpMatchesDumpAll(t *testing.T) {
 			vm, rep, rubyDump := startDumpProgram(t, rb)
 			var out bytes.Buffer
 			start := time.Now()
-			st, ss, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, ss, err := heapdump.WriteSnapshot(vm, vm.T.(*target.Live), &out, heapdump.Options{})
 			took := time.Since(start)
 			if err != nil {
 				t.Fatal(err)
@@ -269,17 +270,17 @@ func compareShapes(t *testing.T, mine []byte, rubyDump string) {
 func TestHeapDumpOneBadObjectCostsOne(t *testing.T) {
 	rb := testruby.Rubies(t)[0]
 	vm, rep, _ := startDumpProgram(t, rb)
-	dump := func(opt rubyvm.DumpOptions) (*rubyvm.DumpStats, []byte) {
+	dump := func(opt heapdump.Options) (*heapdump.Stats, []byte) {
 		var out bytes.Buffer
-		st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, opt)
+		st, _, err := heapdump.WriteSnapshot(vm, vm.T.(*target.Live), &out, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st, out.Bytes()
 	}
-	clean, cleanOut := dump(rubyvm.DumpOptions{})
+	clean, cleanOut := dump(heapdump.Options{})
 	bad := parseAddr(t, rep.Known["path_hash"])
-	st, out := dump(rubyvm.FailDecoding(rubyvm.DumpOptions{}, func(a uint64) bool { return a == bad }))
+	st, out := dump(heapdump.FailDecoding(heapdump.Options{}, func(a uint64) bool { return a == bad }))
 	if st.PartialTotal != 1 || st.Panicked != 1 {
 		t.Fatalf("%d partial objects (%d panics), want 1: %v", st.PartialTotal, st.Panicked, st.Partial)
 	}
@@ -332,7 +333,7 @@ func lineOf(dump []byte, addr uint64) string {
 // checkDump compares rbscope's dump of heap_dump.rb's heap (out, with its
 // stats st) with the program's own dump_all (rubyDump) and report; the
 // dump has a machine-context root when machineContext is set.
-func checkDump(t *testing.T, out *bytes.Buffer, st *rubyvm.DumpStats, rep *dumpReport, rubyDump string, machineContext bool) {
+func checkDump(t *testing.T, out *bytes.Buffer, st *heapdump.Stats, rep *dumpReport, rubyDump string, machineContext bool) {
 	t.Helper()
 	if st.Bytes != int64(out.Len()) {
 		t.Errorf("stats say %d bytes, %d written", st.Bytes, out.Len())
@@ -481,7 +482,7 @@ func TestSnapshotAfterTheHeapGrew(t *testing.T) {
 				}
 			}
 			var out bytes.Buffer
-			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, _, err := heapdump.WriteSnapshot(vm, vm.T.(*target.Live), &out, heapdump.Options{})
 			if err != nil {
 				t.Fatalf("snapshot after the heap grew: %v", err)
 			}

@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 )
 
@@ -35,7 +36,7 @@ func TestSubclassWalkBounded(t *testing.T) {
 				put(entries+i*stride+uint64(L.SubclassNext), next)
 			}
 			v := fuzzVM(base, data, fam)
-			d := v.newDumper(io.Discard, []heapPage{{start: base, slotSize: 40, total: 100}}, DumpOptions{})
+			d := newDumper(v, io.Discard, []rubyvm.HeapPage{{Start: base, SlotSize: 40, Total: 100}}, Options{})
 			budget := d.subclassSteps
 			if err := d.subclasses(ext); err != nil {
 				t.Fatalf("one walk: %v", err)

@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/heap"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 )
 
 // The names of instance variables, which dump_all does not write: a dump
@@ -86,7 +89,7 @@ func (d *dumper) readShapeIvars(id uint64) ([]ivarSlot, bool) {
 		}
 		typ := int64(b[L.ShapeType])
 		parent := uint64(le32(b, L.ShapeParentID))
-		next := attrIndex(L, b, L.ShapeNextIVIndex)
+		next := rubyvm.AttrIndex(L, b, L.ShapeNextIVIndex)
 		if step == 0 {
 			limit = int(min(next, maxIvars)) + 64
 		}
@@ -144,11 +147,11 @@ func (d *dumper) classIvarIndex(klass uint64) ([]ivarSlot, bool) {
 
 func (d *dumper) readClassIvarIndex(klass uint64) ([]ivarSlot, bool) {
 	L := d.L
-	ext, err := d.v.classExt(klass)
+	ext, err := d.v.ClassExt(klass)
 	if err != nil || ext == 0 {
 		return nil, false
 	}
-	tbl, err := d.v.m.u64(at(ext, L.ClassExtIVIndexTbl))
+	tbl, err := d.v.Word(at(ext, L.ClassExtIVIndexTbl))
 	if err != nil {
 		return nil, false
 	}
@@ -210,14 +213,14 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 	if comma {
 		d.buf = append(d.buf, ',')
 	}
-	d.buf = appendJSONString(d.buf, []byte(name))
+	d.buf = heap.AppendJSONString(d.buf, []byte(name))
 	d.buf = append(d.buf, ':')
-	if d.v.isHeapObject(val) {
+	if d.v.IsHeapObject(val) {
 		if val == uint64(d.L.Qundef) || !d.live(val) {
 			d.buf = d.buf[:mark]
 			return false
 		}
-		d.buf = appendAddr(d.buf, val)
+		d.buf = heap.AppendAddr(d.buf, val)
 		return true
 	}
 	s, ok := d.immediate(val)
@@ -225,7 +228,7 @@ func (d *dumper) ivarPair(name string, val uint64, comma bool) bool {
 		d.buf = d.buf[:mark]
 		return false
 	}
-	d.buf = appendJSONString(d.buf, []byte(s))
+	d.buf = heap.AppendJSONString(d.buf, []byte(s))
 	return true
 }
 
@@ -274,7 +277,7 @@ func (d *dumper) immediate(val uint64) (string, bool) {
 	case val == uint64(L.Qtrue):
 		return "true", true
 	case val&uint64(L.FixnumFlag) != 0:
-		n, _ := d.v.fixnum(val)
+		n, _ := d.v.Fixnum(val)
 		return strconv.FormatInt(n, 10), true
 	case L.FlonumMask > 0 && val&uint64(L.FlonumMask) == uint64(L.FlonumFlag):
 		return rubyFloat(flonum(val)), true
@@ -476,7 +479,7 @@ func (d *dumper) ivarName(id uint64) (string, error) {
 	if d.noName[id] {
 		return "", errNoName
 	}
-	name, err := d.v.idName(id)
+	name, err := d.v.IDName(id)
 	if err != nil && len(d.noName) < maxIvarCache {
 		d.noName[id] = true
 	}

@@ -1,4 +1,4 @@
-package rubyvm_test
+package heapdump_test
 
 import (
 	"bytes"
@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/rbscope/rbscope/internal/heap"
-	"github.com/rbscope/rbscope/internal/rubyvm"
+	"github.com/rbscope/rbscope/internal/rubyvm/heapdump"
 	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
+	"github.com/rbscope/rbscope/internal/testvm"
 )
 
 // ivarReport is what testdata/ivar_names.rb writes about itself.
@@ -63,9 +64,9 @@ func TestHeapDumpIvarNames(t *testing.T) {
 			p := testruby.Start(t, rb, "ivar_names.rb", nil)
 			var rep ivarReport
 			p.WaitReport(t, &rep, 60*time.Second)
-			vm, _ := readThreads(t, p.PID(), true)
+			vm, _ := testvm.AttachAsleep(t, p.PID(), true)
 			var out bytes.Buffer
-			st, _, err := vm.HeapDumpSnapshot(vm.T.(*target.Live), &out, rubyvm.DumpOptions{})
+			st, _, err := heapdump.WriteSnapshot(vm, vm.T.(*target.Live), &out, heapdump.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

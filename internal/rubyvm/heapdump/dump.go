@@ -1,4 +1,13 @@
-package rubyvm
+// Package heapdump writes a Ruby process's heap in the format of
+// ObjectSpace.dump_all (internal/heap's writer), every live object with
+// its references, from outside the process: it walks the heap pages
+// rubyvm finds and decodes each object's slot, and what the slot points
+// at, through rubyvm's object reader (the layout, the object headers,
+// class names, IDs, id tables, shapes, roots). What it knows beyond that
+// reader is the dump's own: which words of each kind of object Ruby's GC
+// marks, the roots, the names of instance variables, the budget that
+// bounds its reads, the copy of the pages it decodes from.
+package heapdump
 
 import (
 	"errors"
@@ -9,6 +18,7 @@ import (
 
 	"github.com/rbscope/rbscope/internal/heap"
 	"github.com/rbscope/rbscope/internal/malloc"
+	"github.com/rbscope/rbscope/internal/rubyvm"
 	"github.com/rbscope/rbscope/internal/rubyvm/layout"
 	"github.com/rbscope/rbscope/internal/target"
 )
@@ -30,8 +40,8 @@ const (
 // beyond its buffer, an unreadable buffer): it is skipped and counted.
 var errTorn = errors.New("torn object")
 
-// DumpOptions tune HeapDump.
-type DumpOptions struct {
+// Options tune Write.
+type Options struct {
 	// Progress, when set, is called after each heap page with the number
 	// of pages walked and the total.
 	Progress func(done, total int)
@@ -49,8 +59,8 @@ type DumpOptions struct {
 	failDecode func(addr uint64) bool
 }
 
-// DumpStats says what HeapDump wrote.
-type DumpStats struct {
+// Stats says what Write wrote.
+type Stats struct {
 	Objects uint64 // object lines
 	Shapes  uint64 // SHAPE lines (3.3+)
 	Roots   int    // ROOT lines
@@ -88,7 +98,7 @@ type DumpStats struct {
 
 // Caveats lists, in words, what the dump left out or wrote partially
 // (nothing for a complete dump).
-func (st *DumpStats) Caveats() []string {
+func (st *Stats) Caveats() []string {
 	var out []string
 	if st.PartialTotal > 0 {
 		reasons := make([]string, 0, len(st.Partial))
@@ -118,12 +128,12 @@ func (st *DumpStats) Caveats() []string {
 	return out
 }
 
-// maxPartialReasons bounds the reasons DumpStats.Partial keeps apart.
+// maxPartialReasons bounds the reasons Stats.Partial keeps apart.
 const maxPartialReasons = 8
 
-// HeapDump writes every live object of the GC heap to w as one JSON object
+// Write writes every live object of v's GC heap to w as one JSON object
 // per line in the format of ObjectSpace.dump_all, ROOT lines first. The
-// process should be paused (see HeapCensus).
+// process should be paused (see rubyvm.VM.HeapCensus).
 //
 // References are what Ruby's GC marks from each object (its class left
 // out, as dump_all does): for OBJECT, ARRAY, HASH, STRUCT, STRING,
@@ -132,7 +142,7 @@ const maxPartialReasons = 8
 // class, instance variables (and class variables), constants, the class
 // path, the method table and the call caches; for ICLASS the superclass,
 // includer and method table; the generic instance variables of any object;
-// DATA, IMEMO and FILE as dump_graph.go decodes them. References found by
+// DATA, IMEMO and FILE as graph.go decodes them. References found by
 // a conservative scan are listed again in "conservative_references"; a
 // WeakMap's entries and a class's subclasses are "weak_references". On 3.3+ SHAPE lines follow the
 // ROOT lines, as dump_all writes them.
@@ -146,9 +156,9 @@ const maxPartialReasons = 8
 // references the values on its VM stack.
 //
 // The dump's reads are bounded by a budget (see readBudget); a dump that
-// spends it says so in DumpStats.BudgetSpent and leaves out what it could
+// spends it says so in Stats.BudgetSpent and leaves out what it could
 // not read.
-func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
+func Write(v *rubyvm.VM, w io.Writer, opt Options) (*Stats, error) {
 	if err := v.Supports(layout.FeatureDump); err != nil {
 		return nil, err
 	}
@@ -157,26 +167,26 @@ func (v *VM) HeapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 		return nil, err
 	}
 	bt := &budgeted{Target: v.T, left: readBudget(maps)}
-	v = v.withTarget(bt)
-	st, err := v.heapDump(w, opt)
+	v = v.WithTarget(bt)
+	st, err := dump(v, w, opt)
 	if st != nil {
 		st.BudgetSpent = bt.spent
 	}
 	return st, err
 }
 
-func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
-	pages, badHeaders, err := v.pageHeaders()
+func dump(v *rubyvm.VM, w io.Writer, opt Options) (*Stats, error) {
+	pages, badHeaders, err := v.HeapPages()
 	if err != nil {
 		return nil, err
 	}
-	d := v.newDumper(w, pages, opt)
+	d := newDumper(v, w, pages, opt)
 	d.stats.SkippedPages = badHeaders
 	if d.maps, err = v.T.Mappings(); err != nil {
 		return nil, err
 	}
 	if d.L.ShapeSize > 0 && d.L.ShapeTreeList >= 0 {
-		d.shapeList = v.findShapeList()
+		d.shapeList = v.ShapeList()
 	}
 	d.stats.SkippedPages += d.copyPages()
 	d.alloc = malloc.Identify(chunkReader{&d.chunks}, d.maps, d.allocProbes())
@@ -196,8 +206,8 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 	}
 	for i, p := range pages {
 		body := d.bodies[i]
-		for off := int64(0); off+p.slotSize <= int64(len(body)); off += p.slotSize {
-			d.object(p.start+uint64(off), body[off:off+p.slotSize])
+		for off := int64(0); off+p.SlotSize <= int64(len(body)); off += p.SlotSize {
+			d.object(p.Start+uint64(off), body[off:off+p.SlotSize])
 		}
 		if opt.Progress != nil {
 			opt.Progress(i+1, len(pages))
@@ -216,13 +226,13 @@ func (v *VM) heapDump(w io.Writer, opt DumpOptions) (*DumpStats, error) {
 func (d *dumper) allocProbes() []malloc.Probe {
 	L := d.L
 	var out []malloc.Probe
-	if vm, err := d.v.vmPtr(); err == nil && vm != 0 {
+	if vm, err := d.v.VMPtr(); err == nil && vm != 0 {
 		out = append(out, malloc.Probe{Addr: vm, Size: uint64(L.VMSize)})
 	}
 	for i, p := range d.pages {
 		body := d.bodies[i]
-		for off := int64(0); off+p.slotSize <= int64(len(body)) && len(out) < 3; off += p.slotSize {
-			slot := body[off : off+p.slotSize]
+		for off := int64(0); off+p.SlotSize <= int64(len(body)) && len(out) < 3; off += p.SlotSize {
+			slot := body[off : off+p.SlotSize]
 			flags := le64(slot, L.RBasicFlags)
 			if flags&d.tmask == d.tImemo && d.imemoKind(flags) == L.ImemoIseq {
 				if b := le64(slot, L.IseqBody); b != 0 {
@@ -250,16 +260,16 @@ func (r chunkReader) ReadAt(p []byte, addr uint64) (int, error) {
 // returns how many pages could not be read (their bodies stay nil).
 func (d *dumper) copyPages() (skipped int) {
 	d.bodies = make([][]byte, len(d.pages))
-	sl, isSnap := d.v.m.t.(slicer)
+	sl, isSnap := d.v.T.(slicer)
 	for i, p := range d.pages {
 		if isSnap { // already a copy: use it in place
-			if b, ok := sl.Slice(p.start, int(p.slotSize*p.total)); ok {
+			if b, ok := sl.Slice(p.Start, int(p.SlotSize*p.Total)); ok {
 				d.bodies[i] = b
 				continue
 			}
 		}
-		body := make([]byte, int(p.slotSize*p.total))
-		if target.ReadFull(d.v.m.t, body, p.start) != nil {
+		body := make([]byte, int(p.SlotSize*p.Total))
+		if target.ReadFull(d.v.T, body, p.Start) != nil {
 			skipped++
 			continue
 		}
@@ -272,39 +282,39 @@ func (d *dumper) copyPages() (skipped int) {
 // addr is not the start of a slot of a page that was read.
 func (d *dumper) slotAt(addr uint64) []byte {
 	i := d.lastPage // references often point into the page of the last one
-	if i >= len(d.pages) || addr < d.pages[i].start || addr >= d.pages[i].end() {
-		i = sort.Search(len(d.pages), func(i int) bool { return d.pages[i].end() > addr })
+	if i >= len(d.pages) || addr < d.pages[i].Start || addr >= d.pages[i].End() {
+		i = sort.Search(len(d.pages), func(i int) bool { return d.pages[i].End() > addr })
 	}
-	if i == len(d.pages) || addr < d.pages[i].start || i >= len(d.bodies) || d.bodies[i] == nil {
+	if i == len(d.pages) || addr < d.pages[i].Start || i >= len(d.bodies) || d.bodies[i] == nil {
 		return nil
 	}
 	d.lastPage = i
 	p := d.pages[i]
-	off := addr - p.start
-	if off%uint64(p.slotSize) != 0 {
+	off := addr - p.Start
+	if off%uint64(p.SlotSize) != 0 {
 		return nil
 	}
-	return d.bodies[i][off : off+uint64(p.slotSize)]
+	return d.bodies[i][off : off+uint64(p.SlotSize)]
 }
 
-// dumper holds the state of one HeapDump.
+// dumper holds the state of one Write.
 type dumper struct {
-	v     *VM
+	v     *rubyvm.VM
 	L     *layout.Layout
 	w     io.Writer
-	pages []heapPage
+	pages []rubyvm.HeapPage
 	// bodies are the copies of the pages' slots (nil: not readable)
 	bodies   [][]byte
 	lastPage int // the page slotAt found last
-	opt      DumpOptions
-	stats    DumpStats
+	opt      Options
+	stats    Stats
 	// subclassSteps is what the dump's walks of subclass lists may still
 	// take together (subclasses).
 	subclassSteps int64
 
 	buf       []byte              // JSON not yet written
 	refs      []uint64            // references of the current object
-	cons      []uint64            // its conservative references (see dump_graph.go)
+	cons      []uint64            // its conservative references (see graph.go)
 	weak      []uint64            // its weak references (a WeakMap's keys and values)
 	body      []byte              // the iseq body being decoded
 	genIV     map[uint64][]uint64 // generic instance variables by object
@@ -319,7 +329,7 @@ type dumper struct {
 	shapeList uint64 // rb_shape_tree_ptr->shape_list (0: no shapes)
 	shapes    map[uint64]shapeInfo
 	// the names of instance variables by shape ID (3.2+) and by class
-	// (2.7, 3.1; see dump_ivars.go), nil when unreadable
+	// (2.7, 3.1; see ivars.go), nil when unreadable
 	shapeNames map[uint64][]ivarSlot
 	classNames map[uint64][]ivarSlot
 	ivals      []uint64        // the ivar values of the current object
@@ -343,7 +353,7 @@ type shapeInfo struct {
 
 // newDumper returns a dumper of the given pages; their copies (bodies)
 // are for the caller to fill.
-func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
+func newDumper(v *rubyvm.VM, w io.Writer, pages []rubyvm.HeapPage, opt Options) *dumper {
 	d := &dumper{v: v, L: v.Layout, w: w, pages: pages, opt: opt,
 		shapes: map[uint64]shapeInfo{}, shapeNames: map[uint64][]ivarSlot{}, classNames: map[uint64][]ivarSlot{}, noName: map[uint64]bool{}, names: map[uint64]dumpClassName{}, dataTypes: map[uint64]string{}}
 	d.init()
@@ -351,7 +361,7 @@ func (v *VM) newDumper(w io.Writer, pages []heapPage, opt DumpOptions) *dumper {
 	// module's): the walks together take at most one step an object.
 	d.subclassSteps = 1 << 16
 	for _, pg := range pages {
-		d.subclassSteps += max(pg.total, 0)
+		d.subclassSteps += max(pg.Total, 0)
 	}
 	return d
 }
@@ -361,7 +371,7 @@ func (d *dumper) init() {
 	d.tmask, d.tNone, d.tZombie, d.tMoved = uint64(L.TMask), uint64(L.TNone), uint64(L.TZombie), uint64(L.TMoved)
 	d.tImemo, d.tNode = uint64(L.TImemo), uint64(L.TNode)
 	d.newValue = L.DumpOmitsEmptyValue == 1
-	d.chunks.setTarget(d.v.m.t)
+	d.chunks.setTarget(d.v.T)
 }
 
 // read reads n bytes at addr into the scratch buffer.

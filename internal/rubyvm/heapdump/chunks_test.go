@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"errors"
@@ -7,15 +7,15 @@ import (
 	"github.com/rbscope/rbscope/internal/target"
 )
 
-// slicedMemory is fuzzMemory that holds a copy of the process, as a
+// slicedMemory is target.Memory that holds a copy of the process, as a
 // snapshot does.
-type slicedMemory struct{ fuzzMemory }
+type slicedMemory struct{ target.Memory }
 
 func (s *slicedMemory) Slice(addr uint64, n int) ([]byte, bool) {
-	if addr < s.base || addr-s.base+uint64(n) > uint64(len(s.mem)) {
+	if addr < s.Base || addr-s.Base+uint64(n) > uint64(len(s.Data)) {
 		return nil, false
 	}
-	return s.mem[addr-s.base : addr-s.base+uint64(n)], true
+	return s.Data[addr-s.Base : addr-s.Base+uint64(n)], true
 }
 
 // TestChunkCacheCharges: a dump's reads through the chunk cache are
@@ -34,8 +34,8 @@ func TestChunkCacheCharges(t *testing.T) {
 		target target.Target
 		fill   int64
 	}{
-		{"live", &fuzzMemory{base: base, mem: mem}, chunkFillCharge},
-		{"snapshot", &slicedMemory{fuzzMemory{base: base, mem: mem}}, 0},
+		{"live", &target.Memory{Base: base, Data: mem}, chunkFillCharge},
+		{"snapshot", &slicedMemory{target.Memory{Base: base, Data: mem}}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cc chunkCache

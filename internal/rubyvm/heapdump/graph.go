@@ -1,4 +1,4 @@
-package rubyvm
+package heapdump
 
 import (
 	"encoding/binary"
@@ -333,7 +333,7 @@ func (d *dumper) thread(th uint64) {
 			d.ref(w)
 		}
 	}
-	for _, val := range d.v.vmStackValues(th) {
+	for _, val := range d.v.VMStackValues(th) {
 		d.refCons(val)
 	}
 	if L.ThreadRootFiber >= 0 && L.FiberSelf >= 0 {
@@ -522,7 +522,7 @@ func (d *dumper) classCaches(ext uint64) {
 	if err != nil {
 		return
 	}
-	raw, capa, ok := d.v.idTable(tbl)
+	raw, capa, ok := d.v.IDTable(tbl)
 	if !ok {
 		return
 	}
@@ -551,7 +551,7 @@ func (d *dumper) classCaches(ext uint64) {
 // objects.
 func (d *dumper) idTableValues(tbl uint64) {
 	L := d.L
-	raw, capa, ok := d.v.idTable(tbl)
+	raw, capa, ok := d.v.IDTable(tbl)
 	if !ok {
 		return
 	}
@@ -563,26 +563,12 @@ func (d *dumper) idTableValues(tbl uint64) {
 	}
 }
 
-// genericIvarTables are the names of the table of generic instance
-// variables (variable.c) over the versions: object -> its ivars.
-var genericIvarTables = []string{"generic_iv_tbl_", "generic_iv_tbl", "generic_fields_tbl_"}
-
 // genericIvars reads the generic instance variables of every object that
 // has them (Strings, Arrays, typed data such as a Thread's variables...):
-// object -> the values. The table is a static variable, found through
-// the symbols or, in a stripped build, through the code of the exported
-// functions that look it up.
+// object -> the values.
 func (d *dumper) genericIvars() map[uint64][]uint64 {
 	L := d.L
-	tblAddr := d.v.locate("generic_iv_tbl_")
-	for _, name := range genericIvarTables[1:] {
-		if tblAddr != 0 {
-			break
-		}
-		if a, _, err := d.v.Symbol(name); err == nil {
-			tblAddr = a
-		}
-	}
+	tblAddr := d.v.GenericIvarTable()
 	if tblAddr == 0 {
 		return nil
 	}
@@ -617,7 +603,7 @@ func (d *dumper) genericIvars() map[uint64][]uint64 {
 		})
 		out[obj] = vals
 		if uint64(len(raw)) == n && n > 0 {
-			d.genIVRaw[obj] = raw // for their names (dump_ivars.go)
+			d.genIVRaw[obj] = raw // for their names (ivars.go)
 		}
 	}
 	return out
@@ -634,7 +620,7 @@ func (d *dumper) vmRoots() []uint64 {
 			out = append(out, v)
 		}
 	}
-	vm, err := d.v.vmPtr()
+	vm, err := d.v.VMPtr()
 	if err != nil {
 		return nil
 	}
@@ -665,7 +651,7 @@ func (d *dumper) vmRoots() []uint64 {
 // every symbol's String and the dynamic symbols' Hash.
 func (d *dumper) symbolRoots() []uint64 {
 	L := d.L
-	sym := d.v.globalSymbols()
+	sym := d.v.GlobalSymbols()
 	if sym == 0 {
 		return nil
 	}
@@ -716,44 +702,6 @@ func consOnly(refs, cons []uint64) []uint64 {
 	return out
 }
 
-// plausibleGenericTbl checks that c holds a pointer to a non-empty
-// st_table whose first entries map heap objects to non-NULL records.
-func (v *VM) plausibleGenericTbl(c uint64) bool {
-	L := v.Layout
-	tbl, err := v.m.u64(c)
-	if err != nil || tbl == 0 || tbl&7 != 0 {
-		return false
-	}
-	head, err := v.m.read(tbl, int(L.StEntries)+8)
-	if err != nil {
-		return false
-	}
-	num, start, bound := le64(head, L.StNumEntries), le64(head, L.StEntriesStart), le64(head, L.StEntriesBound)
-	entries := le64(head, L.StEntries)
-	if num == 0 || bound < start || num > bound-start || bound-start > maxDumpElems || entries == 0 {
-		return false
-	}
-	checked := 0
-	for i := start; i < bound && checked < 4; i++ {
-		e, err := v.m.read(entries+i*uint64(L.StEntrySize), int(L.StEntrySize))
-		if err != nil {
-			return false
-		}
-		if le64(e, L.StEntryHash) == ^uint64(0) {
-			continue
-		}
-		key, rec := le64(e, L.StEntryKey), le64(e, L.StEntryRecord)
-		if !v.isHeapObject(key) || rec == 0 || rec&7 != 0 {
-			return false
-		}
-		if _, _, err := v.objType(key); err != nil {
-			return false
-		}
-		checked++
-	}
-	return checked > 0
-}
-
 // weakMap adds an ObjectSpace::WeakMap's keys and values as weak
 // references: they do not keep the objects alive.
 func (d *dumper) weakMap(block []byte, data uint64) {
@@ -797,7 +745,7 @@ func (d *dumper) finalizers() []uint64 {
 	if L.ObjspaceFinalizerTable < 0 {
 		return nil
 	}
-	os, err := d.v.objspace()
+	os, err := d.v.Objspace()
 	if err != nil {
 		return nil
 	}
@@ -863,13 +811,13 @@ func (d *dumper) globalList() []uint64 {
 	var head uint64
 	switch {
 	case L.VMGlobalObjectList >= 0:
-		vm, err := d.v.vmPtr()
+		vm, err := d.v.VMPtr()
 		if err != nil {
 			return nil
 		}
 		head = at(vm, L.VMGlobalObjectList)
 	case L.ObjspaceGlobalList >= 0:
-		os, err := d.v.objspace()
+		os, err := d.v.Objspace()
 		if err != nil {
 			return nil
 		}
