@@ -5,7 +5,11 @@ BIN := bin/rbscope
 # arguments, with a comma for a space: a shared debug build of each family,
 # a static one whose malloc is jemalloc (--with-jemalloc), a stripped
 # copy read through the built-in table, and builds on musl's C library
-# (as Alpine's Rubies run).
+# (as Alpine's Rubies run). Beside them, Debian's own binary Ruby 3.4.11
+# (experimental's ruby3.4, stripped as Debian ships it, read through the
+# built-in 3.4 table) runs on sid's C library from a sysroot of its
+# packages (scripts/debian-ruby-sysroot.sh): Debian serves no source of
+# that release to build.
 RUBY_BUILDS ?= 2.7 3.1 3.3 3.3,--static,--jemalloc 3.3,--stripped 3.4 3.4,--stripped 3.3,--musl 3.4,--musl
 
 .PHONY: wasm all build deps demo-deps rubies demo test test-arm64 vet bench clean docs dist
@@ -75,9 +79,13 @@ deps:
 # are cached under $${RBSCOPE_RUBIES:-/var/cache/rbscope/rubies}, so only a
 # fresh machine builds them (about 4 minutes each on 2 cores). Two build at
 # once: a Ruby build leaves a core idle through its serial steps (configure,
-# each extension's mkmf, install), which the other build fills.
+# each extension's mkmf, install), which the other build fills. Then
+# Debian's binary Ruby 3.4.11 and its libraries are fetched and unpacked
+# into ruby-3.4.11-debian (about 10 s: 23 MB of indexes and packages;
+# nothing is installed).
 rubies:
 	@echo $(RUBY_BUILDS) | tr ' ' '\n' | xargs -P 2 -I{} sh -c 'scripts/build-ruby.sh $$(echo {} | tr , " ") >/dev/null'
+	@scripts/debian-ruby-sysroot.sh >/dev/null
 
 # demo starts testdata/demo.rb and prints every thread's stack, read from
 # outside.

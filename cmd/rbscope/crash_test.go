@@ -23,6 +23,7 @@ import (
 	"github.com/rbscope/rbscope/internal/crash"
 	"github.com/rbscope/rbscope/internal/crashreport"
 	"github.com/rbscope/rbscope/internal/stacks"
+	"github.com/rbscope/rbscope/internal/target"
 	"github.com/rbscope/rbscope/internal/testruby"
 	"github.com/rbscope/rbscope/internal/unwind"
 	"github.com/rbscope/rbscope/internal/wire"
@@ -174,7 +175,7 @@ func TestCrashRealRubyCrash(t *testing.T) {
 					t.Errorf("fault %q (the process ended with %s), want SIGSEGV at 0x10 named", r.Fault, r.SignalName)
 				}
 				checkCore(t, filepath.Join(store, ids[0], "core.zst"))
-				compareCrashWithGDB(t, rb, r, filepath.Join(store, ids[0], "core.zst"))
+				compareCrashWithGDB(t, r, filepath.Join(store, ids[0], "core.zst"))
 			}
 			st, _ := os.Stat(filepath.Join(store, ids[0], "report.json"))
 			if st.Mode().Perm() != 0o600 {
@@ -236,7 +237,7 @@ func openZst(t *testing.T, path string) io.Reader {
 
 // compareCrashWithGDB checks the crashing thread's native frames in the
 // report against gdb's on the kept core: the same pc, frame by frame.
-func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crashreport.Report, zst string) {
+func compareCrashWithGDB(t *testing.T, r *crashreport.Report, zst string) {
 	t.Helper()
 	zr := openZst(t, zst)
 	core := filepath.Join(t.TempDir(), "core")
@@ -248,8 +249,22 @@ func compareCrashWithGDB(t *testing.T, rb testruby.Ruby, r *crashreport.Report, 
 		t.Fatal(err)
 	}
 	out.Close()
-	exe, _ := filepath.EvalSymlinks(rb.Bin)
-	want := gdbFrames(t, exe, core)[r.TID]
+	// gdb reads the core with the program the process ran, as the report
+	// names it: Ruby's executable, or the dynamic linker that ran it
+	// (ruby-3.4.11-debian's bin/ruby execs its sysroot's ld.so).
+	if r.Exe == "" {
+		t.Fatal("the report names no executable")
+	}
+	c, err := target.OpenCore(core, target.CoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := c.Mappings()
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gdbFrames(t, append([]string{r.Exe, core}, gdbProgramArgs(t, r.Exe, maps)...)...)[r.TID]
 	var got []unwind.Frame
 	for _, nt := range r.Native {
 		if nt.TID == r.TID {

@@ -666,11 +666,11 @@ func TestRecordStopsAtExec(t *testing.T) {
 	}
 }
 
-// startHotRestart starts testdata/hot_restart.rb on rb and waits until it
-// runs; it is killed when the test ends.
+// startHotRestart starts testdata/hot_restart.rb on rb, which execs rb
+// again, and waits until it runs; it is killed when the test ends.
 func startHotRestart(t *testing.T, rb testruby.Ruby) *exec.Cmd {
 	t.Helper()
-	work := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb")))
+	work := testruby.DieWithTest(exec.Command(rb.Bin, testruby.Testdata("hot_restart.rb"), rb.Bin))
 	out, err := work.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

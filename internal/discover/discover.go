@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -82,9 +83,11 @@ func StartTime(proc string, pid int) uint64 {
 // ServiceName derives a service name from a command line, for a process
 // given none: a script run by ruby names it (`ruby bin/rails server` ->
 // "rails"), else the program does (`puma: cluster worker 0: 12 [app]` ->
-// "puma", `sidekiq 7.1.0 app [0 of 5 busy]` -> "sidekiq").
+// "puma", `sidekiq 7.1.0 app [0 of 5 busy]` -> "sidekiq"). A program
+// run by the dynamic linker itself (`ld-linux-x86-64.so.2 --library-path
+// DIR ruby3.4 app.rb`) is named as if run directly.
 func ServiceName(args string) string {
-	fields := strings.Fields(args)
+	fields := skipDynamicLinker(strings.Fields(args))
 	if len(fields) == 0 {
 		return "ruby"
 	}
@@ -108,4 +111,33 @@ func ServiceName(args string) string {
 		return "ruby"
 	}
 	return name
+}
+
+// ldsoValueOptions are the options of glibc's dynamic linker, run as a
+// command, that take a value as the next argument.
+var ldsoValueOptions = []string{"--library-path", "--inhibit-rpath", "--audit", "--preload", "--argv0",
+	"--glibc-hwcaps-prefix", "--glibc-hwcaps-mask"}
+
+// skipDynamicLinker returns the command line fields of the program a
+// dynamic linker run as a command (glibc's ld-linux*.so*, musl's
+// ld-musl-*.so*) loads, without the linker and its options; other
+// command lines are returned as they are.
+func skipDynamicLinker(fields []string) []string {
+	if len(fields) == 0 {
+		return fields
+	}
+	base := filepath.Base(fields[0])
+	if !(strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld-musl-") || base == "ld.so") || !strings.Contains(base, ".so") {
+		return fields
+	}
+	for i := 1; i < len(fields); i++ {
+		f := fields[i]
+		switch {
+		case slices.Contains(ldsoValueOptions, f):
+			i++ // the option's value
+		case !strings.HasPrefix(f, "--"):
+			return fields[i:]
+		}
+	}
+	return nil
 }

@@ -98,6 +98,11 @@ func TestServiceName(t *testing.T) {
 		"puma: cluster worker 0: 1234 [app]": "puma",
 		"sidekiq 7.1.0 app [0 of 5 busy]":    "sidekiq",
 		"":                                   "ruby",
+		// Debian's ruby3.4 on a C library of its own (ruby-3.4.11-debian)
+		"/x/sysroot/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path /x/lib /x/usr/bin/ruby3.4 -I /x/lib/ruby/3.4.0 agent_work.rb": "agent_work",
+		"/lib/ld-musl-x86_64.so.1 --preload /x/libjemalloc.so.2 /usr/bin/ruby -e sleep":                                                        "ruby",
+		"/lib64/ld-linux-x86-64.so.2 --list /bin/true":                                                                                         "true",
+		"/lib64/ld-linux-x86-64.so.2 --verify":                                                                                                 "ruby",
 	} {
 		if got := ServiceName(args); got != want {
 			t.Errorf("ServiceName(%q) = %q, want %q", args, got, want)

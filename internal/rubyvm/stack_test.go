@@ -124,9 +124,9 @@ func checkStacks(t *testing.T, rb testruby.Ruby, rep *selfReport, vm *rubyvm.VM,
 	}
 	t.Logf("Ruby %s, layout from %s", vm.Version, vm.Layout.Source)
 	switch {
-	case strings.Contains(rb.Name, "stripped") && vm.Layout.Source != "table":
+	case rb.Stripped && vm.Layout.Source != "table":
 		t.Errorf("a stripped Ruby must be read with the built-in table, got layout from %s", vm.Layout.Source)
-	case strings.HasPrefix(rb.Name, "ruby-") && !strings.Contains(rb.Name, "stripped") && !strings.HasPrefix(vm.Layout.Source, "dwarf:"):
+	case !rb.Stripped && !strings.HasPrefix(vm.Layout.Source, "dwarf:"):
 		t.Errorf("a debug build must be read with its own DWARF, got layout from %s", vm.Layout.Source)
 	}
 	if len(threads) != len(rep.ThreadNames) {

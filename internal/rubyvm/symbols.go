@@ -1,6 +1,7 @@
 package rubyvm
 
 import (
+	"bytes"
 	"debug/elf"
 	"fmt"
 	"strings"
@@ -175,7 +176,7 @@ func (v *VM) findRIPRef(name string, depth int, accept func(uint64) (uint64, boo
 				continue
 			}
 			for pc := uint64(0); pc < uint64(len(code)); {
-				inst, err := x86asm.Decode(code[pc:], 64)
+				inst, err := decodeX86(code[pc:])
 				if err != nil || inst.Len == 0 {
 					break // data or padding: the function's code ended
 				}
@@ -226,7 +227,7 @@ func (v *VM) findDispFor(name string, accept func(int64) bool) (int64, bool) {
 		return 0, false
 	}
 	for pc := 0; pc < len(code); {
-		inst, err := x86asm.Decode(code[pc:], 64)
+		inst, err := decodeX86(code[pc:])
 		if err != nil || inst.Len == 0 {
 			break
 		}
@@ -241,6 +242,22 @@ func (v *VM) findDispFor(name string, accept func(int64) bool) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// endbr64 opens every function of code built with -fcf-protection (the
+// indirect branch tracking of Intel's CET), as Debian's and Ubuntu's
+// packages are: x86asm does not know it (it decodes a REP prefix, then
+// fails on the rest), and a walk that stopped there read nothing of any
+// such function.
+var endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
+
+// decodeX86 decodes the x86-64 instruction code begins with, endbr64 (a
+// no-op to the walks here) included.
+func decodeX86(code []byte) (x86asm.Inst, error) {
+	if bytes.HasPrefix(code, endbr64) {
+		return x86asm.Inst{Op: x86asm.NOP, Len: len(endbr64)}, nil
+	}
+	return x86asm.Decode(code, 64)
 }
 
 // maxCodeScan bounds how much code findRIPRef reads of one function.

@@ -3,6 +3,8 @@ package rubyvm
 import (
 	"slices"
 	"strings"
+
+	"github.com/rbscope/rbscope/internal/rubyvm/layouts"
 )
 
 // trapSlots is how many signals vm->trap_list.cmd holds (RUBY_NSIG on
@@ -15,12 +17,18 @@ const trapSlots = 65
 // when it cannot be told: the layout lacks the list, or what lies there
 // does not look like one.
 //
-// Only an exact layout is trusted here (the process's own DWARF, or a table
-// made from this very release): patch releases move rb_vm_t's fields (3.1.7
-// keeps the list 8 bytes after 3.1.2), and the list of another offset
-// would read as a trap that is not there, or none where there is one.
+// Only an exact layout is trusted here (the process's own DWARF, a table
+// made from this very release, or the layout of a release rbscope has the
+// facts of: its family's table with the fields it moved): patch releases
+// move rb_vm_t's fields (3.1.7 keeps the list 8 bytes after 3.1.2), and
+// the list of another offset would read as a trap that is not there, or
+// none where there is one. A release newer than the known ones, read with
+// the newest's layout, is not trusted.
 func (v *VM) TrapsSignal(sig int) (trapped, ok bool) {
-	exact := strings.HasPrefix(v.Layout.Source, "dwarf:") || slices.Contains(strings.FieldsFunc(v.Layout.Checked, func(r rune) bool { return r == ',' || r == ' ' }), v.Version)
+	L := v.Layout
+	exact := strings.HasPrefix(L.Source, "dwarf:") ||
+		slices.Contains(strings.FieldsFunc(L.Checked, func(r rune) bool { return r == ',' || r == ' ' }), v.Version) ||
+		L.Release == v.Version && slices.Contains(layouts.Releases(L.Family), v.Version)
 	if !exact || v.Layout.VMTrapCmd < 0 || sig <= 0 || sig >= trapSlots {
 		return false, false
 	}

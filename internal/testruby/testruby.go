@@ -34,6 +34,13 @@ type Ruby struct {
 	// Sysroot the directory that holds that Ruby's files at their paths.
 	Emulator []string
 	Sysroot  string
+	// Stripped is set for a Ruby without debug information, which
+	// rbscope reads through its built-in tables: Debian's own Rubies
+	// (/usr/bin/ruby, a Ruby unpacked from Debian's binary packages,
+	// the arm64 one) and the matrix's stripped copies of its builds.
+	// Every other Ruby of the matrix is a debug build, read through its
+	// DWARF.
+	Stripped bool
 }
 
 // Command is the command that runs the Ruby with args.
@@ -67,7 +74,7 @@ func Arm64(t testing.TB) Ruby {
 		return Ruby{}
 	}
 	return Ruby{Name: "debian-aarch64-3.1-qemu", Bin: filepath.Join(root, "usr/bin/ruby3.1"),
-		Emulator: []string{qemu, "-L", root}, Sysroot: root}
+		Emulator: []string{qemu, "-L", root}, Sysroot: root, Stripped: true}
 }
 
 // FilterEnv names the environment variable that, when set, is a regular
@@ -111,8 +118,17 @@ func matches(name string) bool {
 	return err == nil && ok
 }
 
-// Rubies lists Debian's /usr/bin/ruby and every build under the cache
-// directory ($RBSCOPE_RUBIES, default /var/cache/rbscope/rubies). Without
+// PackagesFile is the file, beside a cached Ruby's bin directory, that
+// lists the Debian packages it was unpacked from
+// (scripts/debian-ruby-sysroot.sh): such a Ruby is Debian's binary, as
+// Debian ships it, not a build of the matrix.
+const PackagesFile = ".rbscope-packages"
+
+// Rubies lists Debian's /usr/bin/ruby and every Ruby under the cache
+// directory ($RBSCOPE_RUBIES, default /var/cache/rbscope/rubies): the
+// builds of scripts/build-ruby.sh and Debian's binary Rubies unpacked by
+// scripts/debian-ruby-sysroot.sh (whose bin/ruby runs Debian's ruby
+// through the dynamic linker of the C library unpacked with it). Without
 // any Ruby the test fails: the README's test command installs one.
 func Rubies(t testing.TB) []Ruby {
 	t.Helper()
@@ -120,7 +136,7 @@ func Rubies(t testing.TB) []Ruby {
 	if _, err := os.Stat("/usr/bin/ruby"); err == nil {
 		v, err := exec.Command("/usr/bin/ruby", "-e", "print RUBY_VERSION").Output()
 		if err == nil && matches("debian-"+string(v)) {
-			out = append(out, Ruby{Name: "debian-" + string(v), Bin: "/usr/bin/ruby"})
+			out = append(out, Ruby{Name: "debian-" + string(v), Bin: "/usr/bin/ruby", Stripped: true})
 		}
 	}
 	dir := os.Getenv("RBSCOPE_RUBIES")
@@ -137,9 +153,13 @@ func Rubies(t testing.TB) []Ruby {
 		if _, err := os.Stat(filepath.Join(root, ".rbscope-complete")); err != nil {
 			continue
 		}
-		if name := filepath.Base(root); matches(name) {
-			out = append(out, Ruby{Name: name, Bin: b})
+		name := filepath.Base(root)
+		if !matches(name) {
+			continue
 		}
+		_, err := os.Stat(filepath.Join(root, PackagesFile))
+		packaged := err == nil
+		out = append(out, Ruby{Name: name, Bin: b, Stripped: packaged || strings.HasSuffix(name, "-stripped")})
 	}
 	if len(out) == 0 && os.Getenv(FilterEnv) != "" {
 		t.Fatalf("no Ruby's name matches %s=%q", FilterEnv, os.Getenv(FilterEnv))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/rbscope/rbscope/internal/arch"
@@ -16,7 +15,7 @@ func debugBuilds(t *testing.T) [][3]string {
 	t.Helper()
 	var out [][3]string
 	for _, rb := range testruby.Rubies(t) {
-		if !strings.HasPrefix(rb.Name, "ruby-") || strings.Contains(rb.Name, "stripped") || testruby.Musl(rb) {
+		if rb.Stripped || testruby.Musl(rb) {
 			continue
 		}
 		family, version, image, err := describe(rb.Bin)

@@ -85,8 +85,13 @@ var families = map[string]releaseFacts{
 	},
 	"3.4": {
 		// 3.4.0 and 3.4.1 differ in iseq_compile_data only, which
-		// rbscope does not read
-		releases: seq("3.4", 0, 10),
+		// rbscope does not read. 3.4.11 moved nothing rbscope reads:
+		// rbspy's bindings end at 3.4.10 and the OpenTelemetry profiler
+		// gives all of 3.4 one layout, so it was checked on Debian's
+		// binary (docs/rubies.md): read with this table, it passes the
+		// matrix, and glibc's blocks of its rb_vm_t, rb_thread_t and
+		// rb_ractor_t are the table's sizes
+		releases: seq("3.4", 0, 11),
 	},
 	"4.0": {
 		releases: seq("4.0", 0, 6),
