@@ -90,8 +90,21 @@ var families = map[string]releaseFacts{
 		// gives all of 3.4 one layout, so it was checked on Debian's
 		// binary (docs/rubies.md): read with this table, it passes the
 		// matrix, and glibc's blocks of its rb_vm_t, rb_thread_t and
-		// rb_ractor_t are the table's sizes
+		// rb_ractor_t are the table's sizes; but its Mutex holds a word
+		// more, after its owning fiber (a held Mutex's words there, read
+		// with Fiddle: the fiber, a pointer, then next_mutex and the wait
+		// queue; 3.4.5's: the fiber, next_mutex, the wait queue), which
+		// TestLocks found: no owner proven and no Mutex held on 3.4.11.
+		// Which release between 3.4.6 and 3.4.11 added it is not known
+		// here: only 3.4.11 is said to have it (on those before it, the
+		// owner checks name no owner rather than a wrong one).
 		releases: seq("3.4", 0, 11),
+		changes: []change{
+			{from: "3.4.11", patches: []patch{
+				insert("rb_mutex_struct", "fiber", "3.4.11's Mutex has a word after its owning fiber (read on Debian's binary)",
+					members("after_fiber ptr")...),
+			}},
+		},
 	},
 	"4.0": {
 		releases: seq("4.0", 0, 6),

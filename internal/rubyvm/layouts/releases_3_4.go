@@ -4,6 +4,7 @@ package layouts
 
 func init() {
 	registerReleases("3.4", []release{
-		{releases: []string{"3.4.0", "3.4.1", "3.4.2", "3.4.3", "3.4.4", "3.4.5", "3.4.6", "3.4.7", "3.4.8", "3.4.9", "3.4.10", "3.4.11"}},
+		{releases: []string{"3.4.0", "3.4.1", "3.4.2", "3.4.3", "3.4.4", "3.4.5", "3.4.6", "3.4.7", "3.4.8", "3.4.9", "3.4.10"}},
+		{releases: []string{"3.4.11"}, fields: map[string]int64{"MutexNext": 16}, changes: []string{"insert into rb_mutex_struct after \"fiber\": after_fiber ptr (3.4.11's Mutex has a word after its owning fiber (read on Debian's binary))"}},
 	})
 }
