@@ -465,6 +465,10 @@ func (v *VM) mutexOwner(data uint64, threads map[uint64]bool) (uint64, error) {
 		if err != nil || fiber == 0 {
 			return 0, v.unheld(data, threads, err)
 		}
+		if fiber == data {
+			// An empty list's head, pointing at itself, read as a Mutex.
+			return 0, fmt.Errorf("Mutex %#x's owner is itself: %w", data, ErrGarbage)
+		}
 		if th, err = v.m.u64(at(fiber, L.FiberThreadPtr)); err != nil {
 			return 0, err
 		}
@@ -518,6 +522,12 @@ func (v *VM) heldMutexes(th uint64) ([]uint64, error) {
 	for ; err == nil && m != 0; m, err = v.m.u64(at(m, L.MutexNext)) {
 		if len(out) == maxHeldMutexes || slices.Contains(out, m) {
 			return nil, fmt.Errorf("thread %#x's list of Mutexes does not end: %w", th, ErrGarbage)
+		}
+		// A Mutex is an object's data of its own, never inside the
+		// thread (a list head of the thread's read as one, through a
+		// layout that does not fit, was taken for a Mutex it holds).
+		if L.ThreadSize > 0 && m >= th && m < th+uint64(L.ThreadSize) {
+			return nil, fmt.Errorf("thread %#x's list of Mutexes holds %#x, inside the thread: %w", th, m, ErrGarbage)
 		}
 		out = append(out, m)
 	}

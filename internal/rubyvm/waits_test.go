@@ -44,11 +44,18 @@ func TestLocksShiftedLayout(t *testing.T) {
 				}
 				return ths, locks
 			}
-			ths, want := read()
+			// The threads block in their waits soon after the report (a
+			// busy machine runs them late): read until they do.
+			var ths []rubyvm.Thread
+			var want []rubyvm.Locks
 			named := 0
-			for _, l := range want {
-				if l.Wait != nil && l.Wait.OwnerKnown && l.Wait.Owner != 0 {
-					named++
+			for deadline := time.Now().Add(20 * time.Second); named < 6 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				ths, want = read()
+				named = 0
+				for _, l := range want {
+					if l.Wait != nil && l.Wait.OwnerKnown && l.Wait.Owner != 0 {
+						named++
+					}
 				}
 			}
 			if named < 6 {
